@@ -1,0 +1,400 @@
+//! Python-compatible JSON encoding: the bytes `json.dumps(v, separators=(",", ":"))`
+//! (optionally `sort_keys=True`) produces for a value `json.loads` parsed.
+//!
+//! Invariant: for every JSON text both parsers accept, [`write_python_json`] emits exactly
+//! the reference's bytes, so argument digests agree with the Python SDK and tokens minted
+//! here are byte-identical to the SDK's for the same nonce and clock. Text the reference
+//! would represent differently (an integer Python refuses to parse) is an error, never a
+//! silently different digest.
+
+use serde_json::{Number, Value};
+use std::fmt::{self, Write as _};
+
+/// Python refuses to convert integers longer than this (`sys.int_info.default_max_str_digits`).
+const PYTHON_MAX_INT_DIGITS: usize = 4300;
+
+/// A value the reference implementation cannot digest the way we would.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CanonicalError {
+    #[error("integer literal with more than {PYTHON_MAX_INT_DIGITS} digits")]
+    IntegerTooLong,
+    #[error("number literal that is not JSON")]
+    BadNumber,
+}
+
+/// Append the Python encoding of `value` to `out`.
+pub fn write_python_json(
+    value: &Value,
+    sort_keys: bool,
+    out: &mut String,
+) -> Result<(), CanonicalError> {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => write_number(n, out)?,
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_python_json(item, sort_keys, out)?;
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            if sort_keys {
+                // Rust orders `str` by UTF-8 bytes, which is code point order: Python's.
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            }
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(key, out);
+                out.push(':');
+                write_python_json(item, sort_keys, out)?;
+            }
+            out.push('}');
+        }
+    }
+    Ok(())
+}
+
+/// `json.dumps` default `ensure_ascii=True`: printable ASCII verbatim, everything else
+/// escaped with lowercase hex, astral characters as surrogate pairs, DEL escaped too.
+pub fn write_string(s: &str, out: &mut String) {
+    out.push('"');
+    let mut rest = s;
+    while !rest.is_empty() {
+        // Copy the longest run that needs no escape in one go (the common case).
+        let run = verbatim_prefix_len(rest.as_bytes());
+        out.push_str(&rest[..run]);
+        rest = &rest[run..];
+        let Some(c) = rest.chars().next() else { break };
+        rest = &rest[c.len_utf8()..];
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0c}' => out.push_str("\\f"),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    push_u_escape(*unit, out);
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+fn needs_escape(b: u8) -> bool {
+    !(b' '..=b'~').contains(&b) || b == b'"' || b == b'\\'
+}
+
+/// How many leading bytes `ensure_ascii` copies verbatim. Checks eight bytes at a time
+/// (states are often kilobytes of plain ASCII): the word test may flag a clean word, never
+/// miss a dirty one, and a flagged word is rescanned byte by byte.
+fn verbatim_prefix_len(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGH != 0;
+    let mut words = bytes.chunks_exact(8);
+    let mut clean = 0;
+    for chunk in &mut words {
+        let w = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
+        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH != 0;
+        // >= 0x80 has the high bit; 0x7f gains it when incremented.
+        let high_or_del = (w | w.wrapping_add(ONES)) & HIGH != 0;
+        if control
+            || high_or_del
+            || has_zero_byte(w ^ (ONES * 0x22))
+            || has_zero_byte(w ^ (ONES * 0x5c))
+        {
+            break;
+        }
+        clean += 8;
+    }
+    clean
+        + bytes[clean..]
+            .iter()
+            .position(|&b| needs_escape(b))
+            .unwrap_or(bytes.len() - clean)
+}
+
+fn push_u_escape(unit: u16, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push_str("\\u");
+    for shift in [12, 8, 4, 0] {
+        out.push(char::from(HEX[usize::from((unit >> shift) & 0xf)]));
+    }
+}
+
+/// Integers print as Python `int` does (any size, `-0` is `0`); anything with a fraction
+/// or exponent is a Python `float` and prints in `repr` form.
+fn write_number(n: &Number, out: &mut String) -> Result<(), CanonicalError> {
+    // With `arbitrary_precision` this is the literal as the client wrote it.
+    let literal = n.as_str();
+    if literal.contains(['.', 'e', 'E']) {
+        let value: f64 = literal.parse().map_err(|_| CanonicalError::BadNumber)?;
+        write_python_float(value, out);
+        return Ok(());
+    }
+    let (negative, digits) = match literal.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, literal),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(CanonicalError::BadNumber);
+    }
+    if digits.len() > PYTHON_MAX_INT_DIGITS {
+        return Err(CanonicalError::IntegerTooLong);
+    }
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        out.push('0');
+    } else {
+        if negative {
+            out.push('-');
+        }
+        out.push_str(digits);
+    }
+    Ok(())
+}
+
+/// Python's `float.__repr__`: the shortest round-tripping digits, positional between 1e-4 and 1e16, otherwise `d.ddde+XX`; a `.0` suffix for
+/// integral values; `Infinity` for what overflowed while parsing, as `json.dumps` writes it.
+pub fn write_python_float(value: f64, out: &mut String) {
+    if value.is_nan() {
+        out.push_str("NaN");
+        return;
+    }
+    if value.is_infinite() {
+        out.push_str(if value < 0.0 { "-Infinity" } else { "Infinity" });
+        return;
+    }
+    // Rust's shortest form and CPython's agree on the digit count but not on ties: when
+    // two shortest candidates are equally close (705218286435062.25 -> ...062.2 or .3)
+    // CPython rounds half to even. Re-formatting at that precision rounds the exact binary
+    // value half to even, which is CPython's choice and still round-trips.
+    // Fast path: integral values below 1e16 print positionally with `.0` (token times).
+    if value.fract() == 0.0 && value.abs() < 1e16 {
+        if value == 0.0 && value.is_sign_negative() {
+            out.push('-');
+        }
+        write!(out, "{}.0", value as i64).expect("writing to a String cannot fail");
+        return;
+    }
+    let mut shortest = StackText::default();
+    write!(shortest, "{value:e}").expect("an f64 fits the buffer");
+    let digit_count = shortest
+        .as_str()
+        .split_once('e')
+        .map_or(1, |(m, _)| m.bytes().filter(u8::is_ascii_digit).count());
+    let mut rounded = StackText::default();
+    write!(
+        rounded,
+        "{value:.prec$e}",
+        prec = digit_count.saturating_sub(1)
+    )
+    .expect("an f64 fits the buffer");
+    let sci = if rounded.as_str().parse::<f64>() == Ok(value) {
+        rounded.as_str()
+    } else {
+        shortest.as_str()
+    };
+    let (mantissa, exponent) = sci.split_once('e').expect("`{:e}` always has an exponent");
+    let exponent: i32 = exponent.parse().expect("`{:e}` exponent is an integer");
+    let (negative, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, mantissa),
+    };
+    let (lead, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digit = |i: usize| if i == 0 { lead } else { &frac[i - 1..i] };
+    let len = 1 + frac.len();
+    // Position of the decimal point relative to the first digit, as CPython's
+    // `format_float_short` counts it.
+    let decpt = exponent + 1;
+    if negative {
+        out.push('-');
+    }
+    if !(-4 < decpt && decpt <= 16) {
+        out.push_str(lead);
+        if !frac.is_empty() {
+            out.push('.');
+            out.push_str(frac);
+        }
+        let shown = decpt - 1;
+        out.push('e');
+        out.push(if shown < 0 { '-' } else { '+' });
+        if shown.abs() < 10 {
+            out.push('0');
+        }
+        write!(out, "{}", shown.abs()).expect("writing to a String cannot fail");
+    } else if decpt <= 0 {
+        out.push_str("0.");
+        (0..-decpt).for_each(|_| out.push('0'));
+        out.push_str(lead);
+        out.push_str(frac);
+    } else {
+        let decpt = decpt as usize;
+        for i in 0..len.min(decpt) {
+            out.push_str(digit(i));
+        }
+        (len..decpt).for_each(|_| out.push('0'));
+        out.push('.');
+        if decpt >= len {
+            out.push('0');
+        } else {
+            (decpt..len).for_each(|i| out.push_str(digit(i)));
+        }
+    }
+}
+
+/// A fixed buffer for formatting one `f64` without touching the heap.
+struct StackText {
+    buf: [u8; 40],
+    len: usize,
+}
+
+impl Default for StackText {
+    fn default() -> Self {
+        Self {
+            buf: [0; 40],
+            len: 0,
+        }
+    }
+}
+
+impl StackText {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).expect("only `str`s are written")
+    }
+}
+
+impl fmt::Write for StackText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(json: &str) -> String {
+        let value: Value = serde_json::from_str(json).unwrap();
+        let mut out = String::new();
+        write_python_json(&value, true, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn floats_follow_python_repr() {
+        // Expected strings are `json.dumps(json.loads(x))` from CPython 3.11.
+        let cases = [
+            ("1E2", "100.0"),
+            ("1e16", "1e+16"),
+            ("1e15", "1000000000000000.0"),
+            ("1e-5", "1e-05"),
+            ("0.0001", "0.0001"),
+            ("-0.0", "-0.0"),
+            ("0.0", "0.0"),
+            ("1.5e-7", "1.5e-07"),
+            ("123456789012345678.0", "1.2345678901234568e+17"),
+            ("0.1", "0.1"),
+            ("2.5", "2.5"),
+            ("1e400", "Infinity"),
+            ("-1e400", "-Infinity"),
+            ("1e-400", "0.0"),
+            ("1.7976931348623157e308", "1.7976931348623157e+308"),
+            ("5e-324", "5e-324"),
+            ("12345.678e3", "12345678.0"),
+            ("1e100", "1e+100"),
+            // A tie between two shortest spellings: CPython picks the even digit.
+            ("-7.052182864350623E+14", "-705218286435062.2"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(canon(input), expected, "input {input}");
+        }
+    }
+
+    #[test]
+    fn integers_are_verbatim_at_any_size() {
+        assert_eq!(canon("-0"), "0");
+        assert_eq!(
+            canon("123456789012345678901234567890"),
+            "123456789012345678901234567890"
+        );
+        assert_eq!(canon("-18446744073709551617"), "-18446744073709551617");
+    }
+
+    #[test]
+    fn integers_python_refuses_are_errors() {
+        let huge: Value = serde_json::from_str(&"9".repeat(4301)).unwrap();
+        let mut out = String::new();
+        assert_eq!(
+            write_python_json(&huge, true, &mut out),
+            Err(CanonicalError::IntegerTooLong)
+        );
+        let fits: Value = serde_json::from_str(&"9".repeat(4300)).unwrap();
+        assert!(write_python_json(&fits, true, &mut String::new()).is_ok());
+    }
+
+    #[test]
+    fn strings_escape_like_ensure_ascii() {
+        assert_eq!(canon(r#""é""#), r#""\u00e9""#);
+        assert_eq!(canon(r#""😀""#), r#""\ud83d\ude00""#);
+        assert_eq!(
+            canon("\"\\u0000\\u001f\\u007f\""),
+            r#""\u0000\u001f\u007f""#
+        );
+        assert_eq!(canon(r#""\b\f\n\r\t\"\\/""#), r#""\b\f\n\r\t\"\\/""#);
+        assert_eq!(canon(r#""\u2028""#), r#""\u2028""#);
+    }
+
+    #[test]
+    fn verbatim_runs_stop_at_every_byte_that_needs_escaping() {
+        for special in [0x00u8, 0x1f, b'"', b'\\', 0x7f, 0x80, 0xc3, 0xff] {
+            for at in 0..20 {
+                let mut bytes = vec![b'a'; 20];
+                bytes[at] = special;
+                assert_eq!(verbatim_prefix_len(&bytes), at, "byte {special:#x} at {at}");
+            }
+        }
+        assert_eq!(verbatim_prefix_len(b" !~}0123456789abcdef"), 20);
+        assert_eq!(verbatim_prefix_len(b""), 0);
+    }
+
+    #[test]
+    fn objects_sort_by_code_point_and_nest() {
+        assert_eq!(
+            canon(r#"{"b":1,"a":{"z":[1,{"y":null,"x":true}],"é":false,"Z":0}}"#),
+            r#"{"a":{"Z":0,"z":[1,{"x":true,"y":null}],"\u00e9":false},"b":1}"#
+        );
+        assert_eq!(
+            canon(r#"{"😀":1,"\uffff":2}"#),
+            r#"{"\uffff":2,"\ud83d\ude00":1}"#
+        );
+    }
+
+    #[test]
+    fn lone_surrogates_do_not_parse() {
+        // The reference would digest the escaped surrogate; we refuse the text instead.
+        assert!(serde_json::from_str::<Value>(r#""\ud800""#).is_err());
+    }
+}

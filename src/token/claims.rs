@@ -1,0 +1,349 @@
+//! The claims envelope inside a token: what it binds (method, target, argument digest,
+//! audience, principal, expiry) and how it is written and read.
+//!
+//! Invariant: claims are written exactly as the reference writes them (key order, Python
+//! float and string forms), so a token minted here is byte-identical to the SDK's for the
+//! same nonce, salt and clock; our own claims (`su`, `q`) come last and only when set.
+
+use super::canonical::{CanonicalError, write_python_float, write_python_json, write_string};
+use base64_simd::URL_SAFE_NO_PAD;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::borrow::Cow;
+use subtle::ConstantTimeEq;
+
+pub(crate) const ENVELOPE_VERSION: u8 = 1;
+const PRINCIPAL_LABEL: &[u8] = b"mcp/request-state/principal:";
+const PRINCIPAL_SALT_LEN: usize = 8;
+const PRINCIPAL_TAG_LEN: usize = 16;
+const ARGS_DIGEST_LEN: usize = 16;
+/// What absent (or falsy) arguments digest as.
+const EMPTY_ARGUMENTS: &str = "{}";
+
+/// Why a request cannot be bound the way the reference would bind it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindingError {
+    #[error("`params.{0}` is not a string")]
+    NonStringTarget(&'static str),
+    #[error("`params.arguments` cannot be digested: {0}")]
+    Arguments(#[from] CanonicalError),
+}
+
+/// What a token is bound to on one request: the method, its target (`params.name`, or
+/// `params.uri` for `resources/read`) and the digest of `params.arguments`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestBinding {
+    pub method: String,
+    pub target: String,
+    pub args_digest: String,
+}
+
+impl RequestBinding {
+    /// Bind a request as the reference's `_request_identity` does: a per-method allowlist,
+    /// so a future wire field cannot silently join (or escape) the digest.
+    pub fn of(method: &str, params: Option<&Map<String, Value>>) -> Result<Self, BindingError> {
+        let field = if method == "resources/read" {
+            "uri"
+        } else {
+            "name"
+        };
+        let target = match params.and_then(|p| p.get(field)) {
+            None => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            // Python would `str()` it ("None", "123"); no real client sends that, so refuse.
+            Some(_) => return Err(BindingError::NonStringTarget(field)),
+        };
+        let arguments = match params.and_then(|p| p.get("arguments")) {
+            Some(args) if method != "resources/read" && !python_falsy(args) => Some(args),
+            _ => None,
+        };
+        Ok(Self {
+            method: method.to_owned(),
+            target,
+            args_digest: args_digest(arguments)?,
+        })
+    }
+}
+
+/// `p.get("arguments") or {}`: every falsy Python value digests as an empty object.
+fn python_falsy(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(false) => true,
+        Value::Number(n) => n.as_str().parse::<f64>().is_ok_and(|f| f == 0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::Bool(true) => false,
+    }
+}
+
+/// base64url(SHA-256(canonical JSON)[..16]) of the arguments, `{}` when absent.
+pub fn args_digest(arguments: Option<&Value>) -> Result<String, CanonicalError> {
+    let mut canonical = String::new();
+    match arguments {
+        Some(args) => write_python_json(args, true, &mut canonical)?,
+        None => canonical.push_str(EMPTY_ARGUMENTS),
+    }
+    let digest = Sha256::digest(canonical.as_bytes());
+    Ok(URL_SAFE_NO_PAD.encode_to_string(&digest[..ARGS_DIGEST_LEN]))
+}
+
+/// The salted, one-way principal claim: base64url(salt ‖ SHA-256(label ‖ salt ‖ principal)[..16]).
+pub fn principal_claim(principal: &str, salt: [u8; PRINCIPAL_SALT_LEN]) -> String {
+    let mut raw = Vec::with_capacity(PRINCIPAL_SALT_LEN + PRINCIPAL_TAG_LEN);
+    raw.extend_from_slice(&salt);
+    raw.extend_from_slice(&principal_tag(&salt, principal));
+    URL_SAFE_NO_PAD.encode_to_string(raw)
+}
+
+/// Constant-time check of a claim against the principal bound to this request.
+pub fn principal_matches(claim: &str, principal: &str) -> bool {
+    let Ok(raw) = URL_SAFE_NO_PAD.decode_to_vec(claim) else {
+        return false;
+    };
+    if raw.len() < PRINCIPAL_SALT_LEN {
+        return false;
+    }
+    let (salt, tag) = raw.split_at(PRINCIPAL_SALT_LEN);
+    // A wrong-length tag never matches; `ct_eq` on slices of unequal length is false.
+    bool::from(tag.ct_eq(&principal_tag(salt, principal)))
+}
+
+fn principal_tag(salt: &[u8], principal: &str) -> [u8; PRINCIPAL_TAG_LEN] {
+    let digest = Sha256::new()
+        .chain_update(PRINCIPAL_LABEL)
+        .chain_update(salt)
+        .chain_update(principal.as_bytes())
+        .finalize();
+    digest[..PRINCIPAL_TAG_LEN]
+        .try_into()
+        .expect("SHA-256 is 32 bytes")
+}
+
+/// The claims this sidecar mints.
+pub struct MintClaims<'a> {
+    pub iat: f64,
+    pub exp: f64,
+    pub binding: &'a RequestBinding,
+    pub state: &'a str,
+    pub audience: Option<&'a str>,
+    pub principal_claim: Option<String>,
+    pub single_use: bool,
+    pub asked: Option<&'a [String]>,
+}
+
+impl MintClaims<'_> {
+    /// Compact JSON in the reference's key order: `v iat exp m t a s [aud] [p]`, then ours.
+    /// A generous estimate of the encoded length (escapes may add a little more).
+    pub fn len_hint(&self) -> usize {
+        const FIXED: usize = 160;
+        FIXED
+            + self.binding.method.len()
+            + self.binding.target.len()
+            + self.state.len() * 9 / 8
+            + self.audience.map_or(0, str::len)
+            + self.principal_claim.as_ref().map_or(0, String::len)
+            + self
+                .asked
+                .map_or(0, |a| a.iter().map(|k| k.len() + 3).sum())
+    }
+
+    pub fn encode_into(&self, out: &mut String) {
+        out.push_str("{\"v\":");
+        out.push_str(&ENVELOPE_VERSION.to_string());
+        out.push_str(",\"iat\":");
+        write_python_float(self.iat, out);
+        out.push_str(",\"exp\":");
+        write_python_float(self.exp, out);
+        out.push_str(",\"m\":");
+        write_string(&self.binding.method, out);
+        out.push_str(",\"t\":");
+        write_string(&self.binding.target, out);
+        out.push_str(",\"a\":");
+        write_string(&self.binding.args_digest, out);
+        out.push_str(",\"s\":");
+        write_string(self.state, out);
+        if let Some(aud) = self.audience {
+            out.push_str(",\"aud\":");
+            write_string(aud, out);
+        }
+        if let Some(p) = &self.principal_claim {
+            out.push_str(",\"p\":");
+            write_string(p, out);
+        }
+        if self.single_use {
+            out.push_str(",\"su\":true");
+        }
+        if let Some(asked) = self.asked {
+            let list = Value::Array(asked.iter().cloned().map(Value::String).collect());
+            out.push_str(",\"q\":");
+            write_python_json(&list, false, out).expect("a list of strings always encodes");
+        }
+        out.push('}');
+    }
+}
+
+/// Claims as read from an opened token, borrowing from the plaintext where no escape
+/// forces a copy. Claims are authenticated, so a field of the wrong type can only come
+/// from a buggy minter; it fails to parse and the token counts as malformed.
+#[derive(Deserialize)]
+pub struct OpenedClaims<'a> {
+    pub v: f64,
+    pub iat: f64,
+    pub exp: f64,
+    #[serde(borrow, default)]
+    pub m: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub t: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub a: Option<Cow<'a, str>>,
+    pub s: String,
+    #[serde(borrow, default)]
+    pub aud: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub p: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub su: bool,
+    #[serde(default)]
+    pub q: Option<Vec<String>>,
+}
+
+impl<'a> OpenedClaims<'a> {
+    pub fn decode(payload: &'a [u8]) -> Option<Self> {
+        let claims: Self = serde_json::from_slice(payload).ok()?;
+        (claims.v == f64::from(ENVELOPE_VERSION)).then_some(claims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn empty_and_falsy_arguments_digest_as_empty_object() {
+        let empty = args_digest(None).unwrap();
+        // base64url(sha256(b"{}")[:16]), as the reference computes it.
+        assert_eq!(empty, "RBNvo1WzZ4oRRq0W9-hkng");
+        for falsy in [
+            json!(null),
+            json!(false),
+            json!(0),
+            json!(0.0),
+            json!(""),
+            json!([]),
+            json!({}),
+        ] {
+            let b = RequestBinding::of(
+                "tools/call",
+                Some(&params(json!({"name":"x","arguments":falsy}))),
+            )
+            .unwrap();
+            assert_eq!(b.args_digest, empty, "falsy {falsy}");
+        }
+        let b = RequestBinding::of(
+            "tools/call",
+            Some(&params(json!({"name":"x","arguments":[0]}))),
+        )
+        .unwrap();
+        assert_ne!(b.args_digest, empty);
+    }
+
+    #[test]
+    fn resources_bind_the_uri_and_ignore_arguments() {
+        let b = RequestBinding::of(
+            "resources/read",
+            Some(&params(
+                json!({"uri":"config://prod","name":"ignored","arguments":{"a":1}}),
+            )),
+        )
+        .unwrap();
+        assert_eq!(b.target, "config://prod");
+        assert_eq!(b.args_digest, args_digest(None).unwrap());
+    }
+
+    #[test]
+    fn non_string_targets_are_refused() {
+        for bad in [json!(null), json!(1), json!(["x"])] {
+            assert_eq!(
+                RequestBinding::of("tools/call", Some(&params(json!({"name": bad})))),
+                Err(BindingError::NonStringTarget("name"))
+            );
+        }
+        let absent = RequestBinding::of("tools/list", None).unwrap();
+        assert_eq!(absent.target, "");
+    }
+
+    #[test]
+    fn argument_digest_ignores_key_order_but_not_values() {
+        let a = args_digest(Some(&json!({"b":1,"a":[1,2]}))).unwrap();
+        let b = args_digest(Some(&json!({"a":[1,2],"b":1}))).unwrap();
+        let c = args_digest(Some(&json!({"a":[2,1],"b":1}))).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.len(), 22);
+    }
+
+    #[test]
+    fn principal_claims_are_salted_and_checked() {
+        let c1 = principal_claim("alice", [1; 8]);
+        let c2 = principal_claim("alice", [2; 8]);
+        assert_ne!(c1, c2);
+        assert!(principal_matches(&c1, "alice"));
+        assert!(principal_matches(&c2, "alice"));
+        assert!(!principal_matches(&c1, "alice "));
+        assert!(!principal_matches(&c1, "bob"));
+        assert!(!principal_matches("", "alice"));
+        assert!(!principal_matches(&c1[..c1.len() - 2], "alice"));
+        assert!(!principal_matches("not base64!", "alice"));
+    }
+
+    #[test]
+    fn encode_matches_reference_layout() {
+        let binding = RequestBinding::of(
+            "tools/call",
+            Some(&params(
+                json!({"name":"provision","arguments":{"name":"web-1"}}),
+            )),
+        )
+        .unwrap();
+        let claims = MintClaims {
+            iat: 1_800_000_000.0,
+            exp: 1_800_000_600.0,
+            binding: &binding,
+            state: "{\"tier\":\"free\",\"é\":1}",
+            audience: Some("svc"),
+            principal_claim: None,
+            single_use: true,
+            asked: Some(&["region".to_owned()]),
+        };
+        let mut text = String::new();
+        claims.encode_into(&mut text);
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"v":1,"iat":1800000000.0,"exp":1800000600.0,"m":"tools/call","t":"provision","a":"{}","s":"{{\"tier\":\"free\",\"\u00e9\":1}}","aud":"svc","su":true,"q":["region"]}}"#,
+                binding.args_digest
+            )
+        );
+        let opened = OpenedClaims::decode(text.as_bytes()).unwrap();
+        assert_eq!(opened.s, "{\"tier\":\"free\",\"é\":1}");
+        assert!(opened.su);
+        assert_eq!(opened.q, Some(vec!["region".to_owned()]));
+    }
+
+    #[test]
+    fn decode_refuses_wrong_version_and_missing_fields() {
+        assert!(OpenedClaims::decode(br#"{"v":2,"iat":1,"exp":2,"s":"x"}"#).is_none());
+        assert!(OpenedClaims::decode(br#"{"v":1,"iat":1,"exp":2}"#).is_none());
+        assert!(OpenedClaims::decode(br#"{"v":1,"iat":1,"exp":2,"s":5}"#).is_none());
+        assert!(OpenedClaims::decode(br#"{"v":1,"iat":"1","exp":2,"s":"x"}"#).is_none());
+        assert!(OpenedClaims::decode(b"not json").is_none());
+        assert!(OpenedClaims::decode(br#"{"v":1,"iat":1,"exp":2,"s":"x"}"#).is_some());
+    }
+}

@@ -1,0 +1,506 @@
+//! The key ring and the `v1.` envelope: HKDF-derived AES-256-GCM keys, 4-byte key ids,
+//! strict canonical base64url.
+//!
+//! Invariant: the first key mints, every key opens, and only a token this ring sealed
+//! unmodified opens. Secret bytes live in zeroizing buffers; no error, log line or
+//! `Debug` output ever contains them.
+
+use aes_gcm::aead::{AeadInOut, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce};
+use base64_simd::URL_SAFE_NO_PAD;
+use hkdf::Hkdf;
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::path::Path;
+use zeroize::Zeroizing;
+
+const KDF_INFO: &[u8] = b"mcp/request-state/v1/aes-256-gcm";
+const KID_INFO: &[u8] = b"mcp/request-state/v1/kid:";
+pub(crate) const TOKEN_PREFIX: &str = "v1.";
+pub(crate) const KID_LEN: usize = 4;
+pub(crate) const NONCE_LEN: usize = 12;
+const TAG_LEN: usize = 16;
+/// The reference refuses shorter operator secrets; so do we.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+/// Why a key ring could not be built. Names the line or index, never the secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyRingError {
+    #[error("{origin}: no keys (every line is blank or a comment)")]
+    Empty { origin: String },
+    #[error(
+        "{origin} line {line}: key is {len} bytes, at least {MIN_SECRET_BYTES} are required (generate one with `mcp-state-guard keygen`)"
+    )]
+    TooShort {
+        origin: String,
+        line: usize,
+        len: usize,
+    },
+    #[error("{origin} line {line}: duplicates the key on line {first}")]
+    Duplicate {
+        origin: String,
+        line: usize,
+        first: usize,
+    },
+    #[error(
+        "{origin} line {line}: leading or trailing whitespace (the secret is used byte for byte; remove it)"
+    )]
+    Whitespace { origin: String, line: usize },
+    #[error("{origin} line {line}: not valid UTF-8")]
+    NotUtf8 { origin: String, line: usize },
+    #[error("{origin}: cannot read: {reason}")]
+    Unreadable { origin: String, reason: String },
+}
+
+/// Why a token did not open. Unit variants: nothing here helps an attacker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenError {
+    /// Wrong prefix, non-canonical base64url, or too short.
+    Malformed,
+    /// The key id names no key of this ring.
+    UnknownKey,
+    /// The AEAD tag does not verify: tampered, truncated or forged.
+    Tampered,
+}
+
+/// Length of a token's identity: its key id and nonce.
+pub const TOKEN_ID_LEN: usize = KID_LEN + NONCE_LEN;
+
+/// An opened token: its plaintext and its identity. The identity (key id ‖ nonce) is
+/// authenticated by the AEAD and unique per seal, so it names one token for replay checks.
+/// The plaintext is not zeroized: it is request data that also travels in ordinary
+/// buffers to the upstream, unlike key material.
+pub struct Unsealed {
+    /// kid ‖ nonce ‖ plaintext, decrypted in place.
+    raw: Vec<u8>,
+}
+
+impl Unsealed {
+    pub fn payload(&self) -> &[u8] {
+        &self.raw[TOKEN_ID_LEN..]
+    }
+
+    pub fn id(&self) -> [u8; TOKEN_ID_LEN] {
+        self.raw[..TOKEN_ID_LEN]
+            .try_into()
+            .expect("checked at open")
+    }
+}
+
+struct RingKey {
+    kid: [u8; KID_LEN],
+    /// `Aes256Gcm` zeroizes its key schedule on drop (the `zeroize` feature).
+    cipher: Aes256Gcm,
+}
+
+/// The keys of one configuration generation. Immutable; reloads build a new ring.
+pub struct KeyRing {
+    keys: Vec<RingKey>,
+}
+
+impl fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kids: Vec<String> = self.keys.iter().map(|k| hex::encode(k.kid)).collect();
+        f.debug_struct("KeyRing").field("kids", &kids).finish()
+    }
+}
+
+impl KeyRing {
+    /// Build a ring from secrets in priority order (the first mints).
+    /// `origin` names where they came from, for error messages; line numbers are 1-based
+    /// positions in `secrets` unless the caller supplies its own via [`KeyRing::parse`].
+    pub fn from_secrets<S: AsRef<[u8]>>(secrets: &[S], origin: &str) -> Result<Self, KeyRingError> {
+        let numbered: Vec<(usize, &[u8])> = secrets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i + 1, s.as_ref()))
+            .collect();
+        Self::build(&numbered, origin)
+    }
+
+    /// Parse key-file contents: one secret per line, blank lines and `#` comments ignored.
+    pub fn parse(contents: &[u8], origin: &str) -> Result<Self, KeyRingError> {
+        let mut numbered = Vec::new();
+        for (i, raw) in contents.split(|b| *b == b'\n').enumerate() {
+            let line = i + 1;
+            let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+            let text = std::str::from_utf8(raw).map_err(|_| KeyRingError::NotUtf8 {
+                origin: origin.to_owned(),
+                line,
+            })?;
+            let trimmed = text.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            if trimmed.len() != text.len() {
+                return Err(KeyRingError::Whitespace {
+                    origin: origin.to_owned(),
+                    line,
+                });
+            }
+            numbered.push((line, raw));
+        }
+        Self::build(&numbered, origin)
+    }
+
+    /// Read and parse a key file.
+    pub fn load(path: &Path) -> Result<Self, KeyRingError> {
+        let origin = path.display().to_string();
+        let contents =
+            Zeroizing::new(std::fs::read(path).map_err(|e| KeyRingError::Unreadable {
+                origin: origin.clone(),
+                reason: e.to_string(),
+            })?);
+        Self::parse(&contents, &origin)
+    }
+
+    /// A ring of one random key that only this process holds.
+    pub fn ephemeral() -> Self {
+        let secret = Zeroizing::new(random_bytes::<32>());
+        Self::from_secrets(&[&secret[..]], "ephemeral").expect("32 random bytes form a valid key")
+    }
+
+    fn build(secrets: &[(usize, &[u8])], origin: &str) -> Result<Self, KeyRingError> {
+        if secrets.is_empty() {
+            return Err(KeyRingError::Empty {
+                origin: origin.to_owned(),
+            });
+        }
+        let mut keys: Vec<RingKey> = Vec::with_capacity(secrets.len());
+        let mut lines: Vec<usize> = Vec::with_capacity(secrets.len());
+        for &(line, secret) in secrets {
+            if secret.len() < MIN_SECRET_BYTES {
+                return Err(KeyRingError::TooShort {
+                    origin: origin.to_owned(),
+                    line,
+                    len: secret.len(),
+                });
+            }
+            let key = derive_key(secret);
+            let kid = key_id(&key);
+            if let Some(pos) = keys.iter().position(|k| k.kid == kid) {
+                return Err(KeyRingError::Duplicate {
+                    origin: origin.to_owned(),
+                    line,
+                    first: lines[pos],
+                });
+            }
+            let cipher = Aes256Gcm::new_from_slice(&key[..]).expect("HKDF yields 32 bytes");
+            keys.push(RingKey { kid, cipher });
+            lines.push(line);
+        }
+        Ok(Self { keys })
+    }
+
+    /// Key ids in ring order, hex; safe to log (they are public in every token).
+    pub fn key_ids(&self) -> Vec<String> {
+        self.keys.iter().map(|k| hex::encode(k.kid)).collect()
+    }
+
+    /// Seal `payload` under the minting key with a fresh random nonce.
+    pub fn seal(&self, payload: &str) -> String {
+        self.seal_text(fast_random_bytes::<NONCE_LEN>(), payload.len(), |out| {
+            out.push_str(payload)
+        })
+    }
+
+    /// Seal the text `write` produces, with a caller-chosen nonce. The claims are written
+    /// straight into the token buffer behind a reserved kid ‖ nonce slot and encrypted in
+    /// place, so a seal allocates once for the raw token and once for its encoding.
+    /// A caller-chosen nonce is only for reference vectors: a repeated nonce under one key
+    /// destroys GCM's guarantees.
+    pub(crate) fn seal_text(
+        &self,
+        nonce: [u8; NONCE_LEN],
+        len_hint: usize,
+        write: impl FnOnce(&mut String),
+    ) -> String {
+        let key = &self.keys[0];
+        // Room for the tag too, so appending it does not reallocate.
+        let mut text = String::with_capacity(TOKEN_ID_LEN + len_hint + TAG_LEN);
+        text.push_str(&"\0".repeat(TOKEN_ID_LEN));
+        write(&mut text);
+        let mut raw = text.into_bytes();
+        raw[..KID_LEN].copy_from_slice(&key.kid);
+        raw[KID_LEN..TOKEN_ID_LEN].copy_from_slice(&nonce);
+        let tag = key
+            .cipher
+            .encrypt_inout_detached(
+                &Nonce::from(nonce),
+                &aad(&key.kid),
+                (&mut raw[TOKEN_ID_LEN..]).into(),
+            )
+            .expect("AES-GCM accepts any in-memory message");
+        raw.extend_from_slice(&tag);
+        let mut token =
+            String::with_capacity(TOKEN_PREFIX.len() + URL_SAFE_NO_PAD.encoded_length(raw.len()));
+        token.push_str(TOKEN_PREFIX);
+        URL_SAFE_NO_PAD.encode_append(&raw, &mut token);
+        token
+    }
+
+    /// Open a token sealed by any key of this ring.
+    pub fn open(&self, token: &str) -> Result<Unsealed, OpenError> {
+        let body = token
+            .strip_prefix(TOKEN_PREFIX)
+            .ok_or(OpenError::Malformed)?;
+        // The decoder rejects padding, foreign characters and non-zero trailing bits, so
+        // exactly one spelling of each byte string opens (the reference re-encodes to check).
+        let mut raw = URL_SAFE_NO_PAD
+            .decode_to_vec(body)
+            .map_err(|_| OpenError::Malformed)?;
+        if raw.len() < TOKEN_ID_LEN + TAG_LEN {
+            return Err(OpenError::Malformed);
+        }
+        let key = self
+            .keys
+            .iter()
+            .find(|k| k.kid == raw[..KID_LEN])
+            .ok_or(OpenError::UnknownKey)?;
+        let nonce: [u8; NONCE_LEN] = raw[KID_LEN..TOKEN_ID_LEN]
+            .try_into()
+            .expect("sliced to NONCE_LEN");
+        let tag_at = raw.len() - TAG_LEN;
+        let tag: [u8; TAG_LEN] = raw[tag_at..].try_into().expect("sliced to TAG_LEN");
+        key.cipher
+            .decrypt_inout_detached(
+                &Nonce::from(nonce),
+                &aad(&key.kid),
+                (&mut raw[TOKEN_ID_LEN..tag_at]).into(),
+                &tag.into(),
+            )
+            .map_err(|_| OpenError::Tampered)?;
+        raw.truncate(tag_at);
+        Ok(Unsealed { raw })
+    }
+}
+
+fn derive_key(secret: &[u8]) -> Zeroizing<[u8; 32]> {
+    let mut key = Zeroizing::new([0u8; 32]);
+    Hkdf::<Sha256>::new(None, secret)
+        .expand(KDF_INFO, &mut key[..])
+        .expect("32 bytes is a valid HKDF-SHA256 output length");
+    key
+}
+
+fn key_id(key: &[u8; 32]) -> [u8; KID_LEN] {
+    let digest = Sha256::new()
+        .chain_update(KID_INFO)
+        .chain_update(key)
+        .finalize();
+    digest[..KID_LEN]
+        .try_into()
+        .expect("SHA-256 is longer than a key id")
+}
+
+fn aad(kid: &[u8; KID_LEN]) -> [u8; TOKEN_PREFIX.len() + KID_LEN] {
+    let mut aad = [0u8; TOKEN_PREFIX.len() + KID_LEN];
+    aad[..TOKEN_PREFIX.len()].copy_from_slice(TOKEN_PREFIX.as_bytes());
+    aad[TOKEN_PREFIX.len()..].copy_from_slice(kid);
+    aad
+}
+
+/// Operating-system randomness. Failing to get it is unrecoverable for a crypto proxy.
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut buf = [0u8; N];
+    getrandom::fill(&mut buf).expect("the operating system random source is unavailable");
+    buf
+}
+
+/// Per-token randomness (nonces, principal salts) from the thread-local CSPRNG: ChaCha12
+/// seeded and periodically reseeded from the operating system. A system call per token
+/// was a measurable share of a seal; keys still come straight from the OS.
+pub(crate) fn fast_random_bytes<const N: usize>() -> [u8; N] {
+    use rand::RngCore as _;
+    let mut buf = [0u8; N];
+    rand::rng().fill_bytes(&mut buf);
+    buf
+}
+
+/// A new operator secret: 64 lowercase hex characters (32 random bytes).
+pub fn generate_secret() -> Zeroizing<String> {
+    Zeroizing::new(hex::encode(random_bytes::<32>()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "0123456789abcdef0123456789abcdef-key-a";
+    const B: &str = "0123456789abcdef0123456789abcdef-key-b";
+
+    #[test]
+    fn round_trip_under_every_ring_key() {
+        let old = KeyRing::from_secrets(&[A], "t").unwrap();
+        let both = KeyRing::from_secrets(&[B, A], "t").unwrap();
+        let token = old.seal("hello");
+        assert_eq!(both.open(&token).unwrap().payload(), b"hello");
+        assert!(both.seal("x").starts_with("v1."));
+        assert_eq!(old.open(&both.seal("x")).err(), Some(OpenError::UnknownKey));
+    }
+
+    #[test]
+    fn malformed_tokens() {
+        let ring = KeyRing::from_secrets(&[A], "t").unwrap();
+        let token = ring.seal("hello");
+        assert_eq!(ring.open("v2.abc").err(), Some(OpenError::Malformed));
+        assert_eq!(ring.open("").err(), Some(OpenError::Malformed));
+        assert_eq!(ring.open("v1.").err(), Some(OpenError::Malformed));
+        assert_eq!(
+            ring.open(&format!("{token}=")).err(),
+            Some(OpenError::Malformed)
+        );
+        assert_eq!(
+            ring.open(&format!("{token}\n")).err(),
+            Some(OpenError::Malformed)
+        );
+        // The standard alphabet's `+` and `/` are not base64url.
+        let std_alphabet = format!("{}+", &token[..token.len() - 1]);
+        assert_eq!(ring.open(&std_alphabet).err(), Some(OpenError::Malformed));
+        // 31 bytes: shorter than kid + nonce + tag.
+        let short = format!("v1.{}", URL_SAFE_NO_PAD.encode_to_string([0u8; 31]));
+        assert_eq!(ring.open(&short).err(), Some(OpenError::Malformed));
+    }
+
+    #[test]
+    fn non_canonical_trailing_bits_do_not_open() {
+        let ring = KeyRing::from_secrets(&[A], "t").unwrap();
+        // 4 + 12 + 2 + 16 = 34 raw bytes: 46 characters whose last one has 4 unused bits;
+        // a sibling spelling that differs only there must be refused.
+        let token = ring.seal("xy");
+        assert_eq!(token.len(), 3 + 46);
+        let last = token.chars().last().unwrap();
+        let idx = base64_index(last);
+        let sibling = base64_char(idx ^ 1);
+        let forged = format!("{}{}", &token[..token.len() - 1], sibling);
+        assert_eq!(ring.open(&forged).err(), Some(OpenError::Malformed));
+    }
+
+    #[test]
+    fn tampering_and_wrong_key() {
+        let ring = KeyRing::from_secrets(&[A], "t").unwrap();
+        let mut raw = URL_SAFE_NO_PAD
+            .decode_to_vec(&ring.seal("hello")[3..])
+            .unwrap();
+        let last = raw.len() - 1;
+        raw[last] ^= 1;
+        let forged = format!("v1.{}", URL_SAFE_NO_PAD.encode_to_string(&raw));
+        assert_eq!(ring.open(&forged).err(), Some(OpenError::Tampered));
+        // Same kid bytes, different key: a forged kid with a foreign key cannot open.
+        let other = KeyRing::from_secrets(&[B], "t").unwrap();
+        let mut raw = URL_SAFE_NO_PAD
+            .decode_to_vec(&other.seal("hello")[3..])
+            .unwrap();
+        raw[..KID_LEN].copy_from_slice(&ring.keys[0].kid);
+        let moved = format!("v1.{}", URL_SAFE_NO_PAD.encode_to_string(&raw));
+        assert_eq!(ring.open(&moved).err(), Some(OpenError::Tampered));
+    }
+
+    #[test]
+    fn wrong_aad_does_not_open() {
+        let ring = KeyRing::from_secrets(&[A], "t").unwrap();
+        let key = &ring.keys[0];
+        let nonce = [7u8; NONCE_LEN];
+        let mut raw = key.kid.to_vec();
+        raw.extend_from_slice(&nonce);
+        raw.extend_from_slice(b"hello");
+        let tag = key
+            .cipher
+            .encrypt_inout_detached(
+                &Nonce::from(nonce),
+                b"v0.xxxx",
+                (&mut raw[TOKEN_ID_LEN..]).into(),
+            )
+            .unwrap();
+        raw.extend_from_slice(&tag);
+        let token = format!("v1.{}", URL_SAFE_NO_PAD.encode_to_string(&raw));
+        assert_eq!(ring.open(&token).err(), Some(OpenError::Tampered));
+    }
+
+    #[test]
+    fn key_file_parsing() {
+        let file = format!("# rotation phase 2\n\n{B}\r\n  # old key below\n{A}\n");
+        let ring = KeyRing::parse(file.as_bytes(), "keys").unwrap();
+        assert_eq!(ring.key_ids().len(), 2);
+        let only_b = KeyRing::from_secrets(&[B], "t").unwrap();
+        assert_eq!(ring.key_ids()[0], only_b.key_ids()[0]);
+
+        let err = KeyRing::parse(format!("{A}\nshort\n").as_bytes(), "keys").unwrap_err();
+        assert_eq!(
+            err,
+            KeyRingError::TooShort {
+                origin: "keys".into(),
+                line: 2,
+                len: 5
+            }
+        );
+        assert!(!err.to_string().contains("short\n"));
+
+        let err = KeyRing::parse(format!("{A}\n# c\n{A}\n").as_bytes(), "keys").unwrap_err();
+        assert_eq!(
+            err,
+            KeyRingError::Duplicate {
+                origin: "keys".into(),
+                line: 3,
+                first: 1
+            }
+        );
+        assert!(!err.to_string().contains(A));
+
+        let err = KeyRing::parse(format!(" {A}\n").as_bytes(), "keys").unwrap_err();
+        assert_eq!(
+            err,
+            KeyRingError::Whitespace {
+                origin: "keys".into(),
+                line: 1
+            }
+        );
+        assert!(!err.to_string().contains(A));
+
+        let err = KeyRing::parse(b"# only a comment\n\n", "keys").unwrap_err();
+        assert_eq!(
+            err,
+            KeyRingError::Empty {
+                origin: "keys".into()
+            }
+        );
+
+        let mut bad = A.as_bytes().to_vec();
+        bad.push(0xff);
+        assert_eq!(
+            KeyRing::parse(&bad, "keys").unwrap_err(),
+            KeyRingError::NotUtf8 {
+                origin: "keys".into(),
+                line: 1
+            }
+        );
+    }
+
+    #[test]
+    fn debug_shows_only_key_ids() {
+        let ring = KeyRing::from_secrets(&[A], "t").unwrap();
+        let shown = format!("{ring:?}");
+        assert!(shown.contains(&ring.key_ids()[0]));
+        assert!(!shown.contains("0123456789abcdef"));
+    }
+
+    #[test]
+    fn generated_secrets_are_64_hex_and_distinct() {
+        let a = generate_secret();
+        let b = generate_secret();
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(*a, *b);
+        KeyRing::from_secrets(&[a.as_bytes()], "t").unwrap();
+    }
+
+    fn base64_index(c: char) -> u8 {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        ALPHABET.iter().position(|&a| a == c as u8).unwrap() as u8
+    }
+
+    fn base64_char(i: u8) -> char {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        ALPHABET[i as usize] as char
+    }
+}

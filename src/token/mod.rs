@@ -1,0 +1,272 @@
+//! The only place crypto lives: sealing an upstream's plaintext `requestState` into a
+//! `v1.` token bound to one request, caller, audience and time window, and opening it.
+//!
+//! Invariant: [`StateSealer::open`] returns a plaintext only for a token this key ring
+//! sealed, unmodified, unexpired, for the same method, target, arguments, audience and
+//! principal as the request at hand. Key material is zeroized on drop. Every failure is one [`Reject`] reason (for logs and
+//! metrics) plus a static detail; neither carries token or state bytes.
+//!
+//! The format is byte-compatible with the reference SDK (`mcp/server/request_state.py`):
+//! tokens minted by either open in the other given the same keys and audience.
+
+pub mod canonical;
+pub mod claims;
+pub mod keyring;
+
+use arc_swap::ArcSwap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use canonical::CanonicalError;
+pub use claims::{BindingError, RequestBinding, args_digest};
+pub use keyring::{KeyRing, KeyRingError, OpenError, TOKEN_ID_LEN, generate_secret};
+
+use claims::{MintClaims, OpenedClaims, principal_claim, principal_matches};
+
+/// Tokens minted up to this far in the future (a replica's clock ahead of ours) still open.
+pub const FUTURE_SKEW_SECONDS: f64 = 60.0;
+
+/// The closed set of reasons a token is refused. Labels for metrics and logs; the client
+/// only ever sees the one frozen error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reject {
+    /// Not a token, tampered, truncated, or claims that do not parse.
+    Malformed,
+    /// Sealed under a key this ring does not hold (rotated out, another deployment).
+    UnknownKey,
+    /// Outside its time window: expired, or minted too far in the future.
+    Expired,
+    /// Minted for another method, target or arguments.
+    Binding,
+    /// Minted for another audience (another service sharing the keys).
+    Audience,
+    /// Minted for another caller, or bound/unbound differently than this request.
+    Principal,
+}
+
+impl Reject {
+    pub const ALL: [Reject; 6] = [
+        Reject::Malformed,
+        Reject::UnknownKey,
+        Reject::Expired,
+        Reject::Binding,
+        Reject::Audience,
+        Reject::Principal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reject::Malformed => "malformed",
+            Reject::UnknownKey => "unknown_key",
+            Reject::Expired => "expired",
+            Reject::Binding => "binding",
+            Reject::Audience => "audience",
+            Reject::Principal => "principal",
+        }
+    }
+}
+
+/// A refusal: the reason, and a static detail that is safe to log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: Reject,
+    pub detail: &'static str,
+}
+
+fn reject(reason: Reject, detail: &'static str) -> Rejection {
+    Rejection { reason, detail }
+}
+
+/// What one round's token carries besides the binding.
+#[derive(Debug, Clone, Default)]
+pub struct SealOptions<'a> {
+    /// The identity bound to this request, if a principal source is configured and the
+    /// request carried one.
+    pub principal: Option<&'a str>,
+    /// The state may be consumed once only (`su` claim).
+    pub single_use: bool,
+    /// The `inputRequests` keys asked in this round (`q` claim); `None` to omit.
+    pub asked: Option<&'a [String]>,
+}
+
+/// A verified token.
+pub struct Opened {
+    /// The upstream's plaintext state.
+    pub state: String,
+    pub single_use: bool,
+    /// The keys asked in the minting round, when the minter recorded them.
+    pub asked: Option<Vec<String>>,
+    /// Unix seconds after which the token no longer opens (bounds replay bookkeeping).
+    pub expires_at: f64,
+    /// Key id ‖ nonce: names this token for single-use bookkeeping.
+    pub id: [u8; TOKEN_ID_LEN],
+}
+
+/// Seals and opens states under a hot-swappable key ring.
+pub struct StateSealer {
+    ring: ArcSwap<KeyRing>,
+    audience: Option<String>,
+    ttl_seconds: u64,
+}
+
+impl StateSealer {
+    pub fn new(ring: KeyRing, audience: Option<String>, ttl_seconds: u64) -> Self {
+        assert!(ttl_seconds > 0, "ttl must be positive");
+        Self {
+            ring: ArcSwap::from_pointee(ring),
+            audience,
+            ttl_seconds,
+        }
+    }
+
+    /// Swap in a new key ring; tokens in flight keep opening if their key is still in it.
+    pub fn replace_ring(&self, ring: KeyRing) {
+        self.ring.store(Arc::new(ring));
+    }
+
+    /// The current ring (for key-id reporting).
+    pub fn ring(&self) -> Arc<KeyRing> {
+        self.ring.load_full()
+    }
+
+    pub fn ttl_seconds(&self) -> u64 {
+        self.ttl_seconds
+    }
+
+    /// Seal `state` for the request `binding` describes, valid for one TTL from now.
+    pub fn seal(&self, state: &str, binding: &RequestBinding, options: &SealOptions<'_>) -> String {
+        self.seal_at(now(), state, binding, options)
+    }
+
+    pub fn seal_at(
+        &self,
+        now: f64,
+        state: &str,
+        binding: &RequestBinding,
+        options: &SealOptions<'_>,
+    ) -> String {
+        let claims = self.mint_claims(
+            now,
+            state,
+            binding,
+            options,
+            keyring::fast_random_bytes::<8>(),
+        );
+        self.ring
+            .load()
+            .seal_text(keyring::fast_random_bytes(), claims.len_hint(), |out| {
+                claims.encode_into(out)
+            })
+    }
+
+    /// Reference-vector hook: fixed salt and nonce give byte-identical tokens.
+    #[cfg(test)]
+    pub(crate) fn seal_deterministic(
+        &self,
+        now: f64,
+        state: &str,
+        binding: &RequestBinding,
+        options: &SealOptions<'_>,
+        salt: [u8; 8],
+        nonce: [u8; keyring::NONCE_LEN],
+    ) -> String {
+        let claims = self.mint_claims(now, state, binding, options, salt);
+        self.ring
+            .load()
+            .seal_text(nonce, claims.len_hint(), |out| claims.encode_into(out))
+    }
+
+    fn mint_claims<'a>(
+        &'a self,
+        now: f64,
+        state: &'a str,
+        binding: &'a RequestBinding,
+        options: &SealOptions<'a>,
+        salt: [u8; 8],
+    ) -> MintClaims<'a> {
+        // Whole seconds: the reference writes `time.time()` as is, but an integral float
+        // encodes without float formatting, and a TTL is not meant to the microsecond.
+        let iat = now.floor();
+        MintClaims {
+            iat,
+            exp: iat + self.ttl_seconds as f64,
+            binding,
+            state,
+            audience: self.audience.as_deref(),
+            principal_claim: options.principal.map(|p| principal_claim(p, salt)),
+            single_use: options.single_use,
+            asked: options.asked,
+        }
+    }
+
+    /// Verify `token` against this request and return the plaintext it carries.
+    pub fn open(
+        &self,
+        token: &str,
+        binding: &RequestBinding,
+        principal: Option<&str>,
+    ) -> Result<Opened, Rejection> {
+        self.open_at(now(), token, binding, principal)
+    }
+
+    pub fn open_at(
+        &self,
+        now: f64,
+        token: &str,
+        binding: &RequestBinding,
+        principal: Option<&str>,
+    ) -> Result<Opened, Rejection> {
+        let unsealed = self.ring.load().open(token).map_err(|e| match e {
+            OpenError::Malformed => reject(Reject::Malformed, "not a canonical v1 token"),
+            OpenError::UnknownKey => reject(Reject::UnknownKey, "key id not in the ring"),
+            OpenError::Tampered => reject(Reject::Malformed, "authentication tag mismatch"),
+        })?;
+        let claims = OpenedClaims::decode(unsealed.payload())
+            .ok_or(reject(Reject::Malformed, "claims do not parse"))?;
+        // Accept-conditions stated positively, as the reference does, so that a NaN
+        // (which JSON cannot carry, but a future parser might) fails them.
+        let issued_in_time = claims.iat <= now + FUTURE_SKEW_SECONDS;
+        let unexpired = now < claims.exp;
+        if !issued_in_time {
+            return Err(reject(Reject::Expired, "minted in the future"));
+        }
+        if !unexpired {
+            return Err(reject(Reject::Expired, "expired"));
+        }
+        if claims.m.as_deref() != Some(&binding.method)
+            || claims.t.as_deref() != Some(&binding.target)
+            || claims.a.as_deref() != Some(&binding.args_digest)
+        {
+            return Err(reject(Reject::Binding, "minted for another request"));
+        }
+        if claims.aud.as_deref() != self.audience.as_deref() {
+            return Err(reject(Reject::Audience, "minted for another audience"));
+        }
+        match (claims.p.as_deref(), principal) {
+            (None, None) => {}
+            (None, Some(_)) | (Some(_), None) => {
+                return Err(reject(Reject::Principal, "principal drift"));
+            }
+            (Some(claim), Some(principal)) if principal_matches(claim, principal) => {}
+            (Some(_), Some(_)) => return Err(reject(Reject::Principal, "principal mismatch")),
+        }
+        Ok(Opened {
+            state: claims.s,
+            single_use: claims.su,
+            asked: claims.q,
+            expires_at: claims.exp,
+            id: unsealed.id(),
+        })
+    }
+}
+
+/// Wall-clock Unix seconds as the reference's `time.time()` gives them.
+pub fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,2 @@
+//! Integration cases, one module per capability.
+mod token_interop;

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The one command that runs every test of mcp-state-guard on a fresh machine.
+#
+# Installs what the tests need, each step skipped when already in place:
+#   - a Python venv (target/pyvenv) with the pinned MCP SDK (tests/py/requirements.txt);
+#   - the official MCP conformance suite (npm, into target/conformance);
+# then checks formatting and lints, and runs the unit, property and integration tests.
+# Services (the Python MCP servers and clients) are started by the tests themselves on
+# 127.0.0.1 with free ports and stopped when each test ends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*"; }
+
+venv=target/pyvenv
+stamp="$venv/.requirements.sha256"
+want=$(sha256sum tests/py/requirements.txt | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "creating $venv with the pinned MCP SDK"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/py/requirements.txt
+  echo "$want" > "$stamp"
+fi
+export MCP_STATE_GUARD_PYTHON="$PWD/$venv/bin/python"
+
+log "installing the MCP conformance suite (npm, pinned)"
+tests/conformance/run.sh --install-only
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+log "cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+log "cargo test"
+cargo test --locked

@@ -1,0 +1,2 @@
+//! Shared test plumbing: locating and driving the pinned Python MCP SDK.
+pub mod python;

@@ -1,0 +1,74 @@
+//! The pinned Python MCP SDK (`mcp==2.3.0`) as a real peer.
+//!
+//! `tests/run.sh` creates the venv; a missing venv is a hard failure, never a skip, so a
+//! test that needs the reference cannot silently pass without it.
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The venv interpreter: `MCP_STATE_GUARD_PYTHON`, else `target/pyvenv/bin/python`.
+pub fn interpreter() -> PathBuf {
+    let path = std::env::var_os("MCP_STATE_GUARD_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_path("target/pyvenv/bin/python"));
+    assert!(
+        path.exists(),
+        "{} does not exist: run `tests/run.sh` (it creates the venv with mcp==2.3.0)",
+        path.display()
+    );
+    path
+}
+
+pub fn repo_path(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// Run `tests/py/<script>` with `input` as JSON on stdin and parse its JSON stdout.
+/// Bounded: a script that runs longer than `timeout` is killed and the test fails.
+pub fn run_json(script: &str, input: &Value, timeout: Duration) -> Value {
+    let mut child = Command::new(interpreter())
+        .arg(repo_path(&format!("tests/py/{script}")))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the Python interpreter");
+    let body = serde_json::to_vec(input).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&body));
+    // Drain both pipes concurrently so a large answer cannot block the child.
+    let stdout = drain(child.stdout.take().unwrap());
+    let stderr = drain(child.stderr.take().unwrap());
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{script} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    writer
+        .join()
+        .unwrap()
+        .expect("write the request to the script");
+    let status = child.wait().unwrap();
+    let stdout = stdout.join().unwrap();
+    let stderr = stderr.join().unwrap();
+    assert!(
+        status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&stderr)
+    );
+    serde_json::from_slice(&stdout).expect("the script prints one JSON document")
+}
+
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = pipe.read_to_end(&mut buf);
+        buf
+    })
+}
