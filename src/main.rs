@@ -2,6 +2,12 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
+use mcp_state_guard::config::{Config, LogFormat, Overrides};
+use mcp_state_guard::{app, token};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(name = "mcp-state-guard", version, about)]
@@ -12,12 +18,122 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the sidecar.
+    Run {
+        /// TOML configuration file (see config/mcp-state-guard.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Client-facing address; overrides `listen`.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// Base URL of the MCP server; overrides `upstream`.
+        #[arg(long)]
+        upstream: Option<String>,
+    },
+    /// Validate the configuration (and the key file it names); list every problem.
+    CheckConfig {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Print one new key line (64 random hex characters) for `state.keys_file`.
     Keygen,
 }
 
-fn main() {
+fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Keygen => println!("{}", *mcp_state_guard::token::generate_secret()),
+        Command::Keygen => {
+            println!("{}", *token::generate_secret());
+            ExitCode::SUCCESS
+        }
+        Command::CheckConfig { config } => check_config(config),
+        Command::Run {
+            config,
+            listen,
+            upstream,
+        } => run(config, Overrides { listen, upstream }),
+    }
+}
+
+fn load(file: Option<&PathBuf>, overrides: &Overrides) -> Result<Config, Vec<String>> {
+    let config = Config::load(file.map(PathBuf::as_path), overrides)
+        .map_err(|errors| errors.0.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+    if let Some(path) = &config.state.keys_file {
+        token::KeyRing::load(path).map_err(|e| {
+            vec![format!(
+                "state.keys_file (MCP_STATE_GUARD_STATE__KEYS_FILE): {e}"
+            )]
+        })?;
+    }
+    Ok(config)
+}
+
+fn check_config(file: Option<PathBuf>) -> ExitCode {
+    match load(file.as_ref(), &Overrides::default()) {
+        Ok(_) => {
+            println!("configuration is valid");
+            ExitCode::SUCCESS
+        }
+        Err(problems) => {
+            for problem in problems {
+                eprintln!("{problem}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(file: Option<PathBuf>, overrides: Overrides) -> ExitCode {
+    let config = match load(file.as_ref(), &overrides) {
+        Ok(config) => config,
+        Err(problems) => {
+            for problem in problems {
+                eprintln!("configuration error: {problem}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    init_tracing(&config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        let running = match app::start(&config).await {
+            Ok(running) => running,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start");
+                return ExitCode::FAILURE;
+            }
+        };
+        wait_for_signal().await;
+        // Give load balancers a moment to see /readyz fail before the listener closes.
+        let grace = Duration::from_millis(config.timeouts.drain_ms / 6).min(Duration::from_secs(5));
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            "shutting down: readiness off, then draining"
+        );
+        running.shutdown(grace).await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("install a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+fn init_tracing(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log.level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log.format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
     }
 }

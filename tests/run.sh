@@ -22,7 +22,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/py/requirements.txt
   echo "$want" > "$stamp"
 fi
-export MCP_STATE_GUARD_PYTHON="$PWD/$venv/bin/python"
+export STATE_GUARD_TEST_PYTHON="$PWD/$venv/bin/python"
 
 log "installing the MCP conformance suite (npm, pinned)"
 tests/conformance/run.sh --install-only

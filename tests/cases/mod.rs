@@ -1,2 +1,3 @@
 //! Integration cases, one module per capability.
+mod smoke;
 mod token_interop;

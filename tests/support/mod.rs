@@ -1,2 +1,7 @@
-//! Shared test plumbing: locating and driving the pinned Python MCP SDK.
+//! Shared test plumbing: the sidecar in-process, the Python peers, a small HTTP client.
+#![allow(dead_code)]
+
+pub mod http;
+pub mod legacy;
 pub mod python;
+pub mod sidecar;

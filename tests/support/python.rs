@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The venv interpreter: `MCP_STATE_GUARD_PYTHON`, else `target/pyvenv/bin/python`.
+/// The venv interpreter: `STATE_GUARD_TEST_PYTHON`, else `target/pyvenv/bin/python`.
 pub fn interpreter() -> PathBuf {
-    let path = std::env::var_os("MCP_STATE_GUARD_PYTHON")
+    let path = std::env::var_os("STATE_GUARD_TEST_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_path("target/pyvenv/bin/python"));
     assert!(

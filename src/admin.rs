@@ -1,0 +1,65 @@
+//! The admin listener: `/metrics` (Prometheus text format 0.0.4), `/healthz` (the process
+//! serves) and `/readyz` (the sidecar takes traffic: keys loaded, not draining).
+//!
+//! Invariant: the admin port never proxies and never shows a token, a key or a state.
+
+use crate::metrics::Metrics;
+use crate::proxy::upstream::ProxyBody;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Readiness, flipped to false when draining starts so load balancers stop sending.
+#[derive(Default)]
+pub struct Readiness(AtomicBool);
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+pub async fn handle(
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    request: Request<Incoming>,
+) -> Response<ProxyBody> {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    }
+    match request.uri().path() {
+        "/metrics" => {
+            let mut response = text(StatusCode::OK, &metrics.render());
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/readyz" if readiness.get() => text(StatusCode::OK, "ready\n"),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+fn text(status: StatusCode, body: &str) -> Response<ProxyBody> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(body.to_owned()))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}

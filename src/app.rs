@@ -1,0 +1,221 @@
+//! Wiring: build the shared state from a validated [`Config`], bind both listeners,
+//! spawn the serving and key-reload tasks, and shut them down in order.
+//!
+//! Invariant: the sidecar is ready only once keys are loaded and both listeners are
+//! bound; shutdown first fails readiness, then stops accepting, then drains.
+
+use crate::admin::{self, Readiness};
+use crate::config::{self, Config};
+use crate::metrics::Metrics;
+use crate::principal::PrincipalSource;
+use crate::proxy::upstream::Upstream;
+use crate::proxy::{Limits, Proxy};
+use crate::server;
+use crate::token::{KeyRing, KeyRingError, StateSealer};
+use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Why the sidecar could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("state.keys_file: {0}")]
+    Keys(#[from] KeyRingError),
+    #[error("cannot bind {what} {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("upstream: {0}")]
+    Upstream(&'static str),
+}
+
+/// A running sidecar.
+pub struct Running {
+    addr: SocketAddr,
+    admin_addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    sealer: Arc<StateSealer>,
+    readiness: Arc<Readiness>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// The client-facing address actually bound (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn sealer(&self) -> &Arc<StateSealer> {
+        &self.sealer
+    }
+
+    /// Fail readiness, wait `grace` for load balancers to notice, stop accepting, drain.
+    pub async fn shutdown(self, grace: Duration) {
+        self.readiness.set(false);
+        tokio::time::sleep(grace).await;
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Start the sidecar described by `config` (already validated).
+pub async fn start(config: &Config) -> Result<Running, StartError> {
+    let metrics = Arc::new(Metrics::new());
+    let ring = match &config.state.keys_file {
+        Some(path) => KeyRing::load(path)?,
+        None => {
+            tracing::warn!(
+                "no state.keys_file configured: sealing with a process-local random key. \
+                 Tokens will not survive a restart and will not open on another replica; \
+                 configure state.keys_file and state.audience for any real deployment"
+            );
+            KeyRing::ephemeral()
+        }
+    };
+    tracing::info!(key_ids = ?ring.key_ids(), "key ring loaded; the first key mints");
+    let sealer = Arc::new(StateSealer::new(
+        ring,
+        config.state.audience.clone(),
+        config.state.ttl_seconds,
+    ));
+    let upstream_uri = config::parse_upstream(&config.upstream).map_err(StartError::Upstream)?;
+    let principal = match config.principal.source {
+        config::PrincipalSource::Header => PrincipalSource::Header {
+            name: http::HeaderName::from_bytes(config.principal.header.as_bytes())
+                .expect("validated: a header name"),
+            forward: config.principal.forward_header,
+        },
+        // Validation refuses jwt and mtls in this version.
+        _ => PrincipalSource::None,
+    };
+    let proxy = Arc::new(Proxy {
+        sealer: sealer.clone(),
+        metrics: metrics.clone(),
+        principal,
+        upstream: Upstream::new(
+            &upstream_uri,
+            Duration::from_millis(config.timeouts.connect_ms),
+            Duration::from_millis(config.timeouts.response_head_ms),
+        ),
+        limits: Limits {
+            max_body_bytes: config.limits.max_body_bytes,
+            max_event_bytes: config.limits.max_event_bytes,
+            max_state_bytes: config.limits.max_state_bytes,
+        },
+        passthrough_paths: config.passthrough_paths.iter().cloned().collect(),
+    });
+    let bind = |what, addr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { what, addr, source })
+    };
+    let listener = bind("listen", config.listen).await?;
+    let admin_listener = bind("admin_listen", config.admin_listen).await?;
+    let addr = listener
+        .local_addr()
+        .expect("a bound listener has an address");
+    let admin_addr = admin_listener
+        .local_addr()
+        .expect("a bound listener has an address");
+
+    let (shutdown, stop) = watch::channel(false);
+    let readiness = Arc::new(Readiness::default());
+    let drain = Duration::from_millis(config.timeouts.drain_ms);
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(server::serve(
+        listener,
+        move |request| proxy.clone().handle(request),
+        stop.clone(),
+        drain,
+        "proxy",
+    )));
+    let (admin_metrics, admin_ready) = (metrics.clone(), readiness.clone());
+    tasks.push(tokio::spawn(server::serve(
+        admin_listener,
+        move |request| admin::handle(admin_metrics.clone(), admin_ready.clone(), request),
+        stop.clone(),
+        drain,
+        "admin",
+    )));
+    if let Some(path) = &config.state.keys_file {
+        tasks.push(tokio::spawn(reload_keys(
+            path.clone(),
+            sealer.clone(),
+            metrics.clone(),
+            Duration::from_millis(config.state.reload_interval_ms),
+            stop,
+        )));
+    }
+    readiness.set(true);
+    tracing::info!(%addr, %admin_addr, upstream = %config.upstream, "mcp-state-guard ready");
+    Ok(Running {
+        addr,
+        admin_addr,
+        metrics,
+        sealer,
+        readiness,
+        shutdown,
+        tasks,
+    })
+}
+
+/// Poll the key file's content hash and swap the ring when it changes. Kubernetes
+/// replaces Secret files through `..data` symlink swaps, which defeats naive inotify;
+/// a hash poll sees every change. A bad new file keeps the old keys, logs, and counts.
+async fn reload_keys(
+    path: PathBuf,
+    sealer: Arc<StateSealer>,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let read =
+        |path: PathBuf| async move { tokio::fs::read(path).await.map(zeroize::Zeroizing::new) };
+    let mut last = read(path.clone())
+        .await
+        .ok()
+        .map(|b| Sha256::digest(&b[..]));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = server::stopped(&mut stop) => return,
+        }
+        let Ok(bytes) = read(path.clone()).await else {
+            continue;
+        };
+        let digest = Sha256::digest(&bytes[..]);
+        if last.as_ref() == Some(&digest) {
+            continue;
+        }
+        last = Some(digest);
+        match KeyRing::parse(&bytes, &path.display().to_string()) {
+            Ok(ring) => {
+                tracing::info!(key_ids = ?ring.key_ids(), "key file changed; new key ring in use");
+                sealer.replace_ring(ring);
+                metrics.key_reload(true);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "key file changed but is invalid; keeping the previous keys");
+                metrics.key_reload(false);
+            }
+        }
+    }
+}

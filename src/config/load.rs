@@ -1,0 +1,341 @@
+//! Loading: layers defaults, the TOML file, the environment and the command line with
+//! figment, and turns every extraction failure into a [`ConfigProblem`] that names the
+//! key, its environment variable and where the bad value came from. Invariant: no value
+//! of `single_use.redis_url` (it may carry a password) appears in a message.
+
+use std::path::Path;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+
+use super::{Config, ConfigErrors, ConfigProblem, ENV_PREFIX, Overrides};
+
+/// Name of the provider for command-line flags, so messages can say "set by --listen".
+const FLAGS_PROVIDER: &str = "command-line flags";
+
+/// Keys whose values must never be echoed.
+const SECRET_KEYS: &[&str] = &["single_use.redis_url"];
+
+// Boxed: `figment::Error` is over 200 bytes and these run once per key.
+type Assign = fn(&Figment, &str, &mut Config) -> Result<(), Box<figment::Error>>;
+
+/// `(key, assign)`: extracts the value at `key` alone and stores it in its field.
+macro_rules! leaf {
+    ($key:literal => $($field:ident).+) => {
+        ($key, |figment: &Figment, key: &str, config: &mut Config| {
+            config.$($field).+ = figment.extract_inner(key).map_err(Box::new)?;
+            Ok(())
+        })
+    };
+}
+
+/// Every leaf key, extracted on its own. When the whole [`Config`] does not extract,
+/// serde stops at the first error; going leaf by leaf reports every bad value and still
+/// yields a configuration (defaults standing in for bad values) whose rules can be
+/// checked in the same pass. Tests keep this table equal to the fields of [`Config`].
+pub(super) const LEAVES: &[(&str, Assign)] = &[
+    leaf!("listen" => listen),
+    leaf!("upstream" => upstream),
+    leaf!("admin_listen" => admin_listen),
+    leaf!("passthrough_paths" => passthrough_paths),
+    leaf!("state.audience" => state.audience),
+    leaf!("state.keys_file" => state.keys_file),
+    leaf!("state.ttl_seconds" => state.ttl_seconds),
+    leaf!("state.reload_interval_ms" => state.reload_interval_ms),
+    leaf!("principal.source" => principal.source),
+    leaf!("principal.header" => principal.header),
+    leaf!("principal.forward_header" => principal.forward_header),
+    leaf!("single_use.store" => single_use.store),
+    leaf!("single_use.redis_url" => single_use.redis_url),
+    leaf!("single_use.tools" => single_use.tools),
+    leaf!("single_use.prompts" => single_use.prompts),
+    leaf!("single_use.resources" => single_use.resources),
+    leaf!("limits.max_body_bytes" => limits.max_body_bytes),
+    leaf!("limits.max_event_bytes" => limits.max_event_bytes),
+    leaf!("limits.max_state_bytes" => limits.max_state_bytes),
+    leaf!("timeouts.connect_ms" => timeouts.connect_ms),
+    leaf!("timeouts.response_head_ms" => timeouts.response_head_ms),
+    leaf!("timeouts.drain_ms" => timeouts.drain_ms),
+    leaf!("log.format" => log.format),
+    leaf!("log.level" => log.level),
+];
+
+impl Config {
+    /// The layered sources: defaults < `file` < `MCP_STATE_GUARD_*` environment (nesting
+    /// with `__`) < `overrides`. A given file is read exactly where it is (no search of
+    /// parent directories); a missing or unparseable file makes extraction fail.
+    pub fn figment(file: Option<&Path>, overrides: &Overrides) -> Figment {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            // `Toml::file` would search parent directories and silently skip a missing
+            // file; `file_exact` reads this path or fails.
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        figment
+            .merge(Env::prefixed(ENV_PREFIX).split("__"))
+            .merge(overrides.clone())
+    }
+
+    /// Loads, extracts and validates, reporting every problem found in one pass.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigErrors> {
+        if let Some(path) = file {
+            check_file(path)?;
+        }
+        let figment = Self::figment(file, overrides);
+        let (config, mut problems) = match figment.extract::<Config>() {
+            Ok(config) => (config, Vec::new()),
+            Err(err) => assemble(&figment, err)?,
+        };
+        // A bad value was replaced by its default in `config`: judging the stand-in
+        // would only add a misleading second problem for the same key.
+        for problem in config.validate() {
+            if !problems.iter().any(|p| p.key == problem.key) {
+                problems.push(with_source(&figment, &problem.key, problem.message));
+            }
+        }
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors(problems))
+        }
+    }
+}
+
+impl Provider for Overrides {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(FLAGS_PROVIDER)
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        let mut dict = Dict::new();
+        if let Some(listen) = self.listen {
+            dict.insert("listen".into(), Value::from(listen.to_string()));
+        }
+        if let Some(upstream) = &self.upstream {
+            dict.insert("upstream".into(), Value::from(upstream.clone()));
+        }
+        Ok(Profile::Default.collect(dict))
+    }
+}
+
+/// A named file must exist and be a regular file: refusing beats running on defaults
+/// because of a typo in `--config`.
+fn check_file(path: &Path) -> Result<(), ConfigErrors> {
+    let message = match std::fs::metadata(path) {
+        Ok(metadata) if metadata.is_file() => return Ok(()),
+        Ok(_) => "is not a regular file".to_owned(),
+        Err(err) => err.to_string().to_lowercase(),
+    };
+    Err(ConfigErrors(vec![ConfigProblem::new(
+        "",
+        format!("config file {}: {message}", path.display()),
+    )]))
+}
+
+/// After `first` (the whole-config extraction) failed: one pass over the merged values
+/// that finds unknown keys, sections that are not tables and every bad leaf, and builds
+/// the configuration from the good leaves (defaults elsewhere). Fails outright when there
+/// are no values to look at (a file that cannot be read or parsed).
+pub(super) fn assemble(
+    figment: &Figment,
+    first: figment::Error,
+) -> Result<(Config, Vec<ConfigProblem>), ConfigErrors> {
+    let root = figment
+        .find_value("")
+        .map_err(|err| ConfigErrors(map_errors(figment, err)))?;
+    let mut problems = Vec::new();
+    let mut broken_sections = Vec::new();
+    walk(figment, "", &root, &mut problems, &mut broken_sections);
+    let mut config = Config::default();
+    for (key, assign) in LEAVES {
+        let parent = parent_of(key);
+        if broken_sections.iter().any(|section| section == parent) {
+            continue;
+        }
+        if let Err(err) = assign(figment, key, &mut config) {
+            for err in *err {
+                problems.push(problem_from(figment, key, err));
+            }
+        }
+    }
+    // `extract_inner` of a plain `String` bypasses the field's `deserialize_with`.
+    config.principal.header.make_ascii_lowercase();
+    if problems.is_empty() {
+        // Should not happen (the sweep mirrors the struct), but never lose an error.
+        problems = map_errors(figment, first);
+    }
+    Ok((config, problems))
+}
+
+fn walk(
+    figment: &Figment,
+    prefix: &str,
+    value: &Value,
+    problems: &mut Vec<ConfigProblem>,
+    broken_sections: &mut Vec<String>,
+) {
+    let Some(dict) = value.as_dict() else {
+        let message = format!("must be a table of {}", one_of(&children_of(prefix)));
+        problems.push(with_source(figment, prefix, message));
+        broken_sections.push(prefix.to_owned());
+        return;
+    };
+    for (name, child) in dict {
+        let key = join(prefix, name);
+        if is_leaf(&key) {
+            continue;
+        }
+        if is_section(&key) {
+            walk(figment, &key, child, problems, broken_sections);
+            continue;
+        }
+        let message = format!(
+            "unknown key; expected one of {}",
+            one_of(&children_of(prefix))
+        );
+        problems.push(with_source(figment, &key, message));
+    }
+}
+
+fn is_leaf(key: &str) -> bool {
+    LEAVES.iter().any(|(leaf, _)| *leaf == key)
+}
+
+fn is_section(key: &str) -> bool {
+    LEAVES.iter().any(|(leaf, _)| {
+        leaf.strip_prefix(key)
+            .is_some_and(|rest| rest.starts_with('.'))
+    })
+}
+
+fn parent_of(key: &str) -> &str {
+    key.rsplit_once('.').map_or("", |(parent, _)| parent)
+}
+
+/// The names directly under `section` ("" for the top level), in declaration order.
+fn children_of(section: &str) -> Vec<&'static str> {
+    let mut children: Vec<&'static str> = Vec::new();
+    for (leaf, _) in LEAVES {
+        let rest = if section.is_empty() {
+            Some(*leaf)
+        } else {
+            leaf.strip_prefix(section)
+                .and_then(|rest| rest.strip_prefix('.'))
+        };
+        if let Some(rest) = rest {
+            let name = rest.split('.').next().unwrap_or(rest);
+            if !children.contains(&name) {
+                children.push(name);
+            }
+        }
+    }
+    children
+}
+
+fn one_of(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|name| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Maps every error figment chained together (`figment::Error` iterates all of them).
+fn map_errors(figment: &Figment, err: figment::Error) -> Vec<ConfigProblem> {
+    err.into_iter()
+        .map(|err| {
+            let key = err.path.join(".");
+            problem_from(figment, &key, err)
+        })
+        .collect()
+}
+
+fn problem_from(figment: &Figment, key: &str, err: figment::Error) -> ConfigProblem {
+    use figment::error::Kind;
+    let (key, message) = match &err.kind {
+        Kind::UnknownField(field, expected) => (
+            join(key, field),
+            format!("unknown key; expected one of {}", one_of(expected)),
+        ),
+        _ if SECRET_KEYS.contains(&key) => (
+            key.to_owned(),
+            "invalid value (not shown: it may carry a password); expected a string".to_owned(),
+        ),
+        Kind::UnknownVariant(found, expected) => (
+            key.to_owned(),
+            format!(
+                "unknown value `{found}`; expected one of {}",
+                one_of(expected)
+            ),
+        ),
+        // std's `SocketAddr` parser says only "invalid socket address syntax".
+        Kind::Message(message) if message == "invalid socket address syntax" => (
+            key.to_owned(),
+            "invalid address; expected an IP address and port such as 127.0.0.1:8080 or \
+             [::]:8080 (not a host name)"
+                .to_owned(),
+        ),
+        Kind::Message(message) => (key.to_owned(), scrub(message)),
+        kind => (key.to_owned(), kind.to_string()),
+    };
+    let metadata = err
+        .metadata
+        .as_ref()
+        .or_else(|| figment.find_metadata(&key));
+    attributed(metadata, key, message)
+}
+
+/// A problem for `key`, saying where its value came from.
+fn with_source(figment: &Figment, key: &str, message: String) -> ConfigProblem {
+    attributed(figment.find_metadata(key), key.to_owned(), message)
+}
+
+fn attributed(metadata: Option<&Metadata>, key: String, message: String) -> ConfigProblem {
+    let message = match metadata.and_then(|metadata| describe_source(metadata, &key)) {
+        // A problem with the file itself (it does not parse) has no key.
+        Some(source) if key.is_empty() => format!("{message} (in {source})"),
+        Some(source) => format!("{message} (set by {source})"),
+        None => message,
+    };
+    ConfigProblem::new(key, message)
+}
+
+fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+/// Where a value came from, in operator words; `None` for the built-in defaults.
+fn describe_source(metadata: &Metadata, key: &str) -> Option<String> {
+    if let Some(path) = metadata.source.as_ref().and_then(|s| s.file_path()) {
+        return Some(format!("{} {}", metadata.name, path.display()));
+    }
+    if metadata.name.contains("environment variable") {
+        return Some(format!("environment variable {}", super::env_var_for(key)));
+    }
+    if metadata.name == FLAGS_PROVIDER {
+        return Some(format!("command-line flag --{}", key.replace('_', "-")));
+    }
+    None
+}
+
+/// A TOML parse error quotes the offending line, which could be a `redis_url` with its
+/// password: keep the position and the description, drop the quoted source.
+fn scrub(message: &str) -> String {
+    let kept: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !is_source_quote(line))
+        .collect();
+    kept.join(": ")
+}
+
+/// Lines like `|`, `3 | redis_url = "..."` and `|     ^`.
+fn is_source_quote(line: &str) -> bool {
+    let after_number = line.trim_start_matches(|c: char| c.is_ascii_digit());
+    after_number.trim_start().starts_with('|')
+}

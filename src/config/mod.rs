@@ -1,0 +1,314 @@
+//! Configuration: the typed settings, their defaults, and how they are loaded
+//! (defaults < TOML file < `MCP_STATE_GUARD_*` environment < command-line flags) and
+//! validated. Invariant: a [`Config`] returned by [`Config::load`] has passed every check
+//! in [`Config::validate`]; anything unknown, out of range or not supported by this
+//! version refuses to start, and every problem names both its file key and its
+//! environment variable.
+//!
+//! The shipped `config/mcp-state-guard.toml` lists every key with its default and is
+//! tested to parse to exactly [`Config::default`].
+
+mod load;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+pub use validate::parse_upstream;
+
+/// Prefix of every environment variable the configuration reads.
+pub const ENV_PREFIX: &str = "MCP_STATE_GUARD_";
+
+/// Everything the sidecar can be told. See `config/mcp-state-guard.toml` for the
+/// operator-facing description of each key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Client-facing address.
+    pub listen: SocketAddr,
+    /// Base URL of the MCP server (`http://host[:port][/base]`); request paths are kept
+    /// and appended to the base path. Checked by [`parse_upstream`].
+    pub upstream: String,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    pub admin_listen: SocketAddr,
+    /// Exact request paths whose POST bodies are forwarded untouched (a legacy OAuth
+    /// token endpoint, say). Empty by default: every path is inspected.
+    pub passthrough_paths: Vec<String>,
+    pub state: StateConfig,
+    pub principal: PrincipalConfig,
+    pub single_use: SingleUseConfig,
+    pub limits: LimitsConfig,
+    pub timeouts: TimeoutsConfig,
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            upstream: "http://127.0.0.1:3000".to_owned(),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            passthrough_paths: Vec::new(),
+            state: StateConfig::default(),
+            principal: PrincipalConfig::default(),
+            single_use: SingleUseConfig::default(),
+            limits: LimitsConfig::default(),
+            timeouts: TimeoutsConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+/// How `requestState` tokens are keyed, bound and timed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateConfig {
+    /// Audience claim; required (non-empty) when `keys_file` is set.
+    pub audience: Option<String>,
+    /// One secret per line, `#` comments, first line mints. Unset: a process-local
+    /// random key (state does not survive a restart or reach another replica).
+    /// A relative path is resolved against the working directory.
+    pub keys_file: Option<PathBuf>,
+    /// Token lifetime per round, 1..=86400.
+    pub ttl_seconds: u64,
+    /// How often the key file's content hash is polled, at least 100.
+    pub reload_interval_ms: u64,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            audience: None,
+            keys_file: None,
+            ttl_seconds: 600,
+            reload_interval_ms: 2000,
+        }
+    }
+}
+
+/// Where the caller's identity comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrincipalSource {
+    /// Tokens are not bound to a caller.
+    #[default]
+    None,
+    /// A header set by a trusted front proxy (`principal.header`).
+    Header,
+    /// A verified JWT (not supported by this version: refused at validation).
+    Jwt,
+    /// The client certificate (not supported by this version: refused at validation).
+    Mtls,
+}
+
+impl PrincipalSource {
+    /// The configuration spelling of this source.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrincipalSource::None => "none",
+            PrincipalSource::Header => "header",
+            PrincipalSource::Jwt => "jwt",
+            PrincipalSource::Mtls => "mtls",
+        }
+    }
+}
+
+/// Who is calling, so tokens can be bound to the caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrincipalConfig {
+    pub source: PrincipalSource,
+    /// Header holding the identity, stored lowercase (HTTP header names are
+    /// case-insensitive; the lowercase form is what `http::HeaderName` compares).
+    #[serde(deserialize_with = "lowercase")]
+    pub header: String,
+    /// Keep the identity header on the forwarded request. Default false: the upstream
+    /// never sees it.
+    pub forward_header: bool,
+}
+
+impl Default for PrincipalConfig {
+    fn default() -> Self {
+        PrincipalConfig {
+            source: PrincipalSource::None,
+            header: "x-forwarded-user".to_owned(),
+            forward_header: false,
+        }
+    }
+}
+
+/// Where consumed single-use states are remembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SingleUseStore {
+    #[default]
+    Memory,
+    Redis,
+}
+
+/// Single-use enforcement. Recognised so that the keys are not "unknown", but any use
+/// of it is refused by this version (see [`Config::validate`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SingleUseConfig {
+    pub store: SingleUseStore,
+    /// Redis URL for `store = "redis"`. May carry a password: never echoed in messages.
+    pub redis_url: Option<String>,
+    /// Tool names (glob `*` allowed) whose states are single-use.
+    pub tools: Vec<String>,
+    /// Prompt names (glob `*` allowed) whose states are single-use.
+    pub prompts: Vec<String>,
+    /// Resource URIs (glob `*` allowed) whose states are single-use.
+    pub resources: Vec<String>,
+}
+
+/// Sizes the sidecar buffers, in bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest request or JSON response body read whole; at least 1024.
+    pub max_body_bytes: usize,
+    /// Largest single SSE event buffered; at least 1024.
+    pub max_event_bytes: usize,
+    /// Largest plaintext `requestState` sealed / token accepted; at least 64.
+    pub max_state_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            // The Python SDK's own request body limit.
+            max_body_bytes: 4 * 1024 * 1024,
+            max_event_bytes: 1024 * 1024,
+            max_state_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Deadlines, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutsConfig {
+    /// Connecting to the upstream; at least 1.
+    pub connect_ms: u64,
+    /// From sending the request to the upstream's response head; at least 1.
+    pub response_head_ms: u64,
+    /// Graceful shutdown deadline for in-flight requests and SSE streams.
+    pub drain_ms: u64,
+}
+
+impl Default for TimeoutsConfig {
+    fn default() -> Self {
+        TimeoutsConfig {
+            connect_ms: 5000,
+            response_head_ms: 60_000,
+            drain_ms: 30_000,
+        }
+    }
+}
+
+/// Log line encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Logging.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A `tracing_subscriber::EnvFilter` directive string, e.g. `info,hyper=warn`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".to_owned(),
+        }
+    }
+}
+
+/// Values given on the command line; they beat every other source.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    /// `--listen`
+    pub listen: Option<SocketAddr>,
+    /// `--upstream`
+    pub upstream: Option<String>,
+}
+
+/// One thing wrong with the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// Dotted file key (`state.ttl_seconds`); empty for a problem with the file itself.
+    pub key: String,
+    /// Lowercase, no trailing period, never a secret value.
+    pub message: String,
+}
+
+impl ConfigProblem {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigProblem {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The environment variable that sets this problem's key.
+    pub fn env_var(&self) -> String {
+        env_var_for(&self.key)
+    }
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{} ({}): {}", self.key, self.env_var(), self.message)
+        }
+    }
+}
+
+/// Every problem found in one pass; never empty when returned by [`Config::load`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigProblem>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, problem) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// The environment variable for a dotted key: `state.keys_file` →
+/// `MCP_STATE_GUARD_STATE__KEYS_FILE`.
+pub fn env_var_for(key: &str) -> String {
+    format!(
+        "{ENV_PREFIX}{}",
+        key.to_ascii_uppercase().replace('.', "__")
+    )
+}
+
+fn lowercase<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    String::deserialize(deserializer).map(|s| s.to_ascii_lowercase())
+}

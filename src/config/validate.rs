@@ -1,0 +1,412 @@
+//! Validation: the rules a typed [`Config`] must pass before the sidecar starts.
+//! Invariant: every rule is checked in one pass and each failure becomes one
+//! [`ConfigProblem`]; anything this version cannot honour (JWT or mTLS principals,
+//! single-use enforcement, an https upstream) is refused rather than ignored, because
+//! running without a protection the operator asked for is worse than not starting.
+
+use std::collections::HashSet;
+
+use http::HeaderName;
+
+use super::{Config, ConfigProblem, PrincipalSource, SingleUseStore};
+
+impl Config {
+    /// Every problem with this configuration; empty when it is fit to run.
+    pub fn validate(&self) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        let mut problem = |key: &str, message: String| {
+            problems.push(ConfigProblem::new(key, message));
+        };
+
+        if let Err(message) = parse_upstream(&self.upstream) {
+            problem("upstream", message.to_owned());
+        }
+        if self.listen == self.admin_listen && self.listen.port() != 0 {
+            problem("admin_listen", "must differ from listen".to_owned());
+        }
+        let mut seen = HashSet::new();
+        for path in &self.passthrough_paths {
+            if let Err(message) = check_passthrough_path(path) {
+                problem("passthrough_paths", format!("entry {path:?} {message}"));
+            } else if !seen.insert(path) {
+                problem(
+                    "passthrough_paths",
+                    format!("entry {path:?} is listed twice"),
+                );
+            }
+        }
+
+        let state = &self.state;
+        match (&state.audience, &state.keys_file) {
+            (Some(audience), _) if audience.trim().is_empty() => {
+                problem("state.audience", "must not be empty".to_owned());
+            }
+            (None, Some(_)) => problem(
+                "state.audience",
+                "required when state.keys_file is set".to_owned(),
+            ),
+            _ => {}
+        }
+        if state
+            .keys_file
+            .as_ref()
+            .is_some_and(|path| path.as_os_str().is_empty())
+        {
+            problem("state.keys_file", "must not be empty".to_owned());
+        }
+        if !(1..=86_400).contains(&state.ttl_seconds) {
+            problem(
+                "state.ttl_seconds",
+                "must be between 1 and 86400".to_owned(),
+            );
+        }
+        if state.reload_interval_ms < 100 {
+            problem(
+                "state.reload_interval_ms",
+                "must be at least 100".to_owned(),
+            );
+        }
+
+        let principal = &self.principal;
+        if matches!(
+            principal.source,
+            PrincipalSource::Jwt | PrincipalSource::Mtls
+        ) {
+            problem(
+                "principal.source",
+                format!(
+                    "`{}` principals are not supported by this version; refusing to start \
+                     rather than run without the caller binding",
+                    principal.source.as_str()
+                ),
+            );
+        }
+        if HeaderName::from_bytes(principal.header.as_bytes()).is_err() {
+            problem(
+                "principal.header",
+                "must be a valid HTTP header name".to_owned(),
+            );
+        }
+
+        // Single-use enforcement comes in a later release. The keys are recognised so that
+        // asking for it fails loudly instead of being silently ignored.
+        const SINGLE_USE_UNSUPPORTED: &str = "single-use enforcement is not supported by this version; refusing to start \
+             rather than run without it";
+        let single_use = &self.single_use;
+        if single_use.store == SingleUseStore::Redis {
+            problem("single_use.store", SINGLE_USE_UNSUPPORTED.to_owned());
+        }
+        for (key, list) in [
+            ("single_use.tools", &single_use.tools),
+            ("single_use.prompts", &single_use.prompts),
+            ("single_use.resources", &single_use.resources),
+        ] {
+            if !list.is_empty() {
+                problem(key, SINGLE_USE_UNSUPPORTED.to_owned());
+            }
+        }
+        // The value is never echoed: it may carry a password.
+        if single_use.redis_url.is_some() && single_use.store != SingleUseStore::Redis {
+            problem(
+                "single_use.redis_url",
+                "only allowed with single_use.store = \"redis\"".to_owned(),
+            );
+        }
+
+        for (key, value, min) in [
+            ("limits.max_body_bytes", self.limits.max_body_bytes, 1024),
+            ("limits.max_event_bytes", self.limits.max_event_bytes, 1024),
+            ("limits.max_state_bytes", self.limits.max_state_bytes, 64),
+        ] {
+            if value < min {
+                problem(key, format!("must be at least {min}"));
+            }
+        }
+        for (key, value) in [
+            ("timeouts.connect_ms", self.timeouts.connect_ms),
+            ("timeouts.response_head_ms", self.timeouts.response_head_ms),
+        ] {
+            if value < 1 {
+                problem(key, "must be at least 1".to_owned());
+            }
+        }
+
+        if self.log.level.trim().is_empty() {
+            problem("log.level", "must not be empty".to_owned());
+        } else if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            problem(
+                "log.level",
+                format!("is not a valid filter directive: {err}"),
+            );
+        }
+
+        problems
+    }
+}
+
+/// Parses an upstream base URL: absolute `http://`, with a host, an optional port and
+/// base path, and no query, fragment or userinfo. The error never echoes the URL (a
+/// userinfo part would hold a password).
+pub fn parse_upstream(url: &str) -> Result<http::Uri, &'static str> {
+    const NOT_HTTP: &str = "must be an absolute http:// URL such as http://127.0.0.1:3000";
+    // `http::Uri` drops a fragment silently; refuse it before parsing.
+    if url.contains('#') {
+        return Err("must not have a fragment (#...)");
+    }
+    let uri: http::Uri = url.parse().map_err(|_| NOT_HTTP)?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err("https upstreams are not supported by this version; use an http:// URL");
+        }
+        _ => return Err(NOT_HTTP),
+    }
+    let authority = uri.authority().ok_or(NOT_HTTP)?;
+    if authority.as_str().contains('@') {
+        return Err("must not contain userinfo (user:password@)");
+    }
+    let host = authority.host();
+    if host.is_empty() {
+        return Err("must have a host");
+    }
+    // `http::Uri` accepts `host:` and `host:99999` and reports no port for them.
+    let port = &authority.as_str()[host.len()..];
+    if let Some(port) = port.strip_prefix(':')
+        && !matches!(port.parse::<u16>(), Ok(p) if p != 0)
+    {
+        return Err("has an invalid port");
+    }
+    if uri.query().is_some() || url.contains('?') {
+        return Err("must not have a query (?...)");
+    }
+    Ok(uri)
+}
+
+/// A passthrough entry is compared byte for byte with the request path, so it must be a
+/// plain absolute path. Entries with dot segments, empty segments, `%` escapes or `\`
+/// are refused: upstreams normalise those differently, so they could alias another path.
+fn check_passthrough_path(path: &str) -> Result<(), &'static str> {
+    if !path.starts_with('/') {
+        return Err("must start with '/'");
+    }
+    if path.contains('?') {
+        return Err("must not contain '?' (entries match the path without a query)");
+    }
+    if path.contains('#') {
+        return Err("must not contain '#'");
+    }
+    if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("must not contain whitespace or control characters");
+    }
+    let aliasing = path.contains(['%', '\\'])
+        || path.contains("//")
+        || path.split('/').any(|segment| matches!(segment, "." | ".."));
+    if aliasing {
+        return Err("must be a plain path: no '.', '..' or empty segments, '%' escapes or '\\'");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::path::PathBuf;
+
+    use super::parse_upstream;
+    use crate::config::{Config, ConfigProblem, PrincipalSource, SingleUseStore};
+
+    fn invalid(change: impl FnOnce(&mut Config)) -> Vec<ConfigProblem> {
+        let mut config = Config::default();
+        change(&mut config);
+        config.validate()
+    }
+
+    fn assert_only(problems: &[ConfigProblem], key: &str, needle: &str) {
+        assert_eq!(problems.len(), 1, "{problems:#?}");
+        assert_eq!(problems[0].key, key);
+        assert!(
+            problems[0].message.contains(needle),
+            "{:?} lacks {needle:?}",
+            problems[0].message
+        );
+    }
+
+    #[test]
+    fn upstream_rules() {
+        for good in [
+            "http://127.0.0.1:3000",
+            "http://mcp",
+            "http://[::1]:8000/base/",
+            "http://h/a/b",
+        ] {
+            assert!(parse_upstream(good).is_ok(), "{good}");
+        }
+        let cases = [
+            ("https://mcp", "https upstreams are not supported"),
+            ("ftp://mcp", "absolute http:// URL"),
+            ("mcp:3000", "absolute http:// URL"),
+            ("/mcp", "absolute http:// URL"),
+            ("http://:80/", "must have a host"),
+            ("http://u:hunter2@mcp/", "userinfo"),
+            ("http://mcp/?a=1", "query"),
+            ("http://mcp/?", "query"),
+            ("http://mcp/#top", "fragment"),
+            ("http://mcp:99999/", "invalid port"),
+            ("http://mcp:/", "invalid port"),
+            ("http://mcp:0/", "invalid port"),
+            ("", "absolute http:// URL"),
+        ];
+        for (url, needle) in cases {
+            let problems = invalid(|c| c.upstream = url.to_owned());
+            assert_only(&problems, "upstream", needle);
+            assert!(!problems[0].message.contains("hunter2"));
+        }
+    }
+
+    #[test]
+    fn passthrough_rules() {
+        assert!(
+            invalid(|c| c.passthrough_paths = vec!["/oauth/token".into(), "/".into()]).is_empty()
+        );
+        let cases = [
+            ("oauth", "must start with '/'"),
+            ("/oauth?x=1", "'?'"),
+            ("/oauth#x", "'#'"),
+            ("/o auth", "whitespace"),
+            ("/a/../mcp", "plain path"),
+            ("/a/./b", "plain path"),
+            ("//oauth", "plain path"),
+            ("/%6dcp", "plain path"),
+            ("/a\\b", "plain path"),
+        ];
+        for (path, needle) in cases {
+            assert_only(
+                &invalid(|c| c.passthrough_paths = vec![path.into()]),
+                "passthrough_paths",
+                needle,
+            );
+        }
+        let twice = invalid(|c| c.passthrough_paths = vec!["/t".into(), "/t".into()]);
+        assert_only(&twice, "passthrough_paths", "listed twice");
+    }
+
+    #[test]
+    fn state_rules() {
+        let keys = Some(PathBuf::from("/k"));
+        let no_audience = invalid(|c| c.state.keys_file = keys.clone());
+        assert_only(
+            &no_audience,
+            "state.audience",
+            "required when state.keys_file is set",
+        );
+        let empty = invalid(|c| {
+            c.state.keys_file = keys.clone();
+            c.state.audience = Some(String::new());
+        });
+        assert_only(&empty, "state.audience", "must not be empty");
+        assert_only(
+            &invalid(|c| c.state.audience = Some("".into())),
+            "state.audience",
+            "must not be empty",
+        );
+        let empty_path = invalid(|c| {
+            c.state.keys_file = Some(PathBuf::new());
+            c.state.audience = Some("a".into());
+        });
+        assert_only(&empty_path, "state.keys_file", "must not be empty");
+        assert!(
+            invalid(|c| {
+                c.state.keys_file = keys.clone();
+                c.state.audience = Some("a".into());
+            })
+            .is_empty()
+        );
+        assert_only(
+            &invalid(|c| c.state.ttl_seconds = 0),
+            "state.ttl_seconds",
+            "between 1 and 86400",
+        );
+        let day_and_one = invalid(|c| c.state.ttl_seconds = 86_401);
+        assert_only(&day_and_one, "state.ttl_seconds", "between 1 and 86400");
+        assert!(invalid(|c| c.state.ttl_seconds = 86_400).is_empty());
+        let fast = invalid(|c| c.state.reload_interval_ms = 99);
+        assert_only(&fast, "state.reload_interval_ms", "at least 100");
+    }
+
+    #[test]
+    fn principal_rules() {
+        let jwt = invalid(|c| c.principal.source = PrincipalSource::Jwt);
+        assert_only(
+            &jwt,
+            "principal.source",
+            "`jwt` principals are not supported by this version",
+        );
+        let mtls = invalid(|c| c.principal.source = PrincipalSource::Mtls);
+        assert_only(
+            &mtls,
+            "principal.source",
+            "`mtls` principals are not supported by this version",
+        );
+        assert!(invalid(|c| c.principal.source = PrincipalSource::Header).is_empty());
+        for bad in ["", "x user", "x:user", "é"] {
+            let problems = invalid(|c| c.principal.header = bad.into());
+            assert_only(&problems, "principal.header", "valid HTTP header name");
+        }
+    }
+
+    #[test]
+    fn single_use_rules() {
+        let refused = "single-use enforcement is not supported by this version; refusing to start";
+        let redis = invalid(|c| {
+            c.single_use.store = SingleUseStore::Redis;
+            c.single_use.redis_url = Some("redis://r".into());
+        });
+        assert_only(&redis, "single_use.store", refused);
+        assert_only(
+            &invalid(|c| c.single_use.tools = vec!["pay".into()]),
+            "single_use.tools",
+            refused,
+        );
+        let prompts = invalid(|c| c.single_use.prompts = vec!["p".into()]);
+        assert_only(&prompts, "single_use.prompts", refused);
+        let resources = invalid(|c| c.single_use.resources = vec!["file:///*".into()]);
+        assert_only(&resources, "single_use.resources", refused);
+        let stray = invalid(|c| c.single_use.redis_url = Some("redis://:hunter2@r".into()));
+        assert_only(
+            &stray,
+            "single_use.redis_url",
+            "only allowed with single_use.store = \"redis\"",
+        );
+        assert!(!stray[0].to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn limit_timeout_log_and_address_rules() {
+        let small = invalid(|c| c.limits.max_body_bytes = 1023);
+        assert_only(&small, "limits.max_body_bytes", "at least 1024");
+        let small = invalid(|c| c.limits.max_event_bytes = 1023);
+        assert_only(&small, "limits.max_event_bytes", "at least 1024");
+        let small = invalid(|c| c.limits.max_state_bytes = 63);
+        assert_only(&small, "limits.max_state_bytes", "at least 64");
+        assert!(invalid(|c| c.limits.max_state_bytes = 64).is_empty());
+        assert_only(
+            &invalid(|c| c.timeouts.connect_ms = 0),
+            "timeouts.connect_ms",
+            "at least 1",
+        );
+        let head = invalid(|c| c.timeouts.response_head_ms = 0);
+        assert_only(&head, "timeouts.response_head_ms", "at least 1");
+        assert!(invalid(|c| c.timeouts.drain_ms = 0).is_empty());
+        assert_only(
+            &invalid(|c| c.log.level = "".into()),
+            "log.level",
+            "must not be empty",
+        );
+        let bad = invalid(|c| c.log.level = "hyper=loud".into());
+        assert_only(&bad, "log.level", "not a valid filter directive");
+        let same = invalid(|c| c.admin_listen = c.listen);
+        assert_only(&same, "admin_listen", "must differ from listen");
+        let ephemeral: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert!(invalid(|c| (c.listen, c.admin_listen) = (ephemeral, ephemeral)).is_empty());
+    }
+}

@@ -1,0 +1,242 @@
+//! The one mapping from internal failures to what a client sees: an HTTP status and a
+//! JSON-RPC error body.
+//!
+//! Invariant: the wire carries a fixed message per kind (and for a refused
+//! `requestState`, the frozen error of the design, identical for every reason); causes
+//! go to the log and a closed metric label, never to the client.
+
+use crate::jsonrpc::{self, Id, ParseError};
+use crate::token::Reject;
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use serde_json::json;
+
+/// Every way a request can fail before or after the upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("request body refused: {0}")]
+    Parse(#[from] ParseError),
+    #[error("header `{0}` disagrees with the body or is repeated")]
+    HeaderMismatch(&'static str),
+    #[error("content type is not application/json")]
+    ContentType,
+    #[error("content encoding other than identity")]
+    ContentEncoding,
+    #[error("body exceeds {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("{0} requests may not carry a body")]
+    BodyNotAllowed(http::Method),
+    #[error("client body could not be read")]
+    BodyRead,
+    #[error("principal header refused: {0}")]
+    PrincipalHeader(&'static str),
+    #[error("requestState refused: {reason} ({detail})", reason = .reason.as_str())]
+    InvalidState {
+        reason: Reject,
+        detail: &'static str,
+    },
+    #[error("inputResponses must be an object")]
+    InputResponses,
+    #[error("upstream unavailable")]
+    UpstreamUnavailable(#[source] hyper_util::client::legacy::Error),
+    #[error("upstream did not answer within {0} ms")]
+    UpstreamTimeout(u64),
+    #[error("upstream response cannot be made safe: {0}")]
+    UpstreamResponse(&'static str),
+}
+
+/// Closed labels for `mcp_state_guard_requests_refused_total{reason}` and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    Parse,
+    HeaderMismatch,
+    ContentType,
+    ContentEncoding,
+    BodyTooLarge,
+    BodyNotAllowed,
+    BodyRead,
+    PrincipalHeader,
+    InvalidState,
+    InputResponses,
+    UpstreamUnavailable,
+    UpstreamTimeout,
+    UpstreamResponse,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 13] = [
+        ErrorKind::Parse,
+        ErrorKind::HeaderMismatch,
+        ErrorKind::ContentType,
+        ErrorKind::ContentEncoding,
+        ErrorKind::BodyTooLarge,
+        ErrorKind::BodyNotAllowed,
+        ErrorKind::BodyRead,
+        ErrorKind::PrincipalHeader,
+        ErrorKind::InvalidState,
+        ErrorKind::InputResponses,
+        ErrorKind::UpstreamUnavailable,
+        ErrorKind::UpstreamTimeout,
+        ErrorKind::UpstreamResponse,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Parse => "parse",
+            ErrorKind::HeaderMismatch => "header_mismatch",
+            ErrorKind::ContentType => "content_type",
+            ErrorKind::ContentEncoding => "content_encoding",
+            ErrorKind::BodyTooLarge => "body_too_large",
+            ErrorKind::BodyNotAllowed => "body_not_allowed",
+            ErrorKind::BodyRead => "body_read",
+            ErrorKind::PrincipalHeader => "principal_header",
+            ErrorKind::InvalidState => "invalid_state",
+            ErrorKind::InputResponses => "input_responses",
+            ErrorKind::UpstreamUnavailable => "upstream_unavailable",
+            ErrorKind::UpstreamTimeout => "upstream_timeout",
+            ErrorKind::UpstreamResponse => "upstream_response",
+        }
+    }
+
+    /// Whose fault: the client's (refused before the upstream) or the upstream's.
+    pub fn is_upstream(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::UpstreamUnavailable
+                | ErrorKind::UpstreamTimeout
+                | ErrorKind::UpstreamResponse
+        )
+    }
+}
+
+/// The frozen wire error for every refused `requestState` (design §4).
+pub const INVALID_STATE_MESSAGE: &str = "Invalid or expired requestState";
+
+impl ProxyError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ProxyError::Parse(_) => ErrorKind::Parse,
+            ProxyError::HeaderMismatch(_) => ErrorKind::HeaderMismatch,
+            ProxyError::ContentType => ErrorKind::ContentType,
+            ProxyError::ContentEncoding => ErrorKind::ContentEncoding,
+            ProxyError::BodyTooLarge { .. } => ErrorKind::BodyTooLarge,
+            ProxyError::BodyNotAllowed(_) => ErrorKind::BodyNotAllowed,
+            ProxyError::BodyRead => ErrorKind::BodyRead,
+            ProxyError::PrincipalHeader(_) => ErrorKind::PrincipalHeader,
+            ProxyError::InvalidState { .. } => ErrorKind::InvalidState,
+            ProxyError::InputResponses => ErrorKind::InputResponses,
+            ProxyError::UpstreamUnavailable(_) => ErrorKind::UpstreamUnavailable,
+            ProxyError::UpstreamTimeout(_) => ErrorKind::UpstreamTimeout,
+            ProxyError::UpstreamResponse(_) => ErrorKind::UpstreamResponse,
+        }
+    }
+
+    pub fn http_status(&self) -> StatusCode {
+        match self {
+            ProxyError::ContentType | ProxyError::ContentEncoding => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            // The reference answers a state it cannot seal with -32603 under HTTP 200, the
+            // status MCP maps internal errors to; clients surface it as a JSON-RPC error.
+            ProxyError::UpstreamResponse(_) => StatusCode::OK,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The JSON-RPC code and fixed message the client sees.
+    fn wire(&self) -> (i64, &'static str) {
+        match self {
+            ProxyError::Parse(e) if e.code() == jsonrpc::PARSE_ERROR => {
+                (jsonrpc::PARSE_ERROR, "Parse error")
+            }
+            ProxyError::Parse(e) if e.code() == jsonrpc::INVALID_PARAMS => {
+                (jsonrpc::INVALID_PARAMS, "Invalid params")
+            }
+            ProxyError::Parse(_) => (jsonrpc::INVALID_REQUEST, "Invalid request"),
+            ProxyError::HeaderMismatch(_) => (jsonrpc::HEADER_MISMATCH, "Header mismatch"),
+            ProxyError::ContentType => (jsonrpc::INVALID_REQUEST, "Unsupported content type"),
+            ProxyError::ContentEncoding => {
+                (jsonrpc::INVALID_REQUEST, "Unsupported content encoding")
+            }
+            ProxyError::BodyTooLarge { .. } => (jsonrpc::INVALID_REQUEST, "Request body too large"),
+            ProxyError::BodyNotAllowed(_) => (jsonrpc::INVALID_REQUEST, "Request body not allowed"),
+            ProxyError::BodyRead => (jsonrpc::INVALID_REQUEST, "Request body could not be read"),
+            ProxyError::PrincipalHeader(_) => (jsonrpc::INVALID_REQUEST, "Invalid identity"),
+            ProxyError::InvalidState { .. } => (jsonrpc::INVALID_PARAMS, INVALID_STATE_MESSAGE),
+            ProxyError::InputResponses => (jsonrpc::INVALID_PARAMS, "Invalid params"),
+            ProxyError::UpstreamUnavailable(_) => (jsonrpc::INTERNAL_ERROR, "Upstream unavailable"),
+            ProxyError::UpstreamTimeout(_) => (jsonrpc::INTERNAL_ERROR, "Upstream timed out"),
+            ProxyError::UpstreamResponse(_) => (jsonrpc::INTERNAL_ERROR, "Internal error"),
+        }
+    }
+
+    /// The JSON-RPC error body for request `id`.
+    pub fn jsonrpc_body(&self, id: Option<&Id>) -> Bytes {
+        let (code, message) = self.wire();
+        let data = match self {
+            ProxyError::InvalidState { .. } => Some(json!({"reason": "invalid_request_state"})),
+            _ => None,
+        };
+        Bytes::from(jsonrpc::error_body(id, code, message, data))
+    }
+
+    /// The whole HTTP response.
+    pub fn into_response<B: From<Bytes>>(&self, id: Option<&Id>) -> Response<B> {
+        let mut response = Response::new(B::from(self.jsonrpc_body(id)));
+        *response.status_mut() = self.http_status();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, Full};
+
+    #[tokio::test]
+    async fn every_state_refusal_is_the_same_frozen_error() {
+        let mut bodies = Vec::new();
+        for reason in Reject::ALL {
+            let err = ProxyError::InvalidState {
+                reason,
+                detail: "x",
+            };
+            let resp: Response<Full<Bytes>> = err.into_response(Some(&serde_json::json!(9)));
+            assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+            bodies.push(resp.into_body().collect().await.unwrap().to_bytes());
+        }
+        assert!(bodies.windows(2).all(|w| w[0] == w[1]));
+        assert_eq!(
+            &bodies[0][..],
+            br#"{"jsonrpc":"2.0","id":9,"error":{"code":-32602,"message":"Invalid or expired requestState","data":{"reason":"invalid_request_state"}}}"#
+        );
+    }
+
+    #[test]
+    fn statuses_and_codes() {
+        assert_eq!(
+            ProxyError::BodyTooLarge { limit: 1 }.http_status(),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            ProxyError::UpstreamTimeout(5).http_status(),
+            StatusCode::GATEWAY_TIMEOUT
+        );
+        assert_eq!(
+            ProxyError::ContentEncoding.http_status(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+        assert_eq!(ProxyError::HeaderMismatch("mcp-method").wire().0, -32020);
+        assert_eq!(ProxyError::Parse(ParseError::Syntax).wire().0, -32700);
+        assert_eq!(ProxyError::Parse(ParseError::Batch).wire().0, -32600);
+        assert!(ErrorKind::UpstreamTimeout.is_upstream());
+        assert!(!ErrorKind::Parse.is_upstream());
+    }
+}

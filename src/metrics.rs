@@ -1,0 +1,342 @@
+//! Prometheus metric families, on a registry of our own, with closed label sets.
+//!
+//! Invariant: every label value comes from a closed enum (never a tool name, path, token
+//! or error text), so a wrong label cannot compile and cardinality is fixed at start.
+//! Every label value is initialised to zero so dashboards and alerts see it from the
+//! first scrape.
+
+use crate::error::ErrorKind;
+use crate::token::Reject;
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+/// Outcomes of verifying an inbound `requestState` (`result` label, design §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifyResult {
+    Ok,
+    Rejected(Reject),
+}
+
+impl VerifyResult {
+    fn as_str(self) -> &'static str {
+        match self {
+            VerifyResult::Ok => "ok",
+            VerifyResult::Rejected(r) => r.as_str(),
+        }
+    }
+}
+
+/// The `result` label values of the contract, including those of single-use stores.
+const VERIFY_LABELS: [&str; 9] = [
+    "ok",
+    "malformed",
+    "unknown_key",
+    "expired",
+    "binding",
+    "audience",
+    "principal",
+    "replayed",
+    "store_unavailable",
+];
+
+/// What kind of traffic a request was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// A POSTed JSON-RPC message through the gate.
+    Mcp,
+    /// A body-less request (GET SSE streams, DELETE) or a configured passthrough path.
+    Passthrough,
+}
+
+impl Route {
+    fn as_str(self) -> &'static str {
+        match self {
+            Route::Mcp => "mcp",
+            Route::Passthrough => "passthrough",
+        }
+    }
+}
+
+/// Why a response stream was cut or a response replaced by an internal error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealFailure {
+    NonStringState,
+    StateTooLarge,
+    UnparseableBody,
+    UnsupportedEncoding,
+    EventTooLarge,
+    NoRequestContext,
+    AmbiguousKey,
+    UpstreamBodyError,
+    UnknownContentType,
+    ResponseTooLarge,
+}
+
+impl SealFailure {
+    pub const ALL: [SealFailure; 10] = [
+        SealFailure::NonStringState,
+        SealFailure::StateTooLarge,
+        SealFailure::UnparseableBody,
+        SealFailure::UnsupportedEncoding,
+        SealFailure::EventTooLarge,
+        SealFailure::NoRequestContext,
+        SealFailure::AmbiguousKey,
+        SealFailure::UpstreamBodyError,
+        SealFailure::UnknownContentType,
+        SealFailure::ResponseTooLarge,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SealFailure::NonStringState => "non_string_state",
+            SealFailure::StateTooLarge => "state_too_large",
+            SealFailure::UnparseableBody => "unparseable_body",
+            SealFailure::UnsupportedEncoding => "unsupported_encoding",
+            SealFailure::EventTooLarge => "event_too_large",
+            SealFailure::NoRequestContext => "no_request_context",
+            SealFailure::AmbiguousKey => "ambiguous_key",
+            SealFailure::UpstreamBodyError => "upstream_body_error",
+            SealFailure::UnknownContentType => "unknown_content_type",
+            SealFailure::ResponseTooLarge => "response_too_large",
+        }
+    }
+}
+
+/// The sidecar's metrics.
+pub struct Metrics {
+    registry: Registry,
+    sealed: IntCounter,
+    verified: IntCounterVec,
+    refused: IntCounterVec,
+    seal_failures: IntCounterVec,
+    input_responses_dropped: IntCounter,
+    requests: IntCounterVec,
+    request_duration: Histogram,
+    in_flight: IntGauge,
+    key_reloads: IntCounterVec,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new_custom(Some("mcp_state_guard".into()), None)
+            .expect("a static prefix is valid");
+        let sealed = IntCounter::new(
+            "state_sealed_total",
+            "Upstream requestStates sealed into tokens.",
+        )
+        .unwrap();
+        let verified = IntCounterVec::new(
+            Opts::new(
+                "state_verified_total",
+                "Inbound requestState tokens verified, by result.",
+            ),
+            &["result"],
+        )
+        .unwrap();
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "requests_refused_total",
+                "Requests answered with an error by the sidecar, by reason.",
+            ),
+            &["reason"],
+        )
+        .unwrap();
+        let seal_failures = IntCounterVec::new(
+            Opts::new(
+                "seal_failures_total",
+                "Upstream responses replaced by an internal error because they could not be made safe, by reason.",
+            ),
+            &["reason"],
+        )
+        .unwrap();
+        let input_responses_dropped = IntCounter::new(
+            "input_responses_dropped_total",
+            "inputResponses entries dropped because the round that minted the token did not ask for them.",
+        )
+        .unwrap();
+        let requests = IntCounterVec::new(
+            Opts::new("requests_total", "Requests received, by route."),
+            &["route"],
+        )
+        .unwrap();
+        let request_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "request_duration_seconds",
+                "Time from request to response head, through the upstream.",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0,
+            ]),
+        )
+        .unwrap();
+        let in_flight =
+            IntGauge::new("requests_in_flight", "Requests (and streams) in progress.").unwrap();
+        let key_reloads = IntCounterVec::new(
+            Opts::new(
+                "key_reloads_total",
+                "Key file changes seen, by result (error keeps the previous keys).",
+            ),
+            &["result"],
+        )
+        .unwrap();
+        for result in ["ok", "error"] {
+            key_reloads.with_label_values(&[result]);
+        }
+        for label in VERIFY_LABELS {
+            verified.with_label_values(&[label]);
+        }
+        for kind in ErrorKind::ALL {
+            refused.with_label_values(&[kind.as_str()]);
+        }
+        for failure in SealFailure::ALL {
+            seal_failures.with_label_values(&[failure.as_str()]);
+        }
+        for route in [Route::Mcp, Route::Passthrough] {
+            requests.with_label_values(&[route.as_str()]);
+        }
+        for collector in [
+            Box::new(sealed.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(verified.clone()),
+            Box::new(refused.clone()),
+            Box::new(seal_failures.clone()),
+            Box::new(input_responses_dropped.clone()),
+            Box::new(requests.clone()),
+            Box::new(request_duration.clone()),
+            Box::new(in_flight.clone()),
+            Box::new(key_reloads.clone()),
+        ] {
+            registry
+                .register(collector)
+                .expect("metric names are unique");
+        }
+        Self {
+            registry,
+            sealed,
+            verified,
+            refused,
+            seal_failures,
+            input_responses_dropped,
+            requests,
+            request_duration,
+            in_flight,
+            key_reloads,
+        }
+    }
+
+    pub fn key_reload(&self, ok: bool) {
+        self.key_reloads
+            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .inc();
+    }
+
+    pub fn sealed(&self) {
+        self.sealed.inc();
+    }
+
+    pub fn verified(&self, result: VerifyResult) {
+        self.verified.with_label_values(&[result.as_str()]).inc();
+    }
+
+    pub fn refused(&self, kind: ErrorKind) {
+        self.refused.with_label_values(&[kind.as_str()]).inc();
+    }
+
+    pub fn seal_failed(&self, failure: SealFailure) {
+        self.seal_failures
+            .with_label_values(&[failure.as_str()])
+            .inc();
+    }
+
+    pub fn input_responses_dropped(&self, n: usize) {
+        self.input_responses_dropped.inc_by(n as u64);
+    }
+
+    pub fn request(&self, route: Route) {
+        self.requests.with_label_values(&[route.as_str()]).inc();
+    }
+
+    pub fn observe_duration(&self, seconds: f64) {
+        self.request_duration.observe(seconds);
+    }
+
+    pub fn in_flight(&self) -> &IntGauge {
+        &self.in_flight
+    }
+
+    /// The registry, for components that add their own families.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Text exposition format 0.0.4.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("encoding to a Vec cannot fail");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+
+    /// Read one counter value back (tests and health checks).
+    pub fn verified_count(&self, label: &str) -> u64 {
+        self.verified.with_label_values(&[label]).get()
+    }
+
+    pub fn refused_count(&self, kind: ErrorKind) -> u64 {
+        self.refused.with_label_values(&[kind.as_str()]).get()
+    }
+
+    pub fn seal_failure_count(&self, failure: SealFailure) -> u64 {
+        self.seal_failures
+            .with_label_values(&[failure.as_str()])
+            .get()
+    }
+
+    pub fn sealed_count(&self) -> u64 {
+        self.sealed.get()
+    }
+
+    pub fn input_responses_dropped_count(&self) -> u64 {
+        self.input_responses_dropped.get()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_names_are_exposed_with_every_label_at_zero() {
+        let m = Metrics::new();
+        let text = m.render();
+        assert!(text.contains("mcp_state_guard_state_sealed_total 0"));
+        for label in VERIFY_LABELS {
+            assert!(
+                text.contains(&format!(
+                    "mcp_state_guard_state_verified_total{{result=\"{label}\"}} 0"
+                )),
+                "{label}"
+            );
+        }
+        m.verified(VerifyResult::Rejected(Reject::Binding));
+        m.sealed();
+        let text = m.render();
+        assert!(text.contains("mcp_state_guard_state_verified_total{result=\"binding\"} 1"));
+        assert!(text.contains("mcp_state_guard_state_sealed_total 1"));
+    }
+
+    #[test]
+    fn every_reject_reason_is_a_contract_label() {
+        for r in Reject::ALL {
+            assert!(VERIFY_LABELS.contains(&r.as_str()));
+        }
+    }
+}

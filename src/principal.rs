@@ -1,0 +1,121 @@
+//! Who is calling: the identity a token is bound to.
+//!
+//! Invariant: an identity is taken only from the configured source and is unambiguous
+//! (one header value, valid UTF-8, non-empty); a request whose identity cannot be read
+//! is refused, never treated as anonymous. With `header`, the identity header is removed
+//! before forwarding unless configured otherwise, so the upstream cannot be confused by a
+//! value this sidecar did not vouch for.
+
+use crate::error::ProxyError;
+use http::{HeaderMap, HeaderName};
+
+/// A configured identity source.
+#[derive(Debug, Clone)]
+pub enum PrincipalSource {
+    /// Tokens are not bound to a caller.
+    None,
+    /// The identity a trusted front proxy put in `header` (e.g. `x-forwarded-user`).
+    Header { name: HeaderName, forward: bool },
+}
+
+impl PrincipalSource {
+    /// The principal string of this request (design §3: the header value exactly as
+    /// received), or `None` when the request carries no identity.
+    pub fn identify(&self, headers: &HeaderMap) -> Result<Option<String>, ProxyError> {
+        match self {
+            PrincipalSource::None => Ok(None),
+            PrincipalSource::Header { name, .. } => {
+                let mut values = headers.get_all(name).iter();
+                let Some(value) = values.next() else {
+                    return Ok(None);
+                };
+                if values.next().is_some() {
+                    return Err(ProxyError::PrincipalHeader("identity header repeated"));
+                }
+                let text = std::str::from_utf8(value.as_bytes())
+                    .map_err(|_| ProxyError::PrincipalHeader("identity header is not UTF-8"))?;
+                if text.is_empty() {
+                    return Err(ProxyError::PrincipalHeader("identity header is empty"));
+                }
+                Ok(Some(text.to_owned()))
+            }
+        }
+    }
+
+    /// Remove what the upstream must not see.
+    pub fn strip(&self, headers: &mut HeaderMap) {
+        if let PrincipalSource::Header {
+            name,
+            forward: false,
+        } = self
+        {
+            headers.remove(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn source() -> PrincipalSource {
+        PrincipalSource::Header {
+            name: HeaderName::from_static("x-forwarded-user"),
+            forward: false,
+        }
+    }
+
+    #[test]
+    fn header_identity_is_taken_verbatim() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-user",
+            HeaderValue::from_static(" Alice@Example.com"),
+        );
+        assert_eq!(
+            source().identify(&h).unwrap().as_deref(),
+            Some(" Alice@Example.com")
+        );
+        let utf8 = HeaderValue::from_bytes("zoë".as_bytes()).unwrap();
+        h.insert("x-forwarded-user", utf8);
+        assert_eq!(source().identify(&h).unwrap().as_deref(), Some("zoë"));
+        assert_eq!(source().identify(&HeaderMap::new()).unwrap(), None);
+        assert_eq!(PrincipalSource::None.identify(&h).unwrap(), None);
+    }
+
+    #[test]
+    fn ambiguous_identities_are_refused() {
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-user", HeaderValue::from_static("alice"));
+        h.append("x-forwarded-user", HeaderValue::from_static("bob"));
+        assert!(matches!(
+            source().identify(&h),
+            Err(ProxyError::PrincipalHeader(_))
+        ));
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-user", HeaderValue::from_static(""));
+        assert!(source().identify(&h).is_err());
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-user",
+            HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        );
+        assert!(source().identify(&h).is_err());
+    }
+
+    #[test]
+    fn strip_respects_forwarding() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-user", HeaderValue::from_static("alice"));
+        source().strip(&mut h);
+        assert!(h.is_empty());
+        h.insert("x-forwarded-user", HeaderValue::from_static("alice"));
+        PrincipalSource::Header {
+            name: HeaderName::from_static("x-forwarded-user"),
+            forward: true,
+        }
+        .strip(&mut h);
+        assert_eq!(h.len(), 1);
+    }
+}

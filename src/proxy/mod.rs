@@ -1,0 +1,281 @@
+//! The data path, phase by phase: [`request`] (the gate and the inbound state check),
+//! [`upstream`] (the forwarded request and its timeouts), [`response`] (sealing what
+//! comes back, JSON or SSE).
+//!
+//! Invariant: [`Proxy::handle`] cannot fail; [`Proxy::forward`] can, and its error is
+//! turned into a response in exactly one place, with the request id when it is known.
+
+pub mod request;
+pub mod response;
+pub mod upstream;
+
+use crate::error::ProxyError;
+use crate::jsonrpc::Id;
+use crate::metrics::{Metrics, Route, SealFailure};
+use crate::principal::PrincipalSource;
+use crate::sse::SseRewriteBody;
+use crate::token::StateSealer;
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body as _, Incoming};
+use response::{SealContext, Sealer};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+use upstream::{BoxError, ProxyBody, Upstream};
+
+/// Size limits of the data path.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_event_bytes: usize,
+    pub max_state_bytes: usize,
+}
+
+impl Limits {
+    /// No token this sidecar mints for a state of `max_state_bytes` is longer than this
+    /// (claims overhead, JSON escaping of every byte at worst 6×, base64 4/3).
+    pub fn max_token_bytes(&self) -> usize {
+        (self.max_state_bytes * 6 + 4096) * 4 / 3
+    }
+}
+
+/// A failure with the id of the request it answers, when known.
+pub struct Failure {
+    pub id: Option<Id>,
+    pub error: ProxyError,
+}
+
+impl Failure {
+    fn anonymous(error: ProxyError) -> Self {
+        Self { id: None, error }
+    }
+}
+
+impl From<ProxyError> for Failure {
+    fn from(error: ProxyError) -> Self {
+        Self::anonymous(error)
+    }
+}
+
+/// Everything a request needs, shared by all connections.
+pub struct Proxy {
+    pub(crate) sealer: Arc<StateSealer>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) principal: PrincipalSource,
+    pub(crate) upstream: Upstream,
+    pub(crate) limits: Limits,
+    pub(crate) passthrough_paths: HashSet<String>,
+}
+
+impl Proxy {
+    /// Serve one request. Never fails: errors become JSON-RPC error responses here.
+    pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
+        let started = Instant::now();
+        self.metrics.in_flight().inc();
+        let response = match self.forward(request).await {
+            Ok(response) => response,
+            Err(Failure { id, error }) => {
+                let kind = error.kind();
+                self.metrics.refused(kind);
+                if kind.is_upstream() {
+                    tracing::warn!(kind = kind.as_str(), error = %error, cause = ?std::error::Error::source(&error), "upstream failure");
+                } else if kind != crate::error::ErrorKind::InvalidState {
+                    // Refused states were logged with their reason where they were opened.
+                    tracing::info!(kind = kind.as_str(), error = %error, "request refused");
+                }
+                error
+                    .into_response::<Full>(id.as_ref())
+                    .map(|b| b.map_err(|never| match never {}).boxed())
+            }
+        };
+        self.metrics
+            .observe_duration(started.elapsed().as_secs_f64());
+        self.metrics.in_flight().dec();
+        response
+    }
+
+    async fn forward(&self, request: Request<Incoming>) -> Result<Response<ProxyBody>, Failure> {
+        let (mut parts, body) = request.into_parts();
+        if self.passthrough_paths.contains(parts.uri.path()) {
+            self.metrics.request(Route::Passthrough);
+            return self
+                .send_untouched(parts, body.map_err(BoxError::from).boxed())
+                .await;
+        }
+        if parts.method != Method::POST {
+            // 2025-era GET streams and DELETEs pass through, streaming; a body on them
+            // would be forwarded unexamined, so there must be none.
+            if !body.is_end_stream() {
+                return Err(ProxyError::BodyNotAllowed(parts.method).into());
+            }
+            self.metrics.request(Route::Passthrough);
+            let principal = self.principal.identify(&parts.headers)?;
+            self.principal.strip(&mut parts.headers);
+            let context = SealContext::new(None, None, None, principal);
+            return self.exchange(parts, empty(), context).await;
+        }
+        self.metrics.request(Route::Mcp);
+        let principal = self.principal.identify(&parts.headers)?;
+        let admitted = self.admit(&parts.headers, body, principal).await?;
+        self.principal.strip(&mut parts.headers);
+        parts.headers.insert(
+            header::CONTENT_LENGTH,
+            HeaderValue::from(admitted.body.len()),
+        );
+        let body = http_body_util::Full::new(admitted.body)
+            .map_err(|never| match never {})
+            .boxed();
+        self.exchange(parts, body, admitted.context).await
+    }
+
+    /// Forward a configured passthrough request and its response without inspection.
+    async fn send_untouched(
+        &self,
+        mut parts: http::request::Parts,
+        body: ProxyBody,
+    ) -> Result<Response<ProxyBody>, Failure> {
+        parts.uri = self.upstream.uri_for(&parts.uri);
+        self.upstream.prepare_headers(&mut parts.headers);
+        let response = self.upstream.send(Request::from_parts(parts, body)).await?;
+        let (mut parts, body) = response.into_parts();
+        upstream::strip_hop_by_hop(&mut parts.headers);
+        Ok(Response::from_parts(
+            parts,
+            body.map_err(BoxError::from).boxed(),
+        ))
+    }
+
+    /// Send to the upstream and make its response safe for the client.
+    async fn exchange(
+        &self,
+        mut parts: http::request::Parts,
+        body: ProxyBody,
+        context: SealContext,
+    ) -> Result<Response<ProxyBody>, Failure> {
+        let id = context.id.clone();
+        parts.uri = self.upstream.uri_for(&parts.uri);
+        self.upstream.prepare_headers(&mut parts.headers);
+        let response = self
+            .upstream
+            .send(Request::from_parts(parts, body))
+            .await
+            .map_err(|error| Failure {
+                id: id.clone(),
+                error,
+            })?;
+        let sealer = Sealer {
+            sealer: self.sealer.clone(),
+            metrics: self.metrics.clone(),
+            max_state_bytes: self.limits.max_state_bytes,
+            context,
+        };
+        self.seal_response(response, sealer)
+            .await
+            .map_err(|error| Failure { id, error })
+    }
+
+    async fn seal_response(
+        &self,
+        response: Response<Incoming>,
+        sealer: Sealer,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let (mut parts, body) = response.into_parts();
+        upstream::strip_hop_by_hop(&mut parts.headers);
+        let kind = BodyKind::of(&parts.headers, &body);
+        let compressed = parts
+            .headers
+            .get(header::CONTENT_ENCODING)
+            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+        if compressed && kind != BodyKind::Opaque {
+            // We asked for identity; a compressed MCP body cannot be inspected.
+            return Err(sealer.failure(SealFailure::UnsupportedEncoding));
+        }
+        match kind {
+            BodyKind::Empty | BodyKind::Opaque => Ok(Response::from_parts(
+                parts,
+                body.map_err(BoxError::from).boxed(),
+            )),
+            BodyKind::Unknown => Err(sealer.failure(SealFailure::UnknownContentType)),
+            BodyKind::Json => {
+                let bytes = match Limited::new(body, self.limits.max_body_bytes)
+                    .collect()
+                    .await
+                {
+                    Ok(collected) => collected.to_bytes(),
+                    Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                        return Err(sealer.failure(SealFailure::ResponseTooLarge));
+                    }
+                    Err(_) => return Err(sealer.failure(SealFailure::UpstreamBodyError)),
+                };
+                match sealer.seal_json(&bytes) {
+                    Ok(Some(sealed)) => Ok(response::with_body(parts, sealed)),
+                    Ok(None) => Ok(response::with_body(parts, bytes)),
+                    Err(failure) => Err(sealer.failure(failure)),
+                }
+            }
+            BodyKind::EventStream => {
+                parts.headers.remove(header::CONTENT_LENGTH);
+                let body = SseRewriteBody::new(body, sealer, self.limits.max_event_bytes)
+                    .map_err(|never| match never {});
+                Ok(Response::from_parts(parts, body.boxed()))
+            }
+        }
+    }
+}
+
+type Full = http_body_util::Full<Bytes>;
+
+fn empty() -> ProxyBody {
+    http_body_util::Empty::new()
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// How a response body must be treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyKind {
+    /// No body at all (202, 204, a 405 with nothing in it).
+    Empty,
+    /// JSON: parsed whole and sealed.
+    Json,
+    /// Server-sent events: framed and sealed event by event, streaming.
+    EventStream,
+    /// A declared non-JSON type (text/plain error pages): no client reads JSON-RPC from it.
+    Opaque,
+    /// A body with no content type: it could be JSON to a sniffing client.
+    Unknown,
+}
+
+impl BodyKind {
+    fn of(headers: &http::HeaderMap, body: &Incoming) -> Self {
+        let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
+            return if body.is_end_stream() {
+                BodyKind::Empty
+            } else {
+                BodyKind::Unknown
+            };
+        };
+        let essence = content_type
+            .to_str()
+            .unwrap_or_default()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        if essence == "text/event-stream" {
+            BodyKind::EventStream
+        } else if essence == "application/json"
+            || (essence.starts_with("application/") && essence.ends_with("+json"))
+        {
+            BodyKind::Json
+        } else if body.is_end_stream() {
+            BodyKind::Empty
+        } else {
+            BodyKind::Opaque
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! The request gate: what a POSTed MCP message must be before anything is forwarded,
+//! and the inbound half of the state boundary.
+//!
+//! Invariant: the upstream receives the re-serialised message this gate parsed and
+//! checked, never the client's bytes; a `requestState` in it is the plaintext of a token
+//! this sidecar verified for this very request, and `inputResponses` holds only what the
+//! minting round asked for.
+
+use super::response::SealContext;
+use super::{Failure, Proxy};
+use crate::error::ProxyError;
+use crate::jsonrpc::{self, Message, ParseError};
+use crate::metrics::VerifyResult;
+use crate::token::{Opened, Reject, RequestBinding};
+use base64_simd::STANDARD;
+use bytes::Bytes;
+use http::HeaderMap;
+use http::header::{self, HeaderName};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::{Map, Value};
+
+/// A message admitted by the gate.
+pub struct Admitted {
+    /// The re-serialised message to forward.
+    pub body: Bytes,
+    /// What the response needs to seal a state for this request.
+    pub context: SealContext,
+}
+
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+
+impl Proxy {
+    /// Run every check on a POSTed message and open its `requestState`.
+    pub(super) async fn admit(
+        &self,
+        headers: &HeaderMap,
+        body: Incoming,
+        principal: Option<String>,
+    ) -> Result<Admitted, Failure> {
+        check_content_headers(headers).map_err(Failure::anonymous)?;
+        let bytes = read_body(headers, body, self.limits.max_body_bytes)
+            .await
+            .map_err(Failure::anonymous)?;
+        let mut value = jsonrpc::parse_strict(&bytes).map_err(|e| Failure::anonymous(e.into()))?;
+        let message = jsonrpc::classify(&value).map_err(|e| Failure::anonymous(e.into()))?;
+        let id = message.id().cloned();
+        let fail = |error: ProxyError| Failure {
+            id: id.clone(),
+            error,
+        };
+        check_mcp_headers(headers, &message).map_err(fail)?;
+        let (method, params) = match message {
+            Message::Call { method, params, .. } => (Some(method), params),
+            Message::Response { .. } => (None, None),
+        };
+        if let (Some(method), Some(mut params)) = (method.as_deref(), params)
+            && self
+                .open_state(method, &mut params, principal.as_deref())
+                .map_err(fail)?
+        {
+            value["params"] = Value::Object(params);
+        }
+        let body = Bytes::from(serde_json::to_vec(&value).expect("a parsed value serialises"));
+        // The params the upstream sees are the ones the response binds to.
+        let params = value
+            .get_mut("params")
+            .and_then(Value::as_object_mut)
+            .map(std::mem::take);
+        Ok(Admitted {
+            body,
+            context: SealContext::new(id, method, params, principal),
+        })
+    }
+
+    /// Verify and unwrap `params.requestState` in place. Returns whether params changed.
+    fn open_state(
+        &self,
+        method: &str,
+        params: &mut Map<String, Value>,
+        principal: Option<&str>,
+    ) -> Result<bool, ProxyError> {
+        let token = match params.get("requestState") {
+            None => return Ok(false),
+            // The reference treats an explicit null as absent; so does the upstream after us.
+            Some(Value::Null) => {
+                params.remove("requestState");
+                return Ok(true);
+            }
+            Some(Value::String(token)) => token,
+            Some(_) => {
+                return Err(self.refuse_state(
+                    method,
+                    Reject::Malformed,
+                    "non-string requestState",
+                ));
+            }
+        };
+        if token.len() > self.limits.max_token_bytes() {
+            return Err(self.refuse_state(
+                method,
+                Reject::Malformed,
+                "token longer than any this sidecar mints",
+            ));
+        }
+        let binding = RequestBinding::of(method, Some(params))
+            .map_err(|_| ProxyError::Parse(ParseError::Params))?;
+        let opened = match self.sealer.open(token, &binding, principal) {
+            Ok(opened) => opened,
+            Err(rejection) => {
+                return Err(self.refuse_state(method, rejection.reason, rejection.detail));
+            }
+        };
+        self.metrics.verified(VerifyResult::Ok);
+        self.filter_input_responses(params, &opened)?;
+        params.insert("requestState".into(), Value::String(opened.state));
+        Ok(true)
+    }
+
+    fn refuse_state(&self, method: &str, reason: Reject, detail: &'static str) -> ProxyError {
+        self.metrics.verified(VerifyResult::Rejected(reason));
+        tracing::warn!(
+            method,
+            reason = reason.as_str(),
+            detail,
+            "requestState refused"
+        );
+        ProxyError::InvalidState { reason, detail }
+    }
+
+    /// Drop `inputResponses` entries the minting round did not ask for: the spec says
+    /// servers should ignore them, and legacy servers often trust them.
+    fn filter_input_responses(
+        &self,
+        params: &mut Map<String, Value>,
+        opened: &Opened,
+    ) -> Result<(), ProxyError> {
+        let Some(asked) = &opened.asked else {
+            return Ok(());
+        };
+        match params.get_mut("inputResponses") {
+            None | Some(Value::Null) => Ok(()),
+            Some(Value::Object(responses)) => {
+                let before = responses.len();
+                responses.retain(|key, _| asked.iter().any(|a| a == key));
+                let dropped = before - responses.len();
+                if dropped > 0 {
+                    self.metrics.input_responses_dropped(dropped);
+                    tracing::info!(dropped, "dropped inputResponses the round did not ask for");
+                }
+                Ok(())
+            }
+            Some(_) => Err(ProxyError::InputResponses),
+        }
+    }
+}
+
+/// `Content-Type` must be JSON (UTF-8), `Content-Encoding` absent or identity.
+fn check_content_headers(headers: &HeaderMap) -> Result<(), ProxyError> {
+    let mut types = headers.get_all(header::CONTENT_TYPE).iter();
+    let content_type = types
+        .next()
+        .and_then(|v| v.to_str().ok())
+        .ok_or(ProxyError::ContentType)?;
+    if types.next().is_some() {
+        return Err(ProxyError::ContentType);
+    }
+    let mut parts = content_type.split(';');
+    let essence = parts.next().unwrap_or_default().trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(ProxyError::ContentType);
+    }
+    for param in parts {
+        let (name, value) = param.split_once('=').ok_or(ProxyError::ContentType)?;
+        if name.trim().eq_ignore_ascii_case("charset")
+            && !value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        {
+            return Err(ProxyError::ContentType);
+        }
+    }
+    for encoding in headers.get_all(header::CONTENT_ENCODING) {
+        let identity = encoding.to_str().is_ok_and(|v| {
+            v.split(',')
+                .all(|e| e.trim().eq_ignore_ascii_case("identity"))
+        });
+        if !identity {
+            return Err(ProxyError::ContentEncoding);
+        }
+    }
+    Ok(())
+}
+
+/// Read the whole body, refusing more than `limit` bytes (before reading any, when the
+/// client declares its length).
+async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<Bytes, ProxyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ProxyError::BodyTooLarge { limit });
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ProxyError::BodyTooLarge { limit })
+        }
+        Err(_) => Err(ProxyError::BodyRead),
+    }
+}
+
+/// The MCP 2026 routing headers must agree with the body and appear at most once, or a
+/// router in front of the upstream and the upstream itself could see different requests.
+fn check_mcp_headers(headers: &HeaderMap, message: &Message) -> Result<(), ProxyError> {
+    let single = |name: &HeaderName, label: &'static str| -> Result<Option<&[u8]>, ProxyError> {
+        let mut values = headers.get_all(name).iter();
+        let first = values.next().map(|v| v.as_bytes());
+        if values.next().is_some() {
+            return Err(ProxyError::HeaderMismatch(label));
+        }
+        Ok(first)
+    };
+    single(&MCP_PROTOCOL_VERSION, "mcp-protocol-version")?;
+    let method_header = single(&MCP_METHOD, "mcp-method")?;
+    let name_header = single(&MCP_NAME, "mcp-name")?;
+    let Message::Call { method, params, .. } = message else {
+        if method_header.is_some() || name_header.is_some() {
+            return Err(ProxyError::HeaderMismatch("mcp-method"));
+        }
+        return Ok(());
+    };
+    if method_header.is_some_and(|h| h != method.as_bytes()) {
+        return Err(ProxyError::HeaderMismatch("mcp-method"));
+    }
+    if let Some(raw) = name_header {
+        let field = match method.as_str() {
+            "tools/call" | "prompts/get" => "name",
+            "resources/read" => "uri",
+            _ => return Err(ProxyError::HeaderMismatch("mcp-name")),
+        };
+        let target = params
+            .as_ref()
+            .and_then(|p| p.get(field))
+            .and_then(Value::as_str);
+        let decoded = decode_header_value(raw).ok_or(ProxyError::HeaderMismatch("mcp-name"))?;
+        if target.map(str::as_bytes) != Some(&decoded[..]) {
+            return Err(ProxyError::HeaderMismatch("mcp-name"));
+        }
+    }
+    Ok(())
+}
+
+/// MCP header values that are not plain printable ASCII travel as `=?base64?<b64>?=`.
+fn decode_header_value(raw: &[u8]) -> Option<Vec<u8>> {
+    match raw
+        .strip_prefix(b"=?base64?")
+        .and_then(|r| r.strip_suffix(b"?="))
+    {
+        Some(encoded) => STANDARD.decode_to_vec(encoded).ok(),
+        None => Some(raw.to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use serde_json::json;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn content_headers() {
+        assert!(check_content_headers(&headers(&[("content-type", "application/json")])).is_ok());
+        assert!(
+            check_content_headers(&headers(&[(
+                "content-type",
+                "Application/JSON; charset=UTF-8"
+            )]))
+            .is_ok()
+        );
+        for bad in [
+            vec![("content-type", "text/plain")],
+            vec![],
+            vec![("content-type", "application/json; charset=latin1")],
+            vec![
+                ("content-type", "application/json"),
+                ("content-type", "text/plain"),
+            ],
+            vec![("content-type", "application/jsonx")],
+        ] {
+            assert!(
+                matches!(
+                    check_content_headers(&headers(&bad)),
+                    Err(ProxyError::ContentType)
+                ),
+                "{bad:?}"
+            );
+        }
+        for encoding in ["gzip", "identity, gzip", "br"] {
+            let h = headers(&[
+                ("content-type", "application/json"),
+                ("content-encoding", encoding),
+            ]);
+            assert!(
+                matches!(check_content_headers(&h), Err(ProxyError::ContentEncoding)),
+                "{encoding}"
+            );
+        }
+        let h = headers(&[
+            ("content-type", "application/json"),
+            ("content-encoding", "identity"),
+        ]);
+        assert!(check_content_headers(&h).is_ok());
+    }
+
+    fn call(method: &str, params: Value) -> Message {
+        jsonrpc::classify(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .unwrap()
+    }
+
+    #[test]
+    fn mcp_headers_must_agree() {
+        let m = call("tools/call", json!({"name": "provision"}));
+        assert!(
+            check_mcp_headers(
+                &headers(&[("mcp-method", "tools/call"), ("mcp-name", "provision")]),
+                &m
+            )
+            .is_ok()
+        );
+        assert!(check_mcp_headers(&headers(&[]), &m).is_ok());
+        for bad in [
+            vec![("mcp-method", "tools/list")],
+            vec![("mcp-name", "deprovision")],
+            vec![("mcp-method", "tools/call"), ("mcp-method", "tools/call")],
+            vec![("mcp-name", "provision"), ("mcp-name", "provision")],
+            vec![
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-protocol-version", "2025-11-25"),
+            ],
+            vec![("mcp-name", "=?base64?!!?=")],
+        ] {
+            assert!(
+                matches!(
+                    check_mcp_headers(&headers(&bad), &m),
+                    Err(ProxyError::HeaderMismatch(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        let r = call("resources/read", json!({"uri": "config://é"}));
+        let encoded = format!(
+            "=?base64?{}?=",
+            STANDARD.encode_to_string("config://é".as_bytes())
+        );
+        assert!(check_mcp_headers(&headers(&[("mcp-name", &encoded)]), &r).is_ok());
+        let list = call("tools/list", json!({}));
+        assert!(check_mcp_headers(&headers(&[("mcp-name", "x")]), &list).is_err());
+    }
+}

@@ -1,0 +1,271 @@
+//! The outbound half of the state boundary: every `requestState` in an upstream result
+//! is sealed before the client sees it, in JSON bodies and in SSE streams.
+//!
+//! Invariant: no upstream byte that could carry a plaintext `requestState` reaches the
+//! client unexamined. A JSON or SSE body is parsed strictly; a state is replaced by a
+//! token bound to the request that produced it; anything that cannot be made safe (a
+//! non-string state, an oversized one, a body that does not parse, a compressed body)
+//! becomes a JSON-RPC internal error instead, counted and logged.
+
+use super::upstream::ProxyBody;
+use crate::error::ProxyError;
+use crate::jsonrpc::{self, Id};
+use crate::metrics::{Metrics, SealFailure};
+use crate::sse::{EventRewriter, Rewrite, event_data};
+use crate::token::{RequestBinding, SealOptions, StateSealer};
+use bytes::{Bytes, BytesMut};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// What sealing a response needs to know about its request.
+pub struct SealContext {
+    pub id: Option<Id>,
+    method: Option<String>,
+    params: Option<Map<String, Value>>,
+    principal: Option<String>,
+}
+
+impl SealContext {
+    pub fn new(
+        id: Option<Id>,
+        method: Option<String>,
+        params: Option<Map<String, Value>>,
+        principal: Option<String>,
+    ) -> Self {
+        Self {
+            id,
+            method,
+            params,
+            principal,
+        }
+    }
+
+    /// A response that answers no request the sidecar parsed (a GET stream, say):
+    /// a state in it cannot be bound, so it cannot be let through.
+    pub fn unbound() -> Self {
+        Self::new(None, None, None, None)
+    }
+}
+
+/// Seals states in one response (a JSON body, or every event of an SSE stream).
+pub struct Sealer {
+    pub(super) sealer: Arc<StateSealer>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) max_state_bytes: usize,
+    pub(super) context: SealContext,
+}
+
+impl Sealer {
+    /// Seal every `requestState` in a parsed JSON-RPC message (or batch). Returns whether
+    /// anything changed.
+    pub fn seal_value(&self, value: &mut Value) -> Result<bool, SealFailure> {
+        match value {
+            Value::Array(items) => {
+                let mut changed = false;
+                for item in items {
+                    changed |= self.seal_value(item)?;
+                }
+                Ok(changed)
+            }
+            Value::Object(message) => self.seal_message(message),
+            _ => Ok(false),
+        }
+    }
+
+    fn seal_message(&self, message: &mut Map<String, Value>) -> Result<bool, SealFailure> {
+        jsonrpc::check_reserved(
+            message,
+            &["jsonrpc", "id", "method", "params", "result", "error"],
+        )
+        .map_err(|_| SealFailure::AmbiguousKey)?;
+        // A server→client request or notification carries no state of ours; one that
+        // does cannot be bound to anything.
+        if let Some(Value::Object(params)) = message.get("params") {
+            jsonrpc::check_result_fields(params).map_err(|_| SealFailure::AmbiguousKey)?;
+            if params.get("requestState").is_some_and(|s| !s.is_null()) {
+                return Err(SealFailure::NoRequestContext);
+            }
+        }
+        let Some(Value::Object(result)) = message.get_mut("result") else {
+            return Ok(false);
+        };
+        jsonrpc::check_result_fields(result).map_err(|_| SealFailure::AmbiguousKey)?;
+        let state = match result.get("requestState") {
+            None | Some(Value::Null) => return Ok(false),
+            Some(Value::String(state)) => state,
+            Some(_) => return Err(SealFailure::NonStringState),
+        };
+        if state.len() > self.max_state_bytes {
+            return Err(SealFailure::StateTooLarge);
+        }
+        let (Some(method), params) = (&self.context.method, &self.context.params) else {
+            return Err(SealFailure::NoRequestContext);
+        };
+        let binding = RequestBinding::of(method, params.as_ref())
+            .map_err(|_| SealFailure::NoRequestContext)?;
+        let asked: Option<Vec<String>> = match result.get("inputRequests") {
+            Some(Value::Object(requests)) => Some(requests.keys().cloned().collect()),
+            _ => Some(Vec::new()),
+        };
+        let options = SealOptions {
+            principal: self.context.principal.as_deref(),
+            single_use: false,
+            asked: asked.as_deref(),
+        };
+        let token = self.sealer.seal(state, &binding, &options);
+        result.insert("requestState".into(), Value::String(token));
+        self.metrics.sealed();
+        Ok(true)
+    }
+
+    /// Make a whole JSON body safe: the sealed body, or the failure.
+    pub fn seal_json(&self, body: &[u8]) -> Result<Option<Bytes>, SealFailure> {
+        let mut value = jsonrpc::parse_strict(body).map_err(|_| SealFailure::UnparseableBody)?;
+        if self.seal_value(&mut value)? {
+            Ok(Some(Bytes::from(
+                serde_json::to_vec(&value).expect("a parsed value serialises"),
+            )))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Count, log, and build the internal error that replaces an unsafe response.
+    pub fn failure(&self, failure: SealFailure) -> ProxyError {
+        self.metrics.seal_failed(failure);
+        tracing::error!(
+            method = self.context.method.as_deref().unwrap_or("-"),
+            reason = failure.as_str(),
+            "upstream response withheld: its requestState cannot be sealed"
+        );
+        ProxyError::UpstreamResponse(failure.as_str())
+    }
+
+    /// The SSE event that replaces an unsafe one and ends the stream.
+    fn error_event(&self, failure: SealFailure) -> Bytes {
+        let body = self.failure(failure).jsonrpc_body(self.context.id.as_ref());
+        let mut event = BytesMut::with_capacity(body.len() + 32);
+        event.extend_from_slice(b"event: message\r\ndata: ");
+        event.extend_from_slice(&body);
+        event.extend_from_slice(b"\r\n\r\n");
+        event.freeze()
+    }
+}
+
+impl EventRewriter for Sealer {
+    fn rewrite(&mut self, event: &[u8]) -> Rewrite {
+        let Some(data) = event_data(event) else {
+            return Rewrite::Keep;
+        };
+        if data.iter().all(u8::is_ascii_whitespace) {
+            // Priming events and keep-alives carry no message.
+            return Rewrite::Keep;
+        }
+        let mut value = match jsonrpc::parse_strict(&data) {
+            Ok(value) => value,
+            Err(_) => {
+                return Rewrite::ReplaceAndEnd(self.error_event(SealFailure::UnparseableBody));
+            }
+        };
+        match self.seal_value(&mut value) {
+            Ok(false) => Rewrite::Keep,
+            Ok(true) => {
+                let data = serde_json::to_vec(&value).expect("a parsed value serialises");
+                Rewrite::Replace(replace_data(event, &data))
+            }
+            Err(failure) => Rewrite::ReplaceAndEnd(self.error_event(failure)),
+        }
+    }
+
+    fn fail(&mut self, reason: &'static str) -> Bytes {
+        let failure = if reason.contains("large") {
+            SealFailure::EventTooLarge
+        } else {
+            SealFailure::UpstreamBodyError
+        };
+        self.error_event(failure)
+    }
+
+    fn finish(&mut self, leftover: &[u8]) -> Rewrite {
+        // An unterminated last event: most clients drop it, lenient ones may not, so it
+        // gets the same scrutiny as a complete one.
+        self.rewrite(leftover)
+    }
+}
+
+/// Rebuild an event with `data` as its only data line, where the first one stood; every
+/// other line (`event:`, `id:`, `retry:`, comments) and every line ending is kept.
+pub fn replace_data(event: &[u8], data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(event.len() + data.len());
+    let mut written = false;
+    for line in split_lines_inclusive(event) {
+        let content = line
+            .strip_suffix(b"\r\n")
+            .or_else(|| line.strip_suffix(b"\n"))
+            .or_else(|| line.strip_suffix(b"\r"))
+            .unwrap_or(line);
+        let ending = &line[content.len()..];
+        let is_data = content == b"data" || content.starts_with(b"data:");
+        if !is_data {
+            out.extend_from_slice(line);
+        } else if !written {
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(data);
+            out.extend_from_slice(if ending.is_empty() { b"\r\n" } else { ending });
+            written = true;
+        }
+    }
+    out.freeze()
+}
+
+/// Lines with their terminators (`\r\n`, `\n` or `\r`).
+fn split_lines_inclusive(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = bytes;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            None => rest.len(),
+            Some(i) if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') => i + 2,
+            Some(i) => i + 1,
+        };
+        let (line, tail) = rest.split_at(end);
+        rest = tail;
+        Some(line)
+    })
+}
+
+/// A whole-body response with a new body.
+pub fn with_body(mut parts: http::response::Parts, body: Bytes) -> http::Response<ProxyBody> {
+    use http_body_util::BodyExt;
+    parts
+        .headers
+        .insert(http::header::CONTENT_LENGTH, body.len().into());
+    http::Response::from_parts(
+        parts,
+        http_body_util::Full::new(body)
+            .map_err(|never| match never {})
+            .boxed(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replace_data_keeps_other_lines_and_endings() {
+        let event = b"event: message\r\nid: 7\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n";
+        assert_eq!(
+            &replace_data(event, b"{\"b\":2}")[..],
+            b"event: message\r\nid: 7\r\ndata: {\"b\":2}\r\n\r\n"
+        );
+        let event = b": c\ndata:x\n\n";
+        assert_eq!(&replace_data(event, b"y")[..], b": c\ndata: y\n\n");
+        let event = b"data: x";
+        assert_eq!(&replace_data(event, b"y")[..], b"data: y\r\n");
+        let event = b"data\rretry: 5\r\r";
+        assert_eq!(&replace_data(event, b"y")[..], b"data: y\rretry: 5\r\r");
+    }
+}

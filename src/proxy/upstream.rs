@@ -1,0 +1,183 @@
+//! The upstream leg: a pooled HTTP client, the request line and headers the upstream
+//! sees, and the timeouts that bound waiting for it.
+//!
+//! Invariant: the upstream receives the client's path and query under the configured
+//! base, `Host` set to its own authority, no hop-by-hop headers, and `accept-encoding:
+//! identity` (a compressed body could not be inspected and would have to be refused).
+
+use crate::error::ProxyError;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme, Uri};
+use http_body_util::combinators::BoxBody;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::time::Duration;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Every body the sidecar sends, to either side.
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
+
+/// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those the
+/// sidecar sets itself.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// The configured upstream and a connection pool to it.
+pub struct Upstream {
+    client: Client<HttpConnector, ProxyBody>,
+    scheme: Scheme,
+    authority: Authority,
+    host: HeaderValue,
+    base_path: String,
+    response_head_timeout: Duration,
+}
+
+impl Upstream {
+    /// `base` is an absolute `http://` URL, validated by the configuration.
+    pub fn new(base: &Uri, connect_timeout: Duration, response_head_timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
+        let authority = base
+            .authority()
+            .expect("validated: the upstream has a host")
+            .clone();
+        let host = HeaderValue::from_str(authority.as_str())
+            .expect("an authority is a valid header value");
+        Self {
+            client,
+            scheme: base.scheme().cloned().unwrap_or(Scheme::HTTP),
+            authority,
+            host,
+            base_path: base.path().trim_end_matches('/').to_owned(),
+            response_head_timeout,
+        }
+    }
+
+    /// The upstream URI for a client request target: base path ‖ path, query kept.
+    pub fn uri_for(&self, client_uri: &Uri) -> Uri {
+        let path_and_query = client_uri
+            .path_and_query()
+            .map_or("/", PathAndQuery::as_str);
+        let joined = format!("{}{}", self.base_path, path_and_query);
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(joined)
+            .build()
+            .expect("scheme, authority and a client path form a valid URI")
+    }
+
+    /// Rewrite client headers for the upstream hop (in place).
+    pub fn prepare_headers(&self, headers: &mut HeaderMap) {
+        strip_hop_by_hop(headers);
+        headers.insert(header::HOST, self.host.clone());
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+
+    /// Send a request and wait for the response head, bounded by the configured timeout.
+    pub async fn send(
+        &self,
+        request: http::Request<ProxyBody>,
+    ) -> Result<http::Response<Incoming>, ProxyError> {
+        match tokio::time::timeout(self.response_head_timeout, self.client.request(request)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(ProxyError::UpstreamUnavailable(e)),
+            Err(_) => Err(ProxyError::UpstreamTimeout(
+                self.response_head_timeout.as_millis() as u64,
+            )),
+        }
+    }
+}
+
+/// Remove hop-by-hop headers, including those the `Connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream(base: &str) -> Upstream {
+        Upstream::new(
+            &base.parse().unwrap(),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        )
+    }
+
+    #[tokio::test]
+    async fn paths_and_queries_are_kept_under_the_base() {
+        let u = upstream("http://127.0.0.1:3000");
+        assert_eq!(
+            u.uri_for(&"/mcp?x=1".parse().unwrap()).to_string(),
+            "http://127.0.0.1:3000/mcp?x=1"
+        );
+        assert_eq!(
+            u.uri_for(&"http://front:8080//MCP/".parse().unwrap())
+                .to_string(),
+            "http://127.0.0.1:3000//MCP/"
+        );
+        let u = upstream("http://127.0.0.1:3000/base/");
+        assert_eq!(
+            u.uri_for(&"/mcp".parse().unwrap()).to_string(),
+            "http://127.0.0.1:3000/base/mcp"
+        );
+    }
+
+    #[tokio::test]
+    async fn headers_for_the_upstream_hop() {
+        let u = upstream("http://127.0.0.1:3000");
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("public.example"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("gzip, br"),
+        );
+        h.insert("mcp-method", HeaderValue::from_static("tools/call"));
+        u.prepare_headers(&mut h);
+        assert_eq!(h.get(header::HOST).unwrap(), "127.0.0.1:3000");
+        assert_eq!(h.get(header::ACCEPT_ENCODING).unwrap(), "identity");
+        assert!(h.get("x-secret-hop").is_none());
+        assert!(h.get(header::CONNECTION).is_none());
+        assert!(h.get(header::TRANSFER_ENCODING).is_none());
+        assert_eq!(h.get("mcp-method").unwrap(), "tools/call");
+    }
+}

@@ -1,0 +1,74 @@
+//! Accepting connections: HTTP/1.1 and HTTP/2 (h2c) on one listener, and graceful drain.
+//!
+//! Invariant: after shutdown is signalled no new connection is accepted; connections in
+//! flight get until the drain deadline to finish (SSE streams never end on their own, so
+//! the deadline is what ends them), then they are closed.
+
+use crate::proxy::upstream::ProxyBody;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::future::Future;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Serve `handler` on `listener` until `shutdown` flips to true, then drain for at most
+/// `drain`.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    handler: H,
+    mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
+    name: &'static str,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(listener = name, error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let handler = handler.clone();
+                let service = service_fn(move |request| {
+                    let response = handler(request);
+                    async move { Ok::<_, Infallible>(response.await) }
+                });
+                let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            _ = stopped(&mut shutdown) => break,
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!(listener = name, "drained"),
+        _ = tokio::time::sleep(drain) => tracing::warn!(listener = name, drain_ms = drain.as_millis() as u64, "drain deadline reached; closing the remaining connections"),
+    }
+}
+
+/// Resolves once shutdown is signalled (or its sender is gone). The guard `wait_for`
+/// returns is not `Send`, so it is dropped here rather than held across a `select!`.
+pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
