@@ -51,6 +51,8 @@ pub enum ParseError {
     Target(&'static str),
     #[error("a message cannot be both a request and a response")]
     Mixed,
+    #[error("a response may not carry a requestState")]
+    StateInResponse,
 }
 
 impl ParseError {
@@ -72,7 +74,9 @@ impl ParseError {
             ParseError::DuplicateKey => "duplicate_key",
             ParseError::AmbiguousKey(_) => "ambiguous_key",
             ParseError::Batch => "batch",
-            ParseError::NotAnObject | ParseError::Mixed => "not_a_message",
+            ParseError::NotAnObject | ParseError::Mixed | ParseError::StateInResponse => {
+                "not_a_message"
+            }
             ParseError::Version => "version",
             ParseError::Method | ParseError::Id => "envelope",
             ParseError::Params | ParseError::Target(_) => "params",
@@ -256,8 +260,27 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
         }
         Some(_) => Err(ParseError::Method),
         None if is_response && object.contains_key("params") => Err(ParseError::Mixed),
-        None if is_response => id.map(|id| Message::Response { id }).ok_or(ParseError::Id),
+        None if is_response => {
+            // A client's answer to a server request never carries our state; one that
+            // does would reach the upstream unverified.
+            if let Some(Value::Object(result)) = object.get("result") {
+                check_result_fields(result)?;
+                if result.contains_key("requestState") {
+                    return Err(ParseError::StateInResponse);
+                }
+            }
+            id.map(|id| Message::Response { id }).ok_or(ParseError::Id)
+        }
         None => Err(ParseError::NotAnObject),
+    }
+}
+
+/// The id of a parsed but refused message, when it has a valid one, so the error can
+/// answer it.
+pub fn best_effort_id(value: &Value) -> Option<Id> {
+    match value.get("id")? {
+        id @ (Value::String(_) | Value::Number(_)) => Some(id.clone()),
+        _ => None,
     }
 }
 
@@ -404,6 +427,14 @@ mod tests {
             ),
             (r#"{"jsonrpc":"2.0","id":1}"#, ParseError::NotAnObject),
             (r#"{"jsonrpc":"2.0","result":{}}"#, ParseError::Id),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"requestState":"x"}}"#,
+                ParseError::StateInResponse,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"request_state":"x"}}"#,
+                ParseError::AmbiguousKey("request_state".into()),
+            ),
             (
                 r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,
                 ParseError::Target("name"),

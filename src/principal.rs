@@ -42,13 +42,24 @@ impl PrincipalSource {
         }
     }
 
-    /// Remove what the upstream must not see.
+    /// Remove what the upstream must not see: the identity header unless it is to be
+    /// forwarded, and always its look-alikes (`x_forwarded_user`): WSGI and CGI servers
+    /// map `_` and `-` to the same variable, so a client could smuggle an identity the
+    /// front proxy never vouched for.
     pub fn strip(&self, headers: &mut HeaderMap) {
-        if let PrincipalSource::Header {
-            name,
-            forward: false,
-        } = self
-        {
+        let PrincipalSource::Header { name, forward } = self else {
+            return;
+        };
+        let canonical = name.as_str().replace('_', "-");
+        let look_alikes: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| *k != name && k.as_str().replace('_', "-") == canonical)
+            .cloned()
+            .collect();
+        for k in look_alikes {
+            headers.remove(k);
+        }
+        if !forward {
             headers.remove(name);
         }
     }
@@ -117,5 +128,17 @@ mod tests {
         }
         .strip(&mut h);
         assert_eq!(h.len(), 1);
+        // Look-alikes never pass, forwarded or not.
+        h.insert("x_forwarded_user", HeaderValue::from_static("admin"));
+        PrincipalSource::Header {
+            name: HeaderName::from_static("x-forwarded-user"),
+            forward: true,
+        }
+        .strip(&mut h);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h.get("x-forwarded-user").unwrap(), "alice");
+        h.insert("x_forwarded_user", HeaderValue::from_static("admin"));
+        source().strip(&mut h);
+        assert!(h.is_empty());
     }
 }

@@ -6,6 +6,7 @@
     reason = "figment::Jail closures must return figment::Error"
 )]
 
+use super::validate::tests::assert_only;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -33,16 +34,6 @@ fn messages_for<'a>(problems: &'a [ConfigProblem], key: &str) -> Vec<&'a str> {
         .collect();
     assert!(!found.is_empty(), "no problem for {key} in {problems:#?}");
     found
-}
-
-fn assert_only(problems: &[ConfigProblem], key: &str, needle: &str) {
-    assert_eq!(problems.len(), 1, "{problems:#?}");
-    assert_eq!(problems[0].key, key);
-    assert!(
-        problems[0].message.contains(needle),
-        "{:?} lacks {needle:?}",
-        problems[0].message
-    );
 }
 
 #[test]

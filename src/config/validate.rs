@@ -208,7 +208,7 @@ fn check_passthrough_path(path: &str) -> Result<(), &'static str> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::net::SocketAddr;
     use std::path::PathBuf;
 
@@ -221,7 +221,7 @@ mod tests {
         config.validate()
     }
 
-    fn assert_only(problems: &[ConfigProblem], key: &str, needle: &str) {
+    pub(crate) fn assert_only(problems: &[ConfigProblem], key: &str, needle: &str) {
         assert_eq!(problems.len(), 1, "{problems:#?}");
         assert_eq!(problems[0].key, key);
         assert!(

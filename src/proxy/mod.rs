@@ -137,11 +137,11 @@ impl Proxy {
         mut parts: http::request::Parts,
         body: ProxyBody,
     ) -> Result<Response<ProxyBody>, Failure> {
-        parts.uri = self.upstream.uri_for(&parts.uri);
-        self.upstream.prepare_headers(&mut parts.headers);
+        self.upstream.prepare(&mut parts);
         let response = self.upstream.send(Request::from_parts(parts, body)).await?;
         let (mut parts, body) = response.into_parts();
         upstream::strip_hop_by_hop(&mut parts.headers);
+        parts.version = http::Version::default();
         Ok(Response::from_parts(
             parts,
             body.map_err(BoxError::from).boxed(),
@@ -156,8 +156,7 @@ impl Proxy {
         context: SealContext,
     ) -> Result<Response<ProxyBody>, Failure> {
         let id = context.id.clone();
-        parts.uri = self.upstream.uri_for(&parts.uri);
-        self.upstream.prepare_headers(&mut parts.headers);
+        self.upstream.prepare(&mut parts);
         let response = self
             .upstream
             .send(Request::from_parts(parts, body))
@@ -184,6 +183,8 @@ impl Proxy {
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let (mut parts, body) = response.into_parts();
         upstream::strip_hop_by_hop(&mut parts.headers);
+        // The client's connection has its own version; an HTTP/1.0 upstream's must not leak.
+        parts.version = http::Version::default();
         let kind = BodyKind::of(&parts.headers, &body);
         let compressed = parts
             .headers
@@ -200,16 +201,24 @@ impl Proxy {
             )),
             BodyKind::Unknown => Err(sealer.failure(SealFailure::UnknownContentType)),
             BodyKind::Json => {
-                let bytes = match Limited::new(body, self.limits.max_body_bytes)
-                    .collect()
-                    .await
-                {
+                // A JSON body is read whole before anything is sent, so an upstream that
+                // stalls after the head must not hold the client forever.
+                let read = Limited::new(body, self.limits.max_body_bytes).collect();
+                let timeout = self.upstream.timeout();
+                let Ok(read) = tokio::time::timeout(timeout, read).await else {
+                    return Err(ProxyError::UpstreamTimeout(timeout.as_millis() as u64));
+                };
+                let bytes = match read {
                     Ok(collected) => collected.to_bytes(),
                     Err(e) if e.is::<http_body_util::LengthLimitError>() => {
                         return Err(sealer.failure(SealFailure::ResponseTooLarge));
                     }
                     Err(_) => return Err(sealer.failure(SealFailure::UpstreamBodyError)),
                 };
+                if bytes.is_empty() {
+                    // A chunked body that turned out empty: nothing to seal.
+                    return Ok(response::with_body(parts, bytes));
+                }
                 match sealer.seal_json(&bytes) {
                     Ok(Some(sealed)) => Ok(response::with_body(parts, sealed)),
                     Ok(None) => Ok(response::with_body(parts, bytes)),
@@ -251,29 +260,31 @@ enum BodyKind {
 
 impl BodyKind {
     fn of(headers: &http::HeaderMap, body: &Incoming) -> Self {
+        // Checked first: an empty body carries no state whatever it is labelled (the
+        // Python SDK answers 2025 notifications with `202`, `application/json`, no body).
+        if body.is_end_stream() {
+            return BodyKind::Empty;
+        }
         let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
-            return if body.is_end_stream() {
-                BodyKind::Empty
-            } else {
-                BodyKind::Unknown
-            };
+            return BodyKind::Unknown;
         };
-        let essence = content_type
+        // Clients pick their parser by prefix (the reference SDK client uses
+        // `startswith("application/json")`), so classify the way they read it; a type
+        // that mentions JSON or event streams in any other way is refused, not waved on.
+        let value = content_type
             .to_str()
-            .unwrap_or_default()
-            .split(';')
-            .next()
             .unwrap_or_default()
             .trim()
             .to_ascii_lowercase();
-        if essence == "text/event-stream" {
+        let essence = value.split([';', ',']).next().unwrap_or_default().trim();
+        if value.starts_with("text/event-stream") {
             BodyKind::EventStream
-        } else if essence == "application/json"
+        } else if value.starts_with("application/json")
             || (essence.starts_with("application/") && essence.ends_with("+json"))
         {
             BodyKind::Json
-        } else if body.is_end_stream() {
-            BodyKind::Empty
+        } else if value.contains("json") || value.contains("event-stream") {
+            BodyKind::Unknown
         } else {
             BodyKind::Opaque
         }

@@ -45,7 +45,11 @@ impl Proxy {
             .await
             .map_err(Failure::anonymous)?;
         let mut value = jsonrpc::parse_strict(&bytes).map_err(|e| Failure::anonymous(e.into()))?;
-        let message = jsonrpc::classify(&value).map_err(|e| Failure::anonymous(e.into()))?;
+        let message = jsonrpc::classify(&value).map_err(|e| Failure {
+            // The body parsed: answer with its id if it has a usable one.
+            id: jsonrpc::best_effort_id(&value),
+            error: e.into(),
+        })?;
         let id = message.id().cloned();
         let fail = |error: ProxyError| Failure {
             id: id.clone(),
@@ -121,8 +125,9 @@ impl Proxy {
 
     fn refuse_state(&self, method: &str, reason: Reject, detail: &'static str) -> ProxyError {
         self.metrics.verified(VerifyResult::Rejected(reason));
+        // `method` is client text: Debug-formatted so it cannot forge log lines.
         tracing::warn!(
-            method,
+            method = ?method,
             reason = reason.as_str(),
             detail,
             "requestState refused"

@@ -134,7 +134,7 @@ impl Sealer {
     pub fn failure(&self, failure: SealFailure) -> ProxyError {
         self.metrics.seal_failed(failure);
         tracing::error!(
-            method = self.context.method.as_deref().unwrap_or("-"),
+            method = ?self.context.method.as_deref().unwrap_or("-"),
             reason = failure.as_str(),
             "upstream response withheld: its requestState cannot be sealed"
         );
@@ -154,6 +154,10 @@ impl Sealer {
 
 impl EventRewriter for Sealer {
     fn rewrite(&mut self, event: &[u8]) -> Rewrite {
+        // WHATWG SSE decoders strip a byte order mark at the start of the stream, so a
+        // client reads `\u{feff}data: ...` as a data line: so must the sealer (on any
+        // event; a BOM elsewhere is never legitimate and dropping it is harmless).
+        let event = event.strip_prefix("\u{feff}".as_bytes()).unwrap_or(event);
         let Some(data) = event_data(event) else {
             return Rewrite::Keep;
         };

@@ -82,6 +82,15 @@ impl Upstream {
             .expect("scheme, authority and a client path form a valid URI")
     }
 
+    /// Rewrite a client request head for the upstream hop (in place): target URI,
+    /// headers, and HTTP/1.1 whatever the client spoke (h2c clients included; the pool
+    /// speaks HTTP/1.1 to the upstream, as MCP servers generally only do).
+    pub fn prepare(&self, parts: &mut http::request::Parts) {
+        parts.uri = self.uri_for(&parts.uri);
+        parts.version = http::Version::HTTP_11;
+        self.prepare_headers(&mut parts.headers);
+    }
+
     /// Rewrite client headers for the upstream hop (in place).
     pub fn prepare_headers(&self, headers: &mut HeaderMap) {
         strip_hop_by_hop(headers);
@@ -90,6 +99,11 @@ impl Upstream {
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
+    }
+
+    /// How long a response head (and a whole JSON body) may take.
+    pub fn timeout(&self) -> Duration {
+        self.response_head_timeout
     }
 
     /// Send a request and wait for the response head, bounded by the configured timeout.

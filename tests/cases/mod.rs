@@ -1,3 +1,9 @@
 //! Integration cases, one module per capability.
+mod cli;
+mod conformance;
+mod e2e;
+mod fake_upstream;
+mod hostile;
+mod hygiene;
 mod smoke;
 mod token_interop;

@@ -1,16 +1,18 @@
 //! A small HTTP client for tests, on hyper: sends exactly the headers and body bytes it
 //! is given (duplicates, bad encodings and all).
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode};
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct Reply {
     pub status: StatusCode,
+    pub version: http::Version,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
@@ -30,6 +32,17 @@ impl Reply {
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
+    }
+
+    /// The JSON-RPC message answered: the JSON body, or the last event of an SSE body.
+    pub fn message(&self) -> Value {
+        if !self.content_type().starts_with("text/event-stream") {
+            return self.json();
+        }
+        let mut buffer = BytesMut::from(&self.body[..]);
+        let events = split_events(&mut buffer);
+        assert!(buffer.is_empty(), "unterminated event: {}", self.text());
+        event_json(events.last().expect("at least one event"))
     }
 }
 
@@ -88,6 +101,7 @@ pub async fn send(
         let body = body.collect().await.expect("the body is read").to_bytes();
         Reply {
             status: parts.status,
+            version: parts.version,
             headers: parts.headers,
             body,
         }
@@ -113,4 +127,119 @@ pub async fn post_mcp(url: &str, message: &Value) -> Reply {
         Duration::from_secs(30),
     )
     .await
+}
+
+/// [`post_mcp`] with `extra` headers (an identity header, say).
+pub async fn post_mcp_with(url: &str, message: &Value, extra: &[(&str, &str)]) -> Reply {
+    let method = message["method"].as_str().unwrap_or_default();
+    let name = message["params"]["name"]
+        .as_str()
+        .or(message["params"]["uri"].as_str());
+    let mut headers = mcp_headers(method, name);
+    headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let body = serde_json::to_vec(message).unwrap();
+    send(Method::POST, url, &headers, body, Duration::from_secs(30)).await
+}
+
+/// Send one request and return as soon as the response head arrives (bounded by
+/// `timeout`); the body streams on.
+pub async fn open(
+    method: Method,
+    url: &str,
+    headers: &[(String, String)],
+    timeout: Duration,
+) -> Response<Incoming> {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut request = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    let request = request.body(Full::new(Bytes::new())).unwrap();
+    let head = tokio::time::timeout(timeout, client.request(request)).await;
+    head.expect("the response head arrives in time")
+        .expect("the request is answered")
+}
+
+/// POST a JSON-RPC message and record each SSE event of the answer with the time (since
+/// sending) at which it was complete, reading frame by frame as a streaming client does.
+pub async fn post_mcp_streaming(url: &str, message: &Value) -> (String, Vec<(Duration, Bytes)>) {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut request = Request::post(url);
+    for (name, value) in mcp_headers("tools/call", message["params"]["name"].as_str()) {
+        request = request.header(name, value);
+    }
+    let request = request
+        .body(Full::new(serde_json::to_vec(message).unwrap().into()))
+        .unwrap();
+    let exchange = async {
+        let started = Instant::now();
+        let response = client
+            .request(request)
+            .await
+            .expect("the request is answered");
+        let content_type = response.headers()[http::header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .into();
+        let (mut body, mut buffer, mut events) = (response.into_body(), BytesMut::new(), vec![]);
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.expect("the stream is read").into_data() {
+                buffer.extend_from_slice(&data);
+                events.extend(
+                    split_events(&mut buffer)
+                        .into_iter()
+                        .map(|e| (started.elapsed(), e)),
+                );
+            }
+        }
+        assert!(buffer.is_empty(), "unterminated event: {buffer:?}");
+        (content_type, events)
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .expect("the stream ends in time")
+}
+
+/// Complete `\r\n\r\n`-terminated SSE events (the SDK's framing), split off `buffer`.
+pub fn split_events(buffer: &mut BytesMut) -> Vec<Bytes> {
+    let mut events = Vec::new();
+    while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+        events.push(buffer.split_to(end + 4).freeze());
+    }
+    events
+}
+
+/// The data lines of one SSE event, parsed as JSON.
+pub fn event_json(event: &[u8]) -> Value {
+    let text = std::str::from_utf8(event).unwrap();
+    let lines = text.lines().filter_map(|l| l.strip_prefix("data:"));
+    let data: Vec<&str> = lines.map(|d| d.strip_prefix(' ').unwrap_or(d)).collect();
+    serde_json::from_str(&data.join("\n"))
+        .unwrap_or_else(|e| panic!("event data is not JSON ({e}): {text}"))
+}
+
+/// The headers of a 2025-era request (no MCP 2026 headers), in `session` once there is one.
+pub fn session_headers(session: Option<&str>, accept: &str) -> Vec<(String, String)> {
+    let mut headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("accept".to_owned(), accept.to_owned()),
+    ];
+    if let Some(session) = session {
+        headers.push(("mcp-session-id".into(), session.into()));
+        headers.push(("mcp-protocol-version".into(), "2025-11-25".into()));
+    }
+    headers
+}
+
+/// A 2025-era `initialize` through `url`; returns the new session's id.
+pub async fn initialize_session(url: &str) -> String {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "mcp-state-guard-tests", "version": "0"}}});
+    let headers = session_headers(None, "application/json, text/event-stream");
+    let body = serde_json::to_vec(&init).unwrap();
+    let reply = send(Method::POST, url, &headers, body, Duration::from_secs(30)).await;
+    assert_eq!(reply.message()["result"]["protocolVersion"], "2025-11-25");
+    let session = reply.headers.get("mcp-session-id").expect("a session id");
+    session.to_str().unwrap().to_owned()
 }

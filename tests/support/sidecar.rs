@@ -77,6 +77,32 @@ impl Sidecar {
         self.running.as_ref().unwrap()
     }
 
+    /// Replace the key file (started by [`Sidecar::with_keys`]) atomically, the way a
+    /// Secret update does, and wait until the sidecar has reloaded it.
+    pub async fn rewrite_keys(&self, keys: &[&str]) {
+        let dir = self.keys_dir.as_ref().expect("started with_keys").path();
+        let reloads = || {
+            let text = self.metrics().render();
+            let prefix = "mcp_state_guard_key_reloads_total{result=\"ok\"} ";
+            let value = text
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .map(str::to_owned);
+            value.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        };
+        let before = reloads();
+        std::fs::write(dir.join("keys.next"), keys.join("\n") + "\n").unwrap();
+        std::fs::rename(dir.join("keys.next"), dir.join("keys")).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while reloads() == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the key file was not reloaded"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Graceful shutdown with no readiness grace.
     pub async fn stop(mut self) {
         if let Some(running) = self.running.take() {

@@ -1,0 +1,139 @@
+//! The binary's contract: `keygen`, `check-config` listing every problem, `run` refusing
+//! a bad configuration, and the one command the README gives working on the defaults.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn binary() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-state-guard"));
+    // A stray MCP_STATE_GUARD_* variable in the environment would be an unknown key.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("MCP_STATE_GUARD_") {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
+#[test]
+fn keygen_prints_one_fresh_key_line() {
+    let a = binary().arg("keygen").output().unwrap();
+    let b = binary().arg("keygen").output().unwrap();
+    assert!(a.status.success());
+    let line = String::from_utf8(a.stdout).unwrap();
+    assert_eq!(line.len(), 65, "{line:?}");
+    assert!(line[..64].bytes().all(|c| c.is_ascii_hexdigit()) && line.ends_with('\n'));
+    assert_ne!(line, String::from_utf8(b.stdout).unwrap());
+}
+
+/// `check-config --config path`: exit code and standard error.
+fn check_config(path: &std::path::Path) -> (Option<i32>, String) {
+    let out = binary()
+        .args(["check-config", "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn check_config_lists_every_problem_with_key_and_env_var() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, "short\n").unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "upstream = \"ftp://x\"\n[state]\nkeys_file = {:?}\nttl_seconds = 0\n[principal]\nsource = \"jwt\"\n",
+            keys.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = check_config(&config);
+    assert_eq!(code, Some(1));
+    for needle in [
+        "upstream (MCP_STATE_GUARD_UPSTREAM)",
+        "state.ttl_seconds (MCP_STATE_GUARD_STATE__TTL_SECONDS)",
+        "state.audience (MCP_STATE_GUARD_STATE__AUDIENCE)",
+        "principal.source (MCP_STATE_GUARD_PRINCIPAL__SOURCE)",
+    ] {
+        assert!(stderr.contains(needle), "missing {needle:?} in:\n{stderr}");
+    }
+
+    // Once the configuration is fixed, the key file itself is checked (line and reason,
+    // never the secret).
+    std::fs::write(
+        &config,
+        format!(
+            "[state]\nkeys_file = {:?}\naudience = \"svc\"\n",
+            keys.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = check_config(&config);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("line 1") && stderr.contains("at least 32"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("short"), "the secret leaked: {stderr}");
+
+    std::fs::write(&keys, "0123456789abcdef0123456789abcdef0123456789abcdef\n").unwrap();
+    let (code, stderr) = check_config(&config);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn run_refuses_an_invalid_configuration_and_starts_on_the_defaults() {
+    let out = binary()
+        .args(["run", "--upstream", "https://example.com"])
+        .env("MCP_STATE_GUARD_STATE__TTL_SECONDS", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("upstream (MCP_STATE_GUARD_UPSTREAM)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("MCP_STATE_GUARD_STATE__TTL_SECONDS"),
+        "{stderr}"
+    );
+
+    // The README's run command on the embedded default, on free ports: it warns loudly
+    // about the process-local key, serves, and exits cleanly on SIGTERM.
+    let mut child = binary()
+        .args(["run", "--listen", "127.0.0.1:0"])
+        .env("MCP_STATE_GUARD_ADMIN_LISTEN", "127.0.0.1:0")
+        .env("MCP_STATE_GUARD_TIMEOUTS__DRAIN_MS", "600")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
+    std::thread::sleep(Duration::from_millis(700));
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the sidecar did not exit after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log = reader.join().unwrap();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("process-local random key"), "{log}");
+    assert!(log.contains("mcp-state-guard ready"), "{log}");
+}

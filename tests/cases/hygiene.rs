@@ -1,0 +1,120 @@
+//! Edges found while attacking the data path: a JSON body that stalls after its head,
+//! an HTTP/1.0 upstream, identity look-alike headers, and a client response carrying a
+//! state. Each test fails if the corresponding guard is removed.
+
+use crate::support::fake::{FakeBody, FakeUpstream, Reply, Step, pairs, plaintext, tools_call};
+use crate::support::http::{post_mcp, send};
+use crate::support::sidecar::{self, Sidecar};
+use bytes::Bytes;
+use http::Method;
+use mcp_state_guard::config::PrincipalSource;
+use mcp_state_guard::error::ErrorKind;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_json_body_that_stalls_after_its_head_times_out() {
+    // Head and half a body, then nothing: the JSON is read whole before sealing, so the
+    // read is bounded by the same timeout as the head.
+    let fake = FakeUpstream::always(|| {
+        Reply::new(
+            200,
+            FakeBody::steps(vec![
+                Step::Data(Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":1,")),
+                Step::Sleep(Duration::from_secs(30)),
+            ]),
+        )
+        .header("content-type", "application/json")
+    })
+    .await;
+    let mut config = sidecar::config(&fake.base_url());
+    config.timeouts.response_head_ms = 400;
+    let sidecar = Sidecar::start(config).await;
+    let started = Instant::now();
+    let reply = post_mcp(&sidecar.mcp_url(), &tools_call(1, None)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(reply.status, 504, "{}", reply.text());
+    assert_eq!(reply.json()["id"], 1);
+    assert_eq!(
+        sidecar.metrics().refused_count(ErrorKind::UpstreamTimeout),
+        1
+    );
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_1_0_upstream_does_not_set_the_clients_version() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#;
+    let raw = format!(
+        "HTTP/1.0 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let fake = FakeUpstream::raw(vec![Step::Data(Bytes::from(raw))], false).await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let reply = post_mcp(&sidecar.mcp_url(), &tools_call(1, None)).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.version, http::Version::HTTP_11);
+    assert_eq!(reply.json()["result"]["content"], serde_json::json!([]));
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn identity_look_alike_headers_never_reach_the_upstream() {
+    let fake =
+        FakeUpstream::always(|| Reply::json(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#)).await;
+    for forward in [false, true] {
+        let mut config = sidecar::config(&fake.base_url());
+        config.principal.source = PrincipalSource::Header;
+        config.principal.forward_header = forward;
+        let sidecar = Sidecar::start(config).await;
+        let mut headers = pairs(&[
+            ("content-type", "application/json"),
+            ("x-forwarded-user", "alice"),
+        ]);
+        // A WSGI upstream reads `x_forwarded_user` as the same HTTP_X_FORWARDED_USER.
+        headers.extend(pairs(&[("x_forwarded_user", "admin")]));
+        let body = serde_json::to_vec(&tools_call(1, None)).unwrap();
+        let reply = send(Method::POST, &sidecar.mcp_url(), &headers, body, T).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let seen = fake.last();
+        assert_eq!(seen.header("x_forwarded_user"), None, "forward={forward}");
+        assert_eq!(seen.header("x-forwarded-user"), forward.then_some("alice"));
+        sidecar.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_response_carrying_a_state_is_refused() {
+    // 2025 era: the client POSTs its answer to a server→client request. A `requestState`
+    // there would reach the upstream unverified, so it is refused, and nothing forwarded.
+    let fake = FakeUpstream::always(|| Reply::new(202, FakeBody::whole(""))).await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let headers = pairs(&[
+        ("content-type", "application/json"),
+        ("mcp-session-id", "abc"),
+    ]);
+    for (result, forwarded) in [
+        (format!(r#"{{"requestState":{:?}}}"#, plaintext()), false),
+        (r#"{"request_state":"x"}"#.to_owned(), false),
+        (r#"{"action":"accept","content":{}}"#.to_owned(), true),
+    ] {
+        let before = fake.count();
+        let body = format!(r#"{{"jsonrpc":"2.0","id":"s-1","result":{result}}}"#);
+        let reply = send(Method::POST, &sidecar.mcp_url(), &headers, body, T).await;
+        if forwarded {
+            assert_eq!(reply.status, 202, "{}", reply.text());
+            assert_eq!(fake.count(), before + 1);
+        } else {
+            assert_eq!(reply.status, 400, "{}", reply.text());
+            assert_eq!(reply.json()["error"]["code"], -32600);
+            assert_eq!(reply.json()["id"], "s-1");
+            assert_eq!(fake.count(), before, "forwarded: {result}");
+        }
+    }
+    sidecar.stop().await;
+}
