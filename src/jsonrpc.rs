@@ -197,12 +197,10 @@ pub type Id = Value;
 /// One classified JSON-RPC message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
-    /// A request (has `method` and `id`) or a notification (`method`, no `id`).
-    Call {
-        id: Option<Id>,
-        method: String,
-        params: Option<Map<String, Value>>,
-    },
+    /// A request (has `method` and `id`) or a notification (`method`, no `id`). Its
+    /// `params`, when present, is an object whose guarded fields were checked; it stays
+    /// in the parsed value (no copy).
+    Call { id: Option<Id>, method: String },
     /// A response the client sends to a server→client request (2025 era).
     Response { id: Id },
 }
@@ -239,8 +237,8 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
             if is_response {
                 return Err(ParseError::Mixed);
             }
-            let params = match object.get("params") {
-                None => None,
+            match object.get("params") {
+                None => {}
                 Some(Value::Object(p)) => {
                     check_reserved(p, PARAMS_FIELDS)?;
                     for field in ["name", "uri"] {
@@ -248,14 +246,12 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
                             return Err(ParseError::Target(field));
                         }
                     }
-                    Some(p.clone())
                 }
                 Some(_) => return Err(ParseError::Params),
-            };
+            }
             Ok(Message::Call {
                 id,
                 method: method.clone(),
-                params,
             })
         }
         Some(_) => Err(ParseError::Method),

@@ -55,17 +55,17 @@ impl Proxy {
             id: id.clone(),
             error,
         };
-        check_mcp_headers(headers, &message).map_err(fail)?;
-        let (method, params) = match message {
-            Message::Call { method, params, .. } => (Some(method), params),
-            Message::Response { .. } => (None, None),
+        let params = value.get("params").and_then(Value::as_object);
+        check_mcp_headers(headers, &message, params).map_err(fail)?;
+        let method = match message {
+            Message::Call { method, .. } => Some(method),
+            Message::Response { .. } => None,
         };
-        if let (Some(method), Some(mut params)) = (method.as_deref(), params)
-            && self
-                .open_state(method, &mut params, principal.as_deref())
-                .map_err(fail)?
+        if let Some(method) = method.as_deref()
+            && let Some(params) = value.get_mut("params").and_then(Value::as_object_mut)
         {
-            value["params"] = Value::Object(params);
+            self.open_state(method, params, principal.as_deref())
+                .map_err(fail)?;
         }
         let body = Bytes::from(serde_json::to_vec(&value).expect("a parsed value serialises"));
         // The params the upstream sees are the ones the response binds to.
@@ -79,19 +79,19 @@ impl Proxy {
         })
     }
 
-    /// Verify and unwrap `params.requestState` in place. Returns whether params changed.
+    /// Verify and unwrap `params.requestState` in place.
     fn open_state(
         &self,
         method: &str,
         params: &mut Map<String, Value>,
         principal: Option<&str>,
-    ) -> Result<bool, ProxyError> {
+    ) -> Result<(), ProxyError> {
         let token = match params.get("requestState") {
-            None => return Ok(false),
+            None => return Ok(()),
             // The reference treats an explicit null as absent; so does the upstream after us.
             Some(Value::Null) => {
                 params.remove("requestState");
-                return Ok(true);
+                return Ok(());
             }
             Some(Value::String(token)) => token,
             Some(_) => {
@@ -120,7 +120,7 @@ impl Proxy {
         self.metrics.verified(VerifyResult::Ok);
         self.filter_input_responses(params, &opened)?;
         params.insert("requestState".into(), Value::String(opened.state));
-        Ok(true)
+        Ok(())
     }
 
     fn refuse_state(&self, method: &str, reason: Reject, detail: &'static str) -> ProxyError {
@@ -218,7 +218,11 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<
 
 /// The MCP 2026 routing headers must agree with the body and appear at most once, or a
 /// router in front of the upstream and the upstream itself could see different requests.
-fn check_mcp_headers(headers: &HeaderMap, message: &Message) -> Result<(), ProxyError> {
+fn check_mcp_headers(
+    headers: &HeaderMap,
+    message: &Message,
+    params: Option<&Map<String, Value>>,
+) -> Result<(), ProxyError> {
     let single = |name: &HeaderName, label: &'static str| -> Result<Option<&[u8]>, ProxyError> {
         let mut values = headers.get_all(name).iter();
         let first = values.next().map(|v| v.as_bytes());
@@ -230,7 +234,7 @@ fn check_mcp_headers(headers: &HeaderMap, message: &Message) -> Result<(), Proxy
     single(&MCP_PROTOCOL_VERSION, "mcp-protocol-version")?;
     let method_header = single(&MCP_METHOD, "mcp-method")?;
     let name_header = single(&MCP_NAME, "mcp-name")?;
-    let Message::Call { method, params, .. } = message else {
+    let Message::Call { method, .. } = message else {
         if method_header.is_some() || name_header.is_some() {
             return Err(ProxyError::HeaderMismatch("mcp-method"));
         }
@@ -245,10 +249,7 @@ fn check_mcp_headers(headers: &HeaderMap, message: &Message) -> Result<(), Proxy
             "resources/read" => "uri",
             _ => return Err(ProxyError::HeaderMismatch("mcp-name")),
         };
-        let target = params
-            .as_ref()
-            .and_then(|p| p.get(field))
-            .and_then(Value::as_str);
+        let target = params.and_then(|p| p.get(field)).and_then(Value::as_str);
         let decoded = decode_header_value(raw).ok_or(ProxyError::HeaderMismatch("mcp-name"))?;
         if target.map(str::as_bytes) != Some(&decoded[..]) {
             return Err(ProxyError::HeaderMismatch("mcp-name"));
@@ -330,22 +331,19 @@ mod tests {
         assert!(check_content_headers(&h).is_ok());
     }
 
-    fn call(method: &str, params: Value) -> Message {
-        jsonrpc::classify(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-            .unwrap()
+    /// Check `headers` against a message built from `method` and `params`.
+    fn check(pairs: &[(&str, &str)], method: &str, params: Value) -> Result<(), ProxyError> {
+        let value = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let message = jsonrpc::classify(&value).unwrap();
+        check_mcp_headers(&headers(pairs), &message, value["params"].as_object())
     }
 
     #[test]
     fn mcp_headers_must_agree() {
-        let m = call("tools/call", json!({"name": "provision"}));
-        assert!(
-            check_mcp_headers(
-                &headers(&[("mcp-method", "tools/call"), ("mcp-name", "provision")]),
-                &m
-            )
-            .is_ok()
-        );
-        assert!(check_mcp_headers(&headers(&[]), &m).is_ok());
+        let provision = || json!({"name": "provision"});
+        let ok = [("mcp-method", "tools/call"), ("mcp-name", "provision")];
+        assert!(check(&ok, "tools/call", provision()).is_ok());
+        assert!(check(&[], "tools/call", provision()).is_ok());
         for bad in [
             vec![("mcp-method", "tools/list")],
             vec![("mcp-name", "deprovision")],
@@ -359,19 +357,18 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    check_mcp_headers(&headers(&bad), &m),
+                    check(&bad, "tools/call", provision()),
                     Err(ProxyError::HeaderMismatch(_))
                 ),
                 "{bad:?}"
             );
         }
-        let r = call("resources/read", json!({"uri": "config://é"}));
         let encoded = format!(
             "=?base64?{}?=",
             STANDARD.encode_to_string("config://é".as_bytes())
         );
-        assert!(check_mcp_headers(&headers(&[("mcp-name", &encoded)]), &r).is_ok());
-        let list = call("tools/list", json!({}));
-        assert!(check_mcp_headers(&headers(&[("mcp-name", "x")]), &list).is_err());
+        let uri = json!({"uri": "config://é"});
+        assert!(check(&[("mcp-name", &encoded)], "resources/read", uri).is_ok());
+        assert!(check(&[("mcp-name", "x")], "tools/list", json!({})).is_err());
     }
 }
