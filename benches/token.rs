@@ -47,8 +47,7 @@ fn seal_open(c: &mut Criterion) {
         for (label, principal) in [("anonymous", None), ("principal", Some(PRINCIPAL))] {
             let options = SealOptions {
                 principal,
-                single_use: false,
-                asked: None,
+                ..Default::default()
             };
             let token = sealer.seal(&state, &binding, &options);
             group.throughput(Throughput::Bytes(size as u64));

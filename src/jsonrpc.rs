@@ -22,6 +22,8 @@ const PARAMS_FIELDS: &[&str] = &[
     "_meta",
 ];
 const RESULT_FIELDS: &[&str] = &["requestState", "resultType", "inputRequests"];
+/// Folded spellings refused on the envelope itself.
+const MISPLACED_FIELDS: &[&str] = &["requeststate", "inputresponses"];
 
 /// Why a body could not be classified. Messages are safe for clients: they describe the
 /// shape, never echo content.
@@ -102,6 +104,9 @@ pub fn parse_strict(bytes: &[u8]) -> Result<Value, ParseError> {
     let value = match StrictSeed.deserialize(&mut de) {
         Ok(v) => v,
         Err(e) if e.to_string().starts_with(DUPLICATE_KEY) => return Err(ParseError::DuplicateKey),
+        Err(e) if e.to_string().starts_with(PROTO_KEY) => {
+            return Err(ParseError::AmbiguousKey(PROTO_KEY.into()));
+        }
         Err(_) => return Err(ParseError::Syntax),
     };
     de.end().map_err(|_| ParseError::Syntax)?;
@@ -109,6 +114,10 @@ pub fn parse_strict(bytes: &[u8]) -> Result<Value, ParseError> {
 }
 
 const DUPLICATE_KEY: &str = "duplicate key";
+/// JavaScript's `JSON.parse` keeps `__proto__` as an own key, but an upstream that copies
+/// params by assignment (`Object.assign`, deep merges) turns it into the prototype, so
+/// `{"__proto__":{"requestState":..}}` reads as a requestState the gate never saw.
+const PROTO_KEY: &str = "__proto__";
 /// The key serde_json uses to smuggle an arbitrary-precision number through a map.
 const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
@@ -182,6 +191,9 @@ impl<'de> Visitor<'de> for StrictVisitor {
                     .map_err(de::Error::custom);
             }
             first = false;
+            if key == PROTO_KEY {
+                return Err(de::Error::custom(PROTO_KEY));
+            }
             let value = map.next_value_seed(StrictSeed)?;
             if object.insert(key, value).is_some() {
                 return Err(de::Error::custom(DUPLICATE_KEY));
@@ -223,6 +235,13 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
         _ => return Err(ParseError::NotAnObject),
     };
     check_reserved(object, ENVELOPE_FIELDS)?;
+    // The guarded params fields have no business at the top level, in any spelling.
+    if let Some(key) = object
+        .keys()
+        .find(|k| MISPLACED_FIELDS.contains(&fold(k).as_str()))
+    {
+        return Err(ParseError::AmbiguousKey(printable(key)));
+    }
     if object.get("jsonrpc") != Some(&Value::String("2.0".into())) {
         return Err(ParseError::Version);
     }
@@ -474,6 +493,25 @@ mod tests {
             "params": {"name": "x", "requestState": "t", "inputResponses": {}, "stateful": 1}});
         assert!(classify(&ok).is_ok());
         assert!(check_result_fields(json!({"request_state": "x"}).as_object().unwrap()).is_err());
+    }
+
+    #[test]
+    fn prototype_keys_and_misplaced_state_are_refused() {
+        let proto = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","__proto__":{"requestState":"f"}}}"#;
+        assert_eq!(
+            parse(proto),
+            Err(ParseError::AmbiguousKey("__proto__".into()))
+        );
+        assert!(parse(r#"{"a":[{"b":{"__proto__":1}}]}"#).is_err());
+        assert!(parse(r#"{"proto":1,"__proto":2}"#).is_ok());
+        for key in ["requestState", "request_state", "inputResponses"] {
+            let top =
+                json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", key: "x", "params": {}});
+            assert!(
+                matches!(classify(&top), Err(ParseError::AmbiguousKey(_))),
+                "{key}"
+            );
+        }
     }
 
     #[test]

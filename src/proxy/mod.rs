@@ -101,6 +101,10 @@ impl Proxy {
         let (mut parts, body) = request.into_parts();
         if self.passthrough_paths.contains(parts.uri.path()) {
             self.metrics.request(Route::Passthrough);
+            // The body is not inspected, but identity headers get the same treatment as
+            // everywhere: an ambiguous one is refused, and it is not forwarded.
+            self.principal.identify(&parts.headers)?;
+            self.principal.strip(&mut parts.headers);
             return self
                 .send_untouched(parts, body.map_err(BoxError::from).boxed())
                 .await;
@@ -186,11 +190,7 @@ impl Proxy {
         // The client's connection has its own version; an HTTP/1.0 upstream's must not leak.
         parts.version = http::Version::default();
         let kind = BodyKind::of(&parts.headers, &body);
-        let compressed = parts
-            .headers
-            .get(header::CONTENT_ENCODING)
-            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
-        if compressed && kind != BodyKind::Opaque {
+        if !identity_encoding(&parts.headers) && kind != BodyKind::Opaque {
             // We asked for identity; a compressed MCP body cannot be inspected.
             return Err(sealer.failure(SealFailure::UnsupportedEncoding));
         }
@@ -265,19 +265,21 @@ impl BodyKind {
         if body.is_end_stream() {
             return BodyKind::Empty;
         }
-        let Some(content_type) = headers.get(header::CONTENT_TYPE) else {
+        let mut types = headers.get_all(header::CONTENT_TYPE).iter();
+        let (Some(content_type), None) = (types.next(), types.next()) else {
+            // None, or several that clients merge in different ways.
+            return BodyKind::Unknown;
+        };
+        let Ok(value) = content_type.to_str() else {
+            // Clients decode such bytes as Latin-1 and may still see `application/json`.
             return BodyKind::Unknown;
         };
         // Clients pick their parser by prefix (the reference SDK client uses
         // `startswith("application/json")`), so classify the way they read it; a type
         // that mentions JSON or event streams in any other way is refused, not waved on.
-        let value = content_type
-            .to_str()
-            .unwrap_or_default()
-            .trim()
-            .to_ascii_lowercase();
+        let value = value.trim().to_ascii_lowercase();
         let essence = value.split([';', ',']).next().unwrap_or_default().trim();
-        if value.starts_with("text/event-stream") {
+        let kind = if value.starts_with("text/event-stream") {
             BodyKind::EventStream
         } else if value.starts_with("application/json")
             || (essence.starts_with("application/") && essence.ends_with("+json"))
@@ -287,6 +289,35 @@ impl BodyKind {
             BodyKind::Unknown
         } else {
             BodyKind::Opaque
+        };
+        // The sealer reads UTF-8; a client told `charset=utf-16` decodes other text.
+        if matches!(kind, BodyKind::Json | BodyKind::EventStream) && !utf8_charset(&value) {
+            return BodyKind::Unknown;
         }
+        kind
     }
+}
+
+/// No `charset` parameter, or only UTF-8 ones.
+fn utf8_charset(content_type: &str) -> bool {
+    content_type
+        .split([';', ','])
+        .skip(1)
+        .all(|param| match param.split_once('=') {
+            Some((name, value)) if name.trim() == "charset" => {
+                matches!(value.trim().trim_matches('"'), "utf-8" | "utf8")
+            }
+            _ => true,
+        })
+}
+
+/// Whether a message's `Content-Encoding` is absent or identity in every value and token
+/// (clients merge repeated headers and decode every coding they list).
+pub(crate) fn identity_encoding(headers: &http::HeaderMap) -> bool {
+    headers.get_all(header::CONTENT_ENCODING).iter().all(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .all(|e| e.trim().eq_ignore_ascii_case("identity"))
+        })
+    })
 }

@@ -11,7 +11,7 @@ use super::{Failure, Proxy};
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Message, ParseError};
 use crate::metrics::VerifyResult;
-use crate::token::{Opened, Reject, RequestBinding};
+use crate::token::{Reject, RequestBinding};
 use base64_simd::STANDARD;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -87,11 +87,13 @@ impl Proxy {
         principal: Option<&str>,
     ) -> Result<(), ProxyError> {
         let token = match params.get("requestState") {
-            None => return Ok(()),
+            // No verified round asked anything: every answer is unasked. (Rounds without
+            // upstream state carry a token of ours, so real answers always have one.)
+            None => return self.filter_input_responses(params, &[]),
             // The reference treats an explicit null as absent; so does the upstream after us.
             Some(Value::Null) => {
                 params.remove("requestState");
-                return Ok(());
+                return self.filter_input_responses(params, &[]);
             }
             Some(Value::String(token)) => token,
             Some(_) => {
@@ -118,8 +120,15 @@ impl Proxy {
             }
         };
         self.metrics.verified(VerifyResult::Ok);
-        self.filter_input_responses(params, &opened)?;
-        params.insert("requestState".into(), Value::String(opened.state));
+        if let Some(asked) = &opened.asked {
+            self.filter_input_responses(params, asked)?;
+        }
+        if opened.no_upstream_state {
+            // The upstream sent no state this round; it gets none back.
+            params.remove("requestState");
+        } else {
+            params.insert("requestState".into(), Value::String(opened.state));
+        }
         Ok(())
     }
 
@@ -140,11 +149,8 @@ impl Proxy {
     fn filter_input_responses(
         &self,
         params: &mut Map<String, Value>,
-        opened: &Opened,
+        asked: &[String],
     ) -> Result<(), ProxyError> {
-        let Some(asked) = &opened.asked else {
-            return Ok(());
-        };
         match params.get_mut("inputResponses") {
             None | Some(Value::Null) => Ok(()),
             Some(Value::Object(responses)) => {
@@ -185,14 +191,8 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), ProxyError> {
             return Err(ProxyError::ContentType);
         }
     }
-    for encoding in headers.get_all(header::CONTENT_ENCODING) {
-        let identity = encoding.to_str().is_ok_and(|v| {
-            v.split(',')
-                .all(|e| e.trim().eq_ignore_ascii_case("identity"))
-        });
-        if !identity {
-            return Err(ProxyError::ContentEncoding);
-        }
+    if !super::identity_encoding(headers) {
+        return Err(ProxyError::ContentEncoding);
     }
     Ok(())
 }

@@ -86,16 +86,30 @@ impl Sealer {
                 return Err(SealFailure::NoRequestContext);
             }
         }
+        // An error that carries a state (`error.data.requestState`) has no round to bind
+        // it to; a client could still read it.
+        if let Some(Value::Object(data)) = message.get("error").and_then(|e| e.get("data")) {
+            jsonrpc::check_result_fields(data).map_err(|_| SealFailure::AmbiguousKey)?;
+            if data.get("requestState").is_some_and(|s| !s.is_null()) {
+                return Err(SealFailure::NoRequestContext);
+            }
+        }
         let Some(Value::Object(result)) = message.get_mut("result") else {
             return Ok(false);
         };
         jsonrpc::check_result_fields(result).map_err(|_| SealFailure::AmbiguousKey)?;
+        let asks = result.get("resultType") == Some(&Value::from("input_required"))
+            || result.get("inputRequests").is_some_and(|r| !r.is_null());
         let state = match result.get("requestState") {
+            // A round without upstream state still gets a token: it is what binds the
+            // client's `inputResponses` to the questions this round asked (a stateless
+            // upstream would otherwise trust any answers it is sent).
+            None | Some(Value::Null) if asks => None,
             None | Some(Value::Null) => return Ok(false),
-            Some(Value::String(state)) => state,
+            Some(Value::String(state)) => Some(state.as_str()),
             Some(_) => return Err(SealFailure::NonStringState),
         };
-        if state.len() > self.max_state_bytes {
+        if state.is_some_and(|s| s.len() > self.max_state_bytes) {
             return Err(SealFailure::StateTooLarge);
         }
         let (Some(method), params) = (&self.context.method, &self.context.params) else {
@@ -103,16 +117,19 @@ impl Sealer {
         };
         let binding = RequestBinding::of(method, params.as_ref())
             .map_err(|_| SealFailure::NoRequestContext)?;
-        let asked: Option<Vec<String>> = match result.get("inputRequests") {
-            Some(Value::Object(requests)) => Some(requests.keys().cloned().collect()),
-            _ => Some(Vec::new()),
+        let asked: Vec<String> = match result.get("inputRequests") {
+            Some(Value::Object(requests)) => requests.keys().cloned().collect(),
+            _ => Vec::new(),
         };
         let options = SealOptions {
             principal: self.context.principal.as_deref(),
             single_use: false,
-            asked: asked.as_deref(),
+            no_upstream_state: state.is_none(),
+            asked: Some(&asked),
         };
-        let token = self.sealer.seal(state, &binding, &options);
+        let token = self
+            .sealer
+            .seal(state.unwrap_or_default(), &binding, &options);
         result.insert("requestState".into(), Value::String(token));
         self.metrics.sealed();
         Ok(true)
@@ -163,6 +180,15 @@ impl EventRewriter for Sealer {
         };
         if data.iter().all(u8::is_ascii_whitespace) {
             // Priming events and keep-alives carry no message.
+            return Rewrite::Keep;
+        }
+        if !data
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| *b == b'{' || *b == b'[')
+        {
+            // Not a JSON object or array, so no message and no state: the 2024 HTTP+SSE
+            // transport's `event: endpoint` carries a plain URL here.
             return Rewrite::Keep;
         }
         let mut value = match jsonrpc::parse_strict(&data) {

@@ -129,11 +129,22 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        // A peer may not use `Connection` to delete what the message means: the framing,
+        // its type, or the MCP routing headers the gate checked against the body.
+        .filter(|name| !is_end_to_end(name))
         .collect();
     for name in named.iter().chain(HOP_BY_HOP.iter()) {
         headers.remove(name);
     }
     headers.remove(header::UPGRADE);
+}
+
+fn is_end_to_end(name: &HeaderName) -> bool {
+    name == header::CONTENT_LENGTH
+        || name == header::CONTENT_TYPE
+        || name == header::CONTENT_ENCODING
+        || name == header::HOST
+        || name.as_str().starts_with("mcp-")
 }
 
 #[cfg(test)]
@@ -174,7 +185,11 @@ mod tests {
         h.insert(header::HOST, HeaderValue::from_static("public.example"));
         h.insert(
             header::CONNECTION,
-            HeaderValue::from_static("keep-alive, x-secret-hop"),
+            HeaderValue::from_static("keep-alive, x-secret-hop, mcp-method, content-type"),
+        );
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
         );
         h.insert("x-secret-hop", HeaderValue::from_static("1"));
         h.insert(
@@ -193,5 +208,6 @@ mod tests {
         assert!(h.get(header::CONNECTION).is_none());
         assert!(h.get(header::TRANSFER_ENCODING).is_none());
         assert_eq!(h.get("mcp-method").unwrap(), "tools/call");
+        assert_eq!(h.get(header::CONTENT_TYPE).unwrap(), "application/json");
     }
 }

@@ -130,6 +130,7 @@ pub struct MintClaims<'a> {
     pub audience: Option<&'a str>,
     pub principal_claim: Option<String>,
     pub single_use: bool,
+    pub no_upstream_state: bool,
     pub asked: Option<&'a [String]>,
 }
 
@@ -175,6 +176,9 @@ impl MintClaims<'_> {
         if self.single_use {
             out.push_str(",\"su\":true");
         }
+        if self.no_upstream_state {
+            out.push_str(",\"ns\":true");
+        }
         if let Some(asked) = self.asked {
             let list = Value::Array(asked.iter().cloned().map(Value::String).collect());
             out.push_str(",\"q\":");
@@ -205,6 +209,8 @@ pub struct OpenedClaims<'a> {
     pub p: Option<Cow<'a, str>>,
     #[serde(default)]
     pub su: bool,
+    #[serde(default)]
+    pub ns: bool,
     #[serde(default)]
     pub q: Option<Vec<String>>,
 }
@@ -320,6 +326,7 @@ mod tests {
             audience: Some("svc"),
             principal_claim: None,
             single_use: true,
+            no_upstream_state: false,
             asked: Some(&["region".to_owned()]),
         };
         let mut text = String::new();

@@ -85,6 +85,10 @@ pub struct SealOptions<'a> {
     pub principal: Option<&'a str>,
     /// The state may be consumed once only (`su` claim).
     pub single_use: bool,
+    /// The upstream sent no state this round; the token only binds the round (`ns`
+    /// claim), so its `inputResponses` can be checked, and the retry is forwarded
+    /// without a `requestState`.
+    pub no_upstream_state: bool,
     /// The `inputRequests` keys asked in this round (`q` claim); `None` to omit.
     pub asked: Option<&'a [String]>,
 }
@@ -94,6 +98,8 @@ pub struct Opened {
     /// The upstream's plaintext state.
     pub state: String,
     pub single_use: bool,
+    /// Minted for a round in which the upstream sent no state (`ns` claim).
+    pub no_upstream_state: bool,
     /// The keys asked in the minting round, when the minter recorded them.
     pub asked: Option<Vec<String>>,
     /// Unix seconds after which the token no longer opens (bounds replay bookkeeping).
@@ -195,6 +201,7 @@ impl StateSealer {
             audience: self.audience.as_deref(),
             principal_claim: options.principal.map(|p| principal_claim(p, salt)),
             single_use: options.single_use,
+            no_upstream_state: options.no_upstream_state,
             asked: options.asked,
         }
     }
@@ -253,6 +260,7 @@ impl StateSealer {
         Ok(Opened {
             state: claims.s,
             single_use: claims.su,
+            no_upstream_state: claims.ns,
             asked: claims.q,
             expires_at: claims.exp,
             id: unsealed.id(),

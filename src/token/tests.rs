@@ -114,6 +114,7 @@ fn round_trip_carries_our_claims() {
     let options = SealOptions {
         principal: Some("alice"),
         single_use: true,
+        no_upstream_state: true,
         asked: Some(&asked),
     };
     let token = s.seal_at(NOW, "state", &provision(), &options);
@@ -122,6 +123,7 @@ fn round_trip_carries_our_claims() {
         .unwrap();
     assert_eq!(opened.state, "state");
     assert!(opened.single_use);
+    assert!(opened.no_upstream_state);
     assert_eq!(opened.asked.as_deref(), Some(&asked[..]));
     assert_eq!(opened.expires_at, NOW + 600.0);
     // The id is the token's key id and nonce, distinct per seal.
@@ -333,7 +335,7 @@ proptest! {
     ) {
         let s = sealer(Some("svc"));
         let b = binding("tools/call", json!({"name": name, "arguments": args}));
-        let options = SealOptions { principal: principal.as_deref(), single_use, asked: None };
+        let options = SealOptions { principal: principal.as_deref(), single_use, ..Default::default() };
         let token = s.seal_at(NOW, &state, &b, &options);
         let opened = s.open_at(NOW, &token, &b, principal.as_deref()).unwrap();
         prop_assert_eq!(&opened.state, &state);

@@ -118,3 +118,74 @@ async fn a_client_response_carrying_a_state_is_refused() {
     }
     sidecar.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prototype_keys_and_top_level_states_are_refused() {
+    // `{"__proto__":{"requestState":..}}` is a requestState to a Node upstream that copies
+    // params by assignment; a top-level requestState is one no upstream should see.
+    let fake =
+        FakeUpstream::always(|| Reply::json(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#)).await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let headers = pairs(&[("content-type", "application/json")]);
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","__proto__":{"requestState":"forged"}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":{"__proto__":{}}}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","requestState":"forged","params":{"name":"x"}}"#,
+    ] {
+        let reply = send(Method::POST, &sidecar.mcp_url(), &headers, body, T).await;
+        assert_eq!(reply.status, 400, "{body}: {}", reply.text());
+        assert_eq!(fake.count(), 0, "forwarded: {body}");
+    }
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn passthrough_paths_get_the_identity_rules_too() {
+    let fake = FakeUpstream::always(|| Reply::new(200, FakeBody::whole("ok"))).await;
+    let mut config = sidecar::config(&fake.base_url());
+    config.principal.source = PrincipalSource::Header;
+    config.passthrough_paths = vec!["/oauth/token".into()];
+    let sidecar = Sidecar::start(config).await;
+    let url = format!("{}/oauth/token", sidecar.base_url());
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let headers = pairs(&[
+        form,
+        ("x-forwarded-user", "alice"),
+        ("x_forwarded_user", "admin"),
+    ]);
+    let reply = send(Method::POST, &url, &headers, "grant_type=x", T).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(fake.last().header("x-forwarded-user"), None);
+    assert_eq!(fake.last().header("x_forwarded_user"), None);
+    let twice = pairs(&[
+        form,
+        ("x-forwarded-user", "alice"),
+        ("x-forwarded-user", "bob"),
+    ]);
+    let reply = send(Method::POST, &url, &twice, "grant_type=x", T).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(fake.count(), 1);
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connection_cannot_delete_the_headers_the_gate_checked() {
+    let fake =
+        FakeUpstream::always(|| Reply::json(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#)).await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let mut headers = crate::support::http::mcp_headers("tools/call", Some("provision"));
+    headers.extend(pairs(&[(
+        "connection",
+        "mcp-method, mcp-name, content-type, x-hop",
+    )]));
+    headers.extend(pairs(&[("x-hop", "1")]));
+    let body = serde_json::to_vec(&tools_call(1, None)).unwrap();
+    let reply = send(Method::POST, &sidecar.mcp_url(), &headers, body, T).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let seen = fake.last();
+    assert_eq!(seen.header("mcp-method"), Some("tools/call"));
+    assert_eq!(seen.header("mcp-name"), Some("provision"));
+    assert_eq!(seen.header("content-type"), Some("application/json"));
+    assert_eq!(seen.header("x-hop"), None);
+    sidecar.stop().await;
+}

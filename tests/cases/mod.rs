@@ -5,5 +5,6 @@ mod e2e;
 mod fake_upstream;
 mod hostile;
 mod hygiene;
+mod response_edges;
 mod smoke;
 mod token_interop;

@@ -73,6 +73,7 @@ fn tokens_we_mint_open_in_the_reference() {
         let options = SealOptions {
             principal: case.principal,
             single_use: true,
+            no_upstream_state: false,
             asked: Some(&["region".to_owned()]),
         };
         let token = sealer.seal(case.state, &binding(case), &options);

@@ -173,7 +173,8 @@ impl Drop for FakeBody {
 /// What the fake answers to one request.
 pub struct Reply {
     pub status: u16,
-    pub headers: Vec<(String, String)>,
+    /// Raw values: a hostile upstream may send bytes that are not visible ASCII.
+    pub headers: Vec<(String, Vec<u8>)>,
     pub body: FakeBody,
     pub delay: Duration,
     pub hang: bool,
@@ -209,8 +210,12 @@ impl Reply {
         reply
     }
 
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.into(), value.into()));
+    pub fn header(self, name: &str, value: &str) -> Self {
+        self.raw_header(name, value.as_bytes())
+    }
+
+    pub fn raw_header(mut self, name: &str, value: &[u8]) -> Self {
+        self.headers.push((name.into(), value.to_vec()));
         self
     }
 
@@ -362,7 +367,7 @@ async fn serve_hyper(
             for (name, value) in &reply.headers {
                 response.headers_mut().append(
                     HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                    HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+                    HeaderValue::from_bytes(value).unwrap(),
                 );
             }
             Ok::<_, Infallible>(response)
