@@ -374,4 +374,6 @@ where
 }
 
 #[cfg(test)]
+mod body_tests;
+#[cfg(test)]
 mod tests;
