@@ -198,8 +198,16 @@ async fn reload_keys(
             _ = tokio::time::sleep(interval) => {}
             _ = server::stopped(&mut stop) => return,
         }
-        let Ok(bytes) = read(path.clone()).await else {
-            continue;
+        let bytes = match read(path.clone()).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                // Reported once per outage, not every poll; the keys in use stay.
+                if last.take().is_some() {
+                    tracing::error!(error = %e, path = %path.display(), "key file unreadable; keeping the previous keys");
+                    metrics.key_reload(false);
+                }
+                continue;
+            }
         };
         let digest = Sha256::digest(&bytes[..]);
         if last.as_ref() == Some(&digest) {

@@ -298,6 +298,12 @@ impl Metrics {
         self.sealed.get()
     }
 
+    pub fn key_reload_count(&self, ok: bool) -> u64 {
+        self.key_reloads
+            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .get()
+    }
+
     pub fn input_responses_dropped_count(&self) -> u64 {
         self.input_responses_dropped.get()
     }

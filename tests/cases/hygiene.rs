@@ -189,3 +189,35 @@ async fn connection_cannot_delete_the_headers_the_gate_checked() {
     assert_eq!(seen.header("x-hop"), None);
     sidecar.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreadable_key_file_keeps_the_keys_in_use() {
+    let answer =
+        crate::support::fake::input_required(serde_json::json!(1), serde_json::json!(plaintext()));
+    let fake = FakeUpstream::always(move || Reply::json(answer.to_string())).await;
+    let mut config = sidecar::config(&fake.base_url());
+    config.state.reload_interval_ms = 100;
+    let key = "0123456789abcdef0123456789abcdef-hygiene-key";
+    let sidecar = Sidecar::with_keys(config, &[key], "svc").await;
+    let first = post_mcp(&sidecar.mcp_url(), &tools_call(1, None))
+        .await
+        .json();
+    let token = crate::support::fake::sealed(&first["result"]);
+    std::fs::remove_file(sidecar.keys_dir.as_ref().unwrap().path().join("keys")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sidecar.metrics().key_reload_count(false) == 0 {
+        assert!(Instant::now() < deadline, "the outage was not reported");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Reported once, not on every poll; the old ring still opens and mints.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(sidecar.metrics().key_reload_count(false), 1);
+    let retry = post_mcp(
+        &sidecar.mcp_url(),
+        &tools_call(2, Some(serde_json::json!(token))),
+    )
+    .await;
+    assert_eq!(retry.status, 200, "{}", retry.text());
+    assert_eq!(sidecar.metrics().verified_count("ok"), 1);
+    sidecar.stop().await;
+}

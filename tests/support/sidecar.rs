@@ -81,15 +81,7 @@ impl Sidecar {
     /// Secret update does, and wait until the sidecar has reloaded it.
     pub async fn rewrite_keys(&self, keys: &[&str]) {
         let dir = self.keys_dir.as_ref().expect("started with_keys").path();
-        let reloads = || {
-            let text = self.metrics().render();
-            let prefix = "mcp_state_guard_key_reloads_total{result=\"ok\"} ";
-            let value = text
-                .lines()
-                .find_map(|l| l.strip_prefix(prefix))
-                .map(str::to_owned);
-            value.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        };
+        let reloads = || self.metrics().key_reload_count(true);
         let before = reloads();
         std::fs::write(dir.join("keys.next"), keys.join("\n") + "\n").unwrap();
         std::fs::rename(dir.join("keys.next"), dir.join("keys")).unwrap();
