@@ -204,14 +204,31 @@ pub enum Rewrite {
     ReplaceAndEnd(Bytes),
 }
 
+/// Why a stream could not be carried to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamFailure {
+    /// An event grew past the size cap before it was complete.
+    EventTooLarge,
+    /// The upstream body failed (a reset, a truncated chunk).
+    UpstreamError,
+}
+
+impl StreamFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamFailure::EventTooLarge => "event too large",
+            StreamFailure::UpstreamError => "upstream body error",
+        }
+    }
+}
+
 /// The per-stream policy supplied by the proxy.
 pub trait EventRewriter: Send + 'static {
     /// Called for every complete event (bytes include the terminating blank line).
     fn rewrite(&mut self, event: &[u8]) -> Rewrite;
     /// Called once if the stream cannot be framed (event too large) or the upstream body
     /// errors; returns the bytes to emit as the final event before the stream ends.
-    /// `reason` is a short static string for logs.
-    fn fail(&mut self, reason: &'static str) -> Bytes;
+    fn fail(&mut self, failure: StreamFailure) -> Bytes;
     /// Called once at the end of a stream with the leftover incomplete bytes (not terminated
     /// by a blank line); only when there are some. Returns what to emit in their place
     /// (`Keep` = the leftover as is; `ReplaceAndEnd` acts like `Replace`).
@@ -314,7 +331,7 @@ where
                     this.inner.set(None);
                     this.framer.take_rest();
                     *this.phase = Phase::Done;
-                    return final_frame(this.rewriter.fail("event too large"));
+                    return final_frame(this.rewriter.fail(StreamFailure::EventTooLarge));
                 }
             }
             if *this.phase == Phase::Draining {
@@ -347,7 +364,7 @@ where
                     this.inner.set(None);
                     this.framer.take_rest();
                     *this.phase = Phase::Done;
-                    return final_frame(this.rewriter.fail("upstream body error"));
+                    return final_frame(this.rewriter.fail(StreamFailure::UpstreamError));
                 }
                 Poll::Ready(None) => {
                     this.inner.set(None);

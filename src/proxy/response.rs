@@ -11,7 +11,7 @@ use super::upstream::ProxyBody;
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Id};
 use crate::metrics::{Metrics, SealFailure};
-use crate::sse::{EventRewriter, Rewrite, event_data};
+use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data};
 use crate::token::{RequestBinding, SealOptions, StateSealer};
 use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
@@ -207,13 +207,11 @@ impl EventRewriter for Sealer {
         }
     }
 
-    fn fail(&mut self, reason: &'static str) -> Bytes {
-        let failure = if reason.contains("large") {
-            SealFailure::EventTooLarge
-        } else {
-            SealFailure::UpstreamBodyError
-        };
-        self.error_event(failure)
+    fn fail(&mut self, failure: StreamFailure) -> Bytes {
+        self.error_event(match failure {
+            StreamFailure::EventTooLarge => SealFailure::EventTooLarge,
+            StreamFailure::UpstreamError => SealFailure::UpstreamBodyError,
+        })
     }
 
     fn finish(&mut self, leftover: &[u8]) -> Rewrite {

@@ -95,7 +95,8 @@ impl EventRewriter for Sealer {
         }
     }
 
-    fn fail(&mut self, reason: &'static str) -> Bytes {
+    fn fail(&mut self, failure: StreamFailure) -> Bytes {
+        let reason = failure.as_str();
         self.log(format!("fail {reason}"));
         Bytes::from(format!("data: failed: {reason}\n\n"))
     }
@@ -348,7 +349,7 @@ impl EventRewriter for KeepAll {
     fn rewrite(&mut self, _: &[u8]) -> Rewrite {
         Rewrite::Keep
     }
-    fn fail(&mut self, _: &'static str) -> Bytes {
+    fn fail(&mut self, _: StreamFailure) -> Bytes {
         Bytes::from_static(b"FAILED")
     }
     fn finish(&mut self, _: &[u8]) -> Rewrite {
