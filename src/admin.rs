@@ -4,10 +4,8 @@
 //! Invariant: the admin port never proxies and never shows a token, a key or a state.
 
 use crate::metrics::Metrics;
-use crate::proxy::upstream::ProxyBody;
-use bytes::Bytes;
+use crate::proxy::upstream::{ProxyBody, full};
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,11 +49,7 @@ pub async fn handle(
 }
 
 fn text(status: StatusCode, body: &str) -> Response<ProxyBody> {
-    let mut response = Response::new(
-        Full::new(Bytes::from(body.to_owned()))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
+    let mut response = Response::new(full(body.to_owned()));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,

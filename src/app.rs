@@ -8,8 +8,8 @@ use crate::admin::{self, Readiness};
 use crate::config::{self, Config};
 use crate::metrics::Metrics;
 use crate::principal::PrincipalSource;
+use crate::proxy::Proxy;
 use crate::proxy::upstream::Upstream;
-use crate::proxy::{Limits, Proxy};
 use crate::server;
 use crate::token::{KeyRing, KeyRingError, StateSealer};
 use sha2::{Digest, Sha256};
@@ -115,11 +115,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             Duration::from_millis(config.timeouts.connect_ms),
             Duration::from_millis(config.timeouts.response_head_ms),
         ),
-        limits: Limits {
-            max_body_bytes: config.limits.max_body_bytes,
-            max_event_bytes: config.limits.max_event_bytes,
-            max_state_bytes: config.limits.max_state_bytes,
-        },
+        limits: config.limits.clone(),
         passthrough_paths: config.passthrough_paths.iter().cloned().collect(),
     });
     let bind = |what, addr| async move {

@@ -12,7 +12,7 @@ use serde_json::{Map, Number, Value};
 use std::fmt;
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.
-const ENVELOPE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
+pub const ENVELOPE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
 const PARAMS_FIELDS: &[&str] = &[
     "requestState",
     "inputResponses",

@@ -9,6 +9,7 @@ pub mod request;
 pub mod response;
 pub mod upstream;
 
+use crate::config::LimitsConfig;
 use crate::error::ProxyError;
 use crate::jsonrpc::Id;
 use crate::metrics::{Metrics, Route, SealFailure};
@@ -26,20 +27,11 @@ use std::sync::Arc;
 use std::time::Instant;
 use upstream::{BoxError, ProxyBody, Upstream};
 
-/// Size limits of the data path.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_body_bytes: usize,
-    pub max_event_bytes: usize,
-    pub max_state_bytes: usize,
-}
-
-impl Limits {
-    /// No token this sidecar mints for a state of `max_state_bytes` is longer than this
-    /// (claims overhead, JSON escaping of every byte at worst 6×, base64 4/3).
-    pub fn max_token_bytes(&self) -> usize {
-        (self.max_state_bytes * 6 + 4096) * 4 / 3
-    }
+/// The largest token worth opening: no token this sidecar mints for a state of
+/// `max_state_bytes` is longer (claims overhead, JSON escaping of every byte at worst 6×,
+/// base64 4/3).
+pub fn max_token_bytes(limits: &LimitsConfig) -> usize {
+    (limits.max_state_bytes * 6 + 4096) * 4 / 3
 }
 
 /// A failure with the id of the request it answers, when known.
@@ -66,7 +58,7 @@ pub struct Proxy {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) principal: PrincipalSource,
     pub(crate) upstream: Upstream,
-    pub(crate) limits: Limits,
+    pub(crate) limits: LimitsConfig,
     pub(crate) passthrough_paths: HashSet<String>,
 }
 
@@ -86,9 +78,7 @@ impl Proxy {
                     // Refused states were logged with their reason where they were opened.
                     tracing::info!(kind = kind.as_str(), error = %error, "request refused");
                 }
-                error
-                    .into_response::<Full>(id.as_ref())
-                    .map(|b| b.map_err(|never| match never {}).boxed())
+                error.into_response(id.as_ref()).map(upstream::full)
             }
         };
         self.metrics
@@ -99,40 +89,41 @@ impl Proxy {
 
     async fn forward(&self, request: Request<Incoming>) -> Result<Response<ProxyBody>, Failure> {
         let (mut parts, body) = request.into_parts();
-        if self.passthrough_paths.contains(parts.uri.path()) {
-            self.metrics.request(Route::Passthrough);
-            // The body is not inspected, but identity headers get the same treatment as
-            // everywhere: an ambiguous one is refused, and it is not forwarded.
-            self.principal.identify(&parts.headers)?;
-            self.principal.strip(&mut parts.headers);
+        let passthrough = self.passthrough_paths.contains(parts.uri.path());
+        let gated = !passthrough && parts.method == Method::POST;
+        self.metrics.request(if gated {
+            Route::Mcp
+        } else {
+            Route::Passthrough
+        });
+        // Identity headers get the same treatment on every route: an ambiguous one is
+        // refused, and none reaches the upstream unless configured (the gate does not
+        // read it, so it goes before anything else).
+        let principal = self.principal.identify(&parts.headers)?;
+        self.principal.strip(&mut parts.headers);
+        if passthrough {
             return self
                 .send_untouched(parts, body.map_err(BoxError::from).boxed())
                 .await;
         }
-        if parts.method != Method::POST {
+        if !gated {
             // 2025-era GET streams and DELETEs pass through, streaming; a body on them
             // would be forwarded unexamined, so there must be none.
             if !body.is_end_stream() {
                 return Err(ProxyError::BodyNotAllowed(parts.method).into());
             }
-            self.metrics.request(Route::Passthrough);
-            let principal = self.principal.identify(&parts.headers)?;
-            self.principal.strip(&mut parts.headers);
             let context = SealContext::new(None, None, None, principal);
-            return self.exchange(parts, empty(), context).await;
+            return self
+                .exchange(parts, upstream::full(Bytes::new()), context)
+                .await;
         }
-        self.metrics.request(Route::Mcp);
-        let principal = self.principal.identify(&parts.headers)?;
         let admitted = self.admit(&parts.headers, body, principal).await?;
-        self.principal.strip(&mut parts.headers);
         parts.headers.insert(
             header::CONTENT_LENGTH,
             HeaderValue::from(admitted.body.len()),
         );
-        let body = http_body_util::Full::new(admitted.body)
-            .map_err(|never| match never {})
-            .boxed();
-        self.exchange(parts, body, admitted.context).await
+        self.exchange(parts, upstream::full(admitted.body), admitted.context)
+            .await
     }
 
     /// Forward a configured passthrough request and its response without inspection.
@@ -233,14 +224,6 @@ impl Proxy {
             }
         }
     }
-}
-
-type Full = http_body_util::Full<Bytes>;
-
-fn empty() -> ProxyBody {
-    http_body_util::Empty::new()
-        .map_err(|never| match never {})
-        .boxed()
 }
 
 /// How a response body must be treated.

@@ -104,7 +104,7 @@ impl Proxy {
                 ));
             }
         };
-        if token.len() > self.limits.max_token_bytes() {
+        if token.len() > super::max_token_bytes(&self.limits) {
             return Err(self.refuse_state(
                 method,
                 Reject::Malformed,

@@ -73,11 +73,8 @@ impl Sealer {
     }
 
     fn seal_message(&self, message: &mut Map<String, Value>) -> Result<bool, SealFailure> {
-        jsonrpc::check_reserved(
-            message,
-            &["jsonrpc", "id", "method", "params", "result", "error"],
-        )
-        .map_err(|_| SealFailure::AmbiguousKey)?;
+        jsonrpc::check_reserved(message, jsonrpc::ENVELOPE_FIELDS)
+            .map_err(|_| SealFailure::AmbiguousKey)?;
         // A server→client request or notification carries no state of ours; one that
         // does cannot be bound to anything.
         if let Some(Value::Object(params)) = message.get("params") {
@@ -266,16 +263,10 @@ fn split_lines_inclusive(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 /// A whole-body response with a new body.
 pub fn with_body(mut parts: http::response::Parts, body: Bytes) -> http::Response<ProxyBody> {
-    use http_body_util::BodyExt;
     parts
         .headers
         .insert(http::header::CONTENT_LENGTH, body.len().into());
-    http::Response::from_parts(
-        parts,
-        http_body_util::Full::new(body)
-            .map_err(|never| match never {})
-            .boxed(),
-    )
+    http::Response::from_parts(parts, super::upstream::full(body))
 }
 
 #[cfg(test)]

@@ -20,6 +20,14 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Every body the sidecar sends, to either side.
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
 
+/// A whole body from bytes.
+pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    use http_body_util::BodyExt;
+    http_body_util::Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those the
 /// sidecar sets itself.
 const HOP_BY_HOP: [HeaderName; 8] = [
