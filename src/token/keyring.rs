@@ -9,10 +9,11 @@ use aes_gcm::aead::{AeadInOut, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
 use base64_simd::URL_SAFE_NO_PAD;
 use hkdf::Hkdf;
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::path::Path;
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 const KDF_INFO: &[u8] = b"mcp/request-state/v1/aes-256-gcm";
 const KID_INFO: &[u8] = b"mcp/request-state/v1/kid:";
@@ -275,11 +276,23 @@ impl KeyRing {
     }
 }
 
+/// HKDF-SHA256(ikm = secret, no salt, info = [`KDF_INFO`], 32 bytes), leaving no derived
+/// byte behind unwiped: the pseudo-random key is zeroized here, and the HMAC states keyed
+/// with it wipe themselves on drop (the `zeroize` features of `hmac` and `sha2`).
 fn derive_key(secret: &[u8]) -> Zeroizing<[u8; 32]> {
+    // `Hkdf::new` would drop the PRK unwiped; the `Hkdf` returned alongside is not needed.
+    let (mut prk, _) = Hkdf::<Sha256>::extract(None, secret);
+    // HKDF-Expand (RFC 5869 §2.3) of one block: 32 bytes is SHA-256's output length, so
+    // the key is T(1) = HMAC(PRK, info ‖ 0x01). Written out rather than `Hkdf::expand`,
+    // which keeps its last block (here, the whole key) in a local it does not wipe;
+    // `CtOutput` wipes itself on drop.
+    let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(&prk)
+        .expect("HMAC takes keys of any length");
+    prk.zeroize();
+    mac.update(KDF_INFO);
+    mac.update(&[1]);
     let mut key = Zeroizing::new([0u8; 32]);
-    Hkdf::<Sha256>::new(None, secret)
-        .expand(KDF_INFO, &mut key[..])
-        .expect("32 bytes is a valid HKDF-SHA256 output length");
+    key.copy_from_slice(mac.finalize().as_bytes());
     key
 }
 
@@ -474,6 +487,49 @@ mod tests {
                 line: 1
             }
         );
+    }
+
+    #[test]
+    fn derived_key_is_pinned() {
+        // The reference vectors' secret: 00..1f as hex text. Expected bytes from Python's
+        // `cryptography` HKDF, as `mcp/server/request_state.py` derives them.
+        let secret = hex::encode((0u8..32).collect::<Vec<u8>>());
+        let key = derive_key(secret.as_bytes());
+        assert_eq!(
+            hex::encode(*key),
+            "07b7c464896fcee1cc5f28074f8293c34745377bd4c7487b71198c3681d6e64a"
+        );
+        assert_eq!(hex::encode(key_id(&key)), "a4e03f3e");
+    }
+
+    #[test]
+    fn derived_key_matches_hkdf_expand() {
+        // The one-block expansion written out in `derive_key` is HKDF-Expand, for any secret.
+        for secret in [
+            A.as_bytes(),
+            B.as_bytes(),
+            &[0xffu8; 200][..],
+            &[0u8; 32][..],
+        ] {
+            let mut expected = [0u8; 32];
+            Hkdf::<Sha256>::new(None, secret)
+                .expand(KDF_INFO, &mut expected)
+                .unwrap();
+            assert_eq!(*derive_key(secret), expected);
+        }
+    }
+
+    #[test]
+    fn key_derivation_state_wipes_itself() {
+        // Compiles only while the `zeroize` features of `hmac` and `sha2` are on. `Hmac`
+        // carries no `ZeroizeOnDrop` marker of its own; its parts wipe themselves: the
+        // inner and outer SHA-256 states keyed with the PRK, and its block buffer.
+        use hmac::block_api::HmacCore;
+        use hmac::digest::block_api::{Buffer, CoreProxy};
+        fn zeroize_on_drop<T: zeroize::ZeroizeOnDrop>() {}
+        zeroize_on_drop::<<Sha256 as CoreProxy>::Core>();
+        zeroize_on_drop::<Buffer<HmacCore<Sha256>>>();
+        zeroize_on_drop::<hmac::digest::CtOutput<Hmac<Sha256>>>();
     }
 
     #[test]
