@@ -1,16 +1,20 @@
 //! The claims envelope inside a token: what it binds (method, target, argument digest,
-//! audience, principal, expiry) and how it is written and read.
+//! request path, audience, principal, expiry) and how it is written and read.
 //!
 //! Invariant: claims are written exactly as the reference writes them (key order, Python
 //! float and string forms), so a token minted here is byte-identical to the SDK's for the
-//! same nonce, salt and clock; our own claims (`su`, `q`) come last and only when set.
+//! same nonce, salt and clock; our own claims (`su`, `ns`, `q`, `u`) come last and only
+//! when set. The reference reads only its own claims (`v iat exp m t a s aud p`) and
+//! ignores the rest.
 
 use super::canonical::{CanonicalError, write_python_float, write_python_json, write_string};
 use base64_simd::URL_SAFE_NO_PAD;
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
+use std::fmt;
 use subtle::ConstantTimeEq;
 
 pub(crate) const ENVELOPE_VERSION: u8 = 1;
@@ -31,12 +35,26 @@ pub enum BindingError {
 }
 
 /// What a token is bound to on one request: the method, its target (`params.name`, or
-/// `params.uri` for `resources/read`) and the digest of `params.arguments`.
+/// `params.uri` for `resources/read`), the digest of `params.arguments` and, when the
+/// caller knows it, the HTTP request path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestBinding {
     pub method: String,
     pub target: String,
     pub args_digest: String,
+    /// The request path (`u` claim), compared byte for byte. Set with
+    /// [`RequestBinding::at_path`].
+    ///
+    /// Minting with a path writes the claim. Opening: a token that carries the claim opens
+    /// only under a binding with exactly that path (a binding without one refuses it), so
+    /// a token minted on `/a` does not open on `/b` when one upstream serves several MCP
+    /// servers or tenants under different paths. A token without the claim still opens
+    /// under a binding with a path. That is safe: such a token comes from the reference
+    /// SDK, which cannot express paths, or from a version of ours that did not write them,
+    /// and it is held to everything it does carry, including the audience that binds it to
+    /// this service. Stripping the claim from one of our tokens is not possible: the claims
+    /// are authenticated.
+    pub path: Option<String>,
 }
 
 impl RequestBinding {
@@ -62,7 +80,16 @@ impl RequestBinding {
             method: method.to_owned(),
             target,
             args_digest: args_digest(arguments)?,
+            path: None,
         })
+    }
+
+    /// Also bind the request path: the HTTP path exactly as received (no decoding or
+    /// normalisation), so a retry must arrive on the very same path.
+    #[must_use]
+    pub fn at_path(mut self, path: &str) -> Self {
+        self.path = Some(path.to_owned());
+        self
     }
 }
 
@@ -148,6 +175,7 @@ impl MintClaims<'_> {
             + self
                 .asked
                 .map_or(0, |a| a.iter().map(|k| k.len() + 3).sum())
+            + self.binding.path.as_ref().map_or(0, String::len)
     }
 
     pub fn encode_into(&self, out: &mut String) {
@@ -184,6 +212,10 @@ impl MintClaims<'_> {
             out.push_str(",\"q\":");
             write_python_json(&list, false, out).expect("a list of strings always encodes");
         }
+        if let Some(path) = &self.binding.path {
+            out.push_str(",\"u\":");
+            write_string(path, out);
+        }
         out.push('}');
     }
 }
@@ -213,6 +245,32 @@ pub struct OpenedClaims<'a> {
     pub ns: bool,
     #[serde(default)]
     pub q: Option<Vec<String>>,
+    /// The request path. Absent means "not bound to a path"; `null` is not absent but a
+    /// claim of the wrong type, like a number.
+    #[serde(borrow, default, deserialize_with = "present_str")]
+    pub u: Option<Cow<'a, str>>,
+}
+
+/// A claim that, when present, must be a string: `null` fails instead of reading as
+/// absent. Borrows from the plaintext unless an escape forces a copy.
+fn present_str<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct Str;
+    impl<'de> Visitor<'de> for Str {
+        type Value = Cow<'de, str>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+
+        fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(v))
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(v.to_owned()))
+        }
+    }
+    d.deserialize_str(Str).map(Some)
 }
 
 impl<'a> OpenedClaims<'a> {
@@ -342,6 +400,65 @@ mod tests {
         assert_eq!(opened.s, "{\"tier\":\"free\",\"é\":1}");
         assert!(opened.su);
         assert_eq!(opened.q, Some(vec!["region".to_owned()]));
+    }
+
+    #[test]
+    fn path_claim_comes_last_and_escapes_like_the_reference() {
+        let binding = RequestBinding::of("tools/list", None)
+            .unwrap()
+            .at_path("/t%2F1/a\"b\\c/\u{e9}");
+        let claims = MintClaims {
+            iat: 1_800_000_000.0,
+            exp: 1_800_000_600.0,
+            binding: &binding,
+            state: "x",
+            audience: Some("svc"),
+            principal_claim: Some("cA".to_owned()),
+            single_use: true,
+            no_upstream_state: false,
+            asked: None,
+        };
+        let mut text = String::new();
+        claims.encode_into(&mut text);
+        assert!(
+            text.ends_with(r#","aud":"svc","p":"cA","su":true,"u":"/t%2F1/a\"b\\c/\u00e9"}"#),
+            "{text}"
+        );
+        assert!(text.len() <= claims.len_hint());
+        let opened = OpenedClaims::decode(text.as_bytes()).unwrap();
+        assert_eq!(opened.u.as_deref(), binding.path.as_deref());
+        // Without a path there is no claim: the reference's layout, byte for byte.
+        let bare = RequestBinding::of("tools/list", None).unwrap();
+        let mut text = String::new();
+        MintClaims {
+            binding: &bare,
+            ..claims
+        }
+        .encode_into(&mut text);
+        assert!(!text.contains("\"u\""), "{text}");
+    }
+
+    #[test]
+    fn path_claim_must_be_a_string() {
+        let base = r#"{"v":1,"iat":1,"exp":2,"s":"x""#;
+        let parse = |u: &str| {
+            OpenedClaims::decode(format!("{base}{u}}}").as_bytes())
+                .map(|c| c.u.map(Cow::into_owned))
+        };
+        assert_eq!(parse(""), Some(None));
+        assert_eq!(parse(r#","u":"/a""#), Some(Some("/a".to_owned())));
+        assert_eq!(parse(r#","u":"/a\"b""#), Some(Some("/a\"b".to_owned())));
+        for bad in [
+            r#","u":null"#,
+            r#","u":1"#,
+            r#","u":[]"#,
+            r#","u":{}"#,
+            r#","u":false"#,
+        ] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
+        // A repeated claim is refused rather than resolved one way or the other.
+        assert_eq!(parse(r#","u":"/a","u":"/b""#), None);
     }
 
     #[test]

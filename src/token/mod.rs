@@ -3,7 +3,8 @@
 //!
 //! Invariant: [`StateSealer::open`] returns a plaintext only for a token this key ring
 //! sealed, unmodified, unexpired, for the same method, target, arguments, audience and
-//! principal as the request at hand. Key material is zeroized on drop. Every failure is one [`Reject`] reason (for logs and
+//! principal as the request at hand, and on the same path if it was minted with one. Key
+//! material is zeroized on drop. Every failure is one [`Reject`] reason (for logs and
 //! metrics) plus a static detail; neither carries token or state bytes.
 //!
 //! The format is byte-compatible with the reference SDK (`mcp/server/request_state.py`):
@@ -36,7 +37,7 @@ pub enum Reject {
     UnknownKey,
     /// Outside its time window: expired, or minted too far in the future.
     Expired,
-    /// Minted for another method, target or arguments.
+    /// Minted for another method, target, arguments or request path.
     Binding,
     /// Minted for another audience (another service sharing the keys).
     Audience,
@@ -245,6 +246,19 @@ impl StateSealer {
             || claims.a.as_deref() != Some(&binding.args_digest)
         {
             return Err(reject(Reject::Binding, "minted for another request"));
+        }
+        // No claim: minted without a path (the reference, or an older version of ours);
+        // see `RequestBinding::path` for why that still opens.
+        match (claims.u.as_deref(), binding.path.as_deref()) {
+            (None, _) => {}
+            (Some(minted), Some(here)) if minted == here => {}
+            (Some(_), Some(_)) => return Err(reject(Reject::Binding, "minted for another path")),
+            (Some(_), None) => {
+                return Err(reject(
+                    Reject::Binding,
+                    "minted for a path, request has none",
+                ));
+            }
         }
         if claims.aud.as_deref() != self.audience.as_deref() {
             return Err(reject(Reject::Audience, "minted for another audience"));

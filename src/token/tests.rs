@@ -185,6 +185,136 @@ fn every_binding_claim() {
     assert!(s.open_at(NOW, &token, &reordered, None).is_ok());
 }
 
+fn detail(result: Result<Opened, Rejection>) -> (Reject, &'static str) {
+    match result {
+        Ok(_) => panic!("token unexpectedly opened"),
+        Err(r) => (r.reason, r.detail),
+    }
+}
+
+#[test]
+fn path_round_trip() {
+    let s = sealer(Some("svc"));
+    let at_a = provision().at_path("/mcp/a");
+    assert_eq!(at_a.path.as_deref(), Some("/mcp/a"));
+    let token = s.seal_at(NOW, "state", &at_a, &SealOptions::default());
+    let opened = s.open_at(NOW, &token, &at_a, None).unwrap();
+    assert_eq!(opened.state, "state");
+}
+
+#[test]
+fn wrong_path_is_refused() {
+    let s = sealer(None);
+    let token = s.seal_at(
+        NOW,
+        "x",
+        &provision().at_path("/mcp/a"),
+        &SealOptions::default(),
+    );
+    // Compared byte for byte: no normalisation of case, trailing slashes or escapes.
+    for other in ["/mcp/b", "/mcp/a/", "/MCP/a", "/mcp%2Fa", "", "/mcp/a?x=1"] {
+        assert_eq!(
+            detail(s.open_at(NOW, &token, &provision().at_path(other), None)),
+            (Reject::Binding, "minted for another path"),
+            "{other}"
+        );
+    }
+    // The path is checked on top of the request, not instead of it.
+    let other_args = binding(
+        "tools/call",
+        json!({"name": "provision", "arguments": {"name": "web-2"}}),
+    )
+    .at_path("/mcp/a");
+    assert_eq!(
+        reason(s.open_at(NOW, &token, &other_args, None)),
+        Reject::Binding
+    );
+}
+
+#[test]
+fn token_without_path_opens_under_a_path() {
+    // What the reference (and ours before paths) mints: no `u` claim.
+    let s = sealer(Some("svc"));
+    let token = seal(&s, None);
+    let opened = s
+        .open_at(NOW, &token, &provision().at_path("/mcp/a"), None)
+        .unwrap();
+    assert_eq!(opened.state, "{\"tier\":\"free\"}");
+}
+
+#[test]
+fn token_with_path_needs_a_path() {
+    let s = sealer(None);
+    let token = s.seal_at(
+        NOW,
+        "x",
+        &provision().at_path("/mcp/a"),
+        &SealOptions::default(),
+    );
+    assert_eq!(
+        detail(s.open_at(NOW, &token, &provision(), None)),
+        (Reject::Binding, "minted for a path, request has none")
+    );
+}
+
+#[test]
+fn odd_paths_survive_a_round_trip() {
+    let s = sealer(None);
+    let paths = [
+        r#"/a"b"#,
+        r"/a\b",
+        r#"/\"\\"#,
+        "/tenant%2Fone/mcp",
+        "/a%22b%5C",
+        "/q?x=\"1\"&y=\\",
+        "/\u{0}\u{1f}\u{7f}",
+        "/caf\u{e9}/\u{1f600}",
+        "",
+    ];
+    for path in paths {
+        let b = provision().at_path(path);
+        let token = s.seal_at(NOW, "x", &b, &SealOptions::default());
+        assert!(s.open_at(NOW, &token, &b, None).is_ok(), "{path:?}");
+    }
+    // `%2F` is not `/`: the path is bound as received.
+    let encoded = provision().at_path("/tenant%2Fone/mcp");
+    let token = s.seal_at(NOW, "x", &encoded, &SealOptions::default());
+    assert_eq!(
+        reason(s.open_at(NOW, &token, &provision().at_path("/tenant/one/mcp"), None)),
+        Reject::Binding
+    );
+}
+
+#[test]
+fn path_claim_of_the_wrong_type_is_malformed() {
+    let s = sealer(None);
+    let b = provision().at_path("/mcp");
+    let claims = |u: &str| {
+        format!(
+            r#"{{"v":1,"iat":{NOW:.1},"exp":{:.1},"m":"tools/call","t":"provision","a":"{}","s":"x"{u}}}"#,
+            NOW + 600.0,
+            b.args_digest
+        )
+    };
+    // The hand-written claims are right: with a string path they open.
+    let good = s.ring().seal(&claims(r#","u":"/mcp""#));
+    assert!(s.open_at(NOW, &good, &b, None).is_ok());
+    for bad in [
+        r#","u":null"#,
+        r#","u":5"#,
+        r#","u":["/mcp"]"#,
+        r#","u":{"p":"/mcp"}"#,
+        r#","u":true"#,
+    ] {
+        let token = s.ring().seal(&claims(bad));
+        assert_eq!(
+            detail(s.open_at(NOW, &token, &b, None)),
+            (Reject::Malformed, "claims do not parse"),
+            "{bad}"
+        );
+    }
+}
+
 #[test]
 fn resource_tokens_bind_the_uri() {
     let s = sealer(None);
@@ -332,9 +462,11 @@ proptest! {
         args in json_value(),
         principal in proptest::option::of(".{0,20}"),
         single_use in any::<bool>(),
+        path in proptest::option::of(".{0,40}"),
     ) {
         let s = sealer(Some("svc"));
-        let b = binding("tools/call", json!({"name": name, "arguments": args}));
+        let mut b = binding("tools/call", json!({"name": name, "arguments": args}));
+        b.path = path;
         let options = SealOptions { principal: principal.as_deref(), single_use, ..Default::default() };
         let token = s.seal_at(NOW, &state, &b, &options);
         let opened = s.open_at(NOW, &token, &b, principal.as_deref()).unwrap();

@@ -97,6 +97,74 @@ fn tokens_we_mint_open_in_the_reference() {
     }
 }
 
+/// One upstream serving several MCP servers under different paths: our path claim (`u`)
+/// rides in tokens the reference still opens (it ignores claims it does not know), and
+/// Python's `json` reads it back as the exact path, escapes and all.
+#[test]
+fn tokens_bound_to_a_path_open_in_the_reference() {
+    const PATHS: [&str; 5] = [
+        "/mcp",
+        "/tenants/a%2Fb/mcp",
+        r#"/q"uo\te"#,
+        "/ctl\u{1}\u{7f}",
+        "/caf\u{e9}",
+    ];
+    let sealer = StateSealer::new(
+        KeyRing::from_secrets(&[KEY_OLD], "t").unwrap(),
+        Some("svc".into()),
+        600,
+    );
+    let all = cases();
+    let mut requests = Vec::new();
+    let mut tokens = Vec::new();
+    for (case, &path) in all.iter().zip(PATHS.iter().cycle()) {
+        let options = SealOptions {
+            principal: case.principal,
+            single_use: true,
+            no_upstream_state: false,
+            asked: Some(&["region".to_owned()]),
+        };
+        let at_path = binding(case).at_path(path);
+        let token = sealer.seal(case.state, &at_path, &options);
+        // Here it opens on its own path only.
+        assert!(sealer.open(&token, &at_path, case.principal).is_ok());
+        let elsewhere = binding(case).at_path("/elsewhere");
+        assert_eq!(
+            sealer
+                .open(&token, &elsewhere, case.principal)
+                .err()
+                .map(|r| r.reason),
+            Some(Reject::Binding)
+        );
+        let mut req = case_json(case);
+        req["token"] = Value::String(token.clone());
+        requests.push(req);
+        tokens.push(token);
+    }
+    let answer = run_json(
+        "token_interop.py",
+        &json!({"op": "open", "keys": [KEY_OLD], "audience": "svc", "cases": requests}),
+        TIMEOUT,
+    );
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(results.len(), all.len());
+    for (case, result) in all.iter().zip(results) {
+        assert_eq!(result["ok"], true, "{} {result}", case.method);
+        assert_eq!(result["state"], case.state);
+    }
+    let answer = run_json(
+        "token_interop.py",
+        &json!({"op": "claims", "keys": [KEY_OLD], "tokens": tokens}),
+        TIMEOUT,
+    );
+    let claims = answer["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), all.len());
+    for ((case, path), claims) in all.iter().zip(PATHS.iter().cycle()).zip(claims) {
+        assert_eq!(claims["u"], *path, "{claims}");
+        assert_eq!(claims["m"], case.method);
+    }
+}
+
 #[test]
 fn reference_refuses_what_we_refuse() {
     let sealer = StateSealer::new(
@@ -194,6 +262,9 @@ fn tokens_the_reference_mints_open_here() {
         assert_eq!(opened.state, case.state);
         assert!(!opened.single_use, "reference tokens carry no `su` claim");
         assert_eq!(opened.asked, None);
+        // The reference knows no paths: its tokens carry no `u` claim and open on any.
+        let at_path = binding(case).at_path("/mcp");
+        assert!(ours.open(token, &at_path, case.principal).is_ok());
         // And the binding checks hold for reference tokens too.
         if case.principal.is_some() {
             let err = ours

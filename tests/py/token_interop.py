@@ -6,6 +6,7 @@ Reads one JSON request on stdin, writes one JSON answer on stdout:
    "cases": [{"method", "params", "principal", "state"}]}          -> {"tokens": [...]}
   {"op": "open",   "keys": [...], "audience": str|null,
    "cases": [{"method", "params", "principal", "token"}]}          -> {"results": [{"ok", "state"|"reason"}]}
+  {"op": "claims", "keys": [...], "tokens": [...]}                  -> {"claims": [<decrypted claims object>...]}
   {"op": "digest", "texts": [<JSON text of params.arguments>...]}  -> {"digests": [...]}
   {"op": "vectors"}                                                -> fixed-nonce reference vectors
 
@@ -69,6 +70,12 @@ def open_(req):
     return {"results": results}
 
 
+def claims(req):
+    """The claims as the reference's codec decrypts and Python's `json` reads them."""
+    codec = _boundary(req["keys"], None)._security.codec
+    return {"claims": [json.loads(codec.unseal(token)) for token in req["tokens"]]}
+
+
 def digest(req):
     out = []
     for text in req["texts"]:
@@ -106,7 +113,7 @@ def vectors(_req):
 
 def main() -> None:
     req = json.load(sys.stdin)
-    op = {"mint": mint, "open": open_, "digest": digest, "vectors": vectors}[req["op"]]
+    op = {"mint": mint, "open": open_, "claims": claims, "digest": digest, "vectors": vectors}[req["op"]]
     json.dump(op(req), sys.stdout)
 
 
