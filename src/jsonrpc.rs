@@ -4,11 +4,14 @@
 //! reasonable parser reads the same way: UTF-8 without BOM, no trailing data, no duplicate
 //! keys at any depth, and no key that a lenient upstream could take for one of the fields
 //! the sidecar guards (`requestState` spelled `RequestState` or `request_state`, say:
-//! pydantic models with `populate_by_name` accept the snake-case alias). Anything else is
-//! refused before a byte reaches the upstream.
+//! pydantic models with `populate_by_name` accept the snake-case alias; `requeſtState`
+//! with a long s: Go's `encoding/json` folds it to `requestState`). Keys at the levels
+//! the sidecar guards are ASCII, so no parser's Unicode folding can turn one into a
+//! guarded field. Anything else is refused before a byte reaches the upstream.
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
+use std::cell::Cell;
 use std::fmt;
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.
@@ -22,6 +25,8 @@ const PARAMS_FIELDS: &[&str] = &[
     "_meta",
 ];
 const RESULT_FIELDS: &[&str] = &["requestState", "resultType", "inputRequests"];
+/// The members of a JSON-RPC error object.
+pub const ERROR_FIELDS: &[&str] = &["code", "message", "data"];
 /// Folded spellings refused on the envelope itself.
 const MISPLACED_FIELDS: &[&str] = &["requeststate", "inputresponses"];
 
@@ -37,6 +42,11 @@ pub enum ParseError {
     DuplicateKey,
     #[error("key `{0}` is ambiguous with a reserved field")]
     AmbiguousKey(String),
+    /// A non-ASCII key where only ASCII names belong (the key is rendered escaped).
+    #[error("key `{0}` is not ASCII")]
+    NonAsciiKey(String),
+    #[error("body holds more JSON values than allowed")]
+    TooManyValues,
     #[error("batches are not supported")]
     Batch,
     #[error("body must be a single JSON-RPC request, notification or response object")]
@@ -75,6 +85,8 @@ impl ParseError {
             ParseError::Syntax => "syntax",
             ParseError::DuplicateKey => "duplicate_key",
             ParseError::AmbiguousKey(_) => "ambiguous_key",
+            ParseError::NonAsciiKey(_) => "non_ascii_key",
+            ParseError::TooManyValues => "too_many_values",
             ParseError::Batch => "batch",
             ParseError::NotAnObject | ParseError::Mixed | ParseError::StateInResponse => {
                 "not_a_message"
@@ -96,24 +108,38 @@ pub const HEADER_MISMATCH: i64 = -32020;
 
 /// Parse one JSON value, refusing duplicate keys at any depth. Numbers keep their
 /// literal spelling (`arbitrary_precision`), so re-serialising changes no number.
+/// Unbounded: [`parse_bounded`] also caps what the value may cost.
 pub fn parse_strict(bytes: &[u8]) -> Result<Value, ParseError> {
+    parse_bounded(bytes, usize::MAX)
+}
+
+/// [`parse_strict`], refusing a body that holds more than `max_values` JSON values
+/// (every scalar, array and object counts, keys do not).
+///
+/// A byte limit does not bound memory: each `0,` of an array becomes a `Value` plus the
+/// `String` its arbitrary-precision number keeps, so 4 MiB of zeros parse into ~216 MB.
+/// Values are counted as they start, so the parse stops at the first one over the cap
+/// without reading, let alone building, the rest.
+pub fn parse_bounded(bytes: &[u8], max_values: usize) -> Result<Value, ParseError> {
     if bytes.starts_with(b"\xef\xbb\xbf") {
         return Err(ParseError::Bom);
     }
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = match StrictSeed.deserialize(&mut de) {
-        Ok(v) => v,
-        Err(e) if e.to_string().starts_with(DUPLICATE_KEY) => return Err(ParseError::DuplicateKey),
-        Err(e) if e.to_string().starts_with(PROTO_KEY) => {
-            return Err(ParseError::AmbiguousKey(PROTO_KEY.into()));
-        }
-        Err(_) => return Err(ParseError::Syntax),
+    let strict = Strict {
+        left: Cell::new(max_values),
+        refusal: Cell::new(None),
     };
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    // serde_json's own errors (syntax, depth) carry no refusal; ours say why they failed.
+    let value = StrictSeed(&strict).deserialize(&mut de).map_err(|_| {
+        strict
+            .refusal
+            .get()
+            .map_or(ParseError::Syntax, Refusal::error)
+    })?;
     de.end().map_err(|_| ParseError::Syntax)?;
     Ok(value)
 }
 
-const DUPLICATE_KEY: &str = "duplicate key";
 /// JavaScript's `JSON.parse` keeps `__proto__` as an own key, but an upstream that copies
 /// params by assignment (`Object.assign`, deep merges) turns it into the prototype, so
 /// `{"__proto__":{"requestState":..}}` reads as a requestState the gate never saw.
@@ -121,19 +147,59 @@ const PROTO_KEY: &str = "__proto__";
 /// The key serde_json uses to smuggle an arbitrary-precision number through a map.
 const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
-struct StrictSeed;
+/// What the strict visitor refused, recorded beside serde's error (which can only carry
+/// text) so the caller gets the variant without matching on messages.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    DuplicateKey,
+    Proto,
+    TooManyValues,
+}
 
-impl<'de> DeserializeSeed<'de> for StrictSeed {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(StrictVisitor)
+impl Refusal {
+    fn error(self) -> ParseError {
+        match self {
+            Refusal::DuplicateKey => ParseError::DuplicateKey,
+            Refusal::Proto => ParseError::AmbiguousKey(PROTO_KEY.into()),
+            Refusal::TooManyValues => ParseError::TooManyValues,
+        }
     }
 }
 
-struct StrictVisitor;
+/// State shared by every level of one strict parse.
+struct Strict {
+    /// Values that may still start.
+    left: Cell<usize>,
+    refusal: Cell<Option<Refusal>>,
+}
 
-impl<'de> Visitor<'de> for StrictVisitor {
+impl Strict {
+    fn refuse<E: de::Error>(&self, refusal: Refusal) -> E {
+        self.refusal.set(Some(refusal));
+        E::custom(format_args!("{refusal:?}"))
+    }
+}
+
+/// One JSON value: every value of the document, at any depth, starts here (keys and the
+/// literal inside an arbitrary-precision number do not), which is what makes it the one
+/// place to count.
+struct StrictSeed<'a>(&'a Strict);
+
+impl<'de> DeserializeSeed<'de> for StrictSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        match self.0.left.get().checked_sub(1) {
+            Some(left) => self.0.left.set(left),
+            None => return Err(self.0.refuse(Refusal::TooManyValues)),
+        }
+        d.deserialize_any(StrictVisitor(self.0))
+    }
+}
+
+struct StrictVisitor<'a>(&'a Strict);
+
+impl<'de> Visitor<'de> for StrictVisitor<'_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -172,7 +238,7 @@ impl<'de> Visitor<'de> for StrictVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(StrictSeed)? {
+        while let Some(item) = seq.next_element_seed(StrictSeed(self.0))? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -183,7 +249,8 @@ impl<'de> Visitor<'de> for StrictVisitor {
         let mut first = true;
         while let Some(key) = map.next_key::<String>()? {
             if first && key == NUMBER_TOKEN {
-                // An arbitrary-precision number, not an object: keep the literal.
+                // An arbitrary-precision number, not an object: keep the literal. It was
+                // counted once, as the value this map stands for.
                 let literal: String = map.next_value()?;
                 return literal
                     .parse::<Number>()
@@ -192,11 +259,11 @@ impl<'de> Visitor<'de> for StrictVisitor {
             }
             first = false;
             if key == PROTO_KEY {
-                return Err(de::Error::custom(PROTO_KEY));
+                return Err(self.0.refuse(Refusal::Proto));
             }
-            let value = map.next_value_seed(StrictSeed)?;
+            let value = map.next_value_seed(StrictSeed(self.0))?;
             if object.insert(key, value).is_some() {
-                return Err(de::Error::custom(DUPLICATE_KEY));
+                return Err(self.0.refuse(Refusal::DuplicateKey));
             }
         }
         Ok(Value::Object(object))
@@ -260,6 +327,13 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
                 None => {}
                 Some(Value::Object(p)) => {
                     check_reserved(p, PARAMS_FIELDS)?;
+                    // The answers' keys are matched exactly against what the round asked,
+                    // but an upstream that decodes the answers into a struct with a
+                    // Unicode-folding parser reads `regıon` as a second `region` (the last
+                    // one wins in Go): only ASCII keys, which every parser reads alike.
+                    if let Some(Value::Object(answers)) = p.get("inputResponses") {
+                        check_reserved(answers, &[])?;
+                    }
                     for field in ["name", "uri"] {
                         if p.get(field).is_some_and(|v| !v.is_string()) {
                             return Err(ParseError::Target(field));
@@ -301,7 +375,9 @@ pub fn best_effort_id(value: &Value) -> Option<Id> {
 
 /// Refuse keys that are not one of `reserved` but read like one once case, `_`, `-` and
 /// any other non-alphanumeric characters are ignored (`RequestState`, `request_state`,
-/// `request-state`, `requestState\u0000`).
+/// `request-state`, `requestState\u0000`, `requeſtState`), and every non-ASCII key: the
+/// names at the levels the sidecar guards are ASCII, and an ASCII-only level is one that
+/// no parser's Unicode folding can read differently from this one.
 pub fn check_reserved(object: &Map<String, Value>, reserved: &[&str]) -> Result<(), ParseError> {
     for key in object.keys() {
         if reserved.contains(&key.as_str()) {
@@ -310,6 +386,9 @@ pub fn check_reserved(object: &Map<String, Value>, reserved: &[&str]) -> Result<
         let folded = fold(key);
         if reserved.iter().any(|r| fold(r) == folded) {
             return Err(ParseError::AmbiguousKey(printable(key)));
+        }
+        if !key.is_ascii() {
+            return Err(ParseError::NonAsciiKey(printable(key)));
         }
     }
     Ok(())
@@ -321,19 +400,61 @@ pub fn check_result_fields(result: &Map<String, Value>) -> Result<(), ParseError
     check_reserved(result, RESULT_FIELDS)
 }
 
+/// A key as every lenient parser we know of, taken together, compares it: ASCII letters
+/// and digits lowercased; every other ASCII character dropped (`request_state`, pydantic's
+/// alias spelling); a non-ASCII character replaced by the ASCII letters of its Unicode case
+/// mappings, full ones included. That covers Go's `encoding/json`, which matches field
+/// names through `unicode.SimpleFold` (`ſ`~`s`, Kelvin sign `K`~`k`), Python's
+/// `str.casefold` full folding (`ß`→`ss`, `ﬁ`→`fi`, `İ`→`i̇`), and per-character
+/// upper/lower comparisons such as Java's `equalsIgnoreCase` (`ı`~`i`, `İ`~`i`).
+/// Belt and braces: `check_reserved` refuses every non-ASCII key anyway; folding first
+/// makes a look-alike count as the ambiguous key it is, and keeps the gate sound should
+/// an ASCII-only level ever be relaxed.
 fn fold(key: &str) -> String {
-    key.chars()
-        .filter(char::is_ascii_alphanumeric)
-        .map(|c| c.to_ascii_lowercase())
-        .collect()
+    let mut folded = String::with_capacity(key.len());
+    for c in key.chars() {
+        if c.is_ascii() {
+            if c.is_ascii_alphanumeric() {
+                folded.push(c.to_ascii_lowercase());
+            }
+            continue;
+        }
+        let start = folded.len();
+        push_ascii_letters(&mut folded, c.to_lowercase());
+        if folded.len() == start {
+            push_ascii_letters(&mut folded, c.to_uppercase());
+        }
+    }
+    folded
 }
 
-/// A key as it may appear in an error message: printable ASCII only, bounded.
+fn push_ascii_letters(out: &mut String, mapping: impl Iterator<Item = char>) {
+    out.extend(
+        mapping
+            .filter(char::is_ascii_alphabetic)
+            .map(|c| c.to_ascii_lowercase()),
+    );
+}
+
+/// A key as it may appear in an error message or a log: printable ASCII as is, anything
+/// else (and `\`) escaped as `\u{..}`, at most 64 bytes, so no client byte is echoed raw.
 fn printable(key: &str) -> String {
-    key.chars()
-        .take(64)
-        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
-        .collect()
+    const MAX: usize = 64;
+    let mut out = String::new();
+    for c in key.chars() {
+        let start = out.len();
+        if c.is_ascii_graphic() && c != '\\' {
+            out.push(c);
+        } else {
+            out.extend(c.escape_unicode());
+        }
+        if out.len() > MAX {
+            out.truncate(start);
+            out.push_str("...");
+            break;
+        }
+    }
+    out
 }
 
 /// A JSON-RPC error body.
@@ -512,6 +633,252 @@ mod tests {
                 "{key}"
             );
         }
+    }
+
+    /// Every non-ASCII character whose Unicode case mappings contain ASCII letters, with
+    /// those letters (lowercased): what a folding parser may read it as.
+    fn ascii_look_alikes() -> Vec<(char, String)> {
+        let letters = |mapping: &mut dyn Iterator<Item = char>| -> String {
+            mapping
+                .filter(char::is_ascii_alphabetic)
+                .map(|c| c.to_ascii_lowercase())
+                .collect()
+        };
+        (0..=0x10FFFF)
+            .filter_map(char::from_u32)
+            .filter(|c| !c.is_ascii())
+            .filter_map(|c| {
+                let (lower, upper) = (
+                    letters(&mut c.to_lowercase()),
+                    letters(&mut c.to_uppercase()),
+                );
+                // No character maps to ASCII letters both ways: which mapping a parser
+                // uses cannot change what the character stands for.
+                assert!(
+                    lower.is_empty() || upper.is_empty(),
+                    "{c:?}: {lower} / {upper}"
+                );
+                let letters = lower + &upper;
+                (!letters.is_empty()).then_some((c, letters))
+            })
+            .collect()
+    }
+
+    /// Every spelling of `name` with one run of its letters replaced by a look-alike.
+    fn look_alike_spellings(name: &str, alikes: &[(char, String)]) -> Vec<String> {
+        let lower = name.to_ascii_lowercase();
+        let mut spellings = Vec::new();
+        for (c, letters) in alikes {
+            for (at, _) in lower.match_indices(letters.as_str()) {
+                spellings.push(format!("{}{c}{}", &name[..at], &name[at + letters.len()..]));
+            }
+        }
+        spellings
+    }
+
+    /// Why `key` is refused at `level`, if it is: each level through the check that
+    /// guards it (the gate's `classify`, or the sealer's own checks).
+    fn refusal_at(level: &str, key: &str) -> Option<ParseError> {
+        let call = |params: Value| json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        let single = json!({key: 1});
+        let single = single.as_object().unwrap();
+        let outcome = match level {
+            "envelope" => {
+                classify(&json!({"jsonrpc": "2.0", "id": 1, "method": "x", key: 1})).map(drop)
+            }
+            "params" => classify(&call(json!({"name": "x", key: 1}))).map(drop),
+            "result" => classify(&json!({"jsonrpc": "2.0", "id": 1, "result": {key: 1}}))
+                .map(drop)
+                .and(check_result_fields(single)),
+            "error" => check_reserved(single, ERROR_FIELDS),
+            "error.data" => check_result_fields(single),
+            "inputResponses" => {
+                classify(&call(json!({"name": "x", "inputResponses": {key: {}}}))).map(drop)
+            }
+            _ => unreachable!("{level}"),
+        };
+        outcome.err()
+    }
+
+    #[test]
+    fn unicode_look_alikes_of_guarded_fields_are_refused_at_every_level() {
+        let alikes = ascii_look_alikes();
+        for c in ['\u{17f}', '\u{212a}', '\u{130}', '\u{131}'] {
+            assert!(alikes.iter().any(|(a, _)| *a == c), "{c:?} missing");
+        }
+        let misplaced = ["requestState", "inputResponses"];
+        let all: Vec<&str> = [ENVELOPE_FIELDS, PARAMS_FIELDS, RESULT_FIELDS, ERROR_FIELDS]
+            .concat()
+            .into_iter()
+            .chain(misplaced)
+            .collect();
+        let levels: [(&str, &[&str]); 6] = [
+            ("envelope", ENVELOPE_FIELDS),
+            ("envelope", &misplaced),
+            ("params", PARAMS_FIELDS),
+            ("result", RESULT_FIELDS),
+            ("error", ERROR_FIELDS),
+            ("error.data", RESULT_FIELDS),
+        ];
+        let mut checked = 0;
+        for (level, names) in levels {
+            for name in names {
+                for key in look_alike_spellings(name, &alikes) {
+                    assert_eq!(fold(&key), fold(name), "{key:?}");
+                    let refusal = refusal_at(level, &key);
+                    let expected = match *name {
+                        // Refused on the envelope as a non-ASCII key before the misplaced
+                        // check looks, which is just as final.
+                        "requestState" | "inputResponses" if level == "envelope" => {
+                            matches!(refusal, Some(ParseError::NonAsciiKey(_)))
+                        }
+                        _ => matches!(refusal, Some(ParseError::AmbiguousKey(_))),
+                    };
+                    assert!(expected, "{level}: {key:?} -> {refusal:?}");
+                    checked += 1;
+                }
+            }
+        }
+        // Answers have no reserved names: every non-ASCII key is refused as such.
+        for name in &all {
+            for key in look_alike_spellings(name, &alikes) {
+                let refusal = refusal_at("inputResponses", &key);
+                assert!(
+                    matches!(refusal, Some(ParseError::NonAsciiKey(_))),
+                    "inputResponses: {key:?} -> {refusal:?}"
+                );
+                checked += 1;
+            }
+        }
+        // 19 characters today (ß, İ, ı, ſ, K, the ﬀ–ﬆ ligatures, ...): the loops ran.
+        assert!(checked > 100, "{checked}");
+    }
+
+    #[test]
+    fn fold_reads_keys_as_folding_parsers_do() {
+        for (key, folded) in [
+            ("requeſtState", "requeststate"),
+            ("REQUEſTſTATE", "requeststate"),
+            ("ınputResponses", "inputresponses"),
+            ("İd", "id"),
+            ("\u{212a}ind", "kind"),
+            ("claß", "class"),
+            ("\u{fb03}x", "ffix"),
+            ("request_state\u{0}", "requeststate"),
+            ("é", ""),
+        ] {
+            assert_eq!(fold(key), folded, "{key:?}");
+        }
+    }
+
+    #[test]
+    fn non_ascii_keys_are_refused_where_names_are_guarded_only() {
+        for level in [
+            "envelope",
+            "params",
+            "result",
+            "error",
+            "error.data",
+            "inputResponses",
+        ] {
+            for key in ["é", "\u{212a}", "名前", "x\u{200b}"] {
+                let refusal = refusal_at(level, key);
+                assert!(
+                    matches!(refusal, Some(ParseError::NonAsciiKey(_))),
+                    "{level}: {key:?} -> {refusal:?}"
+                );
+            }
+        }
+        // The tool's arguments, and values anywhere, are the upstream's business.
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "naïve", "arguments": {"requeſtState": "x", "é": {"ı": 1}},
+            "inputResponses": {"region": {"content": {"é": "ü"}}}}});
+        assert!(classify(&call).is_ok());
+    }
+
+    #[test]
+    fn refused_keys_are_rendered_printable_and_bounded() {
+        let err = check_reserved(
+            json!({"reque\u{17f}tState": 1}).as_object().unwrap(),
+            PARAMS_FIELDS,
+        );
+        assert_eq!(
+            err,
+            Err(ParseError::AmbiguousKey(r"reque\u{17f}tState".into()))
+        );
+        assert_eq!(printable("a\\b c\u{0}\n"), r"a\u{5c}b\u{20}c\u{0}\u{a}");
+        let long = printable(&"\u{202e}".repeat(100));
+        assert!(
+            long.len() <= 64 + 3 && long.ends_with("...") && long.is_ascii(),
+            "{long}"
+        );
+        assert_eq!(printable(&"x".repeat(64)), "x".repeat(64));
+    }
+
+    #[test]
+    fn the_value_count_is_capped() {
+        for (text, values) in [
+            ("1", 1),
+            (r#""s""#, 1),
+            ("[[],{}]", 3),
+            // The object, the array, 1, the inner object, null, "x": keys are not values.
+            (r#"{"a":[1,{"b":null}],"c":"x"}"#, 6),
+            // An arbitrary-precision number reaches the visitor as a map: one value still.
+            (r#"[123456789012345678901234567890,1.5e+300,-0.0,7]"#, 5),
+        ] {
+            let bytes = text.as_bytes();
+            assert!(parse_bounded(bytes, values).is_ok(), "{text}");
+            assert_eq!(
+                parse_bounded(bytes, values - 1),
+                Err(ParseError::TooManyValues),
+                "{text}"
+            );
+            assert_eq!(parse_bounded(bytes, values), parse_strict(bytes), "{text}");
+        }
+        assert_eq!(parse_bounded(b"1", 0), Err(ParseError::TooManyValues));
+    }
+
+    #[test]
+    fn a_huge_array_stops_at_the_cap() {
+        // 4 MiB of zeros that end in a syntax error: the cap answers, so the parse never
+        // got near the end, let alone built two million values.
+        let mut body = br#"{"params":{"name":"x","arguments":{"a":["#.to_vec();
+        while body.len() < 4 << 20 {
+            body.extend_from_slice(b"0,");
+        }
+        body.extend_from_slice(b"x]}}}");
+        assert_eq!(
+            parse_bounded(&body, 100_000),
+            Err(ParseError::TooManyValues)
+        );
+    }
+
+    #[test]
+    fn the_cap_changes_no_other_refusal() {
+        let cap = |text: &str| parse_bounded(text.as_bytes(), 1000);
+        assert_eq!(cap(r#"{"a":{"k":1,"k":2}}"#), Err(ParseError::DuplicateKey));
+        assert_eq!(
+            cap(r#"{"a":[{"__proto__":{}}]}"#),
+            Err(ParseError::AmbiguousKey("__proto__".into()))
+        );
+        assert_eq!(cap("{}x"), Err(ParseError::Syntax));
+        let v = cap(r#"{"a":1E2,"b":123456789012345678901234567890,"d":1.50}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            r#"{"a":1e+2,"b":123456789012345678901234567890,"d":1.50}"#
+        );
+        let (too_many, non_ascii) = (
+            ParseError::TooManyValues,
+            ParseError::NonAsciiKey("x".into()),
+        );
+        assert_eq!(
+            (too_many.code(), too_many.label()),
+            (INVALID_REQUEST, "too_many_values")
+        );
+        assert_eq!(
+            (non_ascii.code(), non_ascii.label()),
+            (INVALID_REQUEST, "non_ascii_key")
+        );
     }
 
     #[test]

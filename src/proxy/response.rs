@@ -83,6 +83,12 @@ impl Sealer {
                 return Err(SealFailure::NoRequestContext);
             }
         }
+        // A folding client reads `meſſage` as the error's `message`: the error's own keys
+        // get the same scrutiny as the envelope's.
+        if let Some(Value::Object(error)) = message.get("error") {
+            jsonrpc::check_reserved(error, jsonrpc::ERROR_FIELDS)
+                .map_err(|_| SealFailure::AmbiguousKey)?;
+        }
         // An error that carries a state (`error.data.requestState`) has no round to bind
         // it to; a client could still read it.
         if let Some(Value::Object(data)) = message.get("error").and_then(|e| e.get("data")) {

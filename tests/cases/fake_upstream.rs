@@ -1,6 +1,7 @@
 //! The response half of the boundary against upstreams that misbehave on purpose: every
 //! way a plaintext `requestState` could travel back (any chunking, any line ending, any
-//! result, compressed, oversized, non-string, look-alike keys, cut connections) ends as a
+//! result, compressed, oversized, non-string, look-alike keys (Unicode ones included), cut
+//! connections) ends as a
 //! sealed token or a JSON-RPC internal error, never as the plaintext; and what the
 //! upstream receives is a clean, re-serialised request. Fakes, because a real server
 //! cannot be made to split its output into 1-byte chunks or reset mid-stream on demand.
@@ -323,6 +324,100 @@ async fn results_that_cannot_be_sealed_become_internal_errors() {
     let text = "Invalid Content-Type header";
     assert_eq!((reply.status.as_u16(), reply.text().as_str()), (400, text));
     assert_eq!(reply.content_type(), "text/plain; charset=utf-8");
+    sidecar.stop().await;
+}
+
+/// Upstream messages whose keys a Unicode-folding client reads as guarded fields (Go's
+/// `encoding/json` takes `reſult` for `result`, `meſſage` for `message`), or that are
+/// non-ASCII where only ASCII names belong; each hides the plaintext behind that key.
+fn non_ascii_answer(case: &str) -> String {
+    let plain = json!(plaintext());
+    let asking = input_required(json!(7), plain.clone());
+    let error = |error: Value| json!({"jsonrpc": "2.0", "id": 7, "error": error}).to_string();
+    match case {
+        "envelope" => json!({"jsonrpc": "2.0", "id": 7, "reſult": asking["result"]}).to_string(),
+        // Escaped on the wire: the same key once decoded.
+        "envelope-escaped" => non_ascii_answer("envelope").replace("reſult", "re\\u017fult"),
+        "result" => {
+            let mut message = asking;
+            let result = message["result"].as_object_mut().unwrap();
+            let state = result.remove("requestState").unwrap();
+            result.insert("requeſtState".into(), state);
+            message.to_string()
+        }
+        "error" => error(json!({"code": -32000, "message": "failed", "meſſage": plain})),
+        "error-other" => error(json!({"code": -32000, "message": "failed", "é": plain})),
+        "error-data" => error(json!({"code": -32000, "message": "failed",
+            "data": {"requeſtState": plain}})),
+        // A server→client request in the stream, its state under a look-alike key.
+        "params" => json!({"jsonrpc": "2.0", "id": "s-1",
+            "method": "elicitation/create", "params": {"requeſtState": plain}})
+        .to_string(),
+        _ => unreachable!("{case}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unicode_look_alike_keys_from_the_upstream_become_internal_errors() {
+    // `x-case` is `json|<case>` or `sse|<case>`; `control` is a complete result whose
+    // payload (not a guarded level) has non-ASCII keys: it must arrive unchanged.
+    let control = json!({"jsonrpc": "2.0", "id": 7, "result": {"resultType": "complete",
+        "content": [], "structuredContent": {"é": "ü", "requeſtState": "tool data"}}});
+    let answer = control.to_string();
+    let fake = FakeUpstream::start(move |request| {
+        let case = case_of(request);
+        let (mode, case) = case.split_once('|').unwrap();
+        let message = match case {
+            "control" => answer.clone(),
+            _ => non_ascii_answer(case),
+        };
+        match mode {
+            "json" => Reply::json(message),
+            _ => Reply::sse(vec![
+                Step::Data(first_progress().into()),
+                Step::Data(format!("event: message\r\ndata: {message}\r\n\r\n").into()),
+            ]),
+        }
+    })
+    .await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let metrics = sidecar.metrics();
+    let cases = [
+        "envelope",
+        "envelope-escaped",
+        "result",
+        "error",
+        "error-other",
+        "error-data",
+        "params",
+    ];
+    let mut id = 200;
+    for mode in ["json", "sse"] {
+        for case in cases {
+            id += 1;
+            let what = format!("{mode} {case}");
+            let before = metrics.seal_failure_count(SealFailure::AmbiguousKey);
+            let reply = call_case(&sidecar, &format!("{mode}|{case}"), id).await;
+            assert_eq!(reply.status, 200, "{what}");
+            // No plaintext, in any spelling, and a -32603 for this request.
+            assert!(
+                !contains(&reply.body, &plaintext()),
+                "{what}: plaintext leaked"
+            );
+            assert_internal_error(&reply.body, id, &what);
+            let streamed = reply.body.starts_with(first_progress().as_bytes());
+            assert_eq!(streamed, mode == "sse", "{what}");
+            let after = metrics.seal_failure_count(SealFailure::AmbiguousKey);
+            assert_eq!(after, before + 1, "{what}");
+        }
+        let reply = call_case(&sidecar, &format!("{mode}|control"), 7).await;
+        let received = match mode {
+            "json" => reply.json(),
+            _ => last_data(&reply.body),
+        };
+        assert_eq!(received, control, "{mode} control");
+    }
+    assert_eq!(metrics.sealed_count(), 0);
     sidecar.stop().await;
 }
 

@@ -1,6 +1,7 @@
 //! The request gate, attacked by someone who knows the upstream parses with pydantic on
 //! Python's `json`: duplicate keys (Python keeps the last), look-alike spellings pydantic
-//! accepts (`populate_by_name` aliases, case), escapes, NUL bytes, BOMs, trailing data,
+//! accepts (`populate_by_name` aliases, case), Unicode look-alikes Go's `encoding/json`
+//! folds (`requeſtState`), escapes, NUL bytes, BOMs, trailing data,
 //! huge numbers, deep nesting, compressed or mislabelled bodies, routing headers that
 //! disagree with the body, and every misuse of `requestState`. Each refusal must carry
 //! the right status, JSON-RPC code and id, be counted under the right metric label, and
@@ -159,6 +160,14 @@ fn without_state(seen: &Recorded) {
     );
 }
 
+/// The tool's own arguments keep their non-ASCII keys: they are its business.
+fn non_ascii_arguments(seen: &Recorded) {
+    let arguments = &seen.json()["params"]["arguments"];
+    for key in ["requeſtState", "é", "\u{212a}"] {
+        assert_eq!(arguments[key], 1, "{key}: {arguments}");
+    }
+}
+
 fn with_plaintext(seen: &Recorded) {
     assert_eq!(seen.json()["params"]["requestState"], PLAIN);
 }
@@ -196,6 +205,11 @@ fn rows(anon: &str, alice: &str) -> Vec<Row> {
             "control: related keys",
             arguments(r#""requestStates":1,"stateful":2"#),
             forwarded(|_| {}),
+        ),
+        row(
+            "control: non-ASCII argument keys",
+            arguments(r#""requeſtState":1,"é":1,"\u212a":1,"city":"Zürich""#),
+            forwarded(non_ascii_arguments),
         ),
         row(
             "control: null state is absent",
@@ -288,6 +302,96 @@ fn rows(anon: &str, alice: &str) -> Vec<Row> {
             envelope(r#""json_rpc":"1.0""#),
             invalid_request(),
         ),
+        // Unicode look-alikes: Go's encoding/json folds `ſ` to `s` (and Kelvin `K` to `k`),
+        // per-character upper/lower comparisons (Java's `equalsIgnoreCase`) `ı` and `İ` to
+        // `i`, so such an upstream reads each as the guarded field. Any other non-ASCII key
+        // at a guarded level is refused too, all before a token is looked at.
+        row(
+            "requeſtState (long s)",
+            params(r#""requeſtState":"forged""#),
+            invalid_request(),
+        ),
+        row(
+            "requeſtState escaped",
+            params(r#""reque\u017ftState":"forged""#),
+            invalid_request(),
+        ),
+        row(
+            "REQUEſTſTATE",
+            params(r#""REQUEſTſTATE":"forged""#),
+            invalid_request(),
+        ),
+        row(
+            "requeſtState beside a token",
+            retry(&anon).replacen(
+                r#""requestState""#,
+                r#""requeſtState":"forged","requestState""#,
+                1,
+            ),
+            invalid_request(),
+        ),
+        row(
+            "inputReſponses",
+            params(r#""inputReſponses":{"region":{"action":"accept"}}"#),
+            invalid_request(),
+        ),
+        row(
+            "ınputResponses (dotless i)",
+            params(r#""ınputResponses":{"region":{"action":"accept"}}"#),
+            invalid_request(),
+        ),
+        row(
+            "paramſ behind a decoy params",
+            envelope(r#""paramſ":{"name":"deprovision"}"#),
+            invalid_request(),
+        ),
+        row(
+            "argumentſ beside a token",
+            retry(&anon).replacen(
+                r#""name":"provision""#,
+                r#""name":"provision","argumentſ":{"name":"web-1","tier":"enterprise"}"#,
+                1,
+            ),
+            invalid_request(),
+        ),
+        row(
+            "urı (dotless i)",
+            params(r#""urı":"file:///etc/passwd""#),
+            invalid_request(),
+        ),
+        row("İd (dotted I)", envelope(r#""İd":12"#), invalid_request()),
+        row("ıd (dotless i)", envelope(r#""ıd":12"#), invalid_request()),
+        row(
+            "requeﬅState (st ligature)",
+            params(r#""reque\ufb05State":"forged""#),
+            invalid_request(),
+        ),
+        row(
+            "requeſtState on the envelope",
+            envelope(r#""requeſtState":"forged""#),
+            invalid_request(),
+        ),
+        row(
+            "non-ASCII answer key",
+            retry(&anon).replacen(
+                r#""region":{"#,
+                r#""regıon":{"action":"decline"},"region":{"#,
+                1,
+            ),
+            invalid_request(),
+        ),
+        row(
+            "non-ASCII response result key",
+            r#"{"jsonrpc":"2.0","id":11,"result":{"requeſtState":"forged"}}"#,
+            invalid_request(),
+        ),
+        row("é in params", params(r#""é":1"#), invalid_request()),
+        row(
+            "Kelvin sign in params",
+            params(r#""\u212aind":"tool""#),
+            invalid_request(),
+        ),
+        row("é on the envelope", envelope(r#""é":1"#), invalid_request()),
         // Bytes that are not exactly one clean JSON value.
         row("batch", format!("[{BASE}]"), not_a_message()),
         row("string", "\"tools/call\"", not_a_message()),
