@@ -34,6 +34,8 @@ pub enum StartError {
     },
     #[error("upstream: {0}")]
     Upstream(&'static str),
+    #[error("{0}")]
+    Config(String),
 }
 
 /// A running sidecar.
@@ -106,18 +108,21 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         // Validation refuses jwt and mtls in this version.
         _ => PrincipalSource::None,
     };
-    let proxy = Arc::new(Proxy {
-        sealer: sealer.clone(),
-        metrics: metrics.clone(),
-        principal,
-        upstream: Upstream::new(
-            &upstream_uri,
-            Duration::from_millis(config.timeouts.connect_ms),
-            Duration::from_millis(config.timeouts.response_head_ms),
-        ),
-        limits: config.limits.clone(),
-        passthrough_paths: config.passthrough_paths.iter().cloned().collect(),
-    });
+    if principal.header().is_some() && config.principal.trusted_proxies.is_empty() {
+        tracing::warn!(
+            header = %config.principal.header,
+            "principal.trusted_proxies is empty: the identity header is taken from any peer; \
+             list the front proxies' addresses so that only they can set it"
+        );
+    }
+    let upstream = Upstream::new(
+        &upstream_uri,
+        Duration::from_millis(config.timeouts.connect_ms),
+        Duration::from_millis(config.timeouts.response_head_ms),
+    );
+    let proxy = Proxy::new(config, sealer.clone(), metrics.clone(), principal, upstream)
+        .map(Arc::new)
+        .map_err(StartError::Config)?;
     let bind = |what, addr| async move {
         TcpListener::bind(addr)
             .await
@@ -134,22 +139,24 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
 
     let (shutdown, stop) = watch::channel(false);
     let readiness = Arc::new(Readiness::default());
-    let drain = Duration::from_millis(config.timeouts.drain_ms);
+    let options = |name| server::ServeOptions {
+        name,
+        drain: Duration::from_millis(config.timeouts.drain_ms),
+        header_read_timeout: Duration::from_millis(config.timeouts.header_read_ms),
+    };
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(server::serve(
         listener,
         move |request| proxy.clone().handle(request),
         stop.clone(),
-        drain,
-        "proxy",
+        options("proxy"),
     )));
     let (admin_metrics, admin_ready) = (metrics.clone(), readiness.clone());
     tasks.push(tokio::spawn(server::serve(
         admin_listener,
         move |request| admin::handle(admin_metrics.clone(), admin_ready.clone(), request),
         stop.clone(),
-        drain,
-        "admin",
+        options("admin"),
     )));
     if let Some(path) = &config.state.keys_file {
         tasks.push(tokio::spawn(reload_keys(

@@ -24,10 +24,16 @@ pub enum ProxyError {
     ContentEncoding,
     #[error("body exceeds {limit} bytes")]
     BodyTooLarge { limit: usize },
-    #[error("{0} requests may not carry a body")]
+    #[error("{} requests may not carry a body", crate::telemetry::Clipped(.0.as_str()))]
     BodyNotAllowed(http::Method),
     #[error("client body could not be read")]
     BodyRead,
+    #[error("client body did not arrive in time")]
+    BodyTimeout,
+    #[error("host not in allowed_hosts")]
+    MisdirectedRequest,
+    #[error("buffered bodies would exceed limits.max_buffered_bytes")]
+    Overloaded,
     #[error("principal header refused: {0}")]
     PrincipalHeader(&'static str),
     #[error("requestState refused: {reason} ({detail})", reason = .reason.as_str())]
@@ -55,6 +61,9 @@ pub enum ErrorKind {
     BodyTooLarge,
     BodyNotAllowed,
     BodyRead,
+    BodyTimeout,
+    MisdirectedRequest,
+    Overloaded,
     PrincipalHeader,
     InvalidState,
     InputResponses,
@@ -64,7 +73,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 16] = [
         ErrorKind::Parse,
         ErrorKind::HeaderMismatch,
         ErrorKind::ContentType,
@@ -72,6 +81,9 @@ impl ErrorKind {
         ErrorKind::BodyTooLarge,
         ErrorKind::BodyNotAllowed,
         ErrorKind::BodyRead,
+        ErrorKind::BodyTimeout,
+        ErrorKind::MisdirectedRequest,
+        ErrorKind::Overloaded,
         ErrorKind::PrincipalHeader,
         ErrorKind::InvalidState,
         ErrorKind::InputResponses,
@@ -89,6 +101,9 @@ impl ErrorKind {
             ErrorKind::BodyTooLarge => "body_too_large",
             ErrorKind::BodyNotAllowed => "body_not_allowed",
             ErrorKind::BodyRead => "body_read",
+            ErrorKind::BodyTimeout => "body_timeout",
+            ErrorKind::MisdirectedRequest => "misdirected_request",
+            ErrorKind::Overloaded => "overloaded",
             ErrorKind::PrincipalHeader => "principal_header",
             ErrorKind::InvalidState => "invalid_state",
             ErrorKind::InputResponses => "input_responses",
@@ -122,6 +137,9 @@ impl ProxyError {
             ProxyError::BodyTooLarge { .. } => ErrorKind::BodyTooLarge,
             ProxyError::BodyNotAllowed(_) => ErrorKind::BodyNotAllowed,
             ProxyError::BodyRead => ErrorKind::BodyRead,
+            ProxyError::BodyTimeout => ErrorKind::BodyTimeout,
+            ProxyError::MisdirectedRequest => ErrorKind::MisdirectedRequest,
+            ProxyError::Overloaded => ErrorKind::Overloaded,
             ProxyError::PrincipalHeader(_) => ErrorKind::PrincipalHeader,
             ProxyError::InvalidState { .. } => ErrorKind::InvalidState,
             ProxyError::InputResponses => ErrorKind::InputResponses,
@@ -136,7 +154,12 @@ impl ProxyError {
             ProxyError::ContentType | ProxyError::ContentEncoding => {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE
             }
-            ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::BodyTooLarge { .. } | ProxyError::Parse(ParseError::TooManyValues) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
+            ProxyError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
+            ProxyError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
             ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             // The reference answers a state it cannot seal with -32603 under HTTP 200, the
@@ -164,6 +187,9 @@ impl ProxyError {
             ProxyError::BodyTooLarge { .. } => (jsonrpc::INVALID_REQUEST, "Request body too large"),
             ProxyError::BodyNotAllowed(_) => (jsonrpc::INVALID_REQUEST, "Request body not allowed"),
             ProxyError::BodyRead => (jsonrpc::INVALID_REQUEST, "Request body could not be read"),
+            ProxyError::BodyTimeout => (jsonrpc::INVALID_REQUEST, "Request body timed out"),
+            ProxyError::MisdirectedRequest => (jsonrpc::INVALID_REQUEST, "Misdirected request"),
+            ProxyError::Overloaded => (jsonrpc::INTERNAL_ERROR, "Server overloaded"),
             ProxyError::PrincipalHeader(_) => (jsonrpc::INVALID_REQUEST, "Invalid identity"),
             ProxyError::InvalidState { .. } => (jsonrpc::INVALID_PARAMS, INVALID_STATE_MESSAGE),
             ProxyError::InputResponses => (jsonrpc::INVALID_PARAMS, "Invalid params"),
@@ -191,6 +217,11 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if matches!(self, ProxyError::Overloaded) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         response
     }
 }

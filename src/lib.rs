@@ -3,24 +3,36 @@
 //!
 //! # The journey of a request
 //!
-//! 1. [`server`] accepts the connection (HTTP/1.1 or h2c) and hands each request to
-//!    [`proxy::Proxy::handle`]; [`app`] wired everything from a validated [`config`].
-//! 2. [`principal`] reads who is calling (nothing, or a header a trusted front proxy set).
-//! 3. [`proxy::request`] is the gate: a POST body must be one JSON-RPC message that
-//!    [`jsonrpc`] parses strictly (no duplicate or look-alike keys, no batches, no BOM),
-//!    with `Mcp-Method`/`Mcp-Name` headers that agree with it. GET and DELETE pass
-//!    through only without a body; configured `passthrough_paths` are forwarded untouched.
-//! 4. A `params.requestState` is opened by [`token`] and checked against this request's
-//!    method, target, argument digest, audience and principal; on success the upstream's
-//!    own plaintext replaces it, and `inputResponses` keys the round did not ask for are
-//!    dropped. On any failure the client gets the one frozen error and nothing is sent.
-//! 5. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
+//! 1. [`server`] accepts the connection (HTTP/1.1 or h2c, a header read timeout), tags
+//!    the request with the peer's address and hands it to [`proxy::Proxy::handle`];
+//!    [`app`] wired everything from a validated [`config`].
+//! 2. [`proxy::ingress`]: a `Host` outside `allowed_hosts` gets 421; `Forwarded` /
+//!    `X-Forwarded-*` survive only from `principal.trusted_proxies`, and
+//!    `X-Forwarded-For` / `-Proto` are set from what the sidecar saw.
+//! 3. [`principal`] reads who is calling (nothing, or a header a trusted front proxy set).
+//! 4. [`proxy::gate`]: a POST body must be one JSON-RPC message that [`jsonrpc`] parses
+//!    strictly (no duplicate, look-alike or non-ASCII keys where the sidecar looks, no
+//!    batches, no BOM, at most `limits.max_json_values` values), read within its size,
+//!    time and [`proxy::budget`] limits, with `Mcp-Method`/`Mcp-Name` headers that agree
+//!    with it. GET and DELETE pass through only without a body; configured
+//!    `passthrough_paths` are forwarded untouched.
+//! 5. [`proxy::state`]: a `params.requestState` is opened by [`token`] and checked
+//!    against this request's method, target, argument digest, path, audience and
+//!    principal; on success the upstream's own plaintext replaces it, and
+//!    `inputResponses` keys the round did not ask for are dropped. On any failure the
+//!    client gets the one frozen error and nothing is sent. The request's binding is
+//!    kept for step 7; the parsed body is not.
+//! 6. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
 //!    rewritten, hop-by-hop headers dropped, identity encoding, timeouts).
-//! 6. [`proxy::response`] seals every `requestState` in the answer, in a JSON body or
-//!    event by event in an SSE stream ([`sse`]), bound to the request of step 4; what
-//!    cannot be sealed becomes a JSON-RPC internal error instead.
-//! 7. Failures become responses in one place ([`error`]); outcomes are counted in
-//!    [`metrics`], served with health and readiness by [`admin`].
+//! 7. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
+//!    SSE, empty, or something a 2xx answer to an MCP request may not be) and
+//!    [`proxy::response`] seals every `requestState` in it, in a JSON body or event by
+//!    event in an SSE stream ([`sse`]), bound to the request of step 5; what cannot be
+//!    sealed becomes a JSON-RPC internal error instead (an upstream error status and
+//!    its headers are kept).
+//! 8. Failures become responses in one place ([`error`]); outcomes are counted in
+//!    [`metrics`], served with health and readiness by [`admin`]; client text reaches
+//!    logs only through [`telemetry`].
 //!
 //! Security invariant: no `requestState` reaches the upstream unless this sidecar minted
 //! it and verified it on this request, and no plaintext `requestState` from the upstream
@@ -37,4 +49,5 @@ pub mod principal;
 pub mod proxy;
 pub mod server;
 pub mod sse;
+pub mod telemetry;
 pub mod token;

@@ -72,10 +72,19 @@ pub enum SealFailure {
     UpstreamBodyError,
     UnknownContentType,
     ResponseTooLarge,
+    /// A 2xx answer to an MCP request that is neither JSON, SSE nor empty.
+    UnexpectedContentType,
+    /// A transfer coding other than `chunked` (`gzip, chunked`): the client would decode
+    /// what the sealer could not read.
+    TransferCoding,
+    /// Buffering the response would exceed `limits.max_buffered_bytes`.
+    OverBudget,
+    /// More JSON values than `limits.max_json_values`.
+    TooManyValues,
 }
 
 impl SealFailure {
-    pub const ALL: [SealFailure; 10] = [
+    pub const ALL: [SealFailure; 14] = [
         SealFailure::NonStringState,
         SealFailure::StateTooLarge,
         SealFailure::UnparseableBody,
@@ -86,6 +95,10 @@ impl SealFailure {
         SealFailure::UpstreamBodyError,
         SealFailure::UnknownContentType,
         SealFailure::ResponseTooLarge,
+        SealFailure::UnexpectedContentType,
+        SealFailure::TransferCoding,
+        SealFailure::OverBudget,
+        SealFailure::TooManyValues,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -100,7 +113,21 @@ impl SealFailure {
             SealFailure::UpstreamBodyError => "upstream_body_error",
             SealFailure::UnknownContentType => "unknown_content_type",
             SealFailure::ResponseTooLarge => "response_too_large",
+            SealFailure::UnexpectedContentType => "unexpected_content_type",
+            SealFailure::TransferCoding => "transfer_coding",
+            SealFailure::OverBudget => "over_budget",
+            SealFailure::TooManyValues => "too_many_values",
         }
+    }
+}
+
+/// One request counted in `requests_in_flight` while alive.
+#[derive(Debug)]
+pub struct InFlight(IntGauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -115,6 +142,7 @@ pub struct Metrics {
     requests: IntCounterVec,
     request_duration: Histogram,
     in_flight: IntGauge,
+    buffered_bytes: IntGauge,
     key_reloads: IntCounterVec,
 }
 
@@ -173,6 +201,11 @@ impl Metrics {
         .unwrap();
         let in_flight =
             IntGauge::new("requests_in_flight", "Requests (and streams) in progress.").unwrap();
+        let buffered_bytes = IntGauge::new(
+            "buffered_bytes",
+            "Body bytes held by requests in flight, against limits.max_buffered_bytes.",
+        )
+        .unwrap();
         let key_reloads = IntCounterVec::new(
             Opts::new(
                 "key_reloads_total",
@@ -205,6 +238,7 @@ impl Metrics {
             Box::new(requests.clone()),
             Box::new(request_duration.clone()),
             Box::new(in_flight.clone()),
+            Box::new(buffered_bytes.clone()),
             Box::new(key_reloads.clone()),
         ] {
             registry
@@ -221,6 +255,7 @@ impl Metrics {
             requests,
             request_duration,
             in_flight,
+            buffered_bytes,
             key_reloads,
         }
     }
@@ -259,6 +294,18 @@ impl Metrics {
 
     pub fn observe_duration(&self, seconds: f64) {
         self.request_duration.observe(seconds);
+    }
+
+    /// The gauge the memory budget keeps equal to the bytes it has handed out.
+    pub fn buffered_bytes(&self) -> &IntGauge {
+        &self.buffered_bytes
+    }
+
+    /// Count a request in flight until the guard is dropped (with the response body, so
+    /// streams count for as long as they run, and a client that goes away decrements).
+    pub fn in_flight_guard(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
     }
 
     pub fn in_flight(&self) -> &IntGauge {

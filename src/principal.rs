@@ -20,8 +20,14 @@ pub enum PrincipalSource {
 
 impl PrincipalSource {
     /// The principal string of this request (design §3: the header value exactly as
-    /// received), or `None` when the request carries no identity.
-    pub fn identify(&self, headers: &HeaderMap) -> Result<Option<String>, ProxyError> {
+    /// received), or `None` when the request carries no identity. `from_trusted_peer`:
+    /// the peer may set the identity header (`principal.trusted_proxies` is empty or
+    /// holds it); an identity from any other peer is refused, not ignored.
+    pub fn identify(
+        &self,
+        headers: &HeaderMap,
+        from_trusted_peer: bool,
+    ) -> Result<Option<String>, ProxyError> {
         match self {
             PrincipalSource::None => Ok(None),
             PrincipalSource::Header { name, .. } => {
@@ -29,6 +35,11 @@ impl PrincipalSource {
                 let Some(value) = values.next() else {
                     return Ok(None);
                 };
+                if !from_trusted_peer {
+                    return Err(ProxyError::PrincipalHeader(
+                        "identity header from a peer not in principal.trusted_proxies",
+                    ));
+                }
                 if values.next().is_some() {
                     return Err(ProxyError::PrincipalHeader("identity header repeated"));
                 }
@@ -39,6 +50,14 @@ impl PrincipalSource {
                 }
                 Ok(Some(text.to_owned()))
             }
+        }
+    }
+
+    /// The identity header, when there is one.
+    pub fn header(&self) -> Option<&HeaderName> {
+        match self {
+            PrincipalSource::None => None,
+            PrincipalSource::Header { name, .. } => Some(name),
         }
     }
 
@@ -85,14 +104,14 @@ mod tests {
             HeaderValue::from_static(" Alice@Example.com"),
         );
         assert_eq!(
-            source().identify(&h).unwrap().as_deref(),
+            source().identify(&h, true).unwrap().as_deref(),
             Some(" Alice@Example.com")
         );
         let utf8 = HeaderValue::from_bytes("zoë".as_bytes()).unwrap();
         h.insert("x-forwarded-user", utf8);
-        assert_eq!(source().identify(&h).unwrap().as_deref(), Some("zoë"));
-        assert_eq!(source().identify(&HeaderMap::new()).unwrap(), None);
-        assert_eq!(PrincipalSource::None.identify(&h).unwrap(), None);
+        assert_eq!(source().identify(&h, true).unwrap().as_deref(), Some("zoë"));
+        assert_eq!(source().identify(&HeaderMap::new(), true).unwrap(), None);
+        assert_eq!(PrincipalSource::None.identify(&h, true).unwrap(), None);
     }
 
     #[test]
@@ -101,18 +120,25 @@ mod tests {
         h.append("x-forwarded-user", HeaderValue::from_static("alice"));
         h.append("x-forwarded-user", HeaderValue::from_static("bob"));
         assert!(matches!(
-            source().identify(&h),
+            source().identify(&h, true),
             Err(ProxyError::PrincipalHeader(_))
         ));
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-user", HeaderValue::from_static(""));
-        assert!(source().identify(&h).is_err());
+        assert!(source().identify(&h, true).is_err());
         let mut h = HeaderMap::new();
         h.insert(
             "x-forwarded-user",
             HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
         );
-        assert!(source().identify(&h).is_err());
+        assert!(source().identify(&h, true).is_err());
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-user", HeaderValue::from_static("admin"));
+        assert!(matches!(
+            source().identify(&h, false),
+            Err(ProxyError::PrincipalHeader(_))
+        ));
+        assert_eq!(source().identify(&HeaderMap::new(), false).unwrap(), None);
     }
 
     #[test]

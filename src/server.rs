@@ -4,11 +4,12 @@
 //! flight get until the drain deadline to finish (SSE streams never end on their own, so
 //! the deadline is what ends them), then they are closed.
 
+use crate::proxy::ingress::Peer;
 use crate::proxy::upstream::ProxyBody;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
@@ -17,20 +18,41 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// How a listener treats its connections.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    pub name: &'static str,
+    /// After shutdown, how long connections in flight may finish.
+    pub drain: Duration,
+    /// An HTTP/1.1 request head must arrive within this, or the connection is closed
+    /// (a client that sends half a request line holds nothing for long).
+    pub header_read_timeout: Duration,
+}
+
 /// Serve `handler` on `listener` until `shutdown` flips to true, then drain for at most
-/// `drain`.
+/// `options.drain`. Each request carries the peer's address as an [`Peer`] extension.
 pub async fn serve<H, F>(
     listener: TcpListener,
     handler: H,
     mut shutdown: watch::Receiver<bool>,
-    drain: Duration,
-    name: &'static str,
+    options: ServeOptions,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
+    let ServeOptions {
+        name,
+        drain,
+        header_read_timeout,
+    } = options;
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // Without a timer hyper silently skips its header read timeout.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    builder.http2().timer(TokioTimer::new());
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -45,7 +67,8 @@ pub async fn serve<H, F>(
                 };
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
-                let service = service_fn(move |request| {
+                let service = service_fn(move |mut request: Request<Incoming>| {
+                    request.extensions_mut().insert(Peer(peer));
                     let response = handler(request);
                     async move { Ok::<_, Infallible>(response.await) }
                 });

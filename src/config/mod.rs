@@ -40,6 +40,11 @@ pub struct Config {
     /// Exact request paths whose POST bodies are forwarded untouched (a legacy OAuth
     /// token endpoint, say). Empty by default: every path is inspected.
     pub passthrough_paths: Vec<String>,
+    /// `Host` / `:authority` values accepted; others get 421 (a DNS-rebinding defence
+    /// the upstream loses once the sidecar rewrites `Host`). Entries are `host` (any
+    /// port), `host:port`, `host:*` or `*` (any host). Unset: loopback names when
+    /// `listen` is a loopback address, any host otherwise.
+    pub allowed_hosts: Option<Vec<String>>,
     pub state: StateConfig,
     pub principal: PrincipalConfig,
     pub single_use: SingleUseConfig,
@@ -55,6 +60,7 @@ impl Default for Config {
             upstream: "http://127.0.0.1:3000".to_owned(),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             passthrough_paths: Vec::new(),
+            allowed_hosts: None,
             state: StateConfig::default(),
             principal: PrincipalConfig::default(),
             single_use: SingleUseConfig::default(),
@@ -131,6 +137,11 @@ pub struct PrincipalConfig {
     /// Keep the identity header on the forwarded request. Default false: the upstream
     /// never sees it.
     pub forward_header: bool,
+    /// CIDRs (or single addresses) of front proxies whose `Forwarded` / `X-Forwarded-*` /
+    /// `X-Real-IP` headers are kept, and which alone may send the identity header when
+    /// the list is not empty. Empty: forwarding headers from no peer are kept, and the
+    /// identity header is taken from any peer (with a startup warning).
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for PrincipalConfig {
@@ -139,6 +150,7 @@ impl Default for PrincipalConfig {
             source: PrincipalSource::None,
             header: "x-forwarded-user".to_owned(),
             forward_header: false,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -178,6 +190,14 @@ pub struct LimitsConfig {
     pub max_event_bytes: usize,
     /// Largest plaintext `requestState` sealed / token accepted; at least 64.
     pub max_state_bytes: usize,
+    /// Most JSON values (scalars, arrays, objects) one body may hold, request or
+    /// response; at least 64. Bounds the memory a parse can take (a 4 MiB array of
+    /// zeros is two million values).
+    pub max_json_values: usize,
+    /// Budget for the bodies buffered by all requests in flight together (request
+    /// bodies, whole JSON responses); over it, requests are refused with 503. At least
+    /// `max_body_bytes`.
+    pub max_buffered_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -187,6 +207,8 @@ impl Default for LimitsConfig {
             max_body_bytes: 4 * 1024 * 1024,
             max_event_bytes: 1024 * 1024,
             max_state_bytes: 64 * 1024,
+            max_json_values: 100_000,
+            max_buffered_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -201,6 +223,10 @@ pub struct TimeoutsConfig {
     pub response_head_ms: u64,
     /// Graceful shutdown deadline for in-flight requests and SSE streams.
     pub drain_ms: u64,
+    /// A client's request head (HTTP/1.1) must arrive within this; at least 1.
+    pub header_read_ms: u64,
+    /// A gated request's whole body must arrive within this; at least 1.
+    pub body_read_ms: u64,
 }
 
 impl Default for TimeoutsConfig {
@@ -209,6 +235,8 @@ impl Default for TimeoutsConfig {
             connect_ms: 5000,
             response_head_ms: 60_000,
             drain_ms: 30_000,
+            header_read_ms: 10_000,
+            body_read_ms: 30_000,
         }
     }
 }

@@ -68,7 +68,12 @@ fn shipped_file_is_the_defaults() {
     let dict: figment::value::Dict = file.extract().unwrap();
     let mut keys = BTreeSet::new();
     leaf_paths("", &figment::value::Value::from(dict), &mut keys);
-    let optional = ["state.audience", "state.keys_file", "single_use.redis_url"];
+    let optional = [
+        "allowed_hosts",
+        "state.audience",
+        "state.keys_file",
+        "single_use.redis_url",
+    ];
     let expected: BTreeSet<String> = LEAVES
         .iter()
         .map(|(key, _)| key.to_string())
@@ -364,6 +369,7 @@ fn assembly_leaf_by_leaf_matches_serde() {
             upstream = "http://u:2/b"
             admin_listen = "0.0.0.0:3"
             passthrough_paths = ["/p"]
+            allowed_hosts = ["mcp.example.com"]
             [state]
             audience = "aud"
             keys_file = "/k"
@@ -373,6 +379,7 @@ fn assembly_leaf_by_leaf_matches_serde() {
             source = "mtls"
             header = "X-User"
             forward_header = true
+            trusted_proxies = ["10.0.0.0/8"]
             [single_use]
             store = "redis"
             redis_url = "redis://r"
@@ -383,10 +390,14 @@ fn assembly_leaf_by_leaf_matches_serde() {
             max_body_bytes = 2000
             max_event_bytes = 3000
             max_state_bytes = 100
+            max_json_values = 1000
+            max_buffered_bytes = 9000
             [timeouts]
             connect_ms = 6
             response_head_ms = 7
             drain_ms = 8
+            header_read_ms = 9
+            body_read_ms = 10
             [log]
             format = "json"
             level = "warn"

@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use http::HeaderName;
 
 use super::{Config, ConfigProblem, PrincipalSource, SingleUseStore};
+use crate::proxy::ingress::{HostPolicy, TrustedProxies};
 
 impl Config {
     /// Every problem with this configuration; empty when it is fit to run.
@@ -34,6 +35,16 @@ impl Config {
                     format!("entry {path:?} is listed twice"),
                 );
             }
+        }
+
+        if let Err(message) = HostPolicy::new(self.allowed_hosts.as_deref(), self.listen) {
+            problem("allowed_hosts", message);
+        }
+        if self.allowed_hosts.as_ref().is_some_and(Vec::is_empty) {
+            problem(
+                "allowed_hosts",
+                "must not be empty (use [\"*\"] to accept any host)".to_owned(),
+            );
         }
 
         let state = &self.state;
@@ -81,6 +92,9 @@ impl Config {
                 ),
             );
         }
+        if let Err(message) = TrustedProxies::new(&principal.trusted_proxies) {
+            problem("principal.trusted_proxies", message);
+        }
         if HeaderName::from_bytes(principal.header.as_bytes()).is_err() {
             problem(
                 "principal.header",
@@ -117,14 +131,23 @@ impl Config {
             ("limits.max_body_bytes", self.limits.max_body_bytes, 1024),
             ("limits.max_event_bytes", self.limits.max_event_bytes, 1024),
             ("limits.max_state_bytes", self.limits.max_state_bytes, 64),
+            ("limits.max_json_values", self.limits.max_json_values, 64),
         ] {
             if value < min {
                 problem(key, format!("must be at least {min}"));
             }
         }
+        if self.limits.max_buffered_bytes < self.limits.max_body_bytes {
+            problem(
+                "limits.max_buffered_bytes",
+                "must be at least limits.max_body_bytes (no request could be read)".to_owned(),
+            );
+        }
         for (key, value) in [
             ("timeouts.connect_ms", self.timeouts.connect_ms),
             ("timeouts.response_head_ms", self.timeouts.response_head_ms),
+            ("timeouts.header_read_ms", self.timeouts.header_read_ms),
+            ("timeouts.body_read_ms", self.timeouts.body_read_ms),
         ] {
             if value < 1 {
                 problem(key, "must be at least 1".to_owned());
@@ -291,6 +314,22 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn ingress_rules() {
+        let hosts = |list: &[&str]| Some(list.iter().map(|h| h.to_string()).collect());
+        assert!(invalid(|c| c.allowed_hosts = hosts(&["mcp.example.com", "*"])).is_empty());
+        let bad = invalid(|c| c.allowed_hosts = hosts(&["mcp.example.com", "a b"]));
+        assert_only(&bad, "allowed_hosts", "entry \"a b\"");
+        let empty = invalid(|c| c.allowed_hosts = hosts(&[]));
+        assert_only(&empty, "allowed_hosts", "must not be empty");
+        let proxies = |list: &[&str]| list.iter().map(|h| h.to_string()).collect();
+        assert!(
+            invalid(|c| c.principal.trusted_proxies = proxies(&["10.0.0.0/8", "::1"])).is_empty()
+        );
+        let bad = invalid(|c| c.principal.trusted_proxies = proxies(&["10.0.0.0/40"]));
+        assert_only(&bad, "principal.trusted_proxies", "not an address or CIDR");
+    }
+
+    #[test]
     fn state_rules() {
         let keys = Some(PathBuf::from("/k"));
         let no_audience = invalid(|c| c.state.keys_file = keys.clone());
@@ -404,6 +443,21 @@ pub(crate) mod tests {
         );
         let bad = invalid(|c| c.log.level = "hyper=loud".into());
         assert_only(&bad, "log.level", "not a valid filter directive");
+        let small = invalid(|c| c.limits.max_json_values = 63);
+        assert_only(&small, "limits.max_json_values", "at least 64");
+        let small = invalid(|c| c.limits.max_buffered_bytes = c.limits.max_body_bytes - 1);
+        assert_only(
+            &small,
+            "limits.max_buffered_bytes",
+            "at least limits.max_body_bytes",
+        );
+        for key in ["header_read_ms", "body_read_ms"] {
+            let zero = invalid(|c| match key {
+                "header_read_ms" => c.timeouts.header_read_ms = 0,
+                _ => c.timeouts.body_read_ms = 0,
+            });
+            assert_only(&zero, &format!("timeouts.{key}"), "at least 1");
+        }
         let same = invalid(|c| c.admin_listen = c.listen);
         assert_only(&same, "admin_listen", "must differ from listen");
         let ephemeral: SocketAddr = "127.0.0.1:0".parse().unwrap();

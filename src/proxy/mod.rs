@@ -1,27 +1,45 @@
-//! The data path, phase by phase: [`request`] (the gate and the inbound state check),
-//! [`upstream`] (the forwarded request and its timeouts), [`response`] (sealing what
-//! comes back, JSON or SSE).
+//! The data path, phase by phase. [`Proxy`] only wires the phases and calls them in
+//! this order; each is a small type holding just what it needs, and none reaches back
+//! into the proxy:
 //!
-//! Invariant: [`Proxy::handle`] cannot fail; [`Proxy::forward`] can, and its error is
+//! 1. [`ingress`]: the `Host` is one we serve (`allowed_hosts`); forwarding headers are
+//!    believed only from trusted proxies.
+//! 2. [`crate::principal`]: who is calling.
+//! 3. [`gate`]: a POSTed body is one strictly parsed JSON-RPC message, read within its
+//!    size, time and [`budget`] limits.
+//! 4. [`state`]: a retry's `requestState` is opened and replaced by the upstream's
+//!    plaintext; unasked `inputResponses` are dropped.
+//! 5. [`upstream`]: the re-serialised message is forwarded.
+//! 6. [`outbound`] and [`response`]: the answer is classified and every state in it sealed,
+//!    bound to the request of step 4 (its binding was computed at admission, so nothing
+//!    of the request body is held while the upstream works).
+//!
+//! Invariant: [`Proxy::handle`] cannot fail; `Proxy::forward` can, and its error is
 //! turned into a response in exactly one place, with the request id when it is known.
 
-pub mod request;
+pub mod budget;
+pub mod gate;
+pub mod ingress;
+pub mod outbound;
 pub mod response;
+pub mod state;
 pub mod upstream;
 
-use crate::config::LimitsConfig;
-use crate::error::ProxyError;
+use crate::error::{ErrorKind, ProxyError};
 use crate::jsonrpc::Id;
-use crate::metrics::{Metrics, Route, SealFailure};
+use crate::metrics::{Metrics, Route};
 use crate::principal::PrincipalSource;
-use crate::sse::SseRewriteBody;
-use crate::token::StateSealer;
+use crate::token::{RequestBinding, StateSealer};
 use bytes::Bytes;
+use gate::Gate;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
-use response::{SealContext, Sealer};
+use ingress::{HostPolicy, Peer, TrustedProxies};
+use outbound::Outbound;
+use response::SealContext;
+use state::StateOpener;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,60 +48,122 @@ use upstream::{BoxError, ProxyBody, Upstream};
 /// The largest token worth opening: no token this sidecar mints for a state of
 /// `max_state_bytes` is longer (claims overhead, JSON escaping of every byte at worst 6×,
 /// base64 4/3).
-pub fn max_token_bytes(limits: &LimitsConfig) -> usize {
-    (limits.max_state_bytes * 6 + 4096) * 4 / 3
+pub fn max_token_bytes(max_state_bytes: usize) -> usize {
+    (max_state_bytes * 6 + 4096) * 4 / 3
 }
 
 /// A failure with the id of the request it answers, when known.
 pub struct Failure {
     pub id: Option<Id>,
     pub error: ProxyError,
-}
-
-impl Failure {
-    fn anonymous(error: ProxyError) -> Self {
-        Self { id: None, error }
-    }
+    /// The upstream's response head, when the failure replaces its body: an error
+    /// status and its headers are kept.
+    pub upstream_head: Option<http::response::Parts>,
 }
 
 impl From<ProxyError> for Failure {
     fn from(error: ProxyError) -> Self {
-        Self::anonymous(error)
+        Self {
+            id: None,
+            error,
+            upstream_head: None,
+        }
     }
 }
 
-/// Everything a request needs, shared by all connections.
+/// The phases, wired once and shared by all connections.
 pub struct Proxy {
-    pub(crate) sealer: Arc<StateSealer>,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) hosts: HostPolicy,
+    pub(crate) trusted_proxies: TrustedProxies,
+    /// The scheme clients reached us with, for `X-Forwarded-Proto`.
+    pub(crate) scheme: &'static str,
     pub(crate) principal: PrincipalSource,
+    pub(crate) gate: Gate,
+    pub(crate) opener: StateOpener,
     pub(crate) upstream: Upstream,
-    pub(crate) limits: LimitsConfig,
+    pub(crate) outbound: Outbound,
     pub(crate) passthrough_paths: HashSet<String>,
 }
 
 impl Proxy {
+    /// Build the phases from a validated configuration.
+    pub fn new(
+        config: &crate::config::Config,
+        sealer: Arc<StateSealer>,
+        metrics: Arc<Metrics>,
+        principal: PrincipalSource,
+        upstream: Upstream,
+    ) -> Result<Self, String> {
+        use std::time::Duration;
+        let limits = &config.limits;
+        let budget =
+            budget::MemoryBudget::new(limits.max_buffered_bytes, metrics.buffered_bytes().clone());
+        let head_timeout = upstream.timeout();
+        Ok(Self {
+            hosts: HostPolicy::new(config.allowed_hosts.as_deref(), config.listen)?,
+            trusted_proxies: TrustedProxies::new(&config.principal.trusted_proxies)?,
+            scheme: "http",
+            principal,
+            gate: Gate::new(
+                limits.clone(),
+                budget.clone(),
+                Duration::from_millis(config.timeouts.body_read_ms),
+            ),
+            opener: StateOpener::new(
+                sealer.clone(),
+                metrics.clone(),
+                max_token_bytes(limits.max_state_bytes),
+            ),
+            upstream,
+            outbound: Outbound::new(
+                sealer,
+                metrics.clone(),
+                limits.clone(),
+                budget,
+                head_timeout,
+            ),
+            passthrough_paths: config.passthrough_paths.iter().cloned().collect(),
+            metrics,
+        })
+    }
+
     /// Serve one request. Never fails: errors become JSON-RPC error responses here.
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
         let started = Instant::now();
-        self.metrics.in_flight().inc();
+        // Held by the response body: streams count until they end, and a client that
+        // goes away mid-request or mid-stream still decrements.
+        let in_flight = self.metrics.in_flight_guard();
         let response = match self.forward(request).await {
             Ok(response) => response,
-            Err(Failure { id, error }) => {
-                let kind = error.kind();
-                self.metrics.refused(kind);
-                if kind.is_upstream() {
-                    tracing::warn!(kind = kind.as_str(), error = %error, cause = ?std::error::Error::source(&error), "upstream failure");
-                } else if kind != crate::error::ErrorKind::InvalidState {
-                    // Refused states were logged with their reason where they were opened.
-                    tracing::info!(kind = kind.as_str(), error = %error, "request refused");
-                }
-                error.into_response(id.as_ref()).map(upstream::full)
-            }
+            Err(failure) => self.refusal(failure),
         };
         self.metrics
             .observe_duration(started.elapsed().as_secs_f64());
-        self.metrics.in_flight().dec();
+        response.map(|body| upstream::holding(body, in_flight))
+    }
+
+    /// The one place a failure becomes a response.
+    fn refusal(
+        &self,
+        Failure {
+            id,
+            error,
+            upstream_head,
+        }: Failure,
+    ) -> Response<ProxyBody> {
+        let kind = error.kind();
+        self.metrics.refused(kind);
+        if kind.is_upstream() {
+            tracing::warn!(kind = kind.as_str(), error = %error, cause = ?std::error::Error::source(&error), "upstream failure");
+        } else if kind != ErrorKind::InvalidState {
+            // Refused states were logged with their reason where they were opened.
+            tracing::info!(kind = kind.as_str(), error = %error, "request refused");
+        }
+        let mut response = error.into_response(id.as_ref()).map(upstream::full);
+        if let Some(head) = upstream_head {
+            outbound::keep_upstream_head(&mut response, head);
+        }
         response
     }
 
@@ -96,11 +176,19 @@ impl Proxy {
         } else {
             Route::Passthrough
         });
-        // Identity headers get the same treatment on every route: an ambiguous one is
-        // refused, and none reaches the upstream unless configured (the gate does not
-        // read it, so it goes before anything else).
-        let principal = self.principal.identify(&parts.headers)?;
+        // Ingress and identity get the same treatment on every route, before the body is
+        // read: a foreign `Host` or an ambiguous identity is refused outright.
+        self.hosts.check(&parts)?;
+        let peer = parts.extensions.get::<Peer>().copied();
+        let trusted_peer = self.trusted_proxies.is_empty() || self.trusted_proxies.trusts(peer);
+        let principal = self.principal.identify(&parts.headers, trusted_peer)?;
         self.principal.strip(&mut parts.headers);
+        self.trusted_proxies.rewrite(
+            &mut parts.headers,
+            peer,
+            self.scheme,
+            self.principal.header(),
+        );
         if passthrough {
             return self
                 .send_untouched(parts, body.map_err(BoxError::from).boxed())
@@ -112,18 +200,52 @@ impl Proxy {
             if !body.is_end_stream() {
                 return Err(ProxyError::BodyNotAllowed(parts.method).into());
             }
-            let context = SealContext::new(None, None, None, principal);
+            let context = SealContext::unbound(principal);
             return self
-                .exchange(parts, upstream::full(Bytes::new()), context)
+                .exchange(parts, upstream::full(Bytes::new()), context, false)
                 .await;
         }
-        let admitted = self.admit(&parts.headers, body, principal).await?;
-        parts.headers.insert(
-            header::CONTENT_LENGTH,
-            HeaderValue::from(admitted.body.len()),
-        );
-        self.exchange(parts, upstream::full(admitted.body), admitted.context)
-            .await
+        let mut admitted = self.gate.admit(&parts.headers, body).await?;
+        let id = admitted.id().cloned();
+        let path = parts.uri.path();
+        let (method, binding) = match admitted.call_mut() {
+            Some((method, mut params)) => {
+                let fail = |error| Failure {
+                    id: id.clone(),
+                    error,
+                    upstream_head: None,
+                };
+                let opened = match params {
+                    Some(ref mut params) => self
+                        .opener
+                        .open(method, path, params, principal.as_deref())
+                        .map_err(fail)?,
+                    None => None,
+                };
+                // Computed now, for the response: only the binding outlives this
+                // function, never the parsed body.
+                let binding = opened.or_else(|| {
+                    RequestBinding::of(method, params.as_deref())
+                        .ok()
+                        .map(|b| b.at_path(path))
+                });
+                (Some(method.to_owned()), binding)
+            }
+            None => (None, None),
+        };
+        let forwarded = admitted.to_bytes();
+        let reservation = admitted.reservation;
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(forwarded.len()));
+        let context = SealContext::new(id, method.as_deref(), binding, principal);
+        self.exchange(
+            parts,
+            reservation.hold(upstream::full(forwarded)),
+            context,
+            true,
+        )
+        .await
     }
 
     /// Forward a configured passthrough request and its response without inspection.
@@ -149,149 +271,21 @@ impl Proxy {
         mut parts: http::request::Parts,
         body: ProxyBody,
         context: SealContext,
+        gated: bool,
     ) -> Result<Response<ProxyBody>, Failure> {
-        let id = context.id.clone();
         self.upstream.prepare(&mut parts);
-        let response = self
-            .upstream
-            .send(Request::from_parts(parts, body))
-            .await
-            .map_err(|error| Failure {
-                id: id.clone(),
-                error,
-            })?;
-        let sealer = Sealer {
-            sealer: self.sealer.clone(),
-            metrics: self.metrics.clone(),
-            max_state_bytes: self.limits.max_state_bytes,
-            context,
-        };
-        self.seal_response(response, sealer)
-            .await
-            .map_err(|error| Failure { id, error })
-    }
-
-    async fn seal_response(
-        &self,
-        response: Response<Incoming>,
-        sealer: Sealer,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
-        let (mut parts, body) = response.into_parts();
-        upstream::strip_hop_by_hop(&mut parts.headers);
-        // The client's connection has its own version; an HTTP/1.0 upstream's must not leak.
-        parts.version = http::Version::default();
-        let kind = BodyKind::of(&parts.headers, &body);
-        if !identity_encoding(&parts.headers) && kind != BodyKind::Opaque {
-            // We asked for identity; a compressed MCP body cannot be inspected.
-            return Err(sealer.failure(SealFailure::UnsupportedEncoding));
-        }
-        match kind {
-            BodyKind::Empty | BodyKind::Opaque => Ok(Response::from_parts(
-                parts,
-                body.map_err(BoxError::from).boxed(),
-            )),
-            BodyKind::Unknown => Err(sealer.failure(SealFailure::UnknownContentType)),
-            BodyKind::Json => {
-                // A JSON body is read whole before anything is sent, so an upstream that
-                // stalls after the head must not hold the client forever.
-                let read = Limited::new(body, self.limits.max_body_bytes).collect();
-                let timeout = self.upstream.timeout();
-                let Ok(read) = tokio::time::timeout(timeout, read).await else {
-                    return Err(ProxyError::UpstreamTimeout(timeout.as_millis() as u64));
-                };
-                let bytes = match read {
-                    Ok(collected) => collected.to_bytes(),
-                    Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                        return Err(sealer.failure(SealFailure::ResponseTooLarge));
-                    }
-                    Err(_) => return Err(sealer.failure(SealFailure::UpstreamBodyError)),
-                };
-                if bytes.is_empty() {
-                    // A chunked body that turned out empty: nothing to seal.
-                    return Ok(response::with_body(parts, bytes));
-                }
-                match sealer.seal_json(&bytes) {
-                    Ok(Some(sealed)) => Ok(response::with_body(parts, sealed)),
-                    Ok(None) => Ok(response::with_body(parts, bytes)),
-                    Err(failure) => Err(sealer.failure(failure)),
-                }
+        let response = match self.upstream.send(Request::from_parts(parts, body)).await {
+            Ok(response) => response,
+            Err(error) => {
+                return Err(Failure {
+                    id: context.request_id().cloned(),
+                    error,
+                    upstream_head: None,
+                });
             }
-            BodyKind::EventStream => {
-                parts.headers.remove(header::CONTENT_LENGTH);
-                let body = SseRewriteBody::new(body, sealer, self.limits.max_event_bytes)
-                    .map_err(|never| match never {});
-                Ok(Response::from_parts(parts, body.boxed()))
-            }
-        }
+        };
+        self.outbound.respond(response, context, gated).await
     }
-}
-
-/// How a response body must be treated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyKind {
-    /// No body at all (202, 204, a 405 with nothing in it).
-    Empty,
-    /// JSON: parsed whole and sealed.
-    Json,
-    /// Server-sent events: framed and sealed event by event, streaming.
-    EventStream,
-    /// A declared non-JSON type (text/plain error pages): no client reads JSON-RPC from it.
-    Opaque,
-    /// A body with no content type: it could be JSON to a sniffing client.
-    Unknown,
-}
-
-impl BodyKind {
-    fn of(headers: &http::HeaderMap, body: &Incoming) -> Self {
-        // Checked first: an empty body carries no state whatever it is labelled (the
-        // Python SDK answers 2025 notifications with `202`, `application/json`, no body).
-        if body.is_end_stream() {
-            return BodyKind::Empty;
-        }
-        let mut types = headers.get_all(header::CONTENT_TYPE).iter();
-        let (Some(content_type), None) = (types.next(), types.next()) else {
-            // None, or several that clients merge in different ways.
-            return BodyKind::Unknown;
-        };
-        let Ok(value) = content_type.to_str() else {
-            // Clients decode such bytes as Latin-1 and may still see `application/json`.
-            return BodyKind::Unknown;
-        };
-        // Clients pick their parser by prefix (the reference SDK client uses
-        // `startswith("application/json")`), so classify the way they read it; a type
-        // that mentions JSON or event streams in any other way is refused, not waved on.
-        let value = value.trim().to_ascii_lowercase();
-        let essence = value.split([';', ',']).next().unwrap_or_default().trim();
-        let kind = if value.starts_with("text/event-stream") {
-            BodyKind::EventStream
-        } else if value.starts_with("application/json")
-            || (essence.starts_with("application/") && essence.ends_with("+json"))
-        {
-            BodyKind::Json
-        } else if value.contains("json") || value.contains("event-stream") {
-            BodyKind::Unknown
-        } else {
-            BodyKind::Opaque
-        };
-        // The sealer reads UTF-8; a client told `charset=utf-16` decodes other text.
-        if matches!(kind, BodyKind::Json | BodyKind::EventStream) && !utf8_charset(&value) {
-            return BodyKind::Unknown;
-        }
-        kind
-    }
-}
-
-/// No `charset` parameter, or only UTF-8 ones.
-fn utf8_charset(content_type: &str) -> bool {
-    content_type
-        .split([';', ','])
-        .skip(1)
-        .all(|param| match param.split_once('=') {
-            Some((name, value)) if name.trim() == "charset" => {
-                matches!(value.trim().trim_matches('"'), "utf-8" | "utf8")
-            }
-            _ => true,
-        })
 }
 
 /// Whether a message's `Content-Encoding` is absent or identity in every value and token

@@ -7,55 +7,91 @@
 //! non-string state, an oversized one, a body that does not parse, a compressed body)
 //! becomes a JSON-RPC internal error instead, counted and logged.
 
+use super::budget::Reservation;
 use super::upstream::ProxyBody;
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Id};
 use crate::metrics::{Metrics, SealFailure};
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data};
+use crate::telemetry::Clipped;
 use crate::token::{RequestBinding, SealOptions, StateSealer};
 use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
-/// What sealing a response needs to know about its request.
+/// What sealing a response needs to know about its request: computed at admission, so
+/// nothing of the request body is held while the upstream works.
 pub struct SealContext {
-    pub id: Option<Id>,
+    id: Option<Id>,
+    /// The request's binding; `None` for a request that cannot bind a state (a GET
+    /// stream, a client's response, arguments the reference could not digest).
+    binding: Option<RequestBinding>,
+    /// The request's method, bounded, for the log.
     method: Option<String>,
-    params: Option<Map<String, Value>>,
     principal: Option<String>,
 }
 
 impl SealContext {
     pub fn new(
         id: Option<Id>,
-        method: Option<String>,
-        params: Option<Map<String, Value>>,
+        method: Option<&str>,
+        binding: Option<RequestBinding>,
         principal: Option<String>,
     ) -> Self {
         Self {
             id,
-            method,
-            params,
+            binding,
+            method: method.map(|m| Clipped(m).to_string()),
             principal,
         }
     }
 
+    /// The id of the request.
+    pub fn request_id(&self) -> Option<&Id> {
+        self.id.as_ref()
+    }
+
     /// A response that answers no request the sidecar parsed (a GET stream, say):
     /// a state in it cannot be bound, so it cannot be let through.
-    pub fn unbound() -> Self {
-        Self::new(None, None, None, None)
+    pub fn unbound(principal: Option<String>) -> Self {
+        Self::new(None, None, None, principal)
     }
 }
 
 /// Seals states in one response (a JSON body, or every event of an SSE stream).
 pub struct Sealer {
-    pub(super) sealer: Arc<StateSealer>,
-    pub(super) metrics: Arc<Metrics>,
-    pub(super) max_state_bytes: usize,
-    pub(super) context: SealContext,
+    sealer: Arc<StateSealer>,
+    metrics: Arc<Metrics>,
+    max_state_bytes: usize,
+    max_json_values: usize,
+    context: SealContext,
+    /// An SSE event with content has been seen (the first one must not open like JSON).
+    seen_event: bool,
 }
 
 impl Sealer {
+    pub fn new(
+        sealer: Arc<StateSealer>,
+        metrics: Arc<Metrics>,
+        max_state_bytes: usize,
+        max_json_values: usize,
+        context: SealContext,
+    ) -> Self {
+        Self {
+            sealer,
+            metrics,
+            max_state_bytes,
+            max_json_values,
+            context,
+            seen_event: false,
+        }
+    }
+
+    /// The id of the request this response answers.
+    pub fn request_id(&self) -> Option<&Id> {
+        self.context.id.as_ref()
+    }
+
     /// Seal every `requestState` in a parsed JSON-RPC message (or batch). Returns whether
     /// anything changed.
     pub fn seal_value(&self, value: &mut Value) -> Result<bool, SealFailure> {
@@ -115,11 +151,9 @@ impl Sealer {
         if state.is_some_and(|s| s.len() > self.max_state_bytes) {
             return Err(SealFailure::StateTooLarge);
         }
-        let (Some(method), params) = (&self.context.method, &self.context.params) else {
+        let Some(binding) = &self.context.binding else {
             return Err(SealFailure::NoRequestContext);
         };
-        let binding = RequestBinding::of(method, params.as_ref())
-            .map_err(|_| SealFailure::NoRequestContext)?;
         let asked: Vec<String> = match result.get("inputRequests") {
             Some(Value::Object(requests)) => requests.keys().cloned().collect(),
             _ => Vec::new(),
@@ -132,7 +166,7 @@ impl Sealer {
         };
         let token = self
             .sealer
-            .seal(state.unwrap_or_default(), &binding, &options);
+            .seal(state.unwrap_or_default(), binding, &options);
         result.insert("requestState".into(), Value::String(token));
         self.metrics.sealed();
         Ok(true)
@@ -140,7 +174,7 @@ impl Sealer {
 
     /// Make a whole JSON body safe: the sealed body, or the failure.
     pub fn seal_json(&self, body: &[u8]) -> Result<Option<Bytes>, SealFailure> {
-        let mut value = jsonrpc::parse_strict(body).map_err(|_| SealFailure::UnparseableBody)?;
+        let mut value = parse(body, self.max_json_values)?;
         if self.seal_value(&mut value)? {
             Ok(Some(Bytes::from(
                 serde_json::to_vec(&value).expect("a parsed value serialises"),
@@ -154,7 +188,7 @@ impl Sealer {
     pub fn failure(&self, failure: SealFailure) -> ProxyError {
         self.metrics.seal_failed(failure);
         tracing::error!(
-            method = ?self.context.method.as_deref().unwrap_or("-"),
+            method = self.context.method.as_deref().unwrap_or("-"),
             reason = failure.as_str(),
             "upstream response withheld: its requestState cannot be sealed"
         );
@@ -178,6 +212,14 @@ impl EventRewriter for Sealer {
         // client reads `\u{feff}data: ...` as a data line: so must the sealer (on any
         // event; a BOM elsewhere is never legitimate and dropping it is harmless).
         let event = event.strip_prefix("\u{feff}".as_bytes()).unwrap_or(event);
+        if !event.iter().all(u8::is_ascii_whitespace)
+            && !std::mem::replace(&mut self.seen_event, true)
+            && super::outbound::json_like(event) == Some(true)
+        {
+            // A stream that opens like JSON is read as JSON by lenient clients that look
+            // at the bytes rather than the label; no SSE stream starts that way.
+            return Rewrite::ReplaceAndEnd(self.error_event(SealFailure::UnparseableBody));
+        }
         let Some(data) = event_data(event) else {
             return Rewrite::Keep;
         };
@@ -194,11 +236,9 @@ impl EventRewriter for Sealer {
             // transport's `event: endpoint` carries a plain URL here.
             return Rewrite::Keep;
         }
-        let mut value = match jsonrpc::parse_strict(&data) {
+        let mut value = match parse(&data, self.max_json_values) {
             Ok(value) => value,
-            Err(_) => {
-                return Rewrite::ReplaceAndEnd(self.error_event(SealFailure::UnparseableBody));
-            }
+            Err(failure) => return Rewrite::ReplaceAndEnd(self.error_event(failure)),
         };
         match self.seal_value(&mut value) {
             Ok(false) => Rewrite::Keep,
@@ -267,12 +307,29 @@ fn split_lines_inclusive(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// A whole-body response with a new body.
-pub fn with_body(mut parts: http::response::Parts, body: Bytes) -> http::Response<ProxyBody> {
+/// Parse an upstream body as the gate parses a client's.
+fn parse(body: &[u8], max_values: usize) -> Result<Value, SealFailure> {
+    jsonrpc::parse_bounded(body, max_values).map_err(|e| match e {
+        jsonrpc::ParseError::TooManyValues => SealFailure::TooManyValues,
+        _ => SealFailure::UnparseableBody,
+    })
+}
+
+/// A whole-body response with a new body, holding `reservation` until it is sent.
+pub fn with_body(
+    mut parts: http::response::Parts,
+    body: Bytes,
+    reservation: Option<Reservation>,
+) -> http::Response<ProxyBody> {
     parts
         .headers
         .insert(http::header::CONTENT_LENGTH, body.len().into());
-    http::Response::from_parts(parts, super::upstream::full(body))
+    let body = super::upstream::full(body);
+    let body = match reservation {
+        Some(reservation) => reservation.hold(body),
+        None => body,
+    };
+    http::Response::from_parts(parts, body)
 }
 
 #[cfg(test)]

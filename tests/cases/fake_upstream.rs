@@ -278,7 +278,8 @@ fn unsealable(case: &str) -> Reply {
         "json-duplicate" => Reply::json(duplicate),
         "json-not-json" => Reply::json(format!("<html>{SECRET}</html>")),
         "sse-not-json" => sse(format!("{{\"requestState\":\"{SECRET}\"")),
-        "no-content-type" => Reply::new(200, FakeBody::whole(renamed("requestState"))),
+        // Unlabelled and not JSON: a 2xx answer to an MCP request must be JSON, SSE or empty.
+        "no-content-type" => Reply::new(200, FakeBody::whole(format!("state={SECRET}"))),
         _ => Reply::new(400, FakeBody::whole("Invalid Content-Type header"))
             .header("content-type", "text/plain; charset=utf-8"),
     }
@@ -302,7 +303,7 @@ async fn results_that_cannot_be_sealed_become_internal_errors() {
         ("json-duplicate", SealFailure::UnparseableBody),
         ("json-not-json", SealFailure::UnparseableBody),
         ("sse-not-json", SealFailure::UnparseableBody),
-        ("no-content-type", SealFailure::UnknownContentType),
+        ("no-content-type", SealFailure::UnexpectedContentType),
     ];
     for (id, (case, failure)) in (100..).zip(cases) {
         let before = metrics.seal_failure_count(failure);
@@ -539,7 +540,11 @@ async fn a_connection_cut_mid_stream_ends_with_an_error_event() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_upstream_sees_a_clean_request() {
     let fake = FakeUpstream::always(|| Reply::json(complete(json!(1), "ok").to_string())).await;
-    let sidecar = sidecar_with(&fake, |c| c.principal.source = PrincipalSource::Header).await;
+    let sidecar = sidecar_with(&fake, |c| {
+        c.principal.source = PrincipalSource::Header;
+        c.allowed_hosts = Some(vec!["public.example".into()]);
+    })
+    .await;
     // Odd but valid JSON: whitespace, escapes, a big integer the upstream must see verbatim.
     let body = r#"{ "jsonrpc" : "2.0", "id" : 1, "method" : "tools/call",
         "params" : {"name":"provision", "arguments": {"name": "web\u002d1",
@@ -611,6 +616,7 @@ async fn the_upstream_sees_a_clean_request() {
     let sidecar = sidecar_with(&fake, |c| {
         c.principal.source = PrincipalSource::Header;
         c.principal.forward_header = true;
+        c.allowed_hosts = Some(vec!["public.example".into()]);
     })
     .await;
     send(Method::POST, &sidecar.mcp_url(), &headers, body, T).await;

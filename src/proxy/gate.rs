@@ -1,170 +1,105 @@
-//! The request gate: what a POSTed MCP message must be before anything is forwarded,
-//! and the inbound half of the state boundary.
+//! The gate: what a POSTed MCP message must be before anything else looks at it.
 //!
-//! Invariant: the upstream receives the re-serialised message this gate parsed and
-//! checked, never the client's bytes; a `requestState` in it is the plaintext of a token
-//! this sidecar verified for this very request, and `inputResponses` holds only what the
-//! minting round asked for.
+//! Invariant: a body leaves the gate only as one JSON-RPC message that [`jsonrpc`]
+//! parsed strictly (within `limits.max_json_values`), with JSON `Content-Type`, identity
+//! encoding, and `Mcp-Method` / `Mcp-Name` / `MCP-Protocol-Version` headers that agree
+//! with it; the body arrived within `timeouts.body_read_ms` and its bytes are held
+//! against the [`MemoryBudget`] until it has been forwarded. The upstream later receives
+//! the re-serialised message, never the client's bytes.
 
-use super::response::SealContext;
-use super::{Failure, Proxy};
+use super::Failure;
+use super::budget::{self, CollectError, MemoryBudget, Reservation};
+use crate::config::LimitsConfig;
 use crate::error::ProxyError;
-use crate::jsonrpc::{self, Message, ParseError};
-use crate::metrics::VerifyResult;
-use crate::token::{Reject, RequestBinding};
+use crate::jsonrpc::{self, Id, Message};
 use base64_simd::STANDARD;
 use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{self, HeaderName};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{Map, Value};
-
-/// A message admitted by the gate.
-pub struct Admitted {
-    /// The re-serialised message to forward.
-    pub body: Bytes,
-    /// What the response needs to seal a state for this request.
-    pub context: SealContext,
-}
+use std::sync::Arc;
+use std::time::Duration;
 
 const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
-impl Proxy {
-    /// Run every check on a POSTed message and open its `requestState`.
-    pub(super) async fn admit(
-        &self,
-        headers: &HeaderMap,
-        body: Incoming,
-        principal: Option<String>,
-    ) -> Result<Admitted, Failure> {
-        check_content_headers(headers).map_err(Failure::anonymous)?;
-        let bytes = read_body(headers, body, self.limits.max_body_bytes)
-            .await
-            .map_err(Failure::anonymous)?;
-        let mut value = jsonrpc::parse_strict(&bytes).map_err(|e| Failure::anonymous(e.into()))?;
+/// The gate's settings.
+pub struct Gate {
+    limits: LimitsConfig,
+    budget: Arc<MemoryBudget>,
+    body_timeout: Duration,
+}
+
+/// A message the gate let in.
+pub struct Admitted {
+    /// The parsed message; the next phases edit its `params` in place.
+    pub value: Value,
+    pub message: Message,
+    /// The request body's bytes, held until the forwarded body is gone.
+    pub reservation: Reservation,
+}
+
+impl Admitted {
+    pub fn id(&self) -> Option<&Id> {
+        self.message.id()
+    }
+
+    /// The method and `params` of a request or notification (a client's response to a
+    /// server request has neither).
+    pub fn call_mut(&mut self) -> Option<(&str, Option<&mut Map<String, Value>>)> {
+        let Message::Call { method, .. } = &self.message else {
+            return None;
+        };
+        let params = self.value.get_mut("params").and_then(Value::as_object_mut);
+        Some((method.as_str(), params))
+    }
+
+    /// The message as the upstream will receive it.
+    pub fn to_bytes(&self) -> Bytes {
+        Bytes::from(serde_json::to_vec(&self.value).expect("a parsed value serialises"))
+    }
+}
+
+impl Gate {
+    pub fn new(limits: LimitsConfig, budget: Arc<MemoryBudget>, body_timeout: Duration) -> Self {
+        Self {
+            limits,
+            budget,
+            body_timeout,
+        }
+    }
+
+    /// Run every check on a POSTed message.
+    pub async fn admit(&self, headers: &HeaderMap, body: Incoming) -> Result<Admitted, Failure> {
+        check_content_headers(headers)?;
+        let mut reservation = self.budget.reservation();
+        let read = read_body(headers, body, self.limits.max_body_bytes, &mut reservation);
+        let bytes = match tokio::time::timeout(self.body_timeout, read).await {
+            Ok(read) => read?,
+            Err(_) => return Err(ProxyError::BodyTimeout.into()),
+        };
+        let value = jsonrpc::parse_bounded(&bytes, self.limits.max_json_values)
+            .map_err(|e| Failure::from(ProxyError::from(e)))?;
+        drop(bytes);
         let message = jsonrpc::classify(&value).map_err(|e| Failure {
             // The body parsed: answer with its id if it has a usable one.
             id: jsonrpc::best_effort_id(&value),
             error: e.into(),
+            upstream_head: None,
         })?;
-        let id = message.id().cloned();
-        let fail = |error: ProxyError| Failure {
-            id: id.clone(),
-            error,
-        };
         let params = value.get("params").and_then(Value::as_object);
-        check_mcp_headers(headers, &message, params).map_err(fail)?;
-        let method = match message {
-            Message::Call { method, .. } => Some(method),
-            Message::Response { .. } => None,
-        };
-        if let Some(method) = method.as_deref()
-            && let Some(params) = value.get_mut("params").and_then(Value::as_object_mut)
-        {
-            self.open_state(method, params, principal.as_deref())
-                .map_err(fail)?;
-        }
-        let body = Bytes::from(serde_json::to_vec(&value).expect("a parsed value serialises"));
-        // The params the upstream sees are the ones the response binds to.
-        let params = value
-            .get_mut("params")
-            .and_then(Value::as_object_mut)
-            .map(std::mem::take);
+        check_mcp_headers(headers, &message, params).map_err(|error| Failure {
+            id: message.id().cloned(),
+            error,
+            upstream_head: None,
+        })?;
         Ok(Admitted {
-            body,
-            context: SealContext::new(id, method, params, principal),
+            value,
+            message,
+            reservation,
         })
-    }
-
-    /// Verify and unwrap `params.requestState` in place.
-    fn open_state(
-        &self,
-        method: &str,
-        params: &mut Map<String, Value>,
-        principal: Option<&str>,
-    ) -> Result<(), ProxyError> {
-        let token = match params.get("requestState") {
-            // No verified round asked anything: every answer is unasked. (Rounds without
-            // upstream state carry a token of ours, so real answers always have one.)
-            None => return self.filter_input_responses(params, &[]),
-            // The reference treats an explicit null as absent; so does the upstream after us.
-            Some(Value::Null) => {
-                params.remove("requestState");
-                return self.filter_input_responses(params, &[]);
-            }
-            Some(Value::String(token)) => token,
-            Some(_) => {
-                return Err(self.refuse_state(
-                    method,
-                    Reject::Malformed,
-                    "non-string requestState",
-                ));
-            }
-        };
-        if token.len() > super::max_token_bytes(&self.limits) {
-            return Err(self.refuse_state(
-                method,
-                Reject::Malformed,
-                "token longer than any this sidecar mints",
-            ));
-        }
-        let binding = RequestBinding::of(method, Some(params))
-            .map_err(|_| ProxyError::Parse(ParseError::Params))?;
-        let opened = match self.sealer.open(token, &binding, principal) {
-            Ok(opened) => opened,
-            Err(rejection) => {
-                return Err(self.refuse_state(method, rejection.reason, rejection.detail));
-            }
-        };
-        self.metrics.verified(VerifyResult::Ok);
-        if let Some(asked) = &opened.asked {
-            self.filter_input_responses(params, asked)?;
-        }
-        if opened.no_upstream_state {
-            // The upstream sent no state this round; it gets none back.
-            params.remove("requestState");
-        } else {
-            params.insert("requestState".into(), Value::String(opened.state));
-        }
-        Ok(())
-    }
-
-    fn refuse_state(&self, method: &str, reason: Reject, detail: &'static str) -> ProxyError {
-        self.metrics.verified(VerifyResult::Rejected(reason));
-        // `method` is client text: Debug-formatted so it cannot forge log lines.
-        tracing::warn!(
-            method = ?method,
-            reason = reason.as_str(),
-            detail,
-            "requestState refused"
-        );
-        ProxyError::InvalidState { reason, detail }
-    }
-
-    /// Drop `inputResponses` entries the minting round did not ask for: the spec says
-    /// servers should ignore them, and legacy servers often trust them.
-    fn filter_input_responses(
-        &self,
-        params: &mut Map<String, Value>,
-        asked: &[String],
-    ) -> Result<(), ProxyError> {
-        match params.get_mut("inputResponses") {
-            None | Some(Value::Null) => Ok(()),
-            Some(Value::Object(responses)) => {
-                let before = responses.len();
-                responses.retain(|key, _| asked.iter().any(|a| a == key));
-                let dropped = before - responses.len();
-                if dropped > 0 {
-                    self.metrics.input_responses_dropped(dropped);
-                    tracing::info!(dropped, "dropped inputResponses the round did not ask for");
-                }
-                Ok(())
-            }
-            Some(_) => Err(ProxyError::InputResponses),
-        }
     }
 }
 
@@ -198,8 +133,13 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), ProxyError> {
 }
 
 /// Read the whole body, refusing more than `limit` bytes (before reading any, when the
-/// client declares its length).
-async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<Bytes, ProxyError> {
+/// client declares its length; the declared length is reserved up front).
+async fn read_body(
+    headers: &HeaderMap,
+    body: Incoming,
+    limit: usize,
+    reservation: &mut Reservation,
+) -> Result<Bytes, ProxyError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -207,13 +147,16 @@ async fn read_body(headers: &HeaderMap, body: Incoming, limit: usize) -> Result<
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ProxyError::BodyTooLarge { limit });
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(ProxyError::BodyTooLarge { limit })
-        }
-        Err(_) => Err(ProxyError::BodyRead),
-    }
+    reservation
+        .grow_to(declared.map_or(0, |n| n as usize))
+        .map_err(|_| ProxyError::Overloaded)?;
+    budget::collect(body, limit, reservation)
+        .await
+        .map_err(|e| match e {
+            CollectError::TooLarge => ProxyError::BodyTooLarge { limit },
+            CollectError::OverBudget => ProxyError::Overloaded,
+            CollectError::Body => ProxyError::BodyRead,
+        })
 }
 
 /// The MCP 2026 routing headers must agree with the body and appear at most once, or a

@@ -1,0 +1,173 @@
+//! The memory the data path may hold at once: one budget for every body buffered by the
+//! requests in flight (request bodies while they are read and forwarded, whole JSON
+//! responses while they are sealed and sent).
+//!
+//! Invariant: bytes are reserved before they are buffered, and a [`Reservation`] gives
+//! them back when it is dropped, whatever path the request took (refused, forwarded, the
+//! client gone mid-body). Over the budget a request is refused with 503 and counted;
+//! nothing waits, so a flood of large bodies cannot queue up memory either.
+//!
+//! What a parse of those bytes allocates on top is bounded per body by
+//! `limits.max_json_values` and is never held across an await: parsing is synchronous,
+//! so at most one parse per worker thread is alive at a time.
+
+use super::upstream::{self, ProxyBody};
+use bytes::{Bytes, BytesMut};
+use http_body::Body;
+use http_body_util::BodyExt;
+use prometheus::IntGauge;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The shared budget, in bytes.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    limit: usize,
+    used: AtomicUsize,
+    /// `buffered_bytes`, kept equal to `used`.
+    gauge: IntGauge,
+}
+
+/// The budget is spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverBudget;
+
+impl MemoryBudget {
+    pub fn new(limit: usize, gauge: IntGauge) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            used: AtomicUsize::new(0),
+            gauge,
+        })
+    }
+
+    /// Bytes reserved right now (for the metric).
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// An empty reservation that can grow.
+    pub fn reservation(self: &Arc<Self>) -> Reservation {
+        Reservation {
+            budget: self.clone(),
+            bytes: 0,
+        }
+    }
+
+    fn take(&self, bytes: usize) -> Result<(), OverBudget> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|total| *total <= self.limit)
+            })
+            .map(|_| self.gauge.add(bytes as i64))
+            .map_err(|_| OverBudget)
+    }
+}
+
+/// Bytes held against the budget until dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: Arc<MemoryBudget>,
+    bytes: usize,
+}
+
+impl Reservation {
+    /// Hold `more` bytes, or fail without holding any of them.
+    pub fn grow(&mut self, more: usize) -> Result<(), OverBudget> {
+        self.budget.take(more)?;
+        self.bytes += more;
+        Ok(())
+    }
+
+    /// Hold at least `total` bytes in all.
+    pub fn grow_to(&mut self, total: usize) -> Result<(), OverBudget> {
+        self.grow(total.saturating_sub(self.bytes))
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Keep these bytes reserved until `body` has been sent or dropped.
+    pub fn hold(self, body: ProxyBody) -> ProxyBody {
+        upstream::holding(body, self)
+    }
+}
+
+/// Why a body could not be collected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CollectError {
+    /// More than the per-body limit.
+    TooLarge,
+    /// The shared budget is spent.
+    OverBudget,
+    /// The body itself failed (the peer reset, a malformed chunk).
+    Body,
+}
+
+/// Read a whole body of at most `limit` bytes, each byte held in `reservation` before it
+/// is buffered.
+pub async fn collect<B>(
+    mut body: B,
+    limit: usize,
+    reservation: &mut Reservation,
+) -> Result<Bytes, CollectError>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    let mut buffer = BytesMut::with_capacity(reservation.bytes().min(limit));
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|_| CollectError::Body)?.into_data() else {
+            continue;
+        };
+        let total = buffer.len() + data.len();
+        if total > limit {
+            return Err(CollectError::TooLarge);
+        }
+        reservation
+            .grow_to(total)
+            .map_err(|_| CollectError::OverBudget)?;
+        buffer.extend_from_slice(&data);
+    }
+    Ok(buffer.freeze())
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.budget.gauge.sub(self.bytes as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_are_bounded_and_returned_on_drop() {
+        let gauge = IntGauge::new("b", "b").unwrap();
+        let budget = MemoryBudget::new(100, gauge.clone());
+        let mut a = budget.reservation();
+        a.grow(60).unwrap();
+        let mut b = budget.reservation();
+        assert_eq!(b.grow(41), Err(OverBudget));
+        assert_eq!(budget.used(), 60, "a failed grow holds nothing");
+        b.grow(40).unwrap();
+        assert_eq!(budget.used(), 100);
+        assert_eq!(gauge.get(), 100);
+        drop(a);
+        assert_eq!(budget.used(), 40);
+        b.grow_to(90).unwrap();
+        assert_eq!(b.bytes(), 90);
+        b.grow_to(10).unwrap();
+        assert_eq!(b.bytes(), 90, "grow_to never shrinks");
+        drop(b);
+        assert_eq!(budget.used(), 0);
+        assert_eq!(gauge.get(), 0);
+        assert_eq!(
+            budget.reservation().grow(usize::MAX),
+            Err(OverBudget),
+            "no overflow"
+        );
+    }
+}

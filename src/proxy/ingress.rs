@@ -1,0 +1,344 @@
+//! The first phase, before anything is read from the body: is this request addressed to
+//! us (`allowed_hosts`), and which forwarding headers may the upstream see.
+//!
+//! Invariant: a request whose `Host` / `:authority` is not allowed is refused with 421
+//! before any other work (the upstream's own DNS-rebinding check is defeated once the
+//! sidecar rewrites `Host`, so the sidecar must do it); `Forwarded`, `X-Forwarded-*` and
+//! `X-Real-IP` reach the upstream only from a peer in `principal.trusted_proxies`, and
+//! `X-Forwarded-For` / `X-Forwarded-Proto` always say what the sidecar itself saw.
+
+use crate::error::ProxyError;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use ipnet::IpNet;
+use std::net::{IpAddr, SocketAddr};
+
+/// The client's address, put in each request's extensions by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub SocketAddr);
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// One `allowed_hosts` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostPattern {
+    /// `*`: any host.
+    Any,
+    /// `host` or `host:*`: this host on any port (or none).
+    Host(String),
+    /// `host:port`.
+    HostPort(String, u16),
+}
+
+impl HostPattern {
+    fn parse(entry: &str) -> Result<Self, &'static str> {
+        if entry == "*" {
+            return Ok(HostPattern::Any);
+        }
+        const SHAPE: &str = "is not a host[:port], host:* or *";
+        let (host, port) = match entry.strip_suffix(":*") {
+            Some(host) => (split_authority(host).ok_or(SHAPE)?.0, None),
+            None => split_authority(entry).ok_or(SHAPE)?,
+        };
+        if host.contains('*') {
+            return Err(SHAPE);
+        }
+        let host = host.to_ascii_lowercase();
+        Ok(match port {
+            Some(port) => HostPattern::HostPort(host, port),
+            None => HostPattern::Host(host),
+        })
+    }
+
+    fn matches(&self, host: &str, port: Option<u16>) -> bool {
+        match self {
+            HostPattern::Any => true,
+            HostPattern::Host(h) => h.eq_ignore_ascii_case(host),
+            HostPattern::HostPort(h, p) => h.eq_ignore_ascii_case(host) && port == Some(*p),
+        }
+    }
+}
+
+/// Which `Host` values are accepted.
+#[derive(Debug, Clone)]
+pub struct HostPolicy {
+    /// `None`: any host.
+    patterns: Option<Vec<HostPattern>>,
+}
+
+/// The names a loopback listener answers to, as the MCP SDKs allow them by default.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+
+impl HostPolicy {
+    /// From `allowed_hosts`, or its default for `listen`: loopback names on a loopback
+    /// address, any host otherwise.
+    pub fn new(allowed: Option<&[String]>, listen: SocketAddr) -> Result<Self, String> {
+        let entries: Vec<&str> = match allowed {
+            Some(list) => list.iter().map(String::as_str).collect(),
+            None if listen.ip().is_loopback() => LOOPBACK_HOSTS.to_vec(),
+            None => return Ok(Self { patterns: None }),
+        };
+        let patterns = entries
+            .iter()
+            .map(|entry| HostPattern::parse(entry).map_err(|e| format!("entry {entry:?} {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if patterns.contains(&HostPattern::Any) {
+            return Ok(Self { patterns: None });
+        }
+        Ok(Self {
+            patterns: Some(patterns),
+        })
+    }
+
+    /// Every authority the request names (the target's, and each `Host` header) must be
+    /// allowed, and there must be one.
+    pub fn check(&self, parts: &http::request::Parts) -> Result<(), ProxyError> {
+        let Some(patterns) = &self.patterns else {
+            return Ok(());
+        };
+        let hosts = parts.headers.get_all(header::HOST).iter();
+        let mut named = 0;
+        let uri_authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+        for value in uri_authority
+            .into_iter()
+            .chain(hosts.map(HeaderValue::as_bytes))
+        {
+            named += 1;
+            let (host, port) = std::str::from_utf8(value)
+                .ok()
+                .and_then(split_authority)
+                .ok_or(ProxyError::MisdirectedRequest)?;
+            if !patterns.iter().any(|p| p.matches(&host, port)) {
+                return Err(ProxyError::MisdirectedRequest);
+            }
+        }
+        if named == 0 {
+            return Err(ProxyError::MisdirectedRequest);
+        }
+        Ok(())
+    }
+}
+
+/// `host[:port]` with a non-empty host, no userinfo, and a port that is a port.
+fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
+    let authority: http::uri::Authority = text.parse().ok()?;
+    let host = authority.host();
+    if host.is_empty() || text.contains('@') {
+        return None;
+    }
+    let port = match &authority.as_str()[host.len()..] {
+        "" => None,
+        rest => Some(rest.strip_prefix(':')?.parse::<u16>().ok()?),
+    };
+    Some((host.to_owned(), port))
+}
+
+/// Which peers' forwarding headers are believed.
+#[derive(Debug, Clone, Default)]
+pub struct TrustedProxies {
+    nets: Vec<IpNet>,
+}
+
+impl TrustedProxies {
+    /// From `principal.trusted_proxies`: CIDRs or single addresses.
+    pub fn new(entries: &[String]) -> Result<Self, String> {
+        let nets = entries
+            .iter()
+            .map(|entry| {
+                entry
+                    .parse::<IpNet>()
+                    .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
+                    .map_err(|_| format!("entry {entry:?} is not an address or CIDR"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { nets })
+    }
+
+    /// No peer is trusted (the identity header is then taken from anyone).
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty()
+    }
+
+    pub fn trusts(&self, peer: Option<Peer>) -> bool {
+        peer.is_some_and(|Peer(addr)| {
+            let ip = addr.ip().to_canonical();
+            self.nets.iter().any(|net| net.contains(&ip))
+        })
+    }
+
+    /// Make the forwarding headers say what the sidecar saw: kept and extended for a
+    /// trusted peer, replaced for anyone else. `keep` is a header that must survive
+    /// (the identity header, which has its own rules).
+    pub fn rewrite(
+        &self,
+        headers: &mut HeaderMap,
+        peer: Option<Peer>,
+        scheme: &'static str,
+        keep: Option<&HeaderName>,
+    ) {
+        let trusted = self.trusts(peer);
+        let doomed: Vec<HeaderName> = headers
+            .keys()
+            .filter(|name| Some(*name) != keep && is_forwarding(name))
+            // WSGI and CGI servers read `X_Forwarded_For` as `X-Forwarded-For`: a
+            // look-alike is never a trusted proxy's header.
+            .filter(|name| !trusted || name.as_str().contains('_'))
+            .cloned()
+            .collect();
+        for name in doomed {
+            headers.remove(name);
+        }
+        let Some(Peer(addr)) = peer else {
+            return;
+        };
+        let ip = addr.ip().to_canonical().to_string();
+        let chain = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+            Some(previous) if trusted => format!("{previous}, {ip}"),
+            _ => ip,
+        };
+        headers.remove(X_FORWARDED_FOR);
+        if let Ok(value) = HeaderValue::from_str(&chain) {
+            headers.insert(X_FORWARDED_FOR, value);
+        }
+        if !trusted || !headers.contains_key(X_FORWARDED_PROTO) {
+            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(scheme));
+        }
+    }
+}
+
+/// `Forwarded`, `X-Real-IP`, any `X-Forwarded-*`, in any `_`/`-` spelling.
+fn is_forwarding(name: &HeaderName) -> bool {
+    let name = name.as_str().replace('_', "-");
+    name == "forwarded" || name == "x-real-ip" || name.starts_with("x-forwarded-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(uri: &str, hosts: &[&str]) -> http::request::Parts {
+        let mut builder = http::Request::builder().uri(uri);
+        for host in hosts {
+            builder = builder.header(header::HOST, *host);
+        }
+        builder.body(()).unwrap().into_parts().0
+    }
+
+    fn loopback() -> HostPolicy {
+        HostPolicy::new(None, "127.0.0.1:8080".parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn loopback_listeners_accept_only_loopback_names() {
+        let policy = loopback();
+        for ok in ["127.0.0.1:8080", "localhost", "LOCALHOST:1", "[::1]:9"] {
+            assert!(policy.check(&request("/mcp", &[ok])).is_ok(), "{ok}");
+        }
+        for bad in [
+            "rebind.attacker.example",
+            "127.0.0.1.attacker.example:8080",
+            "user@127.0.0.1",
+            "",
+            "localhost:99999",
+        ] {
+            assert!(policy.check(&request("/mcp", &[bad])).is_err(), "{bad:?}");
+        }
+        // No host at all, two hosts of which one is foreign, a foreign absolute target.
+        assert!(policy.check(&request("/mcp", &[])).is_err());
+        assert!(
+            policy
+                .check(&request("/mcp", &["localhost", "evil.example"]))
+                .is_err()
+        );
+        assert!(
+            policy
+                .check(&request("http://evil.example/mcp", &["localhost"]))
+                .is_err()
+        );
+        assert!(
+            policy
+                .check(&request("http://localhost:8080/mcp", &[]))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn configured_patterns() {
+        let any = HostPolicy::new(None, "0.0.0.0:8080".parse().unwrap()).unwrap();
+        assert!(any.check(&request("/", &["whatever.example"])).is_ok());
+        let list = |entries: &[&str]| {
+            let entries: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
+            HostPolicy::new(Some(&entries), "0.0.0.0:8080".parse().unwrap())
+        };
+        let policy = list(&["mcp.example.com", "api.example.com:8443", "x.example:*"]).unwrap();
+        assert!(policy.check(&request("/", &["MCP.example.com:1"])).is_ok());
+        assert!(
+            policy
+                .check(&request("/", &["api.example.com:8443"]))
+                .is_ok()
+        );
+        assert!(policy.check(&request("/", &["api.example.com"])).is_err());
+        assert!(policy.check(&request("/", &["x.example:5"])).is_ok());
+        assert!(policy.check(&request("/", &["y.example"])).is_err());
+        assert!(
+            list(&["*"])
+                .unwrap()
+                .check(&request("/", &["y.example"]))
+                .is_ok()
+        );
+        for bad in ["", "a b", "u@h", "h/p", "*.example.com", "h:99999"] {
+            assert!(list(&[bad]).is_err(), "{bad:?}");
+        }
+    }
+
+    fn peer(addr: &str) -> Option<Peer> {
+        Some(Peer(addr.parse().unwrap()))
+    }
+
+    #[test]
+    fn forwarding_headers_from_untrusted_peers_are_replaced() {
+        let proxies = TrustedProxies::new(&["10.0.0.0/8".into(), "192.0.2.7".into()]).unwrap();
+        let spoofed = || {
+            let mut h = HeaderMap::new();
+            for (name, value) in [
+                ("forwarded", "for=1.2.3.4;proto=https"),
+                ("x-forwarded-for", "1.2.3.4"),
+                ("x-forwarded-host", "admin.internal"),
+                ("x-forwarded-proto", "https"),
+                ("x-real-ip", "1.2.3.4"),
+                ("x_forwarded_for", "5.6.7.8"),
+                ("x-forwarded-user", "alice"),
+            ] {
+                h.insert(
+                    HeaderName::from_static(name),
+                    HeaderValue::from_static(value),
+                );
+            }
+            h
+        };
+        let keep = HeaderName::from_static("x-forwarded-user");
+        let mut h = spoofed();
+        proxies.rewrite(&mut h, peer("203.0.113.9:5000"), "http", Some(&keep));
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "203.0.113.9");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
+        assert_eq!(h.get("x-forwarded-user").unwrap(), "alice");
+        for gone in [
+            "forwarded",
+            "x-forwarded-host",
+            "x-real-ip",
+            "x_forwarded_for",
+        ] {
+            assert!(h.get(gone).is_none(), "{gone}");
+        }
+        let mut h = spoofed();
+        proxies.rewrite(&mut h, peer("10.1.2.3:5000"), "http", None);
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "1.2.3.4, 10.1.2.3");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
+        assert_eq!(h.get("x-forwarded-host").unwrap(), "admin.internal");
+        assert!(h.get("x_forwarded_for").is_none());
+        // An IPv4 peer reached over a dual-stack socket is still that IPv4 peer.
+        assert!(proxies.trusts(peer("[::ffff:192.0.2.7]:1")));
+        assert!(!TrustedProxies::default().trusts(peer("10.1.2.3:1")));
+        assert!(TrustedProxies::new(&["10.0.0.0/33".into()]).is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! The inbound half of the state boundary: a retry's `params.requestState` is opened
+//! and replaced by the upstream's own plaintext.
+//!
+//! Invariant: after [`StateOpener::open`] succeeds, a `requestState` in `params` is the
+//! plaintext of a token this sidecar verified for this very request (method, target,
+//! arguments, path, audience, principal), and `inputResponses` holds only what the
+//! minting round asked for. On failure the caller gets the one frozen error, the reason
+//! goes to the log and to `state_verified_total`, and nothing is forwarded.
+
+use crate::error::ProxyError;
+use crate::jsonrpc::ParseError;
+use crate::metrics::{Metrics, VerifyResult};
+use crate::telemetry::Clipped;
+use crate::token::{Reject, RequestBinding, StateSealer};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// Opens states; holds only what that needs.
+pub struct StateOpener {
+    sealer: Arc<StateSealer>,
+    metrics: Arc<Metrics>,
+    max_token_bytes: usize,
+}
+
+impl StateOpener {
+    pub fn new(sealer: Arc<StateSealer>, metrics: Arc<Metrics>, max_token_bytes: usize) -> Self {
+        Self {
+            sealer,
+            metrics,
+            max_token_bytes,
+        }
+    }
+
+    /// Verify and unwrap `params.requestState` in place. Returns the request's binding
+    /// when it had to be computed (a retry), so the response can reuse it.
+    pub fn open(
+        &self,
+        method: &str,
+        path: &str,
+        params: &mut Map<String, Value>,
+        principal: Option<&str>,
+    ) -> Result<Option<RequestBinding>, ProxyError> {
+        let token = match params.get("requestState") {
+            // No verified round asked anything: every answer is unasked. (Rounds without
+            // upstream state carry a token of ours, so real answers always have one.)
+            None => return self.filter_input_responses(params, &[]).map(|()| None),
+            // The reference treats an explicit null as absent; so does the upstream after us.
+            Some(Value::Null) => {
+                params.remove("requestState");
+                return self.filter_input_responses(params, &[]).map(|()| None);
+            }
+            Some(Value::String(token)) => token,
+            Some(_) => {
+                return Err(self.refuse(method, Reject::Malformed, "non-string requestState"));
+            }
+        };
+        if token.len() > self.max_token_bytes {
+            return Err(self.refuse(
+                method,
+                Reject::Malformed,
+                "token longer than any this sidecar mints",
+            ));
+        }
+        let binding = RequestBinding::of(method, Some(params))
+            .map_err(|_| ProxyError::Parse(ParseError::Params))?
+            .at_path(path);
+        let opened = self
+            .sealer
+            .open(token, &binding, principal)
+            .map_err(|rejection| self.refuse(method, rejection.reason, rejection.detail))?;
+        self.metrics.verified(VerifyResult::Ok);
+        if let Some(asked) = &opened.asked {
+            self.filter_input_responses(params, asked)?;
+        }
+        if opened.no_upstream_state {
+            // The upstream sent no state this round; it gets none back.
+            params.remove("requestState");
+        } else {
+            params.insert("requestState".into(), Value::String(opened.state));
+        }
+        Ok(Some(binding))
+    }
+
+    fn refuse(&self, method: &str, reason: Reject, detail: &'static str) -> ProxyError {
+        self.metrics.verified(VerifyResult::Rejected(reason));
+        tracing::warn!(
+            method = %Clipped(method),
+            reason = reason.as_str(),
+            detail,
+            "requestState refused"
+        );
+        ProxyError::InvalidState { reason, detail }
+    }
+
+    /// Drop `inputResponses` entries the minting round did not ask for: the spec says
+    /// servers should ignore them, and legacy servers often trust them.
+    fn filter_input_responses(
+        &self,
+        params: &mut Map<String, Value>,
+        asked: &[String],
+    ) -> Result<(), ProxyError> {
+        match params.get_mut("inputResponses") {
+            None | Some(Value::Null) => Ok(()),
+            Some(Value::Object(responses)) => {
+                let before = responses.len();
+                responses.retain(|key, _| asked.iter().any(|a| a == key));
+                let dropped = before - responses.len();
+                if dropped > 0 {
+                    self.metrics.input_responses_dropped(dropped);
+                    tracing::info!(dropped, "dropped inputResponses the round did not ask for");
+                }
+                Ok(())
+            }
+            Some(_) => Err(ProxyError::InputResponses),
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Before the body: `allowed_hosts` (the upstream's DNS-rebinding defence, which the
+//! `Host` rewrite would otherwise disable), forwarding headers only from trusted proxies,
+//! the identity header only from them when they are listed, and slow clients cut off by
+//! the header and body read timeouts. Each refusal forwards nothing.
+
+use crate::support::fake::{FakeUpstream, Reply, complete, tools_call};
+use crate::support::http::{mcp_headers, post_mcp, post_mcp_with, send};
+use crate::support::sidecar::{Sidecar, config};
+use http::Method;
+use mcp_state_guard::config::PrincipalSource;
+use mcp_state_guard::error::ErrorKind;
+use serde_json::json;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const T: Duration = Duration::from_secs(10);
+
+async fn upstream() -> FakeUpstream {
+    FakeUpstream::always(|| Reply::json(complete(json!(1), "ok").to_string())).await
+}
+
+fn list_tools() -> Vec<u8> {
+    br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn foreign_hosts_get_421_and_nothing_is_forwarded() {
+    let fake = upstream().await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let url = sidecar.mcp_url();
+    for host in [
+        "rebind.attacker.example",
+        "rebind.attacker.example:8080",
+        "127.0.0.1.nip.io",
+    ] {
+        let mut headers = mcp_headers("tools/list", None);
+        headers.push(("host".into(), host.into()));
+        let reply = send(Method::POST, &url, &headers, list_tools(), T).await;
+        assert_eq!(reply.status, 421, "{host}");
+        assert_eq!(reply.json()["error"]["code"], -32600, "{host}");
+        // GET streams and DELETEs are refused the same way.
+        let host_only = [("host".to_owned(), host.to_owned())];
+        let get = send(Method::GET, &url, &host_only, "", T).await;
+        assert_eq!(get.status, 421, "{host}");
+    }
+    assert_eq!(fake.count(), 0, "a refused host reached the upstream");
+    assert_eq!(
+        sidecar
+            .metrics()
+            .refused_count(ErrorKind::MisdirectedRequest),
+        6
+    );
+    // The loopback names the listener answers to still work (the test client sends
+    // `127.0.0.1:<port>`).
+    let ok = send(
+        Method::POST,
+        &url,
+        &mcp_headers("tools/list", None),
+        list_tools(),
+        T,
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let mut headers = mcp_headers("tools/list", None);
+    headers.push(("host".into(), "localhost".into()));
+    assert_eq!(
+        send(Method::POST, &url, &headers, list_tools(), T)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(fake.count(), 2);
+    sidecar.stop().await;
+
+    // An explicit list replaces the default; `*` accepts any host.
+    let mut c = config(&fake.base_url());
+    c.allowed_hosts = Some(vec!["mcp.example.com".into()]);
+    let sidecar = Sidecar::start(c).await;
+    let mut headers = mcp_headers("tools/list", None);
+    headers.push(("host".into(), "mcp.example.com:443".into()));
+    let reply = send(Method::POST, &sidecar.mcp_url(), &headers, list_tools(), T).await;
+    assert_eq!(reply.status, 200);
+    let reply = post_mcp(&sidecar.mcp_url(), &tools_call(1, None)).await;
+    assert_eq!(reply.status, 421, "loopback is not in the explicit list");
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forwarding_headers_come_from_trusted_proxies_only() {
+    let fake = upstream().await;
+    let spoofed = [
+        ("forwarded", "for=6.6.6.6;proto=https;host=admin.internal"),
+        ("x-forwarded-for", "6.6.6.6"),
+        ("x-forwarded-host", "admin.internal"),
+        ("x-forwarded-proto", "https"),
+        ("x-real-ip", "6.6.6.6"),
+        ("x_forwarded_for", "7.7.7.7"),
+    ];
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let reply = post_mcp_with(&sidecar.mcp_url(), &tools_call(1, None), &spoofed).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let seen = fake.last();
+    assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+    for gone in [
+        "forwarded",
+        "x-forwarded-host",
+        "x-real-ip",
+        "x_forwarded_for",
+    ] {
+        assert_eq!(seen.header(gone), None, "{gone} reached the upstream");
+    }
+    sidecar.stop().await;
+
+    // The front proxy is trusted: its headers stay, and the chain is extended.
+    let mut c = config(&fake.base_url());
+    c.principal.trusted_proxies = vec!["127.0.0.0/8".into()];
+    let sidecar = Sidecar::start(c).await;
+    post_mcp_with(&sidecar.mcp_url(), &tools_call(1, None), &spoofed).await;
+    let seen = fake.last();
+    assert_eq!(seen.header("x-forwarded-for"), Some("6.6.6.6, 127.0.0.1"));
+    assert_eq!(seen.header("x-forwarded-proto"), Some("https"));
+    assert_eq!(seen.header("x-forwarded-host"), Some("admin.internal"));
+    assert_eq!(seen.header("x_forwarded_for"), None);
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_identity_header_is_taken_only_from_trusted_proxies() {
+    let fake = upstream().await;
+    let mut c = config(&fake.base_url());
+    c.principal.source = PrincipalSource::Header;
+    c.principal.trusted_proxies = vec!["10.0.0.0/8".into()];
+    let sidecar = Sidecar::start(c.clone()).await;
+    let identity = [("x-forwarded-user", "admin")];
+    let reply = post_mcp_with(&sidecar.mcp_url(), &tools_call(1, None), &identity).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(
+        sidecar.metrics().refused_count(ErrorKind::PrincipalHeader),
+        1
+    );
+    assert_eq!(fake.count(), 0);
+    // Without the header the request is anonymous, as from anyone.
+    let reply = post_mcp(&sidecar.mcp_url(), &tools_call(1, None)).await;
+    assert_eq!(reply.status, 200);
+    sidecar.stop().await;
+
+    c.principal.trusted_proxies = vec!["127.0.0.1".into()];
+    let sidecar = Sidecar::start(c).await;
+    let reply = post_mcp_with(&sidecar.mcp_url(), &tools_call(1, None), &identity).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    sidecar.stop().await;
+}
+
+/// Read from `stream` until the peer closes it; the time that took (bounded by 10 s).
+async fn closed_after(stream: &mut TcpStream) -> (Duration, Vec<u8>) {
+    let started = Instant::now();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let read = tokio::time::timeout(T, stream.read(&mut buffer))
+            .await
+            .expect("the sidecar closes a stalled connection");
+        match read {
+            Ok(0) | Err(_) => return (started.elapsed(), received),
+            Ok(n) => received.extend_from_slice(&buffer[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_clients_are_cut_off() {
+    let fake = upstream().await;
+    let mut c = config(&fake.base_url());
+    c.timeouts.header_read_ms = 300;
+    c.timeouts.body_read_ms = 300;
+    let sidecar = Sidecar::start(c).await;
+
+    // Half a request line, then nothing: closed by the header read timeout.
+    let mut stream = TcpStream::connect(sidecar.addr).await.unwrap();
+    stream.write_all(b"POST /mcp HT").await.unwrap();
+    let (after, _) = closed_after(&mut stream).await;
+    assert!(after < Duration::from_secs(5), "open for {after:?}");
+
+    // A whole head, then a body that stops: 408, and nothing forwarded.
+    let body = String::from_utf8(list_tools()).unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n",
+        sidecar.addr,
+        body.len()
+    );
+    let mut stream = TcpStream::connect(sidecar.addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body.as_bytes()[..10]).await.unwrap();
+    let (_, received) = closed_after(&mut stream).await;
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert_eq!(sidecar.metrics().refused_count(ErrorKind::BodyTimeout), 1);
+    assert_eq!(fake.count(), 0);
+    sidecar.stop().await;
+}

@@ -1,0 +1,289 @@
+//! What a hostile client can make the sidecar hold: parsed values (bounded per body by
+//! `limits.max_json_values`), buffered bytes (bounded across requests by
+//! `limits.max_buffered_bytes`), log volume (client text is clipped), and the
+//! `requests_in_flight` gauge (a guard that follows the response body, so streams count and
+//! a client that goes away decrements). The peak-RSS case runs the real binary.
+
+use crate::support::fake::{FakeBody, FakeUpstream, Reply, complete, event, open, tools_call};
+use crate::support::http::{mcp_headers, post_mcp, send};
+use crate::support::sidecar::{Sidecar, config};
+use bytes::Bytes;
+use http::Method;
+use mcp_state_guard::error::ErrorKind;
+use serde_json::json;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+const T: Duration = Duration::from_secs(30);
+
+/// `{"jsonrpc":..,"params":{"name":"provision","arguments":{"a":[0,0,…]}}}` of about
+/// `bytes` bytes: two million values in 4 MiB.
+fn zeros(bytes: usize) -> Vec<u8> {
+    let mut body = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"provision","arguments":{"a":[0"#.to_vec();
+    while body.len() < bytes - 16 {
+        body.extend_from_slice(b",0");
+    }
+    body.extend_from_slice(b"]}}}");
+    body
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bodies_with_too_many_values_are_refused_before_anything_is_kept() {
+    let fake = FakeUpstream::always(|| Reply::json(complete(json!(5), "ok").to_string())).await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let headers = mcp_headers("tools/call", Some("provision"));
+    let reply = send(
+        Method::POST,
+        &sidecar.mcp_url(),
+        &headers,
+        zeros(4 << 20),
+        T,
+    )
+    .await;
+    assert_eq!(reply.status, 413, "{}", reply.text());
+    assert_eq!(reply.json()["error"]["code"], -32600);
+    assert_eq!(fake.count(), 0);
+    assert_eq!(sidecar.metrics().refused_count(ErrorKind::Parse), 1);
+    // Under the cap, the same shape is forwarded.
+    let reply = send(
+        Method::POST,
+        &sidecar.mcp_url(),
+        &headers,
+        zeros(150_000),
+        T,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(fake.count(), 1);
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn buffered_bodies_share_one_budget() {
+    let fake = FakeUpstream::always(|| Reply::json(complete(json!(5), "ok").to_string())).await;
+    let mut c = config(&fake.base_url());
+    c.limits.max_body_bytes = 64 * 1024;
+    c.limits.max_buffered_bytes = 64 * 1024;
+    let sidecar = Sidecar::start(c).await;
+    // A client declares 60 KiB and sends 10 bytes: the declared length is held.
+    let mut slow = TcpStream::connect(sidecar.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{{\"jsonrpc\"",
+        sidecar.addr,
+        60 * 1024
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let budget = || sidecar.metrics().buffered_bytes().get();
+    crate::support::fake::wait_until(|| budget() == 60 * 1024, "the slow body is reserved").await;
+    let body = serde_json::to_vec(&tools_call(5, None)).unwrap();
+    let padded = [
+        &body[..body.len() - 1],
+        &b",\"pad\":\""[..],
+        &vec![b'x'; 8 * 1024],
+        b"\"}",
+    ]
+    .concat();
+    let headers = mcp_headers("tools/call", Some("provision"));
+    let reply = send(
+        Method::POST,
+        &sidecar.mcp_url(),
+        &headers,
+        padded.clone(),
+        T,
+    )
+    .await;
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert_eq!(reply.headers.get("retry-after").unwrap(), "1");
+    assert_eq!(sidecar.metrics().refused_count(ErrorKind::Overloaded), 1);
+    assert_eq!(fake.count(), 0);
+    // The slow client leaves: its bytes come back, and the same request goes through.
+    drop(slow);
+    crate::support::fake::wait_until(|| budget() == 0, "the budget is returned").await;
+    let reply = send(Method::POST, &sidecar.mcp_url(), &headers, padded, T).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    crate::support::fake::wait_until(|| budget() == 0, "the budget is returned").await;
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_flight_counts_streams_until_they_end_or_the_client_leaves() {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let rx = std::sync::Mutex::new(Some(rx));
+    let fake = FakeUpstream::always(move || {
+        let rx = rx.lock().unwrap().take().expect("one stream");
+        Reply::new(200, FakeBody::channel(rx)).header("content-type", "text/event-stream")
+    })
+    .await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let gauge = || sidecar.metrics().in_flight().get();
+    let body = serde_json::to_vec(&tools_call(5, None)).unwrap();
+    let response = open(
+        Method::POST,
+        &sidecar.mcp_url(),
+        &mcp_headers("tools/call", Some("provision")),
+        FakeBody::whole(body),
+        false,
+    )
+    .await;
+    tx.send(Ok(Bytes::from(event(
+        "\n",
+        &crate::support::fake::progress(1),
+    ))))
+    .await
+    .unwrap();
+    assert_eq!(gauge(), 1, "a stream in progress is in flight");
+    drop(response);
+    crate::support::fake::wait_until(|| gauge() == 0, "the gauge returns to zero").await;
+    // Refused requests do not leak either.
+    let reply = post_mcp(&sidecar.mcp_url(), &json!({"jsonrpc": "1.0"})).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(gauge(), 0);
+    sidecar.stop().await;
+}
+
+/// The binary, started on free ports in front of `upstream`; its address and stderr.
+struct Process {
+    child: std::process::Child,
+    addr: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Process {
+    fn start(upstream: &str) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-state-guard"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("MCP_STATE_GUARD_") {
+                command.env_remove(key);
+            }
+        }
+        let mut child = command
+            .args(["run", "--listen", "127.0.0.1:0", "--upstream", upstream])
+            .env("MCP_STATE_GUARD_ADMIN_LISTEN", "127.0.0.1:0")
+            .env("MCP_STATE_GUARD_LOG__LEVEL", "info")
+            .env("MCP_STATE_GUARD_LOG__FORMAT", "json")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut addr = None;
+        let mut line = String::new();
+        while addr.is_none() && stderr.read_line(&mut line).unwrap() > 0 {
+            log.lock().unwrap().extend_from_slice(line.as_bytes());
+            if line.contains("mcp-state-guard ready") {
+                let record: serde_json::Value = serde_json::from_str(&line).unwrap();
+                addr = record["fields"]["addr"].as_str().map(str::to_owned);
+            }
+            line.clear();
+        }
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 8192];
+            while let Ok(n) = stderr.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buffer[..n]);
+            }
+        });
+        Self {
+            child,
+            addr: addr.expect("the sidecar started"),
+            log,
+        }
+    }
+
+    /// Peak resident memory so far, in MiB (`VmHWM`).
+    fn peak_rss_mib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            / 1024
+    }
+
+    fn log_len(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The review's attack: four concurrent 4 MiB bodies of zeros to a slow tool took the
+/// sidecar from 7 MB to 866 MB. Now each is refused after 100,000 values, and bodies that
+/// are admitted keep only their binding while the upstream works. Also: a 3 MB `method`
+/// costs the log a few hundred bytes, not 4 MB.
+#[tokio::test(flavor = "multi_thread")]
+async fn amplification_attacks_stay_small_in_memory_and_in_the_log() {
+    let slow =
+        || Reply::json(complete(json!(5), "ok").to_string()).delayed(Duration::from_millis(1500));
+    let fake = FakeUpstream::always(slow).await;
+    let process = Process::start(&fake.base_url());
+    let url = format!("http://{}/mcp", process.addr);
+    let headers = mcp_headers("tools/call", Some("provision"));
+    let before = process.peak_rss_mib();
+    let started = Instant::now();
+    let attack = zeros(4 << 20);
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (url, headers, body) = (url.clone(), headers.clone(), attack.clone());
+        tasks.push(tokio::spawn(async move {
+            send(Method::POST, &url, &headers, body, T).await.status
+        }));
+    }
+    // And four admitted bodies just under the cap, held while the slow tool works.
+    let admitted = zeros(190_000);
+    for _ in 0..4 {
+        let (url, headers, body) = (url.clone(), headers.clone(), admitted.clone());
+        tasks.push(tokio::spawn(async move {
+            send(Method::POST, &url, &headers, body, T).await.status
+        }));
+    }
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(task.await.unwrap().as_u16());
+    }
+    assert_eq!(statuses, [413, 413, 413, 413, 200, 200, 200, 200]);
+    let peak = process.peak_rss_mib();
+    eprintln!(
+        "peak RSS {peak} MiB (at start {before} MiB) after 4 × 4 MiB zeros + 4 admitted, {:?}",
+        started.elapsed()
+    );
+    assert!(peak < 150, "peak RSS {peak} MiB");
+
+    // Log amplification: a 3 MB method on a request whose state is refused (logged with
+    // its method) and on one whose body is refused.
+    let logged_before = process.log_len();
+    let method = "m".repeat(3 << 20);
+    for body in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"requestState": "v1.x"}}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": [1]}),
+    ] {
+        let reply = send(
+            Method::POST,
+            &url,
+            &mcp_headers("x", None)[..2],
+            serde_json::to_vec(&body).unwrap(),
+            T,
+        )
+        .await;
+        assert_eq!(reply.status, 400, "{}", reply.text());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let grew = process.log_len() - logged_before;
+    assert!(grew < 4096, "two refusals added {grew} bytes of log");
+}
