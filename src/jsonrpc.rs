@@ -358,6 +358,16 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
                     return Err(ParseError::StateInResponse);
                 }
             }
+            // An error answer is checked the way the sealer checks the upstream's.
+            if let Some(Value::Object(error)) = object.get("error") {
+                check_reserved(error, ERROR_FIELDS)?;
+                if let Some(Value::Object(data)) = error.get("data") {
+                    check_result_fields(data)?;
+                    if data.contains_key("requestState") {
+                        return Err(ParseError::StateInResponse);
+                    }
+                }
+            }
             id.map(|id| Message::Response { id }).ok_or(ParseError::Id)
         }
         None => Err(ParseError::NotAnObject),
@@ -570,6 +580,14 @@ mod tests {
             (
                 r#"{"jsonrpc":"2.0","id":1,"result":{"request_state":"x"}}"#,
                 ParseError::AmbiguousKey("request_state".into()),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m","data":{"requestState":"x"}}}"#,
+                ParseError::StateInResponse,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m","Data":{}}}"#,
+                ParseError::AmbiguousKey("Data".into()),
             ),
             (
                 r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,

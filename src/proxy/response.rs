@@ -158,6 +158,12 @@ impl Sealer {
             Some(Value::Object(requests)) => requests.keys().cloned().collect(),
             _ => Vec::new(),
         };
+        if asked.iter().any(|key| !key.is_ascii()) {
+            // The answers come back as `inputResponses` keys, which the gate refuses
+            // when they are not ASCII: fail here, where the upstream's choice is visible,
+            // rather than at every client's retry.
+            return Err(SealFailure::AmbiguousKey);
+        }
         let options = SealOptions {
             principal: self.context.principal.as_deref(),
             single_use: false,

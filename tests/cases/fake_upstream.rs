@@ -276,6 +276,15 @@ fn unsealable(case: &str) -> Reply {
         "json-pascal" => Reply::json(renamed("RequestState")),
         "sse-snake" => sse(renamed("request_state")),
         "json-duplicate" => Reply::json(duplicate),
+        // Asked under a key the client's answer could not use (`inputResponses` keys must
+        // be ASCII at the gate).
+        "json-non-ascii-ask" => {
+            let mut m = state(json!(plaintext()));
+            let asks = m["result"]["inputRequests"].as_object_mut().unwrap();
+            let ask = asks.remove("region").unwrap();
+            asks.insert("régión".into(), ask);
+            Reply::json(m.to_string())
+        }
         "json-not-json" => Reply::json(format!("<html>{SECRET}</html>")),
         "sse-not-json" => sse(format!("{{\"requestState\":\"{SECRET}\"")),
         // Unlabelled and not JSON: a 2xx answer to an MCP request must be JSON, SSE or empty.
@@ -298,6 +307,7 @@ async fn results_that_cannot_be_sealed_become_internal_errors() {
         ("sse-object", SealFailure::NonStringState),
         ("sse-array", SealFailure::NonStringState),
         ("json-snake", SealFailure::AmbiguousKey),
+        ("json-non-ascii-ask", SealFailure::AmbiguousKey),
         ("json-pascal", SealFailure::AmbiguousKey),
         ("sse-snake", SealFailure::AmbiguousKey),
         ("json-duplicate", SealFailure::UnparseableBody),
