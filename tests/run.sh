@@ -4,9 +4,10 @@
 # Installs what the tests need, each step skipped when already in place:
 #   - a Python venv (target/pyvenv) with the pinned MCP SDK (tests/py/requirements.txt);
 #   - the official MCP conformance suite (npm, into target/conformance);
+#   - the TypeScript MCP SDK v2 for the TypeScript peers (npm, pinned, into target/ts);
 # then checks formatting and lints, and runs the unit, property and integration tests.
-# Services (the Python MCP servers and clients) are started by the tests themselves on
-# 127.0.0.1 with free ports and stopped when each test ends.
+# Services (the Python and TypeScript MCP servers and clients) are started by the tests
+# themselves on 127.0.0.1 with free ports and stopped when each test ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +27,9 @@ export STATE_GUARD_TEST_PYTHON="$PWD/$venv/bin/python"
 
 log "installing the MCP conformance suite (npm, pinned)"
 tests/conformance/run.sh --install-only
+
+log "installing the TypeScript MCP SDK (npm, pinned)"
+tests/ts/install.sh
 
 log "cargo fmt --check"
 cargo fmt --all -- --check
