@@ -6,6 +6,7 @@ mod fake_upstream;
 mod hostile;
 mod hygiene;
 mod ingress;
+mod interop;
 mod path_binding;
 mod resources;
 mod response_classes;

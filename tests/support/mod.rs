@@ -1,8 +1,11 @@
-//! Shared test plumbing: the sidecar in-process, the Python peers, a small HTTP client.
+//! Shared test plumbing: the sidecar in-process, the Python and TypeScript peers, a small
+//! HTTP client.
 #![allow(dead_code)]
 
 pub mod fake;
 pub mod http;
+pub mod interop;
 pub mod legacy;
 pub mod python;
 pub mod sidecar;
+pub mod ts;
