@@ -13,3 +13,5 @@ mod response_classes;
 mod response_edges;
 mod smoke;
 mod token_interop;
+mod ts_conformance;
+mod ts_upstream;

@@ -2,6 +2,7 @@
 //! HTTP client.
 #![allow(dead_code)]
 
+pub mod conformance;
 pub mod fake;
 pub mod http;
 pub mod interop;
