@@ -23,6 +23,8 @@ const PARAMS_FIELDS: &[&str] = &[
     "uri",
     "arguments",
     "_meta",
+    // Checked against `Mcp-Name` on task methods: no look-alike may disagree with it.
+    "taskId",
 ];
 const RESULT_FIELDS: &[&str] = &["requestState", "resultType", "inputRequests"];
 /// The members of a JSON-RPC error object.

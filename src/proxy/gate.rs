@@ -190,6 +190,8 @@ fn check_mcp_headers(
         let field = match method.as_str() {
             "tools/call" | "prompts/get" => "name",
             "resources/read" => "uri",
+            // The TypeScript SDK names the task it acts on, and its server requires it.
+            "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
             _ => return Err(ProxyError::HeaderMismatch("mcp-name")),
         };
         let target = params.and_then(|p| p.get(field)).and_then(Value::as_str);
@@ -313,5 +315,9 @@ mod tests {
         let uri = json!({"uri": "config://é"});
         assert!(check(&[("mcp-name", &encoded)], "resources/read", uri).is_ok());
         assert!(check(&[("mcp-name", "x")], "tools/list", json!({})).is_err());
+        let task = || json!({"taskId": "t-1"});
+        assert!(check(&[("mcp-name", "t-1")], "tasks/get", task()).is_ok());
+        assert!(check(&[("mcp-name", "t-2")], "tasks/cancel", task()).is_err());
+        assert!(check(&[("mcp-name", "t-1")], "tasks/list", task()).is_err());
     }
 }

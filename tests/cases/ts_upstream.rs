@@ -360,15 +360,12 @@ async fn lf_framed_sse_and_keepalive_comments_stream_through() {
 
 // ---- 3. Mcp-Name beyond tools, prompts and resources -----------------------------------
 
-/// NEEDS A SIDECAR CHANGE (src/proxy/request.rs, `check_mcp_headers`). The TypeScript SDK
-/// mirrors `params.taskId` into `Mcp-Name` for `tasks/get`, `tasks/update` and
-/// `tasks/cancel` (its `MCP_NAME_HEADER_SOURCE`, after the tasks extension's Streamable HTTP
-/// binding); its client always sends the header and its server answers -32020 without it.
-/// The sidecar refuses any `Mcp-Name` on a method other than tools/call, prompts/get and
-/// resources/read, so no task request can pass: it must accept the header there when it
-/// equals `params.taskId` (same `=?base64?...?=` decoding) and keep refusing a mismatch.
+/// The TypeScript SDK mirrors `params.taskId` into `Mcp-Name` for `tasks/get`,
+/// `tasks/update` and `tasks/cancel` (its `MCP_NAME_HEADER_SOURCE`, after the tasks
+/// extension's Streamable HTTP binding); its client always sends the header and its server
+/// answers -32020 without it. The gate accepts the header there when it equals
+/// `params.taskId` (same `=?base64?...?=` decoding) and keeps refusing a mismatch.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs a sidecar change: accept Mcp-Name = params.taskId on tasks/get|update|cancel"]
 async fn mcp_name_on_task_methods_reaches_the_upstream() {
     let upstream = TsServer::start(Mode::Json);
     let sidecar = Sidecar::in_front_of(&upstream.base_url()).await;
