@@ -1,5 +1,6 @@
 //! The admin listener: `/metrics` (Prometheus text format 0.0.4), `/healthz` (the process
-//! serves) and `/readyz` (the sidecar takes traffic: keys loaded, not draining).
+//! serves) and `/readyz` (the sidecar takes traffic: keys loaded, not draining, a
+//! fail-closed single-use store reachable; the body names each failing check).
 //!
 //! Invariant: the admin port never proxies and never shows a token, a key or a state.
 
@@ -10,17 +11,38 @@ use hyper::body::Incoming;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Readiness, flipped to false when draining starts so load balancers stop sending.
+/// Readiness: serving (flipped to false when draining starts so load balancers stop
+/// sending), and every dependency check passing.
 #[derive(Default)]
-pub struct Readiness(AtomicBool);
+pub struct Readiness {
+    serving: AtomicBool,
+    /// A fail-closed single-use store does not answer.
+    store_down: AtomicBool,
+}
 
 impl Readiness {
     pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
+        self.serving.store(ready, Ordering::SeqCst);
+    }
+
+    pub fn set_store_down(&self, down: bool) {
+        self.store_down.store(down, Ordering::SeqCst);
     }
 
     pub fn get(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.failing().is_empty()
+    }
+
+    /// The names of the checks that fail now.
+    pub fn failing(&self) -> Vec<&'static str> {
+        let mut failing = Vec::new();
+        if !self.serving.load(Ordering::SeqCst) {
+            failing.push("serving (starting or draining)");
+        }
+        if self.store_down.load(Ordering::SeqCst) {
+            failing.push("single_use store unavailable");
+        }
+        failing
     }
 }
 
@@ -42,8 +64,13 @@ pub async fn handle(
             response
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" if readiness.get() => text(StatusCode::OK, "ready\n"),
-        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        "/readyz" => match readiness.failing().as_slice() {
+            [] => text(StatusCode::OK, "ready\n"),
+            failing => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("not ready: {}\n", failing.join(", ")),
+            ),
+        },
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }

@@ -5,12 +5,15 @@
 //! bound; shutdown first fails readiness, then stops accepting, then drains.
 
 use crate::admin::{self, Readiness};
+use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
 use crate::metrics::Metrics;
+use crate::policy::single_use::{SingleUse, SingleUsePolicy};
 use crate::principal::PrincipalSource;
 use crate::proxy::Proxy;
 use crate::proxy::upstream::Upstream;
 use crate::server;
+use crate::store::Store;
 use crate::token::{KeyRing, KeyRingError, StateSealer};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
@@ -44,6 +47,7 @@ pub struct Running {
     admin_addr: SocketAddr,
     metrics: Arc<Metrics>,
     sealer: Arc<StateSealer>,
+    single_use: Arc<SingleUse>,
     readiness: Arc<Readiness>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -67,6 +71,14 @@ impl Running {
         &self.sealer
     }
 
+    pub fn single_use(&self) -> &Arc<SingleUse> {
+        &self.single_use
+    }
+
+    pub fn readiness(&self) -> &Arc<Readiness> {
+        &self.readiness
+    }
+
     /// Fail readiness, wait `grace` for load balancers to notice, stop accepting, drain.
     pub async fn shutdown(self, grace: Duration) {
         self.readiness.set(false);
@@ -78,8 +90,18 @@ impl Running {
     }
 }
 
-/// Start the sidecar described by `config` (already validated).
+/// Start the sidecar described by `config` (already validated), without watching a
+/// configuration file.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
+    start_from(config, None).await
+}
+
+/// Start the sidecar described by `config`, loaded from `source` (when given): the file
+/// is watched, and what can change without a restart (the single-use policy) follows it.
+pub async fn start_from(
+    config: &Config,
+    source: Option<ConfigSource>,
+) -> Result<Running, StartError> {
     let metrics = Arc::new(Metrics::new());
     let ring = match &config.state.keys_file {
         Some(path) => KeyRing::load(path)?,
@@ -120,9 +142,19 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         Duration::from_millis(config.timeouts.connect_ms),
         Duration::from_millis(config.timeouts.response_head_ms),
     );
-    let proxy = Proxy::new(config, sealer.clone(), metrics.clone(), principal, upstream)
-        .map(Arc::new)
-        .map_err(StartError::Config)?;
+    let store = Store::from_config(&config.single_use)
+        .map_err(|e| StartError::Config(format!("single_use: {e}")))?;
+    let single_use = Arc::new(SingleUse::new(&config.single_use, store, metrics.clone()));
+    let proxy = Proxy::new(
+        config,
+        sealer.clone(),
+        single_use.clone(),
+        metrics.clone(),
+        principal,
+        upstream,
+    )
+    .map(Arc::new)
+    .map_err(StartError::Config)?;
     let bind = |what, addr| async move {
         TcpListener::bind(addr)
             .await
@@ -158,12 +190,37 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         stop.clone(),
         options("admin"),
     )));
+    let reload_interval = Duration::from_millis(config.state.reload_interval_ms);
     if let Some(path) = &config.state.keys_file {
         tasks.push(tokio::spawn(reload_keys(
             path.clone(),
             sealer.clone(),
             metrics.clone(),
-            Duration::from_millis(config.state.reload_interval_ms),
+            reload_interval,
+            stop.clone(),
+        )));
+    }
+    if let Some(source) = source {
+        let live = single_use.clone();
+        tasks.push(tokio::spawn(config::reload::watch(
+            source,
+            config::reload::hangups(),
+            reload_interval,
+            metrics.clone(),
+            stop.clone(),
+            move |new| {
+                let policy = SingleUsePolicy::from_config(&new.single_use);
+                if policy != *live.policy() {
+                    tracing::info!("single-use policy changed; applied without a restart");
+                    live.replace_policy(policy);
+                }
+            },
+        )));
+    }
+    if matches!(single_use.store(), Store::Redis(_)) {
+        tasks.push(tokio::spawn(watch_store(
+            single_use.clone(),
+            readiness.clone(),
             stop,
         )));
     }
@@ -174,10 +231,38 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         admin_addr,
         metrics,
         sealer,
+        single_use,
         readiness,
         shutdown,
         tasks,
     })
+}
+
+/// Keep readiness equal to whether a fail-closed store answers (once a second).
+async fn watch_store(
+    single_use: Arc<SingleUse>,
+    readiness: Arc<Readiness>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut was_down = false;
+    loop {
+        let down = single_use.blocking_outage().await;
+        if down != was_down {
+            if down {
+                tracing::error!(
+                    "single-use store unreachable: not ready (on_store_error = reject)"
+                );
+            } else {
+                tracing::info!("single-use store reachable again");
+            }
+            was_down = down;
+        }
+        readiness.set_store_down(down);
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = server::stopped(&mut stop) => return,
+        }
+    }
 }
 
 /// Poll the key file's content hash and swap the ring when it changes. Kubernetes

@@ -128,6 +128,11 @@ impl ErrorKind {
 pub const INVALID_STATE_MESSAGE: &str = "Invalid or expired requestState";
 
 impl ProxyError {
+    /// The upstream provably received nothing of the request: connecting to it failed.
+    pub fn never_sent(&self) -> bool {
+        matches!(self, ProxyError::UpstreamUnavailable(e) if e.is_connect())
+    }
+
     pub fn kind(&self) -> ErrorKind {
         match self {
             ProxyError::Parse(_) => ErrorKind::Parse,

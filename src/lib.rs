@@ -18,8 +18,10 @@
 //!    `passthrough_paths` are forwarded untouched.
 //! 5. [`proxy::state`]: a `params.requestState` is opened by [`token`] and checked
 //!    against this request's method, target, argument digest, path, audience and
-//!    principal; on success the upstream's own plaintext replaces it, and
-//!    `inputResponses` keys the round did not ask for are dropped. On any failure the
+//!    principal; when the token or the live [`policy`] says the target is single-use, it
+//!    is consumed in the shared [`store`] (a replay is refused); on success the
+//!    upstream's own plaintext replaces it, and `inputResponses` keys the round did not
+//!    ask for are dropped. On any failure the
 //!    client gets the one frozen error and nothing is sent. The request's binding is
 //!    kept for step 7; the parsed body is not.
 //! 6. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
@@ -45,9 +47,11 @@ pub mod config;
 pub mod error;
 pub mod jsonrpc;
 pub mod metrics;
+pub mod policy;
 pub mod principal;
 pub mod proxy;
 pub mod server;
 pub mod sse;
+pub mod store;
 pub mod telemetry;
 pub mod token;

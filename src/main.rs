@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
+use mcp_state_guard::config::reload::ConfigSource;
 use mcp_state_guard::config::{Config, LogFormat, Overrides};
 use mcp_state_guard::{app, token};
 use std::net::SocketAddr;
@@ -98,7 +99,8 @@ fn run(file: Option<PathBuf>, overrides: Overrides) -> ExitCode {
         .build()
         .expect("a tokio runtime");
     runtime.block_on(async {
-        let running = match app::start(&config).await {
+        let source = file.map(|file| ConfigSource { file, overrides });
+        let running = match app::start_from(&config, source).await {
             Ok(running) => running,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");

@@ -6,10 +6,11 @@
 //! first scrape.
 
 use crate::error::ErrorKind;
+use crate::store::StoreKind;
 use crate::token::Reject;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 /// Outcomes of verifying an inbound `requestState` (`result` label, design §5).
@@ -40,6 +41,38 @@ const VERIFY_LABELS: [&str; 9] = [
     "replayed",
     "store_unavailable",
 ];
+
+/// Outcomes of recording a single-use consumption (`result` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consumption {
+    Consumed,
+    Replayed,
+    StoreUnavailable,
+    Full,
+    Released,
+}
+
+impl Consumption {
+    pub const ALL: [Consumption; 5] = [
+        Consumption::Consumed,
+        Consumption::Replayed,
+        Consumption::StoreUnavailable,
+        Consumption::Full,
+        Consumption::Released,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Consumption::Consumed => "consumed",
+            Consumption::Replayed => "replayed",
+            Consumption::StoreUnavailable => "store_unavailable",
+            Consumption::Full => "full",
+            Consumption::Released => "released",
+        }
+    }
+}
+
+const STORES: [StoreKind; 2] = [StoreKind::Memory, StoreKind::Redis];
 
 /// What kind of traffic a request was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +177,9 @@ pub struct Metrics {
     in_flight: IntGauge,
     buffered_bytes: IntGauge,
     key_reloads: IntCounterVec,
+    consumptions: IntCounterVec,
+    store_latency: HistogramVec,
+    config_reloads: IntCounterVec,
 }
 
 impl Metrics {
@@ -214,8 +250,43 @@ impl Metrics {
             &["result"],
         )
         .unwrap();
+        let consumptions = IntCounterVec::new(
+            Opts::new(
+                "single_use_consumptions_total",
+                "Single-use consumptions recorded in the store, by store and result.",
+            ),
+            &["store", "result"],
+        )
+        .unwrap();
+        let store_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "store_latency_seconds",
+                "Time one single-use store call took, by store.",
+            )
+            .buckets(vec![
+                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                0.25, 0.5, 1.0,
+            ]),
+            &["store"],
+        )
+        .unwrap();
+        let config_reloads = IntCounterVec::new(
+            Opts::new(
+                "config_reloads_total",
+                "Configuration file changes (or SIGHUP) applied, by result (error keeps the previous policy).",
+            ),
+            &["result"],
+        )
+        .unwrap();
         for result in ["ok", "error"] {
             key_reloads.with_label_values(&[result]);
+            config_reloads.with_label_values(&[result]);
+        }
+        for store in STORES {
+            store_latency.with_label_values(&[store.as_str()]);
+            for result in Consumption::ALL {
+                consumptions.with_label_values(&[store.as_str(), result.as_str()]);
+            }
         }
         for label in VERIFY_LABELS {
             verified.with_label_values(&[label]);
@@ -240,6 +311,9 @@ impl Metrics {
             Box::new(in_flight.clone()),
             Box::new(buffered_bytes.clone()),
             Box::new(key_reloads.clone()),
+            Box::new(consumptions.clone()),
+            Box::new(store_latency.clone()),
+            Box::new(config_reloads.clone()),
         ] {
             registry
                 .register(collector)
@@ -257,6 +331,9 @@ impl Metrics {
             in_flight,
             buffered_bytes,
             key_reloads,
+            consumptions,
+            store_latency,
+            config_reloads,
         }
     }
 
@@ -264,6 +341,36 @@ impl Metrics {
         self.key_reloads
             .with_label_values(&[if ok { "ok" } else { "error" }])
             .inc();
+    }
+
+    pub fn consumption(&self, store: StoreKind, result: Consumption) {
+        self.consumptions
+            .with_label_values(&[store.as_str(), result.as_str()])
+            .inc();
+    }
+
+    pub fn observe_store(&self, store: StoreKind, seconds: f64) {
+        self.store_latency
+            .with_label_values(&[store.as_str()])
+            .observe(seconds);
+    }
+
+    pub fn config_reload(&self, ok: bool) {
+        self.config_reloads
+            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .inc();
+    }
+
+    pub fn consumption_count(&self, store: StoreKind, result: Consumption) -> u64 {
+        self.consumptions
+            .with_label_values(&[store.as_str(), result.as_str()])
+            .get()
+    }
+
+    pub fn config_reload_count(&self, ok: bool) -> u64 {
+        self.config_reloads
+            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .get()
     }
 
     pub fn sealed(&self) {

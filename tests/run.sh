@@ -5,9 +5,10 @@
 #   - a Python venv (target/pyvenv) with the pinned MCP SDK (tests/py/requirements.txt);
 #   - the official MCP conformance suite (npm, into target/conformance);
 #   - the TypeScript MCP SDK v2 for the TypeScript peers (npm, pinned, into target/ts);
+#   - redis-server (Debian's package, through apt-get) for the single-use store tests;
 # then checks formatting and lints, and runs the unit, property and integration tests.
-# Services (the Python and TypeScript MCP servers and clients) are started by the tests
-# themselves on 127.0.0.1 with free ports and stopped when each test ends.
+# Services (the Python and TypeScript MCP servers and clients, Redis) are started by the
+# tests themselves on 127.0.0.1 with free ports and stopped when each test ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,17 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   echo "$want" > "$stamp"
 fi
 export STATE_GUARD_TEST_PYTHON="$PWD/$venv/bin/python"
+
+# Debian's package; the tests start their own servers, so a service the package may
+# start is stopped again.
+if ! command -v redis-server >/dev/null; then
+  log "installing redis-server (apt)"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+  $sudo service redis-server stop >/dev/null 2>&1 || true
+fi
 
 log "installing the MCP conformance suite (npm, pinned)"
 tests/conformance/run.sh --install-only

@@ -9,6 +9,7 @@
 //! tested to parse to exactly [`Config::default`].
 
 mod load;
+pub mod reload;
 mod validate;
 
 #[cfg(test)]
@@ -164,13 +165,26 @@ pub enum SingleUseStore {
     Redis,
 }
 
-/// Single-use enforcement. Recognised so that the keys are not "unknown", but any use
-/// of it is refused by this version (see [`Config::validate`]).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// What a single-use retry gets when its consumption cannot be recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStoreError {
+    /// The frozen error (`state_verified_total{result="store_unavailable"}`).
+    #[default]
+    Reject,
+    /// Forwarded anyway, counted and logged: availability over at-most-once.
+    Allow,
+}
+
+/// Single-use enforcement: which targets' states may be consumed once, and where
+/// consumptions are recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SingleUseConfig {
     pub store: SingleUseStore,
-    /// Redis URL for `store = "redis"`. May carry a password: never echoed in messages.
+    /// Redis URL for `store = "redis"`: `redis://`, `rediss://` (TLS), or
+    /// `redis+cluster://host1:port,host2:port` (`rediss+cluster://`) for Redis Cluster.
+    /// May carry a password: never echoed in messages.
     pub redis_url: Option<String>,
     /// Tool names (glob `*` allowed) whose states are single-use.
     pub tools: Vec<String>,
@@ -178,6 +192,34 @@ pub struct SingleUseConfig {
     pub prompts: Vec<String>,
     /// Resource URIs (glob `*` allowed) whose states are single-use.
     pub resources: Vec<String>,
+    /// Single-use for targets no list names.
+    pub default: bool,
+    /// What happens when the store cannot record a consumption.
+    pub on_store_error: OnStoreError,
+    /// Most consumed ids the memory store holds; full, it refuses new single-use
+    /// retries rather than forget one.
+    pub memory_max_entries: usize,
+    /// Prefix of every Redis key the store writes.
+    pub redis_key_prefix: String,
+    /// Deadline of one Redis command, in milliseconds.
+    pub redis_timeout_ms: u64,
+}
+
+impl Default for SingleUseConfig {
+    fn default() -> Self {
+        SingleUseConfig {
+            store: SingleUseStore::Memory,
+            redis_url: None,
+            tools: Vec::new(),
+            prompts: Vec::new(),
+            resources: Vec::new(),
+            default: false,
+            on_store_error: OnStoreError::Reject,
+            memory_max_entries: 1_000_000,
+            redis_key_prefix: "mcp-state-guard:consumed:".to_owned(),
+            redis_timeout_ms: 250,
+        }
+    }
 }
 
 /// Sizes the sidecar buffers, in bytes.

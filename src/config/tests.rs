@@ -386,6 +386,11 @@ fn assembly_leaf_by_leaf_matches_serde() {
             tools = ["t"]
             prompts = ["p"]
             resources = ["r"]
+            default = true
+            on_store_error = "allow"
+            memory_max_entries = 5
+            redis_key_prefix = "k:"
+            redis_timeout_ms = 11
             [limits]
             max_body_bytes = 2000
             max_event_bytes = 3000
@@ -456,7 +461,7 @@ fn every_validation_problem_in_one_pass() {
             source = "jwt"
             header = "bad header"
             [single_use]
-            tools = ["pay"]
+            tools = [""]
             redis_url = "redis://:hunter2@r"
             [limits]
             max_state_bytes = 1
@@ -475,8 +480,8 @@ fn every_validation_problem_in_one_pass() {
             "state.reload_interval_ms",
             "principal.source",
             "principal.header",
-            "single_use.tools",
             "single_use.redis_url",
+            "single_use.tools",
             "limits.max_state_bytes",
             "timeouts.connect_ms",
             "log.level",

@@ -1,7 +1,7 @@
 //! Validation: the rules a typed [`Config`] must pass before the sidecar starts.
 //! Invariant: every rule is checked in one pass and each failure becomes one
-//! [`ConfigProblem`]; anything this version cannot honour (JWT or mTLS principals,
-//! single-use enforcement, an https upstream) is refused rather than ignored, because
+//! [`ConfigProblem`]; anything this version cannot honour (JWT or mTLS principals, an
+//! https upstream) is refused rather than ignored, because
 //! running without a protection the operator asked for is worse than not starting.
 
 use std::collections::HashSet;
@@ -102,28 +102,50 @@ impl Config {
             );
         }
 
-        // Single-use enforcement comes in a later release. The keys are recognised so that
-        // asking for it fails loudly instead of being silently ignored.
-        const SINGLE_USE_UNSUPPORTED: &str = "single-use enforcement is not supported by this version; refusing to start \
-             rather than run without it";
         let single_use = &self.single_use;
-        if single_use.store == SingleUseStore::Redis {
-            problem("single_use.store", SINGLE_USE_UNSUPPORTED.to_owned());
+        match (single_use.store, &single_use.redis_url) {
+            (SingleUseStore::Redis, None) => problem(
+                "single_use.redis_url",
+                "required with single_use.store = \"redis\"".to_owned(),
+            ),
+            // The value is never echoed: it may carry a password.
+            (SingleUseStore::Redis, Some(url)) => {
+                if let Err(message) = crate::store::redis::parse_url(url) {
+                    problem("single_use.redis_url", message.to_owned());
+                }
+            }
+            (SingleUseStore::Memory, Some(_)) => problem(
+                "single_use.redis_url",
+                "only allowed with single_use.store = \"redis\"".to_owned(),
+            ),
+            (SingleUseStore::Memory, None) => {}
         }
         for (key, list) in [
             ("single_use.tools", &single_use.tools),
             ("single_use.prompts", &single_use.prompts),
             ("single_use.resources", &single_use.resources),
         ] {
-            if !list.is_empty() {
-                problem(key, SINGLE_USE_UNSUPPORTED.to_owned());
+            if list.iter().any(String::is_empty) {
+                problem(key, "entries must not be empty".to_owned());
             }
         }
-        // The value is never echoed: it may carry a password.
-        if single_use.redis_url.is_some() && single_use.store != SingleUseStore::Redis {
+        if single_use.memory_max_entries == 0 {
             problem(
-                "single_use.redis_url",
-                "only allowed with single_use.store = \"redis\"".to_owned(),
+                "single_use.memory_max_entries",
+                "must be at least 1".to_owned(),
+            );
+        }
+        if single_use.redis_key_prefix.is_empty() {
+            problem(
+                "single_use.redis_key_prefix",
+                "must not be empty (the keys would collide with everything else in the database)"
+                    .to_owned(),
+            );
+        }
+        if single_use.redis_timeout_ms == 0 {
+            problem(
+                "single_use.redis_timeout_ms",
+                "must be at least 1".to_owned(),
             );
         }
 
@@ -395,21 +417,33 @@ pub(crate) mod tests {
 
     #[test]
     fn single_use_rules() {
-        let refused = "single-use enforcement is not supported by this version; refusing to start";
-        let redis = invalid(|c| {
-            c.single_use.store = SingleUseStore::Redis;
-            c.single_use.redis_url = Some("redis://r".into());
-        });
-        assert_only(&redis, "single_use.store", refused);
-        assert_only(
-            &invalid(|c| c.single_use.tools = vec!["pay".into()]),
-            "single_use.tools",
-            refused,
+        let redis = |url: &str| {
+            invalid(|c| {
+                c.single_use.store = SingleUseStore::Redis;
+                c.single_use.redis_url = Some(url.into());
+            })
+        };
+        for good in [
+            "redis://r",
+            "rediss://u:p@r:6380/2",
+            "redis+cluster://a:7000,b:7001",
+            "rediss+cluster://a:7000",
+        ] {
+            assert!(redis(good).is_empty(), "{good}");
+        }
+        for bad in ["http://r", "redis+cluster://", "rediss://:hunter2@", "r"] {
+            let problems = redis(bad);
+            assert_eq!(problems.len(), 1, "{bad}: {problems:?}");
+            assert_eq!(problems[0].key, "single_use.redis_url");
+            assert!(!problems[0].to_string().contains("hunter2"));
+        }
+        let missing = invalid(|c| c.single_use.store = SingleUseStore::Redis);
+        assert_only(&missing, "single_use.redis_url", "required");
+        assert!(
+            invalid(|c| c.single_use.tools = vec!["pay".into(), "approve_*".into()]).is_empty()
         );
-        let prompts = invalid(|c| c.single_use.prompts = vec!["p".into()]);
-        assert_only(&prompts, "single_use.prompts", refused);
-        let resources = invalid(|c| c.single_use.resources = vec!["file:///*".into()]);
-        assert_only(&resources, "single_use.resources", refused);
+        let empty = invalid(|c| c.single_use.prompts = vec![String::new()]);
+        assert_only(&empty, "single_use.prompts", "must not be empty");
         let stray = invalid(|c| c.single_use.redis_url = Some("redis://:hunter2@r".into()));
         assert_only(
             &stray,
@@ -417,6 +451,12 @@ pub(crate) mod tests {
             "only allowed with single_use.store = \"redis\"",
         );
         assert!(!stray[0].to_string().contains("hunter2"));
+        let zero = invalid(|c| c.single_use.memory_max_entries = 0);
+        assert_only(&zero, "single_use.memory_max_entries", "at least 1");
+        let prefix = invalid(|c| c.single_use.redis_key_prefix = String::new());
+        assert_only(&prefix, "single_use.redis_key_prefix", "must not be empty");
+        let timeout = invalid(|c| c.single_use.redis_timeout_ms = 0);
+        assert_only(&timeout, "single_use.redis_timeout_ms", "at least 1");
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod upstream;
 use crate::error::{ErrorKind, ProxyError};
 use crate::jsonrpc::Id;
 use crate::metrics::{Metrics, Route};
+use crate::policy::single_use::{Claim, SingleUse};
 use crate::principal::PrincipalSource;
 use crate::token::{RequestBinding, StateSealer};
 use bytes::Bytes;
@@ -91,6 +92,7 @@ impl Proxy {
     pub fn new(
         config: &crate::config::Config,
         sealer: Arc<StateSealer>,
+        single_use: Arc<SingleUse>,
         metrics: Arc<Metrics>,
         principal: PrincipalSource,
         upstream: Upstream,
@@ -112,12 +114,14 @@ impl Proxy {
             ),
             opener: StateOpener::new(
                 sealer.clone(),
+                single_use.clone(),
                 metrics.clone(),
                 max_token_bytes(limits.max_state_bytes),
             ),
             upstream,
             outbound: Outbound::new(
                 sealer,
+                single_use,
                 metrics.clone(),
                 limits.clone(),
                 budget,
@@ -202,36 +206,40 @@ impl Proxy {
             }
             let context = SealContext::unbound(principal);
             return self
-                .exchange(parts, upstream::full(Bytes::new()), context, false)
+                .exchange_unclaimed(parts, upstream::full(Bytes::new()), context)
                 .await;
         }
         let mut admitted = self.gate.admit(&parts.headers, body).await?;
         let id = admitted.id().cloned();
         let path = parts.uri.path();
-        let (method, binding) = match admitted.call_mut() {
+        let (method, binding, claim) = match admitted.call_mut() {
             Some((method, mut params)) => {
-                let fail = |error| Failure {
-                    id: id.clone(),
-                    error,
-                    upstream_head: None,
-                };
                 let opened = match params {
                     Some(ref mut params) => self
                         .opener
                         .open(method, path, params, principal.as_deref())
-                        .map_err(fail)?,
+                        .await
+                        .map_err(|error| Failure {
+                            id: id.clone(),
+                            error,
+                            upstream_head: None,
+                        })?,
                     None => None,
                 };
-                // Computed now, for the response: only the binding outlives this
-                // function, never the parsed body.
-                let binding = opened.or_else(|| {
-                    RequestBinding::of(method, params.as_deref())
-                        .ok()
-                        .map(|b| b.at_path(path))
-                });
-                (Some(method.to_owned()), binding)
+                let (binding, claim) = match opened {
+                    Some(opened) => (Some(opened.binding), opened.claim),
+                    // Computed now, for the response: only the binding outlives this
+                    // function, never the parsed body.
+                    None => (
+                        RequestBinding::of(method, params.as_deref())
+                            .ok()
+                            .map(|b| b.at_path(path)),
+                        None,
+                    ),
+                };
+                (Some(method.to_owned()), binding, claim)
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         let forwarded = admitted.to_bytes();
         let reservation = admitted.reservation;
@@ -243,7 +251,7 @@ impl Proxy {
             parts,
             reservation.hold(upstream::full(forwarded)),
             context,
-            true,
+            claim,
         )
         .await
     }
@@ -265,18 +273,45 @@ impl Proxy {
         ))
     }
 
-    /// Send to the upstream and make its response safe for the client.
+    /// A body-less request (GET stream, DELETE): nothing was consumed, the answer is not
+    /// a gated one.
+    async fn exchange_unclaimed(
+        &self,
+        mut parts: http::request::Parts,
+        body: ProxyBody,
+        context: SealContext,
+    ) -> Result<Response<ProxyBody>, Failure> {
+        self.upstream.prepare(&mut parts);
+        let response = self
+            .upstream
+            .send(Request::from_parts(parts, body))
+            .await
+            .map_err(|error| Failure {
+                id: context.request_id().cloned(),
+                error,
+                upstream_head: None,
+            })?;
+        self.outbound.respond(response, context, false).await
+    }
+
+    /// Send a gated message to the upstream and make its response safe for the client.
     async fn exchange(
         &self,
         mut parts: http::request::Parts,
         body: ProxyBody,
         context: SealContext,
-        gated: bool,
+        claim: Option<Claim>,
     ) -> Result<Response<ProxyBody>, Failure> {
         self.upstream.prepare(&mut parts);
         let response = match self.upstream.send(Request::from_parts(parts, body)).await {
             Ok(response) => response,
             Err(error) => {
+                // Connecting failed, so not one byte of the retry was written: the user
+                // may try again. Anything later (a reset after the request went out)
+                // leaves the state spent: at most once, not exactly once.
+                if let (Some(claim), true) = (claim, error.never_sent()) {
+                    self.opener.release(claim).await;
+                }
                 return Err(Failure {
                     id: context.request_id().cloned(),
                     error,
@@ -284,7 +319,7 @@ impl Proxy {
                 });
             }
         };
-        self.outbound.respond(response, context, gated).await
+        self.outbound.respond(response, context, true).await
     }
 }
 

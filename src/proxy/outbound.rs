@@ -15,6 +15,7 @@ use super::upstream::{self, BoxError, ProxyBody};
 use super::{Failure, identity_encoding};
 use crate::config::LimitsConfig;
 use crate::metrics::{Metrics, SealFailure};
+use crate::policy::single_use::SingleUse;
 use crate::sse::SseRewriteBody;
 use crate::token::StateSealer;
 use bytes::{Bytes, BytesMut};
@@ -31,6 +32,8 @@ use std::time::Duration;
 /// The response phase's settings.
 pub struct Outbound {
     sealer: Arc<StateSealer>,
+    /// Asked, when a state is sealed, whether its target is single-use now.
+    single_use: Arc<SingleUse>,
     metrics: Arc<Metrics>,
     limits: LimitsConfig,
     budget: Arc<MemoryBudget>,
@@ -53,6 +56,7 @@ enum Label {
 impl Outbound {
     pub fn new(
         sealer: Arc<StateSealer>,
+        single_use: Arc<SingleUse>,
         metrics: Arc<Metrics>,
         limits: LimitsConfig,
         budget: Arc<MemoryBudget>,
@@ -60,6 +64,7 @@ impl Outbound {
     ) -> Self {
         Self {
             sealer,
+            single_use,
             metrics,
             limits,
             budget,
@@ -81,6 +86,7 @@ impl Outbound {
         parts.version = http::Version::default();
         let sealer = Sealer::new(
             self.sealer.clone(),
+            self.single_use.policy(),
             self.metrics.clone(),
             self.limits.max_state_bytes,
             self.limits.max_json_values,

@@ -12,6 +12,7 @@ use super::upstream::ProxyBody;
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Id};
 use crate::metrics::{Metrics, SealFailure};
+use crate::policy::single_use::SingleUsePolicy;
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data};
 use crate::telemetry::Clipped;
 use crate::token::{RequestBinding, SealOptions, StateSealer};
@@ -61,6 +62,8 @@ impl SealContext {
 /// Seals states in one response (a JSON body, or every event of an SSE stream).
 pub struct Sealer {
     sealer: Arc<StateSealer>,
+    /// The single-use policy when this response began: decides the `su` claim.
+    single_use: Arc<SingleUsePolicy>,
     metrics: Arc<Metrics>,
     max_state_bytes: usize,
     max_json_values: usize,
@@ -72,6 +75,7 @@ pub struct Sealer {
 impl Sealer {
     pub fn new(
         sealer: Arc<StateSealer>,
+        single_use: Arc<SingleUsePolicy>,
         metrics: Arc<Metrics>,
         max_state_bytes: usize,
         max_json_values: usize,
@@ -79,6 +83,7 @@ impl Sealer {
     ) -> Self {
         Self {
             sealer,
+            single_use,
             metrics,
             max_state_bytes,
             max_json_values,
@@ -166,7 +171,7 @@ impl Sealer {
         }
         let options = SealOptions {
             principal: self.context.principal.as_deref(),
-            single_use: false,
+            single_use: self.single_use.applies(&binding.method, &binding.target),
             no_upstream_state: state.is_none(),
             asked: Some(&asked),
         };

@@ -3,13 +3,15 @@
 //!
 //! Invariant: after [`StateOpener::open`] succeeds, a `requestState` in `params` is the
 //! plaintext of a token this sidecar verified for this very request (method, target,
-//! arguments, path, audience, principal), and `inputResponses` holds only what the
-//! minting round asked for. On failure the caller gets the one frozen error, the reason
-//! goes to the log and to `state_verified_total`, and nothing is forwarded.
+//! arguments, path, audience, principal), consumed in the shared store when it is
+//! single-use, and `inputResponses` holds only what the minting round asked for. On
+//! failure the caller gets the one frozen error, the reason goes to the log and to
+//! `state_verified_total`, and nothing is forwarded.
 
 use crate::error::ProxyError;
 use crate::jsonrpc::ParseError;
 use crate::metrics::{Metrics, VerifyResult};
+use crate::policy::single_use::{Claim, SingleUse};
 use crate::telemetry::Clipped;
 use crate::token::{Reject, RequestBinding, StateSealer};
 use serde_json::{Map, Value};
@@ -18,28 +20,43 @@ use std::sync::Arc;
 /// Opens states; holds only what that needs.
 pub struct StateOpener {
     sealer: Arc<StateSealer>,
+    single_use: Arc<SingleUse>,
     metrics: Arc<Metrics>,
     max_token_bytes: usize,
 }
 
+/// A retry whose state was opened.
+pub struct Opened {
+    /// The request's binding, computed to open the token (the response reuses it).
+    pub binding: RequestBinding,
+    /// The single-use consumption recorded for it, if any.
+    pub claim: Option<Claim>,
+}
+
 impl StateOpener {
-    pub fn new(sealer: Arc<StateSealer>, metrics: Arc<Metrics>, max_token_bytes: usize) -> Self {
+    pub fn new(
+        sealer: Arc<StateSealer>,
+        single_use: Arc<SingleUse>,
+        metrics: Arc<Metrics>,
+        max_token_bytes: usize,
+    ) -> Self {
         Self {
             sealer,
+            single_use,
             metrics,
             max_token_bytes,
         }
     }
 
-    /// Verify and unwrap `params.requestState` in place. Returns the request's binding
-    /// when it had to be computed (a retry), so the response can reuse it.
-    pub fn open(
+    /// Verify, consume when single-use, and unwrap `params.requestState` in place.
+    /// `None`: the request carried no state.
+    pub async fn open(
         &self,
         method: &str,
         path: &str,
         params: &mut Map<String, Value>,
         principal: Option<&str>,
-    ) -> Result<Option<RequestBinding>, ProxyError> {
+    ) -> Result<Option<Opened>, ProxyError> {
         let token = match params.get("requestState") {
             // No verified round asked anything: every answer is unasked. (Rounds without
             // upstream state carry a token of ours, so real answers always have one.)
@@ -68,17 +85,34 @@ impl StateOpener {
             .sealer
             .open(token, &binding, principal)
             .map_err(|rejection| self.refuse(method, rejection.reason, rejection.detail))?;
-        self.metrics.verified(VerifyResult::Ok);
-        if let Some(asked) = &opened.asked {
-            self.filter_input_responses(params, asked)?;
+        if let Some(asked) = &opened.asked
+            && let Err(error) = self.filter_input_responses(params, asked)
+        {
+            // The token itself was good; the request around it was not.
+            self.metrics.verified(VerifyResult::Ok);
+            return Err(error);
         }
+        // Last, after every other check passed and right before forwarding: a request
+        // refused for another reason must not spend the state. A replay is found here, on
+        // any replica sharing the store.
+        let claim = self
+            .single_use
+            .consume(&opened, &binding.method, &binding.target)
+            .await
+            .map_err(|reason| self.refuse(method, reason, "single-use state"))?;
+        self.metrics.verified(VerifyResult::Ok);
         if opened.no_upstream_state {
             // The upstream sent no state this round; it gets none back.
             params.remove("requestState");
         } else {
             params.insert("requestState".into(), Value::String(opened.state));
         }
-        Ok(Some(binding))
+        Ok(Some(Opened { binding, claim }))
+    }
+
+    /// Give back a consumption whose request never reached the upstream.
+    pub async fn release(&self, claim: Claim) {
+        self.single_use.release(claim).await;
     }
 
     fn refuse(&self, method: &str, reason: Reject, detail: &'static str) -> ProxyError {

@@ -43,16 +43,22 @@ pub enum Reject {
     Audience,
     /// Minted for another caller, or bound/unbound differently than this request.
     Principal,
+    /// A single-use state presented again (decided by the store, not the token).
+    Replayed,
+    /// A single-use state whose consumption could not be recorded (store down or full).
+    StoreUnavailable,
 }
 
 impl Reject {
-    pub const ALL: [Reject; 6] = [
+    pub const ALL: [Reject; 8] = [
         Reject::Malformed,
         Reject::UnknownKey,
         Reject::Expired,
         Reject::Binding,
         Reject::Audience,
         Reject::Principal,
+        Reject::Replayed,
+        Reject::StoreUnavailable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -63,6 +69,8 @@ impl Reject {
             Reject::Binding => "binding",
             Reject::Audience => "audience",
             Reject::Principal => "principal",
+            Reject::Replayed => "replayed",
+            Reject::StoreUnavailable => "store_unavailable",
         }
     }
 }
@@ -107,6 +115,20 @@ pub struct Opened {
     pub expires_at: f64,
     /// Key id ‖ nonce: names this token for single-use bookkeeping.
     pub id: [u8; TOKEN_ID_LEN],
+}
+
+impl Opened {
+    /// The name a single-use store records this token's consumption under: a digest of
+    /// its key id and nonce, so the store (and anything that reads it) holds nothing
+    /// from which the token could be rebuilt, and two tokens never share a name.
+    pub fn consumption_id(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::new()
+            .chain_update(b"mcp-state-guard/consumed/v1:")
+            .chain_update(self.id)
+            .finalize();
+        hex::encode(&digest[..16])
+    }
 }
 
 /// Seals and opens states under a hot-swappable key ring.

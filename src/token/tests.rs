@@ -427,7 +427,9 @@ fn reject_labels_are_the_contract_names() {
             "expired",
             "binding",
             "audience",
-            "principal"
+            "principal",
+            "replayed",
+            "store_unavailable"
         ]
     );
 }

@@ -6,7 +6,7 @@
 use crate::support::http::{event_json, initialize_session, meta, open, send, session_headers};
 use crate::support::http::{post_mcp_streaming, post_mcp_with};
 use crate::support::legacy::{LegacyServer, Mode};
-use crate::support::python::{interpreter, repo_path};
+use crate::support::python::client_flows;
 use crate::support::sidecar::{self, Sidecar};
 use bytes::Bytes;
 use http::Method;
@@ -16,7 +16,6 @@ use mcp_state_guard::metrics::SealFailure;
 use mcp_state_guard::token::Reject;
 use serde_json::{Value, json};
 use std::collections::HashSet;
-use std::process::Stdio;
 use std::time::Duration;
 
 const KEY_OLD: &str = "3b9f0c2a7d5e4f6a8b1c9d0e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a";
@@ -25,37 +24,11 @@ const PROVISIONED: &str = "Provisioned web-1 (tier=free) in eu-west-1";
 const TWO_STEP: &str = "two_step done first=one second=two";
 const GREETED: &str = "Greet Alice (style=formal)";
 const CONFIG: &str = "config for prod (role=viewer)";
-const FLOW_TIMEOUT: Duration = Duration::from_secs(90);
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 const SSE: &str = "text/event-stream";
 const NOBODY: &[(&str, &str)] = &[];
 
 // ---- Helpers ---------------------------------------------------------------------------
-
-/// Run `tests/py/client_flows.py --url URL ARGS..` (the SDK client) and parse the JSON it
-/// prints. Awaited asynchronously so the in-process sidecar keeps serving on this runtime;
-/// killed (kill_on_drop) when it outlives `FLOW_TIMEOUT`.
-async fn flows(url: &str, args: &[&str]) -> Value {
-    let child = tokio::process::Command::new(interpreter())
-        .arg(repo_path("tests/py/client_flows.py"))
-        .args(["--url", url, "--timeout", "60"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start client_flows.py");
-    let Ok(output) = tokio::time::timeout(FLOW_TIMEOUT, child.wait_with_output()).await else {
-        panic!("client_flows {args:?} did not finish within {FLOW_TIMEOUT:?}");
-    };
-    let output = output.expect("wait for client_flows.py");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let ok = output.status.success();
-    assert!(ok, "client_flows {args:?} failed:\n{stdout}\n{stderr}");
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
-}
 
 fn tool_call(id: u64, name: &str, arguments: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -168,9 +141,9 @@ fn confirmed(message: Value, state: &str) -> Value {
 async fn sdk_automatic_loop(mode: Mode) {
     let upstream = LegacyServer::start(mode);
     let sidecar = Sidecar::in_front_of(&upstream.base_url()).await;
-    let direct = flows(&upstream.mcp_url(), &["auto-all"]).await;
+    let direct = client_flows(&upstream.mcp_url(), &["auto-all"]).await;
     upstream.reset();
-    let through = flows(&sidecar.mcp_url(), &["auto-all"]).await;
+    let through = client_flows(&sidecar.mcp_url(), &["auto-all"]).await;
     assert_eq!(through["results"], direct["results"]);
     let results = &through["results"];
     assert_eq!(results["tool:provision"], PROVISIONED);
@@ -182,7 +155,7 @@ async fn sdk_automatic_loop(mode: Mode) {
     assert_eq!(progress, if mode == Mode::Sse { 6 } else { 0 }, "{through}");
     assert_eq!(through["progress"], direct["progress"]);
     assert_eq!(through["logs"], direct["logs"]);
-    let auto = flows(&sidecar.mcp_url(), &["auto-provision"]).await;
+    let auto = client_flows(&sidecar.mcp_url(), &["auto-provision"]).await;
     assert_eq!(auto["text"], PROVISIONED);
 
     let metrics = sidecar.metrics();
@@ -249,7 +222,7 @@ async fn manual_loop(mode: Mode) {
     for (args, rounds, last) in MANUAL {
         let url = sidecar.mcp_url();
         let argv: Vec<&str> = ["manual"].into_iter().chain(args.split(' ')).collect();
-        runs.spawn(async move { (args, rounds, last, flows(&url, &argv).await) });
+        runs.spawn(async move { (args, rounds, last, client_flows(&url, &argv).await) });
     }
     let mut all = Vec::new();
     while let Some(run) = runs.join_next().await {
@@ -297,14 +270,14 @@ async fn manual_loop_sees_only_fresh_tokens_sse_mode() {
 #[tokio::test(flavor = "multi_thread")]
 async fn tampering_that_works_directly_fails_through_the_sidecar() {
     let upstream = LegacyServer::start(Mode::Sse);
-    let direct = flows(&upstream.mcp_url(), &["tamper"]).await;
+    let direct = client_flows(&upstream.mcp_url(), &["tamper"]).await;
     assert_eq!(direct["state_plaintext"], true, "{direct}");
     let text = direct["text"].as_str().unwrap_or_default();
     assert!(text.contains("tier=enterprise"), "{direct}");
 
     let sidecar = Sidecar::in_front_of(&upstream.base_url()).await;
     upstream.reset();
-    let through = flows(&sidecar.mcp_url(), &["tamper"]).await;
+    let through = client_flows(&sidecar.mcp_url(), &["tamper"]).await;
     assert_eq!(through["state_plaintext"], false, "{through}");
     assert_token(through["original_state"].as_str().unwrap());
     assert_eq!(through["text"], Value::Null, "{through}");
@@ -532,7 +505,7 @@ async fn legacy_session_passes_through() {
     let upstream = LegacyServer::start(Mode::Sse);
     let sidecar = Sidecar::in_front_of(&upstream.base_url()).await;
     // initialize, Mcp-Session-Id, and a server->client elicitation answered over SSE.
-    let out = flows(&sidecar.mcp_url(), &["legacy-session"]).await;
+    let out = client_flows(&sidecar.mcp_url(), &["legacy-session"]).await;
     assert_eq!(out["text"], "legacy_elicit colour=green", "{out}");
     assert_eq!(out["protocol_version"], "2025-11-25");
     let session = out["session_id"].is_string() && out["session_ids_consistent"] == true;

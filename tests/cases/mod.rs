@@ -11,6 +11,7 @@ mod path_binding;
 mod resources;
 mod response_classes;
 mod response_edges;
+mod single_use;
 mod smoke;
 mod token_interop;
 mod ts_conformance;

@@ -6,13 +6,12 @@
 
 use crate::support::fake::{FakeBody, FakeUpstream, Reply, complete, event, open, tools_call};
 use crate::support::http::{mcp_headers, post_mcp, send};
+use crate::support::process::Process;
 use crate::support::sidecar::{Sidecar, config};
 use bytes::Bytes;
 use http::Method;
 use mcp_state_guard::error::ErrorKind;
 use serde_json::json;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -145,84 +144,6 @@ async fn in_flight_counts_streams_until_they_end_or_the_client_leaves() {
     sidecar.stop().await;
 }
 
-/// The binary, started on free ports in front of `upstream`; its address and stderr.
-struct Process {
-    child: std::process::Child,
-    addr: String,
-    log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-}
-
-impl Process {
-    fn start(upstream: &str) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-state-guard"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("MCP_STATE_GUARD_") {
-                command.env_remove(key);
-            }
-        }
-        let mut child = command
-            .args(["run", "--listen", "127.0.0.1:0", "--upstream", upstream])
-            .env("MCP_STATE_GUARD_ADMIN_LISTEN", "127.0.0.1:0")
-            .env("MCP_STATE_GUARD_LOG__LEVEL", "info")
-            .env("MCP_STATE_GUARD_LOG__FORMAT", "json")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut addr = None;
-        let mut line = String::new();
-        while addr.is_none() && stderr.read_line(&mut line).unwrap() > 0 {
-            log.lock().unwrap().extend_from_slice(line.as_bytes());
-            if line.contains("mcp-state-guard ready") {
-                let record: serde_json::Value = serde_json::from_str(&line).unwrap();
-                addr = record["fields"]["addr"].as_str().map(str::to_owned);
-            }
-            line.clear();
-        }
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut buffer = [0u8; 8192];
-            while let Ok(n) = stderr.read(&mut buffer) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buffer[..n]);
-            }
-        });
-        Self {
-            child,
-            addr: addr.expect("the sidecar started"),
-            log,
-        }
-    }
-
-    /// Peak resident memory so far, in MiB (`VmHWM`).
-    fn peak_rss_mib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-        line.split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse::<u64>()
-            .unwrap()
-            / 1024
-    }
-
-    fn log_len(&self) -> usize {
-        self.log.lock().unwrap().len()
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The review's attack: four concurrent 4 MiB bodies of zeros to a slow tool took the
 /// sidecar from 7 MB to 866 MB. Now each is refused after 100,000 values, and bodies that
 /// are admitted keep only their binding while the upstream works. Also: a 3 MB `method`
@@ -232,7 +153,7 @@ async fn amplification_attacks_stay_small_in_memory_and_in_the_log() {
     let slow =
         || Reply::json(complete(json!(5), "ok").to_string()).delayed(Duration::from_millis(1500));
     let fake = FakeUpstream::always(slow).await;
-    let process = Process::start(&fake.base_url());
+    let process = Process::start(&["--upstream", &fake.base_url()], &[]);
     let url = format!("http://{}/mcp", process.addr);
     let headers = mcp_headers("tools/call", Some("provision"));
     let before = process.peak_rss_mib();

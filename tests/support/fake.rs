@@ -238,7 +238,16 @@ pub struct FakeUpstream {
 impl FakeUpstream {
     /// An HTTP/1.1 server (hyper) answering each request with `handler(request)`.
     pub async fn start(handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static) -> Self {
-        let (listener, port) = bind().await;
+        Self::start_at(0, handler).await
+    }
+
+    /// [`FakeUpstream::start`] on a given port (0: any), to bring an upstream back where
+    /// a stopped one was.
+    pub async fn start_at(
+        port: u16,
+        handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        let (listener, port) = bind_at(port).await;
         let log = Arc::new(Mutex::new(Vec::new()));
         let unfinished = Arc::new(AtomicUsize::new(0));
         let handler: Handler = Arc::new(handler);
@@ -263,7 +272,12 @@ impl FakeUpstream {
     /// (written verbatim: they need not be HTTP), then closes the socket, with a TCP
     /// reset when `reset` (zero linger) or a clean FIN otherwise.
     pub async fn raw(steps: Vec<Step>, reset: bool) -> Self {
-        let (listener, port) = bind().await;
+        Self::raw_at(0, steps, reset).await
+    }
+
+    /// [`FakeUpstream::raw`] on a given port (0: any).
+    pub async fn raw_at(port: u16, steps: Vec<Step>, reset: bool) -> Self {
+        let (listener, port) = bind_at(port).await;
         let log = Arc::new(Mutex::new(Vec::new()));
         let l = log.clone();
         let task = tokio::spawn(accept_loop(listener, move |stream| {
@@ -309,8 +323,19 @@ impl Drop for FakeUpstream {
     }
 }
 
-async fn bind() -> (TcpListener, u16) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+async fn bind_at(port: u16) -> (TcpListener, u16) {
+    // A fake just dropped releases its port when its aborted task is next polled.
+    let mut attempts = 0;
+    let listener = loop {
+        match TcpListener::bind(("127.0.0.1", port)).await {
+            Ok(listener) => break listener,
+            Err(_) if port != 0 && attempts < 100 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("bind 127.0.0.1:{port}: {e}"),
+        }
+    };
     let port = listener.local_addr().unwrap().port();
     (listener, port)
 }

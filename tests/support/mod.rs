@@ -1,5 +1,5 @@
-//! Shared test plumbing: the sidecar in-process, the Python and TypeScript peers, a small
-//! HTTP client.
+//! Shared test plumbing: the sidecar in-process, the Python and TypeScript peers, a real
+//! Redis, a small HTTP client.
 #![allow(dead_code)]
 
 pub mod conformance;
@@ -7,6 +7,8 @@ pub mod fake;
 pub mod http;
 pub mod interop;
 pub mod legacy;
+pub mod process;
 pub mod python;
+pub mod redis;
 pub mod sidecar;
 pub mod ts;

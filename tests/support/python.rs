@@ -72,3 +72,29 @@ fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8
         buf
     })
 }
+
+/// Run `tests/py/client_flows.py --url URL ARGS..` (the SDK client) and parse the JSON it
+/// prints. Awaited asynchronously so the in-process sidecar keeps serving on this runtime;
+/// killed (kill_on_drop) when it outlives two minutes.
+pub async fn client_flows(url: &str, args: &[&str]) -> Value {
+    let child = tokio::process::Command::new(interpreter())
+        .arg(repo_path("tests/py/client_flows.py"))
+        .args(["--url", url, "--timeout", "60"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start client_flows.py");
+    let Ok(output) = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output()).await
+    else {
+        panic!("client_flows {args:?} did not finish within 120 s");
+    };
+    let output = output.expect("wait for client_flows.py");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let ok = output.status.success();
+    assert!(ok, "client_flows {args:?} failed:\n{stdout}\n{stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}

@@ -1,0 +1,77 @@
+//! Live reconfiguration: the configuration file is watched (its content hash polled,
+//! which survives Kubernetes' symlink swaps, and re-read at once on `SIGHUP`), and each
+//! new configuration that loads and validates is handed to the parts that can change
+//! without a restart.
+//!
+//! Invariant: a configuration that fails to load or validate changes nothing: the
+//! previous one stays in force, the problems are logged once per change, and
+//! `config_reloads_total{result="error"}` counts it.
+
+use super::{Config, Overrides};
+use crate::metrics::Metrics;
+use crate::server;
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::watch;
+
+/// Where the running configuration came from, so it can be loaded again.
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    pub file: PathBuf,
+    pub overrides: Overrides,
+}
+
+/// Listen for `SIGHUP` from now on. Called before the sidecar reports ready: until a
+/// handler is installed, `SIGHUP` would terminate the process.
+pub fn hangups() -> Option<Signal> {
+    signal(SignalKind::hangup())
+        .inspect_err(|e| tracing::warn!(error = %e, "no SIGHUP handler; the file is still polled"))
+        .ok()
+}
+
+/// Watch `source` until `stop`; call `apply` with every new valid configuration.
+pub async fn watch(
+    source: ConfigSource,
+    mut hangup: Option<Signal>,
+    interval: Duration,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+    apply: impl Fn(&Config) + Send + 'static,
+) {
+    let digest = |bytes: &[u8]| Sha256::digest(bytes);
+    let mut last = tokio::fs::read(&source.file).await.ok().map(|b| digest(&b));
+    loop {
+        let forced = tokio::select! {
+            _ = tokio::time::sleep(interval) => false,
+            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => None } } => true,
+            _ = server::stopped(&mut stop) => return,
+        };
+        let Ok(bytes) = tokio::fs::read(&source.file).await else {
+            if last.take().is_some() {
+                tracing::error!(path = %source.file.display(), "configuration file unreadable; keeping the running configuration");
+                metrics.config_reload(false);
+            }
+            continue;
+        };
+        let now = digest(&bytes);
+        if !forced && last.as_ref() == Some(&now) {
+            continue;
+        }
+        last = Some(now);
+        match Config::load(Some(&source.file), &source.overrides) {
+            Ok(config) => {
+                apply(&config);
+                metrics.config_reload(true);
+            }
+            Err(errors) => {
+                for problem in &errors.0 {
+                    tracing::error!(%problem, "configuration changed but is invalid; keeping the running configuration");
+                }
+                metrics.config_reload(false);
+            }
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Rules applied to a flow: single use (and, as they arrive, client capabilities,
+//! answers against questions, round and flow limits).
+//!
+//! Invariant: every rule here decides from the verified token and the live policy only;
+//! none trusts a field of the request the token does not bind.
+
+pub mod single_use;

@@ -1,0 +1,267 @@
+//! Single use: which targets' states may be consumed only once, and the consumption of
+//! a verified retry's token in the shared [`Store`].
+//!
+//! Invariant: a retry is forwarded only after its token's consumption was recorded as
+//! fresh when the token says so (`su`, sealed at mint time) **or** the current policy
+//! says so, so a policy rollout never opens a window in either direction. A replay gets
+//! the frozen error; a store that cannot answer refuses (or, with
+//! `on_store_error = "allow"`, lets through, counted and logged). A consumption is
+//! released only when the upstream provably never received the request.
+
+use crate::config::{OnStoreError, SingleUseConfig};
+use crate::metrics::{Consumption, Metrics};
+use crate::store::{Consumed, Store, StoreError};
+use crate::token::{FUTURE_SKEW_SECONDS, Opened, Reject};
+use arc_swap::ArcSwap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Which targets are single-use: names and URIs with `*` matching any run of characters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SingleUsePolicy {
+    tools: Vec<String>,
+    prompts: Vec<String>,
+    resources: Vec<String>,
+    default: bool,
+}
+
+impl SingleUsePolicy {
+    pub fn from_config(config: &SingleUseConfig) -> Self {
+        Self {
+            tools: config.tools.clone(),
+            prompts: config.prompts.clone(),
+            resources: config.resources.clone(),
+            default: config.default,
+        }
+    }
+
+    /// Whether states of `target` under `method` are single-use. Methods without a
+    /// target list (`tools/list`, say) follow `default`.
+    pub fn applies(&self, method: &str, target: &str) -> bool {
+        let list = match method {
+            "tools/call" => &self.tools,
+            "prompts/get" => &self.prompts,
+            "resources/read" => &self.resources,
+            _ => return self.default,
+        };
+        self.default || list.iter().any(|pattern| glob_match(pattern, target))
+    }
+}
+
+/// `*` matches any run of characters (including none); everything else, `?` and `[`
+/// included, is literal, since resource URIs carry both. Written out rather than taken
+/// from a glob crate because those give `?`, `[...]` and `/` meanings a URI must not get.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let middle: Vec<&str> = parts.collect();
+    let Some((last, middle)) = middle.split_last() else {
+        // No `*`: exact.
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// A recorded consumption, released if the upstream never saw the request.
+pub struct Claim {
+    id: String,
+}
+
+/// The single-use phase: the live policy, the store, and what to do when it fails.
+pub struct SingleUse {
+    policy: ArcSwap<SingleUsePolicy>,
+    store: Store,
+    on_store_error: OnStoreError,
+    metrics: Arc<Metrics>,
+    /// When a full memory store was last logged (ms since `started`), to log once a minute.
+    full_logged_ms: AtomicU64,
+    started: Instant,
+}
+
+impl SingleUse {
+    pub fn new(config: &SingleUseConfig, store: Store, metrics: Arc<Metrics>) -> Self {
+        Self {
+            policy: ArcSwap::from_pointee(SingleUsePolicy::from_config(config)),
+            store,
+            on_store_error: config.on_store_error,
+            metrics,
+            full_logged_ms: AtomicU64::new(u64::MAX),
+            started: Instant::now(),
+        }
+    }
+
+    /// The policy now (sealing asks it when minting).
+    pub fn policy(&self) -> Arc<SingleUsePolicy> {
+        self.policy.load_full()
+    }
+
+    /// Apply a new policy without a restart.
+    pub fn replace_policy(&self, policy: SingleUsePolicy) {
+        self.policy.store(Arc::new(policy));
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Whether a fail-closed store is the reason the sidecar cannot serve single-use
+    /// retries now (readiness).
+    pub async fn blocking_outage(&self) -> bool {
+        self.on_store_error == OnStoreError::Reject && self.store.ping().await.is_err()
+    }
+
+    /// Consume `opened` if it is single-use. `Ok(None)`: nothing to consume (or the
+    /// store failed under `allow`); `Err`: refuse the retry with this reason.
+    pub async fn consume(
+        &self,
+        opened: &Opened,
+        method: &str,
+        target: &str,
+    ) -> Result<Option<Claim>, Reject> {
+        if !opened.single_use && !self.policy.load().applies(method, target) {
+            return Ok(None);
+        }
+        let id = opened.consumption_id();
+        // Remembered while the token could still open anywhere: its expiry, as a replica
+        // whose clock runs behind ours by the tolerated skew sees it.
+        let remaining = opened.expires_at - crate::token::now() + FUTURE_SKEW_SECONDS;
+        let ttl = Duration::from_secs_f64(remaining.clamp(1.0, 86_400.0 * 2.0));
+        let started = Instant::now();
+        let result = self.store.consume(&id, ttl).await;
+        self.metrics
+            .observe_store(self.store.kind(), started.elapsed().as_secs_f64());
+        let kind = self.store.kind();
+        match result {
+            Ok(Consumed::Fresh) => {
+                self.metrics.consumption(kind, Consumption::Consumed);
+                Ok(Some(Claim { id }))
+            }
+            Ok(Consumed::Replayed) => {
+                self.metrics.consumption(kind, Consumption::Replayed);
+                Err(Reject::Replayed)
+            }
+            Err(error) => {
+                let label = match error {
+                    StoreError::Full => Consumption::Full,
+                    _ => Consumption::StoreUnavailable,
+                };
+                self.metrics.consumption(kind, label);
+                self.log_failure(error);
+                match self.on_store_error {
+                    OnStoreError::Reject => Err(Reject::StoreUnavailable),
+                    OnStoreError::Allow => {
+                        tracing::warn!(
+                            store = kind.as_str(),
+                            error = %error,
+                            "single-use state let through unrecorded (on_store_error = allow)"
+                        );
+                        Ok(None)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The upstream provably never received the request: the user may try again.
+    pub async fn release(&self, claim: Claim) {
+        let kind = self.store.kind();
+        match self.store.release(&claim.id).await {
+            Ok(()) => {
+                self.metrics.consumption(kind, Consumption::Released);
+                tracing::info!(
+                    store = kind.as_str(),
+                    "single-use state released: the upstream never received the retry"
+                );
+            }
+            Err(error) => tracing::warn!(
+                store = kind.as_str(),
+                error = %error,
+                "single-use state could not be released; it stays consumed"
+            ),
+        }
+    }
+
+    fn log_failure(&self, error: StoreError) {
+        if error != StoreError::Full {
+            tracing::error!(store = self.store.kind().as_str(), error = %error, "single-use store failed");
+            return;
+        }
+        let now = self.started.elapsed().as_millis() as u64;
+        let last = self.full_logged_ms.load(Ordering::Relaxed);
+        if (last == u64::MAX || now.saturating_sub(last) >= 60_000)
+            && self
+                .full_logged_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::error!(
+                "single-use memory store full (single_use.memory_max_entries): refusing new \
+                 single-use retries until ids expire; raise the bound or use redis"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_star_only() {
+        for (pattern, text) in [
+            ("pay", "pay"),
+            ("approve_*", "approve_payment"),
+            ("*", ""),
+            ("*_payment", "approve_payment"),
+            ("a*b*c", "aXbYc"),
+            ("a*b*c", "abc"),
+            ("file:///secrets/*", "file:///secrets/a/b"),
+            ("config://x?y", "config://x?y"),
+        ] {
+            assert!(glob_match(pattern, text), "{pattern} {text}");
+        }
+        for (pattern, text) in [
+            ("pay", "payment"),
+            ("pay", "Pay"),
+            ("approve_*", "approve"),
+            ("a*b*c", "acb"),
+            ("*_x", "_"),
+            ("config://x?y", "config://xzy"),
+            ("ab*ba", "aba"),
+        ] {
+            assert!(!glob_match(pattern, text), "{pattern} {text}");
+        }
+    }
+
+    #[test]
+    fn policy_by_method_and_default() {
+        let policy = SingleUsePolicy {
+            tools: vec!["approve_*".into()],
+            prompts: vec!["confirm".into()],
+            resources: vec!["file:///once/*".into()],
+            default: false,
+        };
+        assert!(policy.applies("tools/call", "approve_payment"));
+        assert!(!policy.applies("tools/call", "search"));
+        assert!(!policy.applies("prompts/get", "approve_payment"));
+        assert!(policy.applies("prompts/get", "confirm"));
+        assert!(policy.applies("resources/read", "file:///once/a"));
+        assert!(!policy.applies("tools/list", ""));
+        let all = SingleUsePolicy {
+            default: true,
+            ..policy
+        };
+        assert!(all.applies("tools/call", "search"));
+        assert!(all.applies("tools/list", ""));
+    }
+}

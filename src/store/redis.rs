@@ -1,0 +1,226 @@
+//! The shared store: consumed ids in Redis (or Valkey, or a Redis Cluster), so every
+//! replica sees every consumption.
+//!
+//! Invariant: a consumption is one atomic `SET <prefix><id> 1 NX PX <ttl>`: exactly one
+//! caller anywhere gets `OK`. Every command has a deadline; a store that does not
+//! answer in time is unavailable, never "fresh". The URL (it may carry a password) is
+//! never logged or echoed: errors name their kind only.
+
+use super::{Consumed, StoreError};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, Cmd, RedisError};
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+/// A parsed `single_use.redis_url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `redis://` or `rediss://`: one server (or a primary behind a proxy).
+    Single(String),
+    /// `redis+cluster://a:7000,b:7001`: the seed nodes of a Redis Cluster, each as a
+    /// `redis://` (or `rediss://`) URL with the shared credentials.
+    Cluster(Vec<String>),
+}
+
+/// Check and split a Redis URL. Messages never echo it (it may carry a password).
+pub fn parse_url(url: &str) -> Result<Target, &'static str> {
+    const SHAPE: &str = "must be redis://, rediss://, redis+cluster:// or rediss+cluster:// \
+                         followed by [user:password@]host[:port]";
+    let (scheme, rest) = url.split_once("://").ok_or(SHAPE)?;
+    let target = match scheme {
+        "redis" | "rediss" => Target::Single(url.to_owned()),
+        "redis+cluster" | "rediss+cluster" => {
+            let node_scheme = scheme.trim_end_matches("+cluster");
+            let (auth, hosts) = match rest.rsplit_once('@') {
+                Some((auth, hosts)) => (format!("{auth}@"), hosts),
+                None => (String::new(), rest),
+            };
+            let hosts = hosts.trim_end_matches('/');
+            if hosts.contains('/') {
+                return Err("a cluster URL has no database path (Redis Cluster has one database)");
+            }
+            let nodes: Vec<String> = hosts
+                .split(',')
+                .map(|host| format!("{node_scheme}://{auth}{host}"))
+                .collect();
+            Target::Cluster(nodes)
+        }
+        _ => return Err(SHAPE),
+    };
+    let urls = match &target {
+        Target::Single(url) => std::slice::from_ref(url),
+        Target::Cluster(nodes) => nodes.as_slice(),
+    };
+    for url in urls {
+        let info =
+            redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|_| SHAPE)?;
+        if info.addr().to_string().is_empty() {
+            return Err(SHAPE);
+        }
+        // `redis://` with no host parses as localhost in the crate: refuse it, an
+        // operator who wrote no host did not mean this pod's loopback.
+        let after_scheme = url.split_once("://").map_or("", |(_, r)| r);
+        let host = after_scheme
+            .rsplit_once('@')
+            .map_or(after_scheme, |(_, h)| h);
+        if host.is_empty() || host.starts_with(':') || host.starts_with('/') {
+            return Err(SHAPE);
+        }
+    }
+    Ok(target)
+}
+
+enum Connection {
+    Single(ConnectionManager),
+    /// Connected on first use and again after a failure: a cluster client needs a
+    /// reachable node to start, and the sidecar must start without one.
+    Cluster(Box<Cluster>),
+}
+
+struct Cluster {
+    client: ClusterClient,
+    connection: Mutex<Option<ClusterConnection>>,
+}
+
+pub struct RedisStore {
+    connection: Connection,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl RedisStore {
+    /// Set up the connection; nothing is contacted yet (the sidecar starts, and
+    /// reconnects later, while Redis is down).
+    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self, &'static str> {
+        const BUILD: &str = "the Redis client could not be set up from single_use.redis_url";
+        let connection = match parse_url(url)? {
+            Target::Single(url) => {
+                let client = Client::open(url.as_str()).map_err(|_| BUILD)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
+                    // Reconnect attempts happen in the background; a command fails fast
+                    // (and the caller's deadline bounds it) rather than waiting them out.
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_secs(2));
+                let manager =
+                    ConnectionManager::new_lazy_with_config(client, config).map_err(|_| BUILD)?;
+                Connection::Single(manager)
+            }
+            Target::Cluster(nodes) => {
+                let client = ClusterClient::builder(nodes)
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(1)
+                    .build()
+                    .map_err(|_| BUILD)?;
+                Connection::Cluster(Box::new(Cluster {
+                    client,
+                    connection: Mutex::new(None),
+                }))
+            }
+        };
+        Ok(Self {
+            connection,
+            prefix: prefix.to_owned(),
+            timeout,
+        })
+    }
+
+    pub async fn consume(&self, id: &str, ttl: Duration) -> Result<Consumed, StoreError> {
+        let mut set = redis::cmd("SET");
+        set.arg(format!("{}{id}", self.prefix))
+            .arg(1)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64);
+        let reply: Option<String> = self.run(set).await?;
+        Ok(match reply {
+            Some(_) => Consumed::Fresh,
+            None => Consumed::Replayed,
+        })
+    }
+
+    pub async fn release(&self, id: &str) -> Result<(), StoreError> {
+        let mut del = redis::cmd("DEL");
+        del.arg(format!("{}{id}", self.prefix));
+        let _: i64 = self.run(del).await?;
+        Ok(())
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let _: String = self.run(redis::cmd("PING")).await?;
+        Ok(())
+    }
+
+    /// One command, bounded by the deadline.
+    async fn run<T: redis::FromRedisValue>(&self, command: Cmd) -> Result<T, StoreError> {
+        let call = async {
+            match &self.connection {
+                Connection::Single(manager) => {
+                    let mut manager = manager.clone();
+                    command.query_async(&mut manager).await.map_err(report)
+                }
+                Connection::Cluster(cluster) => {
+                    let Cluster { client, connection } = &**cluster;
+                    let mut guard = connection.lock().await;
+                    let mut cluster = match guard.as_ref() {
+                        Some(cluster) => cluster.clone(),
+                        None => {
+                            let cluster = client.get_async_connection().await.map_err(report)?;
+                            *guard = Some(cluster.clone());
+                            cluster
+                        }
+                    };
+                    drop(guard);
+                    let result = command.query_async(&mut cluster).await;
+                    if result.as_ref().is_err_and(|e| e.is_unrecoverable_error()) {
+                        *connection.lock().await = None;
+                    }
+                    result.map_err(report)
+                }
+            }
+        };
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| StoreError::Timeout)?
+    }
+}
+
+/// Log a Redis failure by kind (its text can name the server, never the password, but
+/// the kind is all an operator needs next to the store metrics).
+fn report(error: RedisError) -> StoreError {
+    tracing::debug!(kind = ?error.kind(), "redis command failed");
+    StoreError::Unavailable
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_url("redis://r:6379/2"),
+            Ok(Target::Single("redis://r:6379/2".into()))
+        );
+        assert_eq!(
+            parse_url("rediss+cluster://u:p@a:7000,b:7001"),
+            Ok(Target::Cluster(vec![
+                "rediss://u:p@a:7000".into(),
+                "rediss://u:p@b:7001".into()
+            ]))
+        );
+        for bad in [
+            "http://r",
+            "redis://",
+            "redis+cluster://",
+            "redis+cluster://a:1/0",
+            "r",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+}
