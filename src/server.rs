@@ -52,7 +52,13 @@ pub async fn serve<H, F>(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
+    // HTTP/2 has no head to time out (hyper's header read timeout is HTTP/1.1 only): pings
+    // close connections whose peer stopped answering.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(20)))
+        .keep_alive_timeout(Duration::from_secs(20));
     loop {
         tokio::select! {
             accepted = listener.accept() => {

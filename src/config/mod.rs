@@ -232,9 +232,9 @@ pub struct LimitsConfig {
     pub max_event_bytes: usize,
     /// Largest plaintext `requestState` sealed / token accepted; at least 64.
     pub max_state_bytes: usize,
-    /// Most JSON values (scalars, arrays, objects) one body may hold, request or
-    /// response; at least 64. Bounds the memory a parse can take (a 4 MiB array of
-    /// zeros is two million values).
+    /// Most JSON values (scalars, arrays, objects) one client body may hold; at least
+    /// 64. Bounds the memory a parse can take (a 4 MiB array of zeros is two million
+    /// values). Upstream bodies are bounded by size only.
     pub max_json_values: usize,
     /// Budget for the bodies buffered by all requests in flight together (request
     /// bodies, whole JSON responses); over it, requests are refused with 503. At least
@@ -261,7 +261,8 @@ impl Default for LimitsConfig {
 pub struct TimeoutsConfig {
     /// Connecting to the upstream; at least 1.
     pub connect_ms: u64,
-    /// From sending the request to the upstream's response head; at least 1.
+    /// From sending the request to the upstream's response head (and again for reading a
+    /// whole JSON body); at least 1.
     pub response_head_ms: u64,
     /// Graceful shutdown deadline for in-flight requests and SSE streams.
     pub drain_ms: u64,

@@ -11,6 +11,9 @@ use http::HeaderName;
 use super::{Config, ConfigProblem, PrincipalSource, SingleUseStore};
 use crate::proxy::ingress::{HostPolicy, TrustedProxies};
 
+/// The largest `limits.max_state_bytes` accepted: 16 MiB.
+const MAX_STATE_BYTES: usize = 16 * 1024 * 1024;
+
 impl Config {
     /// Every problem with this configuration; empty when it is fit to run.
     pub fn validate(&self) -> Vec<ConfigProblem> {
@@ -158,6 +161,12 @@ impl Config {
             if value < min {
                 problem(key, format!("must be at least {min}"));
             }
+        }
+        if self.limits.max_state_bytes > MAX_STATE_BYTES {
+            problem(
+                "limits.max_state_bytes",
+                format!("must be at most {MAX_STATE_BYTES} (a state travels in every retry)"),
+            );
         }
         if self.limits.max_buffered_bytes < self.limits.max_body_bytes {
             problem(
@@ -468,6 +477,8 @@ pub(crate) mod tests {
         let small = invalid(|c| c.limits.max_state_bytes = 63);
         assert_only(&small, "limits.max_state_bytes", "at least 64");
         assert!(invalid(|c| c.limits.max_state_bytes = 64).is_empty());
+        let huge = invalid(|c| c.limits.max_state_bytes = usize::MAX / 2);
+        assert_only(&huge, "limits.max_state_bytes", "at most 16777216");
         assert_only(
             &invalid(|c| c.timeouts.connect_ms = 0),
             "timeouts.connect_ms",

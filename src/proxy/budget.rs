@@ -7,9 +7,15 @@
 //! client gone mid-body). Over the budget a request is refused with 503 and counted;
 //! nothing waits, so a flood of large bodies cannot queue up memory either.
 //!
-//! What a parse of those bytes allocates on top is bounded per body by
-//! `limits.max_json_values` and is never held across an await: parsing is synchronous,
-//! so at most one parse per worker thread is alive at a time.
+//! Bytes are reserved as they arrive, never on a declared `Content-Length` (a client
+//! that announces megabytes and sends nothing must not hold the budget). A body gives its
+//! bytes back once hyper has taken its last frame: what still sits in hyper's write
+//! buffer for a slow reader is not counted.
+//!
+//! What a parse of those bytes allocates on top is bounded per client body by
+//! `limits.max_json_values` and is never held across an await (the gate's parsed form
+//! ends before the upstream is called), so at most one parse per worker thread is alive
+//! at a time.
 
 use super::upstream::{self, ProxyBody};
 use bytes::{Bytes, BytesMut};
@@ -115,7 +121,7 @@ pub async fn collect<B>(
 where
     B: Body<Data = Bytes> + Unpin,
 {
-    let mut buffer = BytesMut::with_capacity(reservation.bytes().min(limit));
+    let mut buffer = BytesMut::new();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(|_| CollectError::Body)?.into_data() else {
             continue;

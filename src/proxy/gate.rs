@@ -56,9 +56,12 @@ impl Admitted {
         Some((method.as_str(), params))
     }
 
-    /// The message as the upstream will receive it.
-    pub fn to_bytes(&self) -> Bytes {
-        Bytes::from(serde_json::to_vec(&self.value).expect("a parsed value serialises"))
+    /// The message as the upstream will receive it, and the reservation that holds its
+    /// bytes. Consumes the parsed form: it must not outlive the gate's phases (a tree of
+    /// 100,000 values is ~10 MB that no budget counts).
+    pub fn into_forwarded(self) -> (Bytes, Reservation) {
+        let bytes = serde_json::to_vec(&self.value).expect("a parsed value serialises");
+        (Bytes::from(bytes), self.reservation)
     }
 }
 
@@ -133,7 +136,8 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), ProxyError> {
 }
 
 /// Read the whole body, refusing more than `limit` bytes (before reading any, when the
-/// client declares its length; the declared length is reserved up front).
+/// client declares its length). Bytes are reserved as they arrive, never on a client's
+/// word: a declared length that never comes must not hold the budget.
 async fn read_body(
     headers: &HeaderMap,
     body: Incoming,
@@ -147,9 +151,6 @@ async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ProxyError::BodyTooLarge { limit });
     }
-    reservation
-        .grow_to(declared.map_or(0, |n| n as usize))
-        .map_err(|_| ProxyError::Overloaded)?;
     budget::collect(body, limit, reservation)
         .await
         .map_err(|e| match e {

@@ -192,9 +192,17 @@ impl TrustedProxies {
             return;
         };
         let ip = addr.ip().to_canonical().to_string();
-        let chain = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-            Some(previous) if trusted => format!("{previous}, {ip}"),
-            _ => ip,
+        // Every line of a trusted chain, in order: HAProxy's `option forwardfor` adds a
+        // line rather than extending the last one.
+        let previous: Vec<&str> = headers
+            .get_all(X_FORWARDED_FOR)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        let chain = if trusted && !previous.is_empty() {
+            format!("{}, {ip}", previous.join(", "))
+        } else {
+            ip
         };
         headers.remove(X_FORWARDED_FOR);
         if let Ok(value) = HeaderValue::from_str(&chain) {
@@ -206,10 +214,34 @@ impl TrustedProxies {
     }
 }
 
-/// `Forwarded`, `X-Real-IP`, any `X-Forwarded-*`, in any `_`/`-` spelling.
+/// Headers through which frameworks learn the client's address, host or original URL
+/// from a proxy (Go chi's `RealIP` reads `True-Client-IP`, Rails `Client-IP`, IIS and
+/// Symfony route by `X-Original-URL`), beyond `Forwarded` and `X-Forwarded-*`.
+const FORWARDING: [&str; 15] = [
+    "forwarded",
+    "forwarded-for",
+    "x-forwarded",
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-cluster-client-ip",
+    "x-proxyuser-ip",
+    "x-host",
+    "x-original-host",
+    "x-original-url",
+    "x-rewrite-url",
+];
+
+/// A forwarding header, in any `_`/`-` spelling: one of [`FORWARDING`], any
+/// `X-Forwarded-*` or `X-Original-*`.
 fn is_forwarding(name: &HeaderName) -> bool {
     let name = name.as_str().replace('_', "-");
-    name == "forwarded" || name == "x-real-ip" || name.starts_with("x-forwarded-")
+    FORWARDING.contains(&name.as_str())
+        || name.starts_with("x-forwarded-")
+        || name.starts_with("x-original-")
 }
 
 #[cfg(test)]
@@ -308,6 +340,8 @@ mod tests {
                 ("x-real-ip", "1.2.3.4"),
                 ("x_forwarded_for", "5.6.7.8"),
                 ("x-forwarded-user", "alice"),
+                ("true-client-ip", "1.2.3.4"),
+                ("x-original-url", "/admin"),
             ] {
                 h.insert(
                     HeaderName::from_static(name),
@@ -331,8 +365,12 @@ mod tests {
             assert!(h.get(gone).is_none(), "{gone}");
         }
         let mut h = spoofed();
+        h.append("x-forwarded-for", HeaderValue::from_static("203.0.113.7"));
         proxies.rewrite(&mut h, peer("10.1.2.3:5000"), "http", None);
-        assert_eq!(h.get("x-forwarded-for").unwrap(), "1.2.3.4, 10.1.2.3");
+        assert_eq!(
+            h.get("x-forwarded-for").unwrap(),
+            "1.2.3.4, 203.0.113.7, 10.1.2.3"
+        );
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
         assert_eq!(h.get("x-forwarded-host").unwrap(), "admin.internal");
         assert!(h.get("x_forwarded_for").is_none());

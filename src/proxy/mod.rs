@@ -38,7 +38,7 @@ use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
 use ingress::{HostPolicy, Peer, TrustedProxies};
-use outbound::Outbound;
+use outbound::{Asked, Outbound};
 use response::SealContext;
 use state::StateOpener;
 use std::collections::HashSet;
@@ -205,13 +205,22 @@ impl Proxy {
                 return Err(ProxyError::BodyNotAllowed(parts.method).into());
             }
             let context = SealContext::unbound(principal);
+            let asked = if parts.method == Method::GET {
+                Asked::Stream
+            } else {
+                Asked::Other
+            };
             return self
-                .exchange_unclaimed(parts, upstream::full(Bytes::new()), context)
+                .exchange_unclaimed(parts, upstream::full(Bytes::new()), context, asked)
                 .await;
         }
         let mut admitted = self.gate.admit(&parts.headers, body).await?;
         let id = admitted.id().cloned();
-        let path = parts.uri.path();
+        // The path and the query: one upstream may route tenants by either.
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", http::uri::PathAndQuery::as_str);
         let (method, binding, claim) = match admitted.call_mut() {
             Some((method, mut params)) => {
                 let opened = match params {
@@ -241,8 +250,8 @@ impl Proxy {
             }
             None => (None, None, None),
         };
-        let forwarded = admitted.to_bytes();
-        let reservation = admitted.reservation;
+        // The parsed body ends here, before the upstream is awaited.
+        let (forwarded, reservation) = admitted.into_forwarded();
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(forwarded.len()));
@@ -273,13 +282,13 @@ impl Proxy {
         ))
     }
 
-    /// A body-less request (GET stream, DELETE): nothing was consumed, the answer is not
-    /// a gated one.
+    /// A body-less request (GET stream, DELETE): nothing was consumed.
     async fn exchange_unclaimed(
         &self,
         mut parts: http::request::Parts,
         body: ProxyBody,
         context: SealContext,
+        asked: Asked,
     ) -> Result<Response<ProxyBody>, Failure> {
         self.upstream.prepare(&mut parts);
         let response = self
@@ -291,7 +300,7 @@ impl Proxy {
                 error,
                 upstream_head: None,
             })?;
-        self.outbound.respond(response, context, false).await
+        self.outbound.respond(response, context, asked).await
     }
 
     /// Send a gated message to the upstream and make its response safe for the client.
@@ -319,7 +328,12 @@ impl Proxy {
                 });
             }
         };
-        self.outbound.respond(response, context, true).await
+        let asked = if context.request_id().is_some() {
+            Asked::Call
+        } else {
+            Asked::Notification
+        };
+        self.outbound.respond(response, context, asked).await
     }
 }
 

@@ -4,23 +4,26 @@
 //! Invariant: on an inspected route, no upstream body that a client could read as JSON
 //! reaches it unexamined, whatever it is labelled. A body is JSON when its label says so
 //! *or* when its first significant byte is `{`, `[` or a byte order mark; SSE bodies are
-//! rewritten event by event; a 2xx answer to a gated POST that is neither JSON, SSE nor
-//! empty is refused; everything else (a plain-text 403, a 2025 GET stream's HTML error
-//! page) passes with its status and headers. Bodies the sealer cannot read (compressed,
-//! a transfer coding other than `chunked`, a non-UTF-8 charset) are refused.
+//! rewritten event by event, and so is any other 2xx answer to a GET (clients parse it as
+//! events whatever its label); a 2xx answer to a POSTed request that is neither JSON, SSE
+//! nor empty is refused, and one to a notification loses its text; everything else (a
+//! plain-text 403) passes with its status and headers. Bodies the sealer cannot read
+//! (compressed, a transfer coding other than `chunked`, a non-UTF-8 charset) and
+//! informational statuses are refused.
 
-use super::budget::{self, CollectError, MemoryBudget};
+use super::budget::{self, CollectError, MemoryBudget, Reservation};
 use super::response::{SealContext, Sealer, with_body};
 use super::upstream::{self, BoxError, ProxyBody};
 use super::{Failure, identity_encoding};
 use crate::config::LimitsConfig;
+use crate::error::ProxyError;
 use crate::metrics::{Metrics, SealFailure};
 use crate::policy::single_use::SingleUse;
 use crate::sse::SseRewriteBody;
 use crate::token::StateSealer;
 use bytes::{Bytes, BytesMut};
+use http::Response;
 use http::header::{self, HeaderMap};
-use http::{Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -37,7 +40,8 @@ pub struct Outbound {
     metrics: Arc<Metrics>,
     limits: LimitsConfig,
     budget: Arc<MemoryBudget>,
-    /// How long a whole JSON body (or the first byte of an unlabelled one) may take.
+    /// How long a whole JSON body, or the peek at an unlabelled one, may take
+    /// (`timeouts.response_head_ms`, counted again from the head).
     read_timeout: Duration,
 }
 
@@ -72,12 +76,12 @@ impl Outbound {
         }
     }
 
-    /// Make `response` safe for the client. `gated`: it answers a POSTed MCP message.
+    /// Make `response` safe for the client; `asked` says what kind of request it answers.
     pub async fn respond(
         &self,
         response: Response<Incoming>,
         context: SealContext,
-        gated: bool,
+        asked: Asked,
     ) -> Result<Response<ProxyBody>, Failure> {
         let (mut parts, body) = response.into_parts();
         let chunked_only = chunked_only(&parts.headers);
@@ -89,7 +93,6 @@ impl Outbound {
             self.single_use.policy(),
             self.metrics.clone(),
             self.limits.max_state_bytes,
-            self.limits.max_json_values,
             context,
         );
         let refuse = |sealer: &Sealer, parts: http::response::Parts, failure| Failure {
@@ -97,6 +100,11 @@ impl Outbound {
             error: sealer.failure(failure),
             upstream_head: Some(parts),
         };
+        if parts.status.is_informational() {
+            // Nothing the sidecar asked for (no request upgrades): an unsolicited `101`
+            // would hand the client a raw connection to the upstream.
+            return Err(refuse(&sealer, parts, SealFailure::UnexpectedStatus));
+        }
         // Checked first: an empty body carries no state whatever it is labelled (the
         // Python SDK answers 2025 notifications with `202`, `application/json`, no body).
         if body.is_end_stream() {
@@ -117,31 +125,57 @@ impl Outbound {
         match label(&parts.headers) {
             Label::Unreadable => Err(refuse(&sealer, parts, SealFailure::UnknownContentType)),
             Label::Json => self.seal_whole(parts, body, sealer).await,
-            Label::EventStream => {
-                // Not sniffed: a GET stream may stay silent for minutes, and its head must
-                // not wait for a first byte. The sealer refuses a stream that opens like
-                // JSON instead.
-                parts.headers.remove(header::CONTENT_LENGTH);
-                let body = SseRewriteBody::new(body, sealer, self.limits.max_event_bytes)
-                    .map_err(|never| match never {});
-                Ok(Response::from_parts(parts, body.boxed()))
-            }
+            // Not sniffed: a GET stream may stay silent for minutes, and its head must not
+            // wait for a first byte. The sealer refuses a stream that opens like JSON.
+            Label::EventStream => Ok(self.rewrite_events(parts, body, sealer)),
             Label::Other => {
                 let peeked = match self.peek(body).await {
                     Ok(peeked) => peeked,
                     Err(failure) => return Err(refuse(&sealer, parts, failure)),
                 };
-                match peeked.json_like {
-                    Some(true) => self.seal_whole(parts, peeked.body, sealer).await,
+                let success = parts.status.is_success();
+                match (peeked.json_like, asked) {
+                    (Some(true), _) => self.seal_whole(parts, peeked.body, sealer).await,
                     // Whitespace only: no message, no state.
-                    None => Ok(Response::from_parts(parts, peeked.body.boxed())),
-                    Some(false) if gated && parts.status.is_success() => {
+                    (None, _) => Ok(Response::from_parts(parts, peeked.body.boxed())),
+                    (Some(false), Asked::Call) if success => {
                         Err(refuse(&sealer, parts, SealFailure::UnexpectedContentType))
                     }
-                    Some(false) => Ok(Response::from_parts(parts, peeked.body.boxed())),
+                    // Express's `res.sendStatus(202)` says "Accepted" to a notification:
+                    // nobody reads it, and its status must survive. The text goes.
+                    (Some(false), Asked::Notification) if success => {
+                        for name in BODY_HEADERS {
+                            parts.headers.remove(name);
+                        }
+                        Ok(Response::from_parts(parts, upstream::full(Bytes::new())))
+                    }
+                    // The TypeScript SDK parses every 2xx GET body as SSE, whatever its
+                    // label: so does the sealer (with no request to bind, any state in it
+                    // is refused).
+                    (Some(false), Asked::Stream) if success => {
+                        Ok(self.rewrite_events(parts, peeked.body, sealer))
+                    }
+                    (Some(false), _) => Ok(Response::from_parts(parts, peeked.body.boxed())),
                 }
             }
         }
+    }
+
+    /// An event stream, sealed event by event as it flows.
+    fn rewrite_events<B>(
+        &self,
+        mut parts: http::response::Parts,
+        body: B,
+        sealer: Sealer,
+    ) -> Response<ProxyBody>
+    where
+        B: Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: std::fmt::Display,
+    {
+        parts.headers.remove(header::CONTENT_LENGTH);
+        let body = SseRewriteBody::new(body, sealer, self.limits.max_event_bytes)
+            .map_err(|never| match never {});
+        Response::from_parts(parts, body.boxed())
     }
 
     /// Read a whole JSON body (bounded in size, time and memory) and seal it.
@@ -153,22 +187,18 @@ impl Outbound {
     ) -> Result<Response<ProxyBody>, Failure>
     where
         B: Body<Data = Bytes> + Unpin,
-        B::Error: Into<BoxError>,
     {
+        let failed = |sealer: &Sealer, parts, error| Failure {
+            id: sealer.request_id().cloned(),
+            error,
+            upstream_head: Some(parts),
+        };
         let mut reservation = self.budget.reservation();
         let read = budget::collect(body, self.limits.max_body_bytes, &mut reservation);
-        let read = match tokio::time::timeout(self.read_timeout, read).await {
-            Ok(read) => read,
-            // An upstream that stalls after the head must not hold the client forever.
-            Err(_) => {
-                return Err(Failure {
-                    id: sealer.request_id().cloned(),
-                    error: crate::error::ProxyError::UpstreamTimeout(
-                        self.read_timeout.as_millis() as u64
-                    ),
-                    upstream_head: Some(parts),
-                });
-            }
+        // An upstream that stalls after the head must not hold the client forever.
+        let Ok(read) = tokio::time::timeout(self.read_timeout, read).await else {
+            let timeout = ProxyError::UpstreamTimeout(self.read_timeout.as_millis() as u64);
+            return Err(failed(&sealer, parts, timeout));
         };
         let bytes = match read {
             Ok(bytes) => bytes,
@@ -178,39 +208,36 @@ impl Outbound {
                     CollectError::OverBudget => SealFailure::OverBudget,
                     CollectError::Body => SealFailure::UpstreamBodyError,
                 };
-                return Err(Failure {
-                    id: sealer.request_id().cloned(),
-                    error: sealer.failure(failure),
-                    upstream_head: Some(parts),
-                });
+                return Err(failed(&sealer, parts, sealer.failure(failure)));
             }
         };
         if bytes.iter().all(|b| is_json_whitespace(*b)) {
             // A chunked body that turned out empty: nothing to seal.
             return Ok(with_body(parts, bytes, None));
         }
-        match sealer.seal_json(&bytes) {
-            Ok(Some(sealed)) => {
-                drop(bytes);
-                reservation.grow_to(sealed.len()).map_err(|_| Failure {
-                    id: sealer.request_id().cloned(),
-                    error: sealer.failure(SealFailure::OverBudget),
-                    upstream_head: None,
-                })?;
-                Ok(with_body(parts, sealed, Some(reservation)))
-            }
-            Ok(None) => Ok(with_body(parts, bytes, Some(reservation))),
-            Err(failure) => Err(Failure {
-                id: sealer.request_id().cloned(),
-                error: sealer.failure(failure),
-                upstream_head: Some(parts),
-            }),
+        let sealed = match sealer.seal_json(&bytes) {
+            Ok(Some(sealed)) => sealed,
+            Ok(None) => return Ok(with_body(parts, bytes, Some(reservation))),
+            Err(failure) => return Err(failed(&sealer, parts, sealer.failure(failure))),
+        };
+        drop(bytes);
+        if reservation.grow_to(sealed.len()).is_err() {
+            return Err(failed(
+                &sealer,
+                parts,
+                sealer.failure(SealFailure::OverBudget),
+            ));
         }
+        Ok(with_body(parts, sealed, Some(reservation)))
     }
 
-    /// Read until the first significant byte tells whether the body could be JSON.
+    /// Read until the first significant byte tells whether the body could be JSON. The
+    /// bytes read are held against the budget, and the whole peek gets one deadline (an
+    /// upstream trickling whitespace cannot stretch it frame by frame).
     async fn peek(&self, mut body: Incoming) -> Result<Peeked, SealFailure> {
         let mut prefix = BytesMut::new();
+        let mut reservation = self.budget.reservation();
+        let deadline = tokio::time::Instant::now() + self.read_timeout;
         let mut ended = false;
         let json_like = loop {
             if let Some(verdict) = json_like(&prefix) {
@@ -220,7 +247,7 @@ impl Outbound {
                 // Megabytes of whitespace: nobody's JSON.
                 return Err(SealFailure::ResponseTooLarge);
             }
-            let frame = tokio::time::timeout(self.read_timeout, body.frame())
+            let frame = tokio::time::timeout_at(deadline, body.frame())
                 .await
                 .map_err(|_| SealFailure::UpstreamBodyError)?;
             match frame {
@@ -231,6 +258,9 @@ impl Outbound {
                 }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
+                        reservation
+                            .grow(data.len())
+                            .map_err(|_| SealFailure::OverBudget)?;
                         prefix.extend_from_slice(&data);
                     }
                 }
@@ -242,10 +272,32 @@ impl Outbound {
             body: Prefixed {
                 prefix: (!prefix.is_empty()).then(|| prefix.freeze()),
                 inner: (!ended).then_some(body),
+                _held: reservation,
             },
         })
     }
 }
+
+/// What kind of request a response answers, which decides what a 2xx body may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// A POSTed request with an id: the answer is its JSON-RPC response.
+    Call,
+    /// A POSTed notification or client response: nothing is read from the answer.
+    Notification,
+    /// A GET: an event stream (clients parse it as one whatever its label).
+    Stream,
+    /// Anything else inspected (DELETE).
+    Other,
+}
+
+/// Headers that describe a body the sidecar replaced.
+const BODY_HEADERS: [header::HeaderName; 4] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_LENGTH,
+    header::CONTENT_ENCODING,
+    header::TRANSFER_ENCODING,
+];
 
 /// A body whose first bytes were read to classify it.
 struct Peeked {
@@ -258,6 +310,8 @@ struct Peeked {
 struct Prefixed {
     prefix: Option<Bytes>,
     inner: Option<Incoming>,
+    /// The peeked bytes, held against the budget until this body is gone.
+    _held: Reservation,
 }
 
 impl Body for Prefixed {
@@ -395,35 +449,37 @@ fn utf8_charset(content_type: &str) -> bool {
         })
 }
 
+/// Upstream headers that survive around the internal error replacing a refused error
+/// body: what a client needs to act on the status. Everything else described the body
+/// that is gone (`ETag`, `Content-Range`, caching).
+const KEPT_ON_REFUSAL: [&str; 6] = [
+    "www-authenticate",
+    "mcp-session-id",
+    "retry-after",
+    "set-cookie",
+    "location",
+    "allow",
+];
+
 /// What the client gets when a response was refused: for an upstream error status, that
-/// status and its headers (a `WWW-Authenticate` must survive), minus those describing
-/// the body that was replaced.
+/// status and the headers it needs (a `WWW-Authenticate` must survive), never cached.
 pub(super) fn keep_upstream_head(
     response: &mut Response<ProxyBody>,
     upstream: http::response::Parts,
 ) {
-    if upstream.status.is_success() || upstream.status.is_informational() {
+    if !(upstream.status.is_client_error() || upstream.status.is_server_error()) {
         return;
     }
-    let mut headers = upstream.headers;
-    for name in [
-        header::CONTENT_TYPE,
-        header::CONTENT_LENGTH,
-        header::CONTENT_ENCODING,
-        header::TRANSFER_ENCODING,
-    ] {
-        headers.remove(name);
-    }
-    for (name, value) in headers.iter() {
-        if !response.headers().contains_key(name) {
-            response.headers_mut().append(name.clone(), value.clone());
+    for name in KEPT_ON_REFUSAL {
+        for value in upstream.headers.get_all(name) {
+            response.headers_mut().append(name, value.clone());
         }
     }
-    *response.status_mut() = if upstream.status == StatusCode::SWITCHING_PROTOCOLS {
-        StatusCode::BAD_GATEWAY
-    } else {
-        upstream.status
-    };
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    *response.status_mut() = upstream.status;
 }
 
 #[cfg(test)]

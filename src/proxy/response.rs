@@ -66,7 +66,6 @@ pub struct Sealer {
     single_use: Arc<SingleUsePolicy>,
     metrics: Arc<Metrics>,
     max_state_bytes: usize,
-    max_json_values: usize,
     context: SealContext,
     /// An SSE event with content has been seen (the first one must not open like JSON).
     seen_event: bool,
@@ -78,7 +77,6 @@ impl Sealer {
         single_use: Arc<SingleUsePolicy>,
         metrics: Arc<Metrics>,
         max_state_bytes: usize,
-        max_json_values: usize,
         context: SealContext,
     ) -> Self {
         Self {
@@ -86,7 +84,6 @@ impl Sealer {
             single_use,
             metrics,
             max_state_bytes,
-            max_json_values,
             context,
             seen_event: false,
         }
@@ -178,6 +175,11 @@ impl Sealer {
         let token = self
             .sealer
             .seal(state.unwrap_or_default(), binding, &options);
+        if token.len() > super::max_token_bytes(self.max_state_bytes) {
+            // A long path or many asked keys on top of a large state: the gate would refuse
+            // this token on the retry, so it is not handed out.
+            return Err(SealFailure::StateTooLarge);
+        }
         result.insert("requestState".into(), Value::String(token));
         self.metrics.sealed();
         Ok(true)
@@ -185,7 +187,7 @@ impl Sealer {
 
     /// Make a whole JSON body safe: the sealed body, or the failure.
     pub fn seal_json(&self, body: &[u8]) -> Result<Option<Bytes>, SealFailure> {
-        let mut value = parse(body, self.max_json_values)?;
+        let mut value = parse(body)?;
         if self.seal_value(&mut value)? {
             Ok(Some(Bytes::from(
                 serde_json::to_vec(&value).expect("a parsed value serialises"),
@@ -223,9 +225,8 @@ impl EventRewriter for Sealer {
         // client reads `\u{feff}data: ...` as a data line: so must the sealer (on any
         // event; a BOM elsewhere is never legitimate and dropping it is harmless).
         let event = event.strip_prefix("\u{feff}".as_bytes()).unwrap_or(event);
-        if !event.iter().all(u8::is_ascii_whitespace)
-            && !std::mem::replace(&mut self.seen_event, true)
-            && super::outbound::json_like(event) == Some(true)
+        let opens = super::outbound::json_like(event);
+        if opens.is_some() && !std::mem::replace(&mut self.seen_event, true) && opens == Some(true)
         {
             // A stream that opens like JSON is read as JSON by lenient clients that look
             // at the bytes rather than the label; no SSE stream starts that way.
@@ -247,7 +248,7 @@ impl EventRewriter for Sealer {
             // transport's `event: endpoint` carries a plain URL here.
             return Rewrite::Keep;
         }
-        let mut value = match parse(&data, self.max_json_values) {
+        let mut value = match parse(&data) {
             Ok(value) => value,
             Err(failure) => return Rewrite::ReplaceAndEnd(self.error_event(failure)),
         };
@@ -318,12 +319,12 @@ fn split_lines_inclusive(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// Parse an upstream body as the gate parses a client's.
-fn parse(body: &[u8], max_values: usize) -> Result<Value, SealFailure> {
-    jsonrpc::parse_bounded(body, max_values).map_err(|e| match e {
-        jsonrpc::ParseError::TooManyValues => SealFailure::TooManyValues,
-        _ => SealFailure::UnparseableBody,
-    })
+/// Parse an upstream body as strictly as the gate parses a client's, but with no cap on
+/// its values: it comes from the operator's own server, bounded by
+/// `limits.max_body_bytes` / `max_event_bytes`, and a large legitimate result (150,000
+/// numbers) must not become an internal error.
+fn parse(body: &[u8]) -> Result<Value, SealFailure> {
+    jsonrpc::parse_bounded(body, usize::MAX).map_err(|_| SealFailure::UnparseableBody)
 }
 
 /// A whole-body response with a new body, holding `reservation` until it is sent.

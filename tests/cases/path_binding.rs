@@ -1,5 +1,6 @@
-//! Tokens are bound to the request path: when one upstream serves several MCP servers or
-//! tenants under different paths, a state minted under one does not open under another
+//! Tokens are bound to the request path and query: when one upstream serves several MCP
+//! servers or tenants under different paths (or query strings), a state minted under one
+//! does not open under another
 //! (the same tool name and arguments notwithstanding), and nothing is forwarded. Tokens
 //! without the path claim (the reference SDK's) keep opening: `token_interop` covers them.
 
@@ -43,6 +44,7 @@ async fn a_state_opens_only_on_the_path_it_was_minted_on() {
         "/tenants/a/mcp/",
         "/tenants/A/mcp",
         "/tenants/a/%6dcp",
+        "/tenants/a/mcp?tenant=b",
     ] {
         let reply = call(&sidecar, other, &tools_call(2, Some(json!(token)))).await;
         assert_eq!(reply.status, 400, "{other}");
@@ -57,8 +59,8 @@ async fn a_state_opens_only_on_the_path_it_was_minted_on() {
         forwarded,
         "a refused retry reached the upstream"
     );
-    assert_eq!(sidecar.metrics().verified_count("binding"), 4);
-    assert_eq!(sidecar.metrics().refused_count(ErrorKind::InvalidState), 4);
+    assert_eq!(sidecar.metrics().verified_count("binding"), 5);
+    assert_eq!(sidecar.metrics().refused_count(ErrorKind::InvalidState), 5);
     let reply = call(
         &sidecar,
         "/tenants/a/mcp",

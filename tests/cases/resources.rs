@@ -67,17 +67,37 @@ async fn buffered_bodies_share_one_budget() {
     c.limits.max_body_bytes = 64 * 1024;
     c.limits.max_buffered_bytes = 64 * 1024;
     let sidecar = Sidecar::start(c).await;
-    // A client declares 60 KiB and sends 10 bytes: the declared length is held.
+    // Declared lengths hold nothing: eight clients that announce 60 KiB and send none of
+    // it leave the budget untouched (they used to lock every POST out).
+    let mut idle = Vec::new();
+    for _ in 0..8 {
+        let mut stream = TcpStream::connect(sidecar.addr).await.unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n",
+            sidecar.addr,
+            60 * 1024
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        idle.push(stream);
+    }
+    let budget = || sidecar.metrics().buffered_bytes().get();
+    let small = serde_json::to_vec(&tools_call(5, None)).unwrap();
+    let headers = mcp_headers("tools/call", Some("provision"));
+    let reply = send(Method::POST, &sidecar.mcp_url(), &headers, small, T).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(budget(), 0);
+    // A client that sends 56 KiB of a 60 KiB body holds what it sent.
     let mut slow = TcpStream::connect(sidecar.addr).await.unwrap();
     let head = format!(
         "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n{{\"jsonrpc\"",
+         content-length: {}\r\n\r\n",
         sidecar.addr,
         60 * 1024
     );
     slow.write_all(head.as_bytes()).await.unwrap();
-    let budget = || sidecar.metrics().buffered_bytes().get();
-    crate::support::fake::wait_until(|| budget() == 60 * 1024, "the slow body is reserved").await;
+    slow.write_all(&vec![b' '; 56 * 1024]).await.unwrap();
+    crate::support::fake::wait_until(|| budget() >= 56 * 1024, "the slow body is reserved").await;
     let body = serde_json::to_vec(&tools_call(5, None)).unwrap();
     let padded = [
         &body[..body.len() - 1],
@@ -98,7 +118,8 @@ async fn buffered_bodies_share_one_budget() {
     assert_eq!(reply.status, 503, "{}", reply.text());
     assert_eq!(reply.headers.get("retry-after").unwrap(), "1");
     assert_eq!(sidecar.metrics().refused_count(ErrorKind::Overloaded), 1);
-    assert_eq!(fake.count(), 0);
+    assert_eq!(fake.count(), 1, "only the small request was forwarded");
+    drop(idle);
     // The slow client leaves: its bytes come back, and the same request goes through.
     drop(slow);
     crate::support::fake::wait_until(|| budget() == 0, "the budget is returned").await;
@@ -166,9 +187,10 @@ async fn amplification_attacks_stay_small_in_memory_and_in_the_log() {
             send(Method::POST, &url, &headers, body, T).await.status
         }));
     }
-    // And four admitted bodies just under the cap, held while the slow tool works.
+    // And 32 admitted bodies just under the cap, waiting on the slow tool together: their
+    // parsed form (~10 MB each) must be gone before the upstream is awaited.
     let admitted = zeros(190_000);
-    for _ in 0..4 {
+    for _ in 0..32 {
         let (url, headers, body) = (url.clone(), headers.clone(), admitted.clone());
         tasks.push(tokio::spawn(async move {
             send(Method::POST, &url, &headers, body, T).await.status
@@ -178,10 +200,11 @@ async fn amplification_attacks_stay_small_in_memory_and_in_the_log() {
     for task in tasks {
         statuses.push(task.await.unwrap().as_u16());
     }
-    assert_eq!(statuses, [413, 413, 413, 413, 200, 200, 200, 200]);
+    assert_eq!(statuses[..4], [413; 4]);
+    assert_eq!(statuses[4..], [200; 32]);
     let peak = process.peak_rss_mib();
     eprintln!(
-        "peak RSS {peak} MiB (at start {before} MiB) after 4 × 4 MiB zeros + 4 admitted, {:?}",
+        "peak RSS {peak} MiB (at start {before} MiB) after 4 × 4 MiB zeros + 32 admitted, {:?}",
         started.elapsed()
     );
     assert!(peak < 150, "peak RSS {peak} MiB");

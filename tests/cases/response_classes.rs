@@ -133,9 +133,119 @@ async fn upstream_error_statuses_keep_their_status_and_headers() {
     })
     .await;
     assert_eq!(reply.status, 500);
-    assert_eq!(reply.headers.get("x-upstream-trace").unwrap(), "abc");
     assert_eq!(reply.content_type(), "application/json");
     assert_internal_error(&reply.body, 7, "json-like 500");
+    sidecar.stop().await;
+
+    // Around a refusal, only what a client needs to act on the status survives; what
+    // described the replaced body (and could get the error cached) does not.
+    let (reply, sidecar) = through(|| {
+        Reply::new(401, FakeBody::whole("{not json"))
+            .header("content-type", "application/json")
+            .header("www-authenticate", "Bearer error=\"invalid_token\"")
+            .header("etag", "\"v1\"")
+            .header("cache-control", "public, max-age=86400")
+            .header("content-range", "bytes 0-8/9")
+    })
+    .await;
+    assert_eq!(reply.status, 401);
+    assert_internal_error(&reply.body, 7, "unparseable 401");
+    assert_eq!(
+        reply.headers.get("www-authenticate").unwrap(),
+        "Bearer error=\"invalid_token\""
+    );
+    assert_eq!(reply.headers.get("cache-control").unwrap(), "no-store");
+    for gone in ["etag", "content-range"] {
+        assert!(reply.headers.get(gone).is_none(), "{gone}");
+    }
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn informational_answers_and_notification_bodies() {
+    // An unsolicited `101` would hand the client a raw connection to the upstream.
+    let raw =
+        "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n";
+    let fake = FakeUpstream::raw(vec![Step::Data(Bytes::from(raw))], false).await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let reply = post_mcp(&sidecar.mcp_url(), &tools_call(7, None)).await;
+    assert_internal_error(&reply.body, 7, "101");
+    assert_eq!(
+        sidecar
+            .metrics()
+            .seal_failure_count(SealFailure::UnexpectedStatus),
+        1
+    );
+    sidecar.stop().await;
+
+    // Express's `res.sendStatus(202)` to a notification: the status stays, the text goes.
+    let fake = FakeUpstream::always(|| {
+        Reply::new(202, FakeBody::whole("Accepted")).header("content-type", "text/plain")
+    })
+    .await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 3}});
+    let reply = post_mcp(&sidecar.mcp_url(), &note).await;
+    assert_eq!(reply.status, 202);
+    assert!(reply.body.is_empty(), "{:?}", reply.body);
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_get_stream_is_read_as_events_whatever_its_label() {
+    // The TypeScript SDK parses every 2xx GET body as SSE: a mislabelled stream carrying a
+    // plaintext state must not get past the sealer.
+    let leaking = format!(
+        ": hello\n\nevent: message\ndata: {}\n\n",
+        input_required(json!(3), json!(plaintext()))
+    );
+    for label in [Some("text/plain"), None] {
+        let body = leaking.clone();
+        let fake = FakeUpstream::always(move || {
+            let reply = Reply::new(200, FakeBody::whole(body.clone()));
+            match label {
+                Some(label) => reply.header("content-type", label),
+                None => reply,
+            }
+        })
+        .await;
+        let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+        let reply = crate::support::http::send(
+            http::Method::GET,
+            &sidecar.mcp_url(),
+            &[("accept".into(), "text/event-stream".into())],
+            "",
+            std::time::Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{label:?}");
+        assert!(
+            !contains(&reply.body, SECRET),
+            "{label:?}: plaintext leaked"
+        );
+        assert!(contains(&reply.body, ": hello"), "{label:?}: comments pass");
+        assert!(
+            contains(&reply.body, "-32603"),
+            "{label:?}: {:?}",
+            reply.body
+        );
+        sidecar.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_upstream_results_are_not_capped_by_the_client_value_limit() {
+    let numbers: Vec<u32> = (0..150_000).collect();
+    let result = json!({"jsonrpc": "2.0", "id": 7, "result": {"resultType": "complete",
+        "content": [], "structuredContent": {"numbers": numbers}}});
+    let body = result.to_string();
+    let (reply, sidecar) = through(move || Reply::json(body.clone())).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        reply.json()["result"]["structuredContent"]["numbers"][149_999],
+        149_999
+    );
     sidecar.stop().await;
 }
 
