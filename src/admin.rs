@@ -1,15 +1,51 @@
 //! The admin listener: `/metrics` (Prometheus text format 0.0.4), `/healthz` (the process
-//! serves) and `/readyz` (the sidecar takes traffic: keys loaded, not draining, a
-//! fail-closed single-use store reachable; the body names each failing check).
+//! serves), `/readyz` (the sidecar takes traffic: keys loaded, not draining, a
+//! fail-closed single-use store reachable; the body names each failing check), and
+//! `POST /admin/revoke` (stop every flow of one caller now).
 //!
-//! Invariant: the admin port never proxies and never shows a token, a key or a state.
+//! Invariant: the admin port never proxies and never shows a token, a key or a state; its
+//! one mutating endpoint is refused unless `admin.token_file` is configured, and then
+//! answers only a request carrying that bearer secret (compared in constant time).
 
 use crate::metrics::Metrics;
+use crate::policy::revocation::Revocations;
 use crate::proxy::upstream::{ProxyBody, full};
 use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
+
+/// What the admin listener serves from.
+pub struct Admin {
+    pub metrics: Arc<Metrics>,
+    pub readiness: Arc<Readiness>,
+    pub revocations: Arc<Revocations>,
+    /// The bearer secret of the mutating endpoints; `None`: they are refused.
+    pub token: Option<Zeroizing<String>>,
+}
+
+/// The shortest admin secret accepted.
+const MIN_TOKEN_BYTES: usize = 16;
+
+/// Read `admin.token_file`: one secret, surrounding whitespace trimmed. The message
+/// never contains the secret.
+pub fn read_token(path: &Path) -> Result<Zeroizing<String>, String> {
+    let text = std::fs::read_to_string(path)
+        .map(Zeroizing::new)
+        .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+    let token = Zeroizing::new(text.trim().to_owned());
+    if token.len() < MIN_TOKEN_BYTES {
+        return Err(format!(
+            "{} must hold a secret of at least {MIN_TOKEN_BYTES} bytes",
+            path.display()
+        ));
+    }
+    Ok(token)
+}
 
 /// Readiness: serving (flipped to false when draining starts so load balancers stop
 /// sending), and every dependency check passing.
@@ -46,14 +82,14 @@ impl Readiness {
     }
 }
 
-pub async fn handle(
-    metrics: Arc<Metrics>,
-    readiness: Arc<Readiness>,
-    request: Request<Incoming>,
-) -> Response<ProxyBody> {
+pub async fn handle(admin: Arc<Admin>, request: Request<Incoming>) -> Response<ProxyBody> {
+    if request.uri().path() == "/admin/revoke" {
+        return revoke(&admin, request).await;
+    }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }
+    let (metrics, readiness) = (&admin.metrics, &admin.readiness);
     match request.uri().path() {
         "/metrics" => {
             let mut response = text(StatusCode::OK, &metrics.render());
@@ -72,6 +108,63 @@ pub async fn handle(
             ),
         },
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+/// `POST /admin/revoke` with `{"principal": "..."}`: refuse every token of that
+/// principal minted before now, on every replica sharing the store.
+async fn revoke(admin: &Admin, request: Request<Incoming>) -> Response<ProxyBody> {
+    let Some(secret) = &admin.token else {
+        return text(
+            StatusCode::FORBIDDEN,
+            "admin.token_file is not configured: revocation over HTTP is off\n",
+        );
+    };
+    if request.method() != Method::POST {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n");
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .unwrap_or_default();
+    if !bool::from(presented.ct_eq(secret.as_bytes())) {
+        let mut response = text(StatusCode::UNAUTHORIZED, "unauthorized\n");
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        return response;
+    }
+    let Ok(body) = Limited::new(request.into_body(), 64 * 1024).collect().await else {
+        return text(StatusCode::BAD_REQUEST, "body unreadable or over 64 KiB\n");
+    };
+    let principal = serde_json::from_slice::<serde_json::Value>(&body.to_bytes())
+        .ok()
+        .and_then(|v| v.get("principal")?.as_str().map(str::to_owned))
+        .filter(|p| !p.is_empty());
+    let Some(principal) = principal else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "body must be {\"principal\": \"<non-empty string>\"}\n",
+        );
+    };
+    match admin.revocations.revoke(&principal).await {
+        Ok(at) => {
+            // The principal itself stays out of the log (the caller knows whom it named).
+            tracing::warn!(not_before = at, "principal revoked over the admin endpoint");
+            text(
+                StatusCode::OK,
+                &format!("{{\"revoked\":true,\"notBefore\":{at}}}\n"),
+            )
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "revocation could not be recorded");
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store unavailable: not revoked\n",
+            )
+        }
     }
 }
 

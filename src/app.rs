@@ -8,6 +8,7 @@ use crate::admin::{self, Readiness};
 use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
 use crate::metrics::Metrics;
+use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{SingleUse, SingleUsePolicy};
 use crate::principal::PrincipalSource;
 use crate::proxy::Proxy;
@@ -143,12 +144,23 @@ pub async fn start_from(
         Duration::from_millis(config.timeouts.response_head_ms),
     );
     let store = Store::from_config(&config.single_use)
+        .map(Arc::new)
         .map_err(|e| StartError::Config(format!("single_use: {e}")))?;
-    let single_use = Arc::new(SingleUse::new(&config.single_use, store, metrics.clone()));
+    let single_use = Arc::new(SingleUse::new(
+        &config.single_use,
+        store.clone(),
+        metrics.clone(),
+    ));
+    let revocations = Arc::new(Revocations::new(store, config.state.ttl_seconds));
+    let admin_token = match &config.admin.token_file {
+        Some(path) => Some(admin::read_token(path).map_err(StartError::Config)?),
+        None => None,
+    };
     let proxy = Proxy::new(
         config,
         sealer.clone(),
         single_use.clone(),
+        revocations.clone(),
         metrics.clone(),
         principal,
         upstream,
@@ -183,10 +195,15 @@ pub async fn start_from(
         stop.clone(),
         options("proxy"),
     )));
-    let (admin_metrics, admin_ready) = (metrics.clone(), readiness.clone());
+    let admin = Arc::new(admin::Admin {
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
+        revocations,
+        token: admin_token,
+    });
     tasks.push(tokio::spawn(server::serve(
         admin_listener,
-        move |request| admin::handle(admin_metrics.clone(), admin_ready.clone(), request),
+        move |request| admin::handle(admin.clone(), request),
         stop.clone(),
         options("admin"),
     )));

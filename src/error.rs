@@ -43,6 +43,12 @@ pub enum ProxyError {
     },
     #[error("inputResponses must be an object")]
     InputResponses,
+    #[error("inputResponses[{key:?}] {rule}")]
+    InvalidAnswer { key: String, rule: String },
+    #[error("the upstream asked for client capabilities the client did not declare")]
+    MissingCapability { required: serde_json::Value },
+    #[error("the upstream asked past mrtr.max_rounds")]
+    RoundLimit,
     #[error("upstream unavailable")]
     UpstreamUnavailable(#[source] hyper_util::client::legacy::Error),
     #[error("upstream did not answer within {0} ms")]
@@ -67,13 +73,16 @@ pub enum ErrorKind {
     PrincipalHeader,
     InvalidState,
     InputResponses,
+    InvalidAnswer,
+    MissingCapability,
+    RoundLimit,
     UpstreamUnavailable,
     UpstreamTimeout,
     UpstreamResponse,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 16] = [
+    pub const ALL: [ErrorKind; 19] = [
         ErrorKind::Parse,
         ErrorKind::HeaderMismatch,
         ErrorKind::ContentType,
@@ -87,6 +96,9 @@ impl ErrorKind {
         ErrorKind::PrincipalHeader,
         ErrorKind::InvalidState,
         ErrorKind::InputResponses,
+        ErrorKind::InvalidAnswer,
+        ErrorKind::MissingCapability,
+        ErrorKind::RoundLimit,
         ErrorKind::UpstreamUnavailable,
         ErrorKind::UpstreamTimeout,
         ErrorKind::UpstreamResponse,
@@ -107,6 +119,9 @@ impl ErrorKind {
             ErrorKind::PrincipalHeader => "principal_header",
             ErrorKind::InvalidState => "invalid_state",
             ErrorKind::InputResponses => "input_responses",
+            ErrorKind::InvalidAnswer => "invalid_answer",
+            ErrorKind::MissingCapability => "missing_capability",
+            ErrorKind::RoundLimit => "round_limit",
             ErrorKind::UpstreamUnavailable => "upstream_unavailable",
             ErrorKind::UpstreamTimeout => "upstream_timeout",
             ErrorKind::UpstreamResponse => "upstream_response",
@@ -148,6 +163,9 @@ impl ProxyError {
             ProxyError::PrincipalHeader(_) => ErrorKind::PrincipalHeader,
             ProxyError::InvalidState { .. } => ErrorKind::InvalidState,
             ProxyError::InputResponses => ErrorKind::InputResponses,
+            ProxyError::InvalidAnswer { .. } => ErrorKind::InvalidAnswer,
+            ProxyError::MissingCapability { .. } => ErrorKind::MissingCapability,
+            ProxyError::RoundLimit => ErrorKind::RoundLimit,
             ProxyError::UpstreamUnavailable(_) => ErrorKind::UpstreamUnavailable,
             ProxyError::UpstreamTimeout(_) => ErrorKind::UpstreamTimeout,
             ProxyError::UpstreamResponse(_) => ErrorKind::UpstreamResponse,
@@ -169,7 +187,7 @@ impl ProxyError {
             ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             // The reference answers a state it cannot seal with -32603 under HTTP 200, the
             // status MCP maps internal errors to; clients surface it as a JSON-RPC error.
-            ProxyError::UpstreamResponse(_) => StatusCode::OK,
+            ProxyError::UpstreamResponse(_) | ProxyError::RoundLimit => StatusCode::OK,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -198,6 +216,12 @@ impl ProxyError {
             ProxyError::PrincipalHeader(_) => (jsonrpc::INVALID_REQUEST, "Invalid identity"),
             ProxyError::InvalidState { .. } => (jsonrpc::INVALID_PARAMS, INVALID_STATE_MESSAGE),
             ProxyError::InputResponses => (jsonrpc::INVALID_PARAMS, "Invalid params"),
+            ProxyError::InvalidAnswer { .. } => (jsonrpc::INVALID_PARAMS, "Invalid inputResponses"),
+            ProxyError::MissingCapability { .. } => (
+                jsonrpc::MISSING_CAPABILITY,
+                "Missing required client capability",
+            ),
+            ProxyError::RoundLimit => (jsonrpc::INTERNAL_ERROR, "Internal error"),
             ProxyError::UpstreamUnavailable(_) => (jsonrpc::INTERNAL_ERROR, "Upstream unavailable"),
             ProxyError::UpstreamTimeout(_) => (jsonrpc::INTERNAL_ERROR, "Upstream timed out"),
             ProxyError::UpstreamResponse(_) => (jsonrpc::INTERNAL_ERROR, "Internal error"),
@@ -209,9 +233,27 @@ impl ProxyError {
         let (code, message) = self.wire();
         let data = match self {
             ProxyError::InvalidState { .. } => Some(json!({"reason": "invalid_request_state"})),
+            ProxyError::MissingCapability { required } => {
+                Some(json!({"requiredCapabilities": required}))
+            }
+            ProxyError::RoundLimit => Some(json!({"reason": "round_limit"})),
             _ => None,
         };
-        Bytes::from(jsonrpc::error_body(id, code, message, data))
+        // A bad answer is the client's mistake: it is told which question and which
+        // rule (the key is printable-escaped; no value of the answer is repeated).
+        let message = match self {
+            ProxyError::InvalidAnswer { key, rule } => {
+                format!("Invalid inputResponses[\"{key}\"]: {rule}")
+            }
+            _ => message.to_owned(),
+        };
+        let data = match self {
+            ProxyError::InvalidAnswer { key, .. } => {
+                Some(json!({"reason": "invalid_input_response", "key": key}))
+            }
+            _ => data,
+        };
+        Bytes::from(jsonrpc::error_body(id, code, &message, data))
     }
 
     /// The whole HTTP response.

@@ -107,6 +107,8 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// MCP 2026-07-28: a header disagrees with the body (or is repeated).
 pub const HEADER_MISMATCH: i64 = -32020;
+/// MCP 2026-07-28: the server needs a client capability the client did not declare.
+pub const MISSING_CAPABILITY: i64 = -32021;
 
 /// Parse one JSON value, refusing duplicate keys at any depth. Numbers keep their
 /// literal spelling (`arbitrary_precision`), so re-serialising changes no number.

@@ -18,10 +18,11 @@
 //!    `passthrough_paths` are forwarded untouched.
 //! 5. [`proxy::state`]: a `params.requestState` is opened by [`token`] and checked
 //!    against this request's method, target, argument digest, path, audience and
-//!    principal; when the token or the live [`policy`] says the target is single-use, it
-//!    is consumed in the shared [`store`] (a replay is refused); on success the
-//!    upstream's own plaintext replaces it, and `inputResponses` keys the round did not
-//!    ask for are dropped. On any failure the
+//!    principal; the flow's age, the caller's revocations and each answer against the
+//!    question it answers are checked ([`policy`]); when the token or the live policy
+//!    says the target is single-use, it is consumed in the shared [`store`] (a replay is
+//!    refused); on success the upstream's own plaintext replaces it, and
+//!    `inputResponses` keys the round did not ask for are dropped. On any failure the
 //!    client gets the one frozen error and nothing is sent. The request's binding is
 //!    kept for step 7; the parsed body is not.
 //! 6. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
@@ -29,9 +30,10 @@
 //! 7. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
 //!    SSE, empty, or something a 2xx answer to an MCP request may not be) and
 //!    [`proxy::response`] seals every `requestState` in it, in a JSON body or event by
-//!    event in an SSE stream ([`sse`]), bound to the request of step 5; what cannot be
-//!    sealed becomes a JSON-RPC internal error instead (an upstream error status and
-//!    its headers are kept).
+//!    event in an SSE stream ([`sse`]), bound to the request of step 5, after checking
+//!    the round against the client's declared capabilities and the round limit; what
+//!    cannot be sealed becomes a JSON-RPC error instead (an upstream error status and
+//!    the headers a client needs are kept).
 //! 8. Failures become responses in one place ([`error`]); outcomes are counted in
 //!    [`metrics`], served with health and readiness by [`admin`]; client text reaches
 //!    logs only through [`telemetry`].

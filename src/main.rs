@@ -2,12 +2,16 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
+use mcp_state_guard::config::SingleUseStore;
 use mcp_state_guard::config::reload::ConfigSource;
 use mcp_state_guard::config::{Config, LogFormat, Overrides};
+use mcp_state_guard::policy::revocation::Revocations;
+use mcp_state_guard::store::Store;
 use mcp_state_guard::{app, token};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Parser)]
@@ -38,6 +42,18 @@ enum Command {
     },
     /// Print one new key line (64 random hex characters) for `state.keys_file`.
     Keygen,
+    /// Refuse every token of one principal minted before now, on every replica sharing
+    /// the Redis single-use store (with the memory store, use `POST /admin/revoke` on
+    /// each replica instead).
+    Revoke {
+        /// TOML configuration file naming the store (`single_use.redis_url`).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The principal string tokens bind: the identity header's value, the mTLS
+        /// identity, or for `jwt` the compact JSON `[client_id,iss,sub]`.
+        #[arg(long)]
+        principal: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -47,6 +63,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::CheckConfig { config } => check_config(config),
+        Command::Revoke { config, principal } => revoke(config, &principal),
         Command::Run {
             config,
             listen,
@@ -66,6 +83,53 @@ fn load(file: Option<&PathBuf>, overrides: &Overrides) -> Result<Config, Vec<Str
         })?;
     }
     Ok(config)
+}
+
+fn revoke(file: Option<PathBuf>, principal: &str) -> ExitCode {
+    let config = match load(file.as_ref(), &Overrides::default()) {
+        Ok(config) => config,
+        Err(problems) => {
+            for problem in problems {
+                eprintln!("configuration error: {problem}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    if principal.is_empty() {
+        eprintln!("--principal must not be empty");
+        return ExitCode::FAILURE;
+    }
+    if config.single_use.store != SingleUseStore::Redis {
+        eprintln!(
+            "single_use.store is \"memory\": each replica keeps its own revocations; \
+             use POST /admin/revoke on every replica (or configure the redis store)"
+        );
+        return ExitCode::FAILURE;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("build the tokio runtime");
+    runtime.block_on(async {
+        let store = match Store::from_config(&config.single_use) {
+            Ok(store) => Arc::new(store),
+            Err(e) => {
+                eprintln!("single_use: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let revocations = Revocations::new(store, config.state.ttl_seconds);
+        match revocations.revoke(principal).await {
+            Ok(at) => {
+                println!("revoked: tokens of this principal minted before {at:.3} are refused");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("not revoked: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }
 
 fn check_config(file: Option<PathBuf>) -> ExitCode {

@@ -30,7 +30,7 @@ impl VerifyResult {
 }
 
 /// The `result` label values of the contract, including those of single-use stores.
-const VERIFY_LABELS: [&str; 9] = [
+const VERIFY_LABELS: [&str; 10] = [
     "ok",
     "malformed",
     "unknown_key",
@@ -40,6 +40,7 @@ const VERIFY_LABELS: [&str; 9] = [
     "principal",
     "replayed",
     "store_unavailable",
+    "revoked",
 ];
 
 /// Outcomes of recording a single-use consumption (`result` label).
@@ -73,6 +74,45 @@ impl Consumption {
 }
 
 const STORES: [StoreKind; 2] = [StoreKind::Memory, StoreKind::Redis];
+
+/// Why a flow was stopped by an MRTR rule (`reason` label of `mrtr_refusals_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MrtrRefusal {
+    /// The upstream asked for what the client did not declare (`-32021`).
+    MissingCapability,
+    /// The upstream asked with a method MCP does not define (`-32021`).
+    UnknownInputMethod,
+    /// The questions of a round would not fit in a token.
+    QuestionsTooLarge,
+    /// An answer did not answer its question (`-32602`).
+    InvalidAnswer,
+    /// The upstream asked once more than `mrtr.max_rounds`.
+    RoundLimit,
+    /// A retry of a flow older than `mrtr.max_flow_seconds`.
+    FlowLimit,
+}
+
+impl MrtrRefusal {
+    pub const ALL: [MrtrRefusal; 6] = [
+        MrtrRefusal::MissingCapability,
+        MrtrRefusal::UnknownInputMethod,
+        MrtrRefusal::QuestionsTooLarge,
+        MrtrRefusal::InvalidAnswer,
+        MrtrRefusal::RoundLimit,
+        MrtrRefusal::FlowLimit,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MrtrRefusal::MissingCapability => "missing_capability",
+            MrtrRefusal::UnknownInputMethod => "unknown_input_method",
+            MrtrRefusal::QuestionsTooLarge => "questions_too_large",
+            MrtrRefusal::InvalidAnswer => "invalid_answer",
+            MrtrRefusal::RoundLimit => "round_limit",
+            MrtrRefusal::FlowLimit => "flow_limit",
+        }
+    }
+}
 
 /// What kind of traffic a request was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +220,7 @@ pub struct Metrics {
     consumptions: IntCounterVec,
     store_latency: HistogramVec,
     config_reloads: IntCounterVec,
+    mrtr_refusals: IntCounterVec,
 }
 
 impl Metrics {
@@ -278,6 +319,17 @@ impl Metrics {
             &["result"],
         )
         .unwrap();
+        let mrtr_refusals = IntCounterVec::new(
+            Opts::new(
+                "mrtr_refusals_total",
+                "Rounds and retries stopped by a multi-round-request rule, by reason.",
+            ),
+            &["reason"],
+        )
+        .unwrap();
+        for reason in MrtrRefusal::ALL {
+            mrtr_refusals.with_label_values(&[reason.as_str()]);
+        }
         for result in ["ok", "error"] {
             key_reloads.with_label_values(&[result]);
             config_reloads.with_label_values(&[result]);
@@ -314,6 +366,7 @@ impl Metrics {
             Box::new(consumptions.clone()),
             Box::new(store_latency.clone()),
             Box::new(config_reloads.clone()),
+            Box::new(mrtr_refusals.clone()),
         ] {
             registry
                 .register(collector)
@@ -334,6 +387,7 @@ impl Metrics {
             consumptions,
             store_latency,
             config_reloads,
+            mrtr_refusals,
         }
     }
 
@@ -353,6 +407,18 @@ impl Metrics {
         self.store_latency
             .with_label_values(&[store.as_str()])
             .observe(seconds);
+    }
+
+    pub fn mrtr_refused(&self, reason: MrtrRefusal) {
+        self.mrtr_refusals
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+
+    pub fn mrtr_refusal_count(&self, reason: MrtrRefusal) -> u64 {
+        self.mrtr_refusals
+            .with_label_values(&[reason.as_str()])
+            .get()
     }
 
     pub fn config_reload(&self, ok: bool) {

@@ -49,6 +49,8 @@ pub struct Config {
     pub state: StateConfig,
     pub principal: PrincipalConfig,
     pub single_use: SingleUseConfig,
+    pub mrtr: MrtrConfig,
+    pub admin: AdminConfig,
     pub limits: LimitsConfig,
     pub timeouts: TimeoutsConfig,
     pub log: LogConfig,
@@ -65,6 +67,8 @@ impl Default for Config {
             state: StateConfig::default(),
             principal: PrincipalConfig::default(),
             single_use: SingleUseConfig::default(),
+            mrtr: MrtrConfig::default(),
+            admin: AdminConfig::default(),
             limits: LimitsConfig::default(),
             timeouts: TimeoutsConfig::default(),
             log: LogConfig::default(),
@@ -199,7 +203,8 @@ pub struct SingleUseConfig {
     /// Most consumed ids the memory store holds; full, it refuses new single-use
     /// retries rather than forget one.
     pub memory_max_entries: usize,
-    /// Prefix of every Redis key the store writes.
+    /// Prefix of every Redis key the store writes (`<prefix>c:<id>` for consumptions,
+    /// `<prefix>r:<digest>` for revocations).
     pub redis_key_prefix: String,
     /// Deadline of one Redis command, in milliseconds.
     pub redis_timeout_ms: u64,
@@ -216,10 +221,39 @@ impl Default for SingleUseConfig {
             default: false,
             on_store_error: OnStoreError::Reject,
             memory_max_entries: 1_000_000,
-            redis_key_prefix: "mcp-state-guard:consumed:".to_owned(),
+            redis_key_prefix: "mcp-state-guard:".to_owned(),
             redis_timeout_ms: 250,
         }
     }
+}
+
+/// Limits per multi-round flow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MrtrConfig {
+    /// Most `input_required` rounds one flow may have (above the SDK clients' own cap
+    /// of 10); at least 1.
+    pub max_rounds: u32,
+    /// Oldest a flow may get, from its first round, in seconds; at least 1.
+    pub max_flow_seconds: u64,
+}
+
+impl Default for MrtrConfig {
+    fn default() -> Self {
+        MrtrConfig {
+            max_rounds: 16,
+            max_flow_seconds: 3600,
+        }
+    }
+}
+
+/// The admin listener's mutating endpoints.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// File holding the bearer secret of `POST /admin/revoke` (surrounding whitespace
+    /// trimmed). Unset: the endpoint is refused.
+    pub token_file: Option<PathBuf>,
 }
 
 /// Sizes the sidecar buffers, in bytes.

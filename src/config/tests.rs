@@ -70,6 +70,7 @@ fn shipped_file_is_the_defaults() {
     leaf_paths("", &figment::value::Value::from(dict), &mut keys);
     let optional = [
         "allowed_hosts",
+        "admin.token_file",
         "state.audience",
         "state.keys_file",
         "single_use.redis_url",
@@ -391,6 +392,11 @@ fn assembly_leaf_by_leaf_matches_serde() {
             memory_max_entries = 5
             redis_key_prefix = "k:"
             redis_timeout_ms = 11
+            [mrtr]
+            max_rounds = 3
+            max_flow_seconds = 4
+            [admin]
+            token_file = "/t"
             [limits]
             max_body_bytes = 2000
             max_event_bytes = 3000

@@ -4,4 +4,8 @@
 //! Invariant: every rule here decides from the verified token and the live policy only;
 //! none trusts a field of the request the token does not bind.
 
+pub mod answers;
+pub mod capabilities;
+pub mod flow;
+pub mod revocation;
 pub mod single_use;

@@ -80,7 +80,7 @@ pub struct Claim {
 /// The single-use phase: the live policy, the store, and what to do when it fails.
 pub struct SingleUse {
     policy: ArcSwap<SingleUsePolicy>,
-    store: Store,
+    store: Arc<Store>,
     on_store_error: OnStoreError,
     metrics: Arc<Metrics>,
     /// When a full memory store was last logged (ms since `started`), to log once a minute.
@@ -89,7 +89,7 @@ pub struct SingleUse {
 }
 
 impl SingleUse {
-    pub fn new(config: &SingleUseConfig, store: Store, metrics: Arc<Metrics>) -> Self {
+    pub fn new(config: &SingleUseConfig, store: Arc<Store>, metrics: Arc<Metrics>) -> Self {
         Self {
             policy: ArcSwap::from_pointee(SingleUsePolicy::from_config(config)),
             store,

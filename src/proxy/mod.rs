@@ -28,6 +28,9 @@ pub mod upstream;
 use crate::error::{ErrorKind, ProxyError};
 use crate::jsonrpc::Id;
 use crate::metrics::{Metrics, Route};
+use crate::policy::capabilities;
+use crate::policy::flow::FlowLimits;
+use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{Claim, SingleUse};
 use crate::principal::PrincipalSource;
 use crate::token::{RequestBinding, StateSealer};
@@ -93,10 +96,15 @@ impl Proxy {
         config: &crate::config::Config,
         sealer: Arc<StateSealer>,
         single_use: Arc<SingleUse>,
+        revocations: Arc<Revocations>,
         metrics: Arc<Metrics>,
         principal: PrincipalSource,
         upstream: Upstream,
     ) -> Result<Self, String> {
+        let flow_limits = FlowLimits {
+            max_rounds: config.mrtr.max_rounds,
+            max_flow_seconds: config.mrtr.max_flow_seconds,
+        };
         use std::time::Duration;
         let limits = &config.limits;
         let budget =
@@ -112,12 +120,14 @@ impl Proxy {
                 budget.clone(),
                 Duration::from_millis(config.timeouts.body_read_ms),
             ),
-            opener: StateOpener::new(
-                sealer.clone(),
-                single_use.clone(),
-                metrics.clone(),
-                max_token_bytes(limits.max_state_bytes),
-            ),
+            opener: StateOpener {
+                sealer: sealer.clone(),
+                single_use: single_use.clone(),
+                revocations,
+                flow_limits,
+                metrics: metrics.clone(),
+                max_token_bytes: max_token_bytes(limits.max_state_bytes),
+            },
             upstream,
             outbound: Outbound::new(
                 sealer,
@@ -125,6 +135,7 @@ impl Proxy {
                 metrics.clone(),
                 limits.clone(),
                 budget,
+                flow_limits,
                 head_timeout,
             ),
             passthrough_paths: config.passthrough_paths.iter().cloned().collect(),
@@ -221,7 +232,7 @@ impl Proxy {
             .uri
             .path_and_query()
             .map_or("/", http::uri::PathAndQuery::as_str);
-        let (method, binding, claim) = match admitted.call_mut() {
+        let (method, binding, claim, flow) = match admitted.call_mut() {
             Some((method, mut params)) => {
                 let opened = match params {
                     Some(ref mut params) => self
@@ -235,8 +246,9 @@ impl Proxy {
                         })?,
                     None => None,
                 };
-                let (binding, claim) = match opened {
-                    Some(opened) => (Some(opened.binding), opened.claim),
+                let capabilities = capabilities::declared(params.as_deref());
+                let (binding, claim, flow) = match opened {
+                    Some(opened) => (Some(opened.binding), opened.claim, opened.flow),
                     // Computed now, for the response: only the binding outlives this
                     // function, never the parsed body.
                     None => (
@@ -244,18 +256,25 @@ impl Proxy {
                             .ok()
                             .map(|b| b.at_path(path)),
                         None,
+                        None,
                     ),
                 };
-                (Some(method.to_owned()), binding, claim)
+                (
+                    Some(method.to_owned()),
+                    binding,
+                    claim,
+                    (capabilities, flow),
+                )
             }
-            None => (None, None, None),
+            None => (None, None, None, (None, None)),
         };
         // The parsed body ends here, before the upstream is awaited.
         let (forwarded, reservation) = admitted.into_forwarded();
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(forwarded.len()));
-        let context = SealContext::new(id, method.as_deref(), binding, principal);
+        let context =
+            SealContext::new(id, method.as_deref(), binding, principal).with_flow(flow.0, flow.1);
         self.exchange(
             parts,
             reservation.hold(upstream::full(forwarded)),

@@ -18,6 +18,7 @@ use super::{Failure, identity_encoding};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
 use crate::metrics::{Metrics, SealFailure};
+use crate::policy::flow::FlowLimits;
 use crate::policy::single_use::SingleUse;
 use crate::sse::SseRewriteBody;
 use crate::token::StateSealer;
@@ -40,6 +41,8 @@ pub struct Outbound {
     metrics: Arc<Metrics>,
     limits: LimitsConfig,
     budget: Arc<MemoryBudget>,
+    /// Round limits applied when a round is sealed.
+    flow_limits: FlowLimits,
     /// How long a whole JSON body, or the peek at an unlabelled one, may take
     /// (`timeouts.response_head_ms`, counted again from the head).
     read_timeout: Duration,
@@ -64,9 +67,11 @@ impl Outbound {
         metrics: Arc<Metrics>,
         limits: LimitsConfig,
         budget: Arc<MemoryBudget>,
+        flow_limits: FlowLimits,
         read_timeout: Duration,
     ) -> Self {
         Self {
+            flow_limits,
             sealer,
             single_use,
             metrics,
@@ -93,6 +98,7 @@ impl Outbound {
             self.single_use.policy(),
             self.metrics.clone(),
             self.limits.max_state_bytes,
+            self.flow_limits,
             context,
         );
         let refuse = |sealer: &Sealer, parts: http::response::Parts, failure| Failure {
@@ -218,7 +224,7 @@ impl Outbound {
         let sealed = match sealer.seal_json(&bytes) {
             Ok(Some(sealed)) => sealed,
             Ok(None) => return Ok(with_body(parts, bytes, Some(reservation))),
-            Err(failure) => return Err(failed(&sealer, parts, sealer.failure(failure))),
+            Err(withheld) => return Err(failed(&sealer, parts, sealer.withhold(withheld))),
         };
         drop(bytes);
         if reservation.grow_to(sealed.len()).is_err() {

@@ -11,11 +11,13 @@ use super::budget::Reservation;
 use super::upstream::ProxyBody;
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Id};
-use crate::metrics::{Metrics, SealFailure};
+use crate::metrics::{Metrics, MrtrRefusal, SealFailure};
+use crate::policy::flow::FlowLimits;
 use crate::policy::single_use::SingleUsePolicy;
+use crate::policy::{answers, capabilities};
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data};
 use crate::telemetry::Clipped;
-use crate::token::{RequestBinding, SealOptions, StateSealer};
+use crate::token::{Flow, RequestBinding, SealOptions, StateSealer};
 use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -30,6 +32,10 @@ pub struct SealContext {
     /// The request's method, bounded, for the log.
     method: Option<String>,
     principal: Option<String>,
+    /// What the client declared it can answer (`_meta` client capabilities).
+    client_capabilities: Option<Value>,
+    /// Where the retry's token stood in its flow (`None`: a first call).
+    flow: Option<Flow>,
 }
 
 impl SealContext {
@@ -44,7 +50,17 @@ impl SealContext {
             binding,
             method: method.map(|m| Clipped(m).to_string()),
             principal,
+            client_capabilities: None,
+            flow: None,
         }
+    }
+
+    /// What the flow rules need: the client's declared capabilities, and the position
+    /// of the retry's token in its flow.
+    pub fn with_flow(mut self, client_capabilities: Option<Value>, flow: Option<Flow>) -> Self {
+        self.client_capabilities = client_capabilities;
+        self.flow = flow;
+        self
     }
 
     /// The id of the request.
@@ -66,9 +82,25 @@ pub struct Sealer {
     single_use: Arc<SingleUsePolicy>,
     metrics: Arc<Metrics>,
     max_state_bytes: usize,
+    limits: FlowLimits,
     context: SealContext,
     /// An SSE event with content has been seen (the first one must not open like JSON).
     seen_event: bool,
+}
+
+/// Why a response (or an SSE event) is withheld from the client.
+#[derive(Debug)]
+pub enum Withheld {
+    /// It could not be made safe: an internal error replaces it.
+    Failure(SealFailure),
+    /// An MRTR rule stopped the round: this error replaces it.
+    Refused(MrtrRefusal, ProxyError),
+}
+
+impl From<SealFailure> for Withheld {
+    fn from(failure: SealFailure) -> Self {
+        Withheld::Failure(failure)
+    }
 }
 
 impl Sealer {
@@ -77,6 +109,7 @@ impl Sealer {
         single_use: Arc<SingleUsePolicy>,
         metrics: Arc<Metrics>,
         max_state_bytes: usize,
+        limits: FlowLimits,
         context: SealContext,
     ) -> Self {
         Self {
@@ -84,6 +117,7 @@ impl Sealer {
             single_use,
             metrics,
             max_state_bytes,
+            limits,
             context,
             seen_event: false,
         }
@@ -96,7 +130,7 @@ impl Sealer {
 
     /// Seal every `requestState` in a parsed JSON-RPC message (or batch). Returns whether
     /// anything changed.
-    pub fn seal_value(&self, value: &mut Value) -> Result<bool, SealFailure> {
+    pub fn seal_value(&self, value: &mut Value) -> Result<bool, Withheld> {
         match value {
             Value::Array(items) => {
                 let mut changed = false;
@@ -110,35 +144,38 @@ impl Sealer {
         }
     }
 
-    fn seal_message(&self, message: &mut Map<String, Value>) -> Result<bool, SealFailure> {
+    fn seal_message(&self, message: &mut Map<String, Value>) -> Result<bool, Withheld> {
         jsonrpc::check_reserved(message, jsonrpc::ENVELOPE_FIELDS)
-            .map_err(|_| SealFailure::AmbiguousKey)?;
+            .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
         // A server→client request or notification carries no state of ours; one that
         // does cannot be bound to anything.
         if let Some(Value::Object(params)) = message.get("params") {
-            jsonrpc::check_result_fields(params).map_err(|_| SealFailure::AmbiguousKey)?;
+            jsonrpc::check_result_fields(params)
+                .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
             if params.get("requestState").is_some_and(|s| !s.is_null()) {
-                return Err(SealFailure::NoRequestContext);
+                return Err(SealFailure::NoRequestContext.into());
             }
         }
         // A folding client reads `meſſage` as the error's `message`: the error's own keys
         // get the same scrutiny as the envelope's.
         if let Some(Value::Object(error)) = message.get("error") {
             jsonrpc::check_reserved(error, jsonrpc::ERROR_FIELDS)
-                .map_err(|_| SealFailure::AmbiguousKey)?;
+                .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
         }
         // An error that carries a state (`error.data.requestState`) has no round to bind
         // it to; a client could still read it.
         if let Some(Value::Object(data)) = message.get("error").and_then(|e| e.get("data")) {
-            jsonrpc::check_result_fields(data).map_err(|_| SealFailure::AmbiguousKey)?;
+            jsonrpc::check_result_fields(data)
+                .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
             if data.get("requestState").is_some_and(|s| !s.is_null()) {
-                return Err(SealFailure::NoRequestContext);
+                return Err(SealFailure::NoRequestContext.into());
             }
         }
         let Some(Value::Object(result)) = message.get_mut("result") else {
             return Ok(false);
         };
-        jsonrpc::check_result_fields(result).map_err(|_| SealFailure::AmbiguousKey)?;
+        jsonrpc::check_result_fields(result)
+            .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
         let asks = result.get("resultType") == Some(&Value::from("input_required"))
             || result.get("inputRequests").is_some_and(|r| !r.is_null());
         let state = match result.get("requestState") {
@@ -148,13 +185,13 @@ impl Sealer {
             None | Some(Value::Null) if asks => None,
             None | Some(Value::Null) => return Ok(false),
             Some(Value::String(state)) => Some(state.as_str()),
-            Some(_) => return Err(SealFailure::NonStringState),
+            Some(_) => return Err(SealFailure::NonStringState.into()),
         };
         if state.is_some_and(|s| s.len() > self.max_state_bytes) {
-            return Err(SealFailure::StateTooLarge);
+            return Err(SealFailure::StateTooLarge.into());
         }
         let Some(binding) = &self.context.binding else {
-            return Err(SealFailure::NoRequestContext);
+            return Err(SealFailure::NoRequestContext.into());
         };
         let asked: Vec<String> = match result.get("inputRequests") {
             Some(Value::Object(requests)) => requests.keys().cloned().collect(),
@@ -164,13 +201,45 @@ impl Sealer {
             // The answers come back as `inputResponses` keys, which the gate refuses
             // when they are not ASCII: fail here, where the upstream's choice is visible,
             // rather than at every client's retry.
-            return Err(SealFailure::AmbiguousKey);
+            return Err(SealFailure::AmbiguousKey.into());
         }
+        let empty = Map::new();
+        let requests = match result.get("inputRequests") {
+            Some(Value::Object(requests)) => requests,
+            _ => &empty,
+        };
+        // A server MUST NOT ask what the client did not declare it can answer.
+        if let Err(missing) =
+            capabilities::check(self.context.client_capabilities.as_ref(), requests)
+        {
+            let reason = if missing.unknown_methods.is_empty() {
+                MrtrRefusal::MissingCapability
+            } else {
+                MrtrRefusal::UnknownInputMethod
+            };
+            let required = missing.required;
+            return Err(Withheld::Refused(
+                reason,
+                ProxyError::MissingCapability { required },
+            ));
+        }
+        let questions = answers::record(requests).map_err(|_| {
+            Withheld::Refused(
+                MrtrRefusal::QuestionsTooLarge,
+                ProxyError::UpstreamResponse("questions_too_large"),
+            )
+        })?;
+        let flow = self
+            .limits
+            .next(self.context.flow, crate::token::now())
+            .map_err(|_| Withheld::Refused(MrtrRefusal::RoundLimit, ProxyError::RoundLimit))?;
         let options = SealOptions {
             principal: self.context.principal.as_deref(),
             single_use: self.single_use.applies(&binding.method, &binding.target),
             no_upstream_state: state.is_none(),
             asked: Some(&asked),
+            questions: Some(&questions),
+            flow: Some(flow),
         };
         let token = self
             .sealer
@@ -178,15 +247,15 @@ impl Sealer {
         if token.len() > super::max_token_bytes(self.max_state_bytes) {
             // A long path or many asked keys on top of a large state: the gate would refuse
             // this token on the retry, so it is not handed out.
-            return Err(SealFailure::StateTooLarge);
+            return Err(SealFailure::StateTooLarge.into());
         }
         result.insert("requestState".into(), Value::String(token));
         self.metrics.sealed();
         Ok(true)
     }
 
-    /// Make a whole JSON body safe: the sealed body, or the failure.
-    pub fn seal_json(&self, body: &[u8]) -> Result<Option<Bytes>, SealFailure> {
+    /// Make a whole JSON body safe: the sealed body, or why it is withheld.
+    pub fn seal_json(&self, body: &[u8]) -> Result<Option<Bytes>, Withheld> {
         let mut value = parse(body)?;
         if self.seal_value(&mut value)? {
             Ok(Some(Bytes::from(
@@ -208,9 +277,27 @@ impl Sealer {
         ProxyError::UpstreamResponse(failure.as_str())
     }
 
+    /// Count, log, and build the error that replaces a withheld response.
+    pub fn withhold(&self, withheld: Withheld) -> ProxyError {
+        match withheld {
+            Withheld::Failure(failure) => self.failure(failure),
+            Withheld::Refused(reason, error) => {
+                self.metrics.mrtr_refused(reason);
+                tracing::warn!(
+                    method = self.context.method.as_deref().unwrap_or("-"),
+                    reason = reason.as_str(),
+                    "upstream round refused by an MRTR rule"
+                );
+                error
+            }
+        }
+    }
+
     /// The SSE event that replaces an unsafe one and ends the stream.
-    fn error_event(&self, failure: SealFailure) -> Bytes {
-        let body = self.failure(failure).jsonrpc_body(self.context.id.as_ref());
+    fn error_event(&self, withheld: impl Into<Withheld>) -> Bytes {
+        let body = self
+            .withhold(withheld.into())
+            .jsonrpc_body(self.context.id.as_ref());
         let mut event = BytesMut::with_capacity(body.len() + 32);
         event.extend_from_slice(b"event: message\r\ndata: ");
         event.extend_from_slice(&body);

@@ -10,19 +10,24 @@
 
 use crate::error::ProxyError;
 use crate::jsonrpc::ParseError;
-use crate::metrics::{Metrics, VerifyResult};
+use crate::metrics::{Metrics, MrtrRefusal, VerifyResult};
+use crate::policy::answers;
+use crate::policy::flow::FlowLimits;
+use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{Claim, SingleUse};
 use crate::telemetry::Clipped;
-use crate::token::{Reject, RequestBinding, StateSealer};
+use crate::token::{Flow, Reject, RequestBinding, StateSealer};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// Opens states; holds only what that needs.
 pub struct StateOpener {
-    sealer: Arc<StateSealer>,
-    single_use: Arc<SingleUse>,
-    metrics: Arc<Metrics>,
-    max_token_bytes: usize,
+    pub(super) sealer: Arc<StateSealer>,
+    pub(super) single_use: Arc<SingleUse>,
+    pub(super) revocations: Arc<Revocations>,
+    pub(super) flow_limits: FlowLimits,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) max_token_bytes: usize,
 }
 
 /// A retry whose state was opened.
@@ -31,23 +36,11 @@ pub struct Opened {
     pub binding: RequestBinding,
     /// The single-use consumption recorded for it, if any.
     pub claim: Option<Claim>,
+    /// Where its token stood in the flow (the next round counts from it).
+    pub flow: Option<Flow>,
 }
 
 impl StateOpener {
-    pub fn new(
-        sealer: Arc<StateSealer>,
-        single_use: Arc<SingleUse>,
-        metrics: Arc<Metrics>,
-        max_token_bytes: usize,
-    ) -> Self {
-        Self {
-            sealer,
-            single_use,
-            metrics,
-            max_token_bytes,
-        }
-    }
-
     /// Verify, consume when single-use, and unwrap `params.requestState` in place.
     /// `None`: the request carried no state.
     pub async fn open(
@@ -85,12 +78,50 @@ impl StateOpener {
             .sealer
             .open(token, &binding, principal)
             .map_err(|rejection| self.refuse(method, rejection.reason, rejection.detail))?;
+        let now = crate::token::now();
+        if self.flow_limits.too_old(opened.flow, now) {
+            self.metrics.mrtr_refused(MrtrRefusal::FlowLimit);
+            return Err(self.refuse(
+                method,
+                Reject::Expired,
+                "flow older than mrtr.max_flow_seconds",
+            ));
+        }
+        if let Some(principal) = principal {
+            match self.revocations.revoked(principal, opened.issued_at).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    return Err(self.refuse(method, Reject::Revoked, "principal revoked since"));
+                }
+                Err(_) => {
+                    return Err(self.refuse(
+                        method,
+                        Reject::StoreUnavailable,
+                        "revocations could not be checked",
+                    ));
+                }
+            }
+        }
         if let Some(asked) = &opened.asked
             && let Err(error) = self.filter_input_responses(params, asked)
         {
             // The token itself was good; the request around it was not.
             self.metrics.verified(VerifyResult::Ok);
             return Err(error);
+        }
+        // Each answer must answer its question (the client's mistake when it does not:
+        // told which key and rule, not the frozen state error).
+        if let (Some(questions), Some(Value::Object(responses))) =
+            (&opened.questions, params.get("inputResponses"))
+            && let Err(bad) = answers::check(questions, responses)
+        {
+            self.metrics.verified(VerifyResult::Ok);
+            self.metrics.mrtr_refused(MrtrRefusal::InvalidAnswer);
+            tracing::info!(key = %bad.key, rule = %bad.rule, "inputResponses refused");
+            return Err(ProxyError::InvalidAnswer {
+                key: bad.key,
+                rule: bad.rule,
+            });
         }
         // Last, after every other check passed and right before forwarding: a request
         // refused for another reason must not spend the state. A replay is found here, on
@@ -107,7 +138,11 @@ impl StateOpener {
         } else {
             params.insert("requestState".into(), Value::String(opened.state));
         }
-        Ok(Some(Opened { binding, claim }))
+        Ok(Some(Opened {
+            binding,
+            claim,
+            flow: opened.flow,
+        }))
     }
 
     /// Give back a consumption whose request never reached the upstream.

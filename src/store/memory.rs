@@ -16,19 +16,48 @@ use std::time::{Duration, Instant};
 /// Each entry expires at the deadline stored in it.
 struct AtDeadline;
 
-impl Expiry<Arc<str>, Instant> for AtDeadline {
+/// A value that knows when it expires.
+trait Deadline {
+    fn deadline(&self) -> Instant;
+}
+
+impl Deadline for Instant {
+    fn deadline(&self) -> Instant {
+        *self
+    }
+}
+
+impl Deadline for (f64, Instant) {
+    fn deadline(&self) -> Instant {
+        self.1
+    }
+}
+
+impl<V: Deadline> Expiry<Arc<str>, V> for AtDeadline {
     fn expire_after_create(
         &self,
         _key: &Arc<str>,
-        deadline: &Instant,
+        value: &V,
         created_at: Instant,
     ) -> Option<Duration> {
-        Some(deadline.saturating_duration_since(created_at))
+        Some(value.deadline().saturating_duration_since(created_at))
+    }
+
+    fn expire_after_update(
+        &self,
+        _key: &Arc<str>,
+        value: &V,
+        updated_at: Instant,
+        _duration_until_expiry: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(value.deadline().saturating_duration_since(updated_at))
     }
 }
 
 pub struct MemoryStore {
     ids: Cache<Arc<str>, Instant>,
+    /// Principal digest → (not before, Unix seconds; kept until the deadline).
+    revocations: Cache<Arc<str>, (f64, Instant)>,
     /// Live ids (inserted and not yet removed by expiry or release).
     live: Arc<AtomicUsize>,
     max_entries: usize,
@@ -50,9 +79,27 @@ impl MemoryStore {
             .build();
         Self {
             ids,
+            revocations: Cache::builder().expire_after(AtDeadline).build(),
             live,
             max_entries,
         }
+    }
+
+    pub fn revoke(&self, digest: &str, not_before: f64, keep: Duration) {
+        let deadline = Instant::now() + keep;
+        // A later revocation wins; an earlier one never shortens a record in force.
+        self.revocations
+            .entry(Arc::from(digest))
+            .and_upsert_with(|existing| match existing {
+                Some(entry) if entry.value().0 >= not_before => *entry.value(),
+                _ => (not_before, deadline),
+            });
+    }
+
+    pub fn revoked_since(&self, digest: &str) -> Option<f64> {
+        self.revocations
+            .get(digest)
+            .map(|(not_before, _)| not_before)
     }
 
     pub fn consume(&self, id: &str, ttl: Duration) -> Result<Consumed, StoreError> {
@@ -140,6 +187,24 @@ mod tests {
         );
         assert_eq!(store.len(), 2);
         assert_eq!(store.consume("d", minute), Err(StoreError::Full));
+    }
+
+    #[test]
+    fn revocations_keep_the_latest_time_until_their_deadline() {
+        let store = MemoryStore::new(1);
+        assert_eq!(store.revoked_since("p"), None);
+        store.revoke("p", 100.0, Duration::from_secs(60));
+        store.revoke("p", 50.0, Duration::from_secs(60));
+        assert_eq!(store.revoked_since("p"), Some(100.0));
+        store.revoke("p", 200.0, Duration::from_millis(10));
+        assert_eq!(store.revoked_since("p"), Some(200.0));
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(store.revoked_since("p"), None, "expired");
+        // Revocations do not count against the consumption bound.
+        assert_eq!(
+            store.consume("a", Duration::from_secs(60)),
+            Ok(Consumed::Fresh)
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! The one store shared by every replica: where consumed single-use states are recorded
-//! (and, as features arrive, revocations and idempotency records), in process memory
-//! ([`memory`], moka) or in Redis ([`redis`]).
+//! The one store shared by every replica: where consumed single-use states and
+//! revocations are recorded (and, as features arrive, idempotency records), in process
+//! memory ([`memory`], moka) or in Redis ([`redis`]).
 //!
 //! Invariant: [`Store::consume`] records an id at most once for as long as it is asked to
 //! remember it: exactly one of any number of concurrent consumptions of one id, on any
@@ -96,6 +96,31 @@ impl Store {
                 Ok(())
             }
             Store::Redis(store) => store.release(id).await,
+        }
+    }
+
+    /// Record that tokens of the principal named `digest` minted before `not_before`
+    /// (Unix seconds) are refused, for `keep`.
+    pub async fn revoke(
+        &self,
+        digest: &str,
+        not_before: f64,
+        keep: Duration,
+    ) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(store) => {
+                store.revoke(digest, not_before, keep);
+                Ok(())
+            }
+            Store::Redis(store) => store.revoke(digest, not_before, keep).await,
+        }
+    }
+
+    /// The latest revocation of the principal named `digest`, if one is in force.
+    pub async fn revoked_since(&self, digest: &str) -> Result<Option<f64>, StoreError> {
+        match self {
+            Store::Memory(store) => Ok(store.revoked_since(digest)),
+            Store::Redis(store) => store.revoked_since(digest).await,
         }
     }
 

@@ -1,8 +1,8 @@
 //! The shared store: consumed ids in Redis (or Valkey, or a Redis Cluster), so every
 //! replica sees every consumption.
 //!
-//! Invariant: a consumption is one atomic `SET <prefix><id> 1 NX PX <ttl>`: exactly one
-//! caller anywhere gets `OK`. Every command has a deadline; a store that does not
+//! Invariant: a consumption is one atomic `SET <prefix>c:<id> 1 NX PX <ttl>`: exactly one
+//! caller anywhere gets `OK`. Revocations live beside them under `<prefix>r:<digest>`. Every command has a deadline; a store that does not
 //! answer in time is unavailable, never "fresh". The URL (it may carry a password) is
 //! never logged or echoed: errors name their kind only.
 
@@ -131,7 +131,7 @@ impl RedisStore {
 
     pub async fn consume(&self, id: &str, ttl: Duration) -> Result<Consumed, StoreError> {
         let mut set = redis::cmd("SET");
-        set.arg(format!("{}{id}", self.prefix))
+        set.arg(format!("{}c:{id}", self.prefix))
             .arg(1)
             .arg("NX")
             .arg("PX")
@@ -145,9 +145,39 @@ impl RedisStore {
 
     pub async fn release(&self, id: &str) -> Result<(), StoreError> {
         let mut del = redis::cmd("DEL");
-        del.arg(format!("{}{id}", self.prefix));
+        del.arg(format!("{}c:{id}", self.prefix));
         let _: i64 = self.run(del).await?;
         Ok(())
+    }
+
+    /// `SET <prefix>r:<digest> <not_before> PX <keep>` unless a later record exists: a
+    /// Lua script keeps the check and the write atomic across replicas.
+    pub async fn revoke(
+        &self,
+        digest: &str,
+        not_before: f64,
+        keep: Duration,
+    ) -> Result<(), StoreError> {
+        const LATEST: &str = r"
+            local current = tonumber(redis.call('GET', KEYS[1]))
+            if current and current >= tonumber(ARGV[1]) then return 0 end
+            redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+            return 1";
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(LATEST)
+            .arg(1)
+            .arg(format!("{}r:{digest}", self.prefix))
+            .arg(format!("{not_before:.6}"))
+            .arg(keep.as_millis().max(1) as u64);
+        let _: i64 = self.run(eval).await?;
+        Ok(())
+    }
+
+    pub async fn revoked_since(&self, digest: &str) -> Result<Option<f64>, StoreError> {
+        let mut get = redis::cmd("GET");
+        get.arg(format!("{}r:{digest}", self.prefix));
+        let value: Option<String> = self.run(get).await?;
+        Ok(value.and_then(|v| v.parse().ok()))
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

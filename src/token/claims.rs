@@ -159,6 +159,19 @@ pub struct MintClaims<'a> {
     pub single_use: bool,
     pub no_upstream_state: bool,
     pub asked: Option<&'a [String]>,
+    /// Per asked key, what was asked (`qd`): method, elicitation mode, schema.
+    pub questions: Option<&'a Value>,
+    /// The round number and the flow's start (`n`, `fs`).
+    pub flow: Option<Flow>,
+}
+
+/// Where a token stands in its multi-round flow.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Flow {
+    /// 1 for the first `input_required` answer of a flow.
+    pub round: u32,
+    /// Unix seconds when the flow's first round was minted.
+    pub started: f64,
 }
 
 impl MintClaims<'_> {
@@ -176,6 +189,7 @@ impl MintClaims<'_> {
                 .asked
                 .map_or(0, |a| a.iter().map(|k| k.len() + 3).sum())
             + self.binding.path.as_ref().map_or(0, String::len)
+            + self.questions.map_or(0, |q| q.to_string().len() * 9 / 8)
     }
 
     pub fn encode_into(&self, out: &mut String) {
@@ -216,6 +230,16 @@ impl MintClaims<'_> {
             out.push_str(",\"u\":");
             write_string(path, out);
         }
+        if let Some(questions) = self.questions {
+            out.push_str(",\"qd\":");
+            write_python_json(questions, false, out).expect("questions are plain JSON");
+        }
+        if let Some(flow) = self.flow {
+            out.push_str(",\"n\":");
+            out.push_str(&flow.round.to_string());
+            out.push_str(",\"fs\":");
+            write_python_float(flow.started, out);
+        }
         out.push('}');
     }
 }
@@ -249,6 +273,15 @@ pub struct OpenedClaims<'a> {
     /// claim of the wrong type, like a number.
     #[serde(borrow, default, deserialize_with = "present_str")]
     pub u: Option<Cow<'a, str>>,
+    /// What each asked key asked (method, mode, schema).
+    #[serde(default)]
+    pub qd: Option<Map<String, Value>>,
+    /// The round number.
+    #[serde(default)]
+    pub n: Option<u32>,
+    /// The flow's start, Unix seconds.
+    #[serde(default)]
+    pub fs: Option<f64>,
 }
 
 /// A claim that, when present, must be a string: `null` fails instead of reading as
@@ -386,6 +419,8 @@ mod tests {
             single_use: true,
             no_upstream_state: false,
             asked: Some(&["region".to_owned()]),
+            questions: None,
+            flow: None,
         };
         let mut text = String::new();
         claims.encode_into(&mut text);
@@ -417,6 +452,8 @@ mod tests {
             single_use: true,
             no_upstream_state: false,
             asked: None,
+            questions: None,
+            flow: None,
         };
         let mut text = String::new();
         claims.encode_into(&mut text);

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use canonical::CanonicalError;
-pub use claims::{BindingError, RequestBinding, args_digest};
+pub use claims::{BindingError, Flow, RequestBinding, args_digest};
 pub use keyring::{KeyRing, KeyRingError, OpenError, TOKEN_ID_LEN, generate_secret};
 
 use claims::{MintClaims, OpenedClaims, principal_claim, principal_matches};
@@ -45,12 +45,15 @@ pub enum Reject {
     Principal,
     /// A single-use state presented again (decided by the store, not the token).
     Replayed,
-    /// A single-use state whose consumption could not be recorded (store down or full).
+    /// A single-use state whose consumption could not be recorded (store down or full),
+    /// or a revocation that could not be checked.
     StoreUnavailable,
+    /// Minted for a principal revoked since.
+    Revoked,
 }
 
 impl Reject {
-    pub const ALL: [Reject; 8] = [
+    pub const ALL: [Reject; 9] = [
         Reject::Malformed,
         Reject::UnknownKey,
         Reject::Expired,
@@ -59,6 +62,7 @@ impl Reject {
         Reject::Principal,
         Reject::Replayed,
         Reject::StoreUnavailable,
+        Reject::Revoked,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -71,6 +75,7 @@ impl Reject {
             Reject::Principal => "principal",
             Reject::Replayed => "replayed",
             Reject::StoreUnavailable => "store_unavailable",
+            Reject::Revoked => "revoked",
         }
     }
 }
@@ -100,6 +105,10 @@ pub struct SealOptions<'a> {
     pub no_upstream_state: bool,
     /// The `inputRequests` keys asked in this round (`q` claim); `None` to omit.
     pub asked: Option<&'a [String]>,
+    /// What each key asked (`qd` claim): `{key: {"m": method, "k": mode, "s": schema}}`.
+    pub questions: Option<&'a serde_json::Value>,
+    /// The round and the flow's start (`n`, `fs` claims).
+    pub flow: Option<Flow>,
 }
 
 /// A verified token.
@@ -111,6 +120,12 @@ pub struct Opened {
     pub no_upstream_state: bool,
     /// The keys asked in the minting round, when the minter recorded them.
     pub asked: Option<Vec<String>>,
+    /// What each asked key asked, when the minter recorded it.
+    pub questions: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Where the token stands in its flow, when the minter recorded it.
+    pub flow: Option<Flow>,
+    /// Unix seconds when it was minted (revocations compare against it).
+    pub issued_at: f64,
     /// Unix seconds after which the token no longer opens (bounds replay bookkeeping).
     pub expires_at: f64,
     /// Key id ‖ nonce: names this token for single-use bookkeeping.
@@ -226,6 +241,8 @@ impl StateSealer {
             single_use: options.single_use,
             no_upstream_state: options.no_upstream_state,
             asked: options.asked,
+            questions: options.questions,
+            flow: options.flow,
         }
     }
 
@@ -298,6 +315,12 @@ impl StateSealer {
             single_use: claims.su,
             no_upstream_state: claims.ns,
             asked: claims.q,
+            questions: claims.qd,
+            flow: claims
+                .n
+                .zip(claims.fs)
+                .map(|(round, started)| Flow { round, started }),
+            issued_at: claims.iat,
             expires_at: claims.exp,
             id: unsealed.id(),
         })

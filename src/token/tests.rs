@@ -116,6 +116,8 @@ fn round_trip_carries_our_claims() {
         single_use: true,
         no_upstream_state: true,
         asked: Some(&asked),
+        questions: None,
+        flow: None,
     };
     let token = s.seal_at(NOW, "state", &provision(), &options);
     let opened = s
@@ -429,7 +431,8 @@ fn reject_labels_are_the_contract_names() {
             "audience",
             "principal",
             "replayed",
-            "store_unavailable"
+            "store_unavailable",
+            "revoked"
         ]
     );
 }

@@ -23,7 +23,8 @@ use std::time::Duration;
 /// The well-formed request every row is a variation of (id 11).
 const BASE: &str = concat!(
     r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","#,
-    r#""params":{"name":"provision","arguments":{"name":"web-1","tier":"free"}}}"#
+    r#""params":{"name":"provision","arguments":{"name":"web-1","tier":"free"},"#,
+    r#""_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}}"#
 );
 /// The plaintext the fake upstream hands out; a verified retry must bring it back.
 const PLAIN: &str = "PLAIN-STATE-1";
@@ -420,7 +421,12 @@ fn rows(anon: &str, alice: &str) -> Vec<Row> {
         .set(mcp_name, None),
         row(
             "params an array",
-            base("\"params\":{", "\"params\":[{").replace("}}}", "}}]}"),
+            format!(
+                "{}]}}",
+                base("\"params\":{", "\"params\":[{")
+                    .strip_suffix('}')
+                    .unwrap()
+            ),
             invalid_params(),
         ),
         // Bodies the gate cannot read as UTF-8 JSON.

@@ -7,6 +7,7 @@ mod hostile;
 mod hygiene;
 mod ingress;
 mod interop;
+mod mrtr_rules;
 mod path_binding;
 mod resources;
 mod response_classes;

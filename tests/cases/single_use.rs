@@ -6,7 +6,7 @@
 //! provably never reached the upstream can be tried again.
 
 use crate::support::fake::{FakeUpstream, Recorded, Reply, Step, complete, input_required, sealed};
-use crate::support::http::{Reply as ClientReply, mcp_headers, send};
+use crate::support::http::{Reply as ClientReply, mcp_headers, meta, send};
 use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::process::Process;
 use crate::support::python::client_flows;
@@ -41,7 +41,8 @@ fn message(id: u64, method: &str, target: &str, token: Option<&str>) -> Value {
     } else {
         "name"
     };
-    let mut params = json!({ field: target });
+    // A 2026 client declares what it can answer; this one answers forms.
+    let mut params = json!({ field: target, "_meta": meta() });
     if let Some(token) = token {
         params["requestState"] = json!(token);
         params["inputResponses"] =
@@ -151,7 +152,7 @@ async fn replicas_sharing_redis_refuse_each_others_replays() {
     assert_replayed(&call(&b.mcp_url(), "tools/call", "approve_payment", Some(&token)).await);
     // One key, under the prefix, named by a digest (not the token or its nonce).
     assert_eq!(redis.command("DBSIZE").as_deref(), Some(":1"));
-    let keys = redis.command("KEYS mcp-state-guard:consumed:*").unwrap();
+    let keys = redis.command("KEYS mcp-state-guard:c:*").unwrap();
     assert_eq!(keys, "*1");
     a.stop().await;
     b.stop().await;

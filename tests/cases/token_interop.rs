@@ -75,6 +75,8 @@ fn tokens_we_mint_open_in_the_reference() {
             single_use: true,
             no_upstream_state: false,
             asked: Some(&["region".to_owned()]),
+            questions: None,
+            flow: None,
         };
         let token = sealer.seal(case.state, &binding(case), &options);
         let mut req = case_json(case);
@@ -123,6 +125,8 @@ fn tokens_bound_to_a_path_open_in_the_reference() {
             single_use: true,
             no_upstream_state: false,
             asked: Some(&["region".to_owned()]),
+            questions: None,
+            flow: None,
         };
         let at_path = binding(case).at_path(path);
         let token = sealer.seal(case.state, &at_path, &options);

@@ -1,0 +1,569 @@
+//! Answers checked against the questions: the minting round records, per asked key, what
+//! it asked (method, elicitation mode, requested schema); the retry's `inputResponses`
+//! must answer exactly that.
+//!
+//! Invariant: an answer reaches the upstream only when it is the result type of its
+//! question (`ElicitResult`, `CreateMessageResult`, `ListRootsResult`) and, for an
+//! accepted form elicitation, its content validates against the requested schema as MCP
+//! defines it: a flat object of primitive properties (`string` with
+//! `minLength`/`maxLength`/`format`, `enum` and titled `oneOf`, `number`/`integer` with
+//! `minimum`/`maximum`, `boolean`, multi-select arrays), `required` honoured, no other
+//! properties. A refusal names the question key and the rule, never echoes the answer.
+
+use crate::telemetry::printable;
+#[cfg(test)]
+use serde_json::json;
+use serde_json::{Map, Value};
+
+/// The most bytes the recorded questions of one round may take in a token.
+pub const MAX_QUESTIONS_BYTES: usize = 16 * 1024;
+
+/// The recorded questions would make the token too large.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuestionsTooLarge;
+
+/// What a round asked, per key, as sealed into its token (`qd` claim).
+pub fn record(requests: &Map<String, Value>) -> Result<Value, QuestionsTooLarge> {
+    let mut questions = Map::new();
+    for (key, request) in requests {
+        let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+        let params = request.get("params");
+        let mut question = Map::new();
+        question.insert("m".into(), Value::from(method));
+        match method {
+            "elicitation/create" => {
+                let mode = params
+                    .and_then(|p| p.get("mode"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("form");
+                question.insert("k".into(), Value::from(mode));
+                if let Some(schema) = params.and_then(|p| p.get("requestedSchema")) {
+                    question.insert("s".into(), schema.clone());
+                }
+            }
+            "sampling/createMessage" => {
+                let tools = ["tools", "toolChoice"]
+                    .iter()
+                    .any(|k| params.and_then(|p| p.get(*k)).is_some_and(|v| !v.is_null()));
+                if tools {
+                    question.insert("t".into(), Value::Bool(true));
+                }
+            }
+            _ => {}
+        }
+        questions.insert(key.clone(), Value::Object(question));
+    }
+    let questions = Value::Object(questions);
+    if questions.to_string().len() > MAX_QUESTIONS_BYTES {
+        return Err(QuestionsTooLarge);
+    }
+    Ok(questions)
+}
+
+/// An answer that does not answer its question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadAnswer {
+    /// The question key, printable.
+    pub key: String,
+    /// The rule it broke, in words that name no client value.
+    pub rule: String,
+}
+
+/// Check every answer against the question recorded for its key (answers to keys that
+/// were not asked have already been dropped).
+pub fn check(
+    questions: &Map<String, Value>,
+    responses: &Map<String, Value>,
+) -> Result<(), BadAnswer> {
+    for (key, answer) in responses {
+        let Some(question) = questions.get(key) else {
+            continue;
+        };
+        check_one(question, answer).map_err(|rule| BadAnswer {
+            key: printable(key, 64),
+            rule,
+        })?;
+    }
+    Ok(())
+}
+
+fn check_one(question: &Value, answer: &Value) -> Result<(), String> {
+    let answer = answer
+        .as_object()
+        .ok_or_else(|| "must be a result object".to_owned())?;
+    match question.get("m").and_then(Value::as_str).unwrap_or("") {
+        "elicitation/create" => check_elicit(question, answer),
+        "sampling/createMessage" => check_sampling(question, answer),
+        "roots/list" => check_roots(answer),
+        _ => Err("answers a question of an unknown kind".to_owned()),
+    }
+}
+
+fn check_elicit(question: &Value, answer: &Map<String, Value>) -> Result<(), String> {
+    const NOT_ELICIT: &str = "must be an elicitation result (action accept, decline or cancel)";
+    let action = answer.get("action").and_then(Value::as_str);
+    let content = answer.get("content").filter(|c| !c.is_null());
+    match (action, content) {
+        (Some("decline" | "cancel"), None) => Ok(()),
+        (Some("decline" | "cancel"), Some(_)) => {
+            Err("may carry content only when the action is accept".to_owned())
+        }
+        (Some("accept"), content) => {
+            let url_mode = question.get("k").and_then(Value::as_str) == Some("url");
+            match (url_mode, content) {
+                (true, None) => Ok(()),
+                (true, Some(_)) => Err("a URL elicitation is accepted without content".to_owned()),
+                (false, None) => Err("an accepted form elicitation must carry content".to_owned()),
+                (false, Some(content)) => match question.get("s") {
+                    Some(schema) => check_form(schema, content),
+                    None => Err("answers a form without a requested schema".to_owned()),
+                },
+            }
+        }
+        _ => Err(NOT_ELICIT.to_owned()),
+    }
+}
+
+fn check_sampling(question: &Value, answer: &Map<String, Value>) -> Result<(), String> {
+    if !matches!(
+        answer.get("role").and_then(Value::as_str),
+        Some("user" | "assistant")
+    ) {
+        return Err("must be a sampling result (role user or assistant)".to_owned());
+    }
+    if !answer.get("model").is_some_and(Value::is_string) {
+        return Err("must be a sampling result (model a string)".to_owned());
+    }
+    let is_block = |v: &Value| v.get("type").is_some_and(Value::is_string);
+    let tools = question.get("t").and_then(Value::as_bool) == Some(true);
+    match answer.get("content") {
+        Some(block) if is_block(block) => Ok(()),
+        Some(Value::Array(blocks)) if tools && blocks.iter().all(is_block) => Ok(()),
+        _ => Err("must be a sampling result (content a content block)".to_owned()),
+    }
+}
+
+fn check_roots(answer: &Map<String, Value>) -> Result<(), String> {
+    let roots = answer
+        .get("roots")
+        .and_then(Value::as_array)
+        .ok_or_else(|| "must be a roots result (roots an array)".to_owned())?;
+    let valid = |root: &Value| {
+        root.get("uri")
+            .and_then(Value::as_str)
+            .is_some_and(|uri| uri.starts_with("file://"))
+            && root
+                .get("name")
+                .is_none_or(|n| n.is_string() || n.is_null())
+    };
+    if roots.iter().all(valid) {
+        Ok(())
+    } else {
+        Err("must be a roots result (each root a file:// uri)".to_owned())
+    }
+}
+
+/// Accepted form content against the requested schema, as MCP restricts it.
+fn check_form(schema: &Value, content: &Value) -> Result<(), String> {
+    let content = content
+        .as_object()
+        .ok_or_else(|| "content must be an object".to_owned())?;
+    let empty = Map::new();
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    if let Some(required) = schema.get("required").and_then(Value::as_array) {
+        for name in required.iter().filter_map(Value::as_str) {
+            if !content.contains_key(name) {
+                return Err(format!("content lacks the required field {}", field(name)));
+            }
+        }
+    }
+    for (name, value) in content {
+        let property = properties.get(name).ok_or_else(|| {
+            format!(
+                "content has a field the schema does not ask for ({})",
+                field(name)
+            )
+        })?;
+        check_property(property, value)
+            .map_err(|rule| format!("content field {} {rule}", field(name)))?;
+    }
+    Ok(())
+}
+
+/// A field name as it may appear in an error (printable, bounded).
+fn field(name: &str) -> String {
+    format!("\"{}\"", printable(name, 64))
+}
+
+fn check_property(schema: &Value, value: &Value) -> Result<(), String> {
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") => check_string(schema, value),
+        Some("number") => check_number(schema, value, false),
+        Some("integer") => check_number(schema, value, true),
+        Some("boolean") => value
+            .is_boolean()
+            .then_some(())
+            .ok_or_else(|| "must be a boolean".to_owned()),
+        Some("array") => check_multi_select(schema, value),
+        _ => Err("has a type MCP forms do not define".to_owned()),
+    }
+}
+
+/// The allowed values of an `enum` or titled `oneOf` / `anyOf` (`[{const, title}]`).
+fn choices(schema: &Value) -> Option<Vec<&Value>> {
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        return Some(values.iter().collect());
+    }
+    ["oneOf", "anyOf"].iter().find_map(|key| {
+        schema.get(*key).and_then(Value::as_array).map(|options| {
+            options
+                .iter()
+                .filter_map(|option| option.get("const"))
+                .collect()
+        })
+    })
+}
+
+fn check_string(schema: &Value, value: &Value) -> Result<(), String> {
+    let text = value
+        .as_str()
+        .ok_or_else(|| "must be a string".to_owned())?;
+    if let Some(allowed) = choices(schema)
+        && !allowed.contains(&value)
+    {
+        return Err("must be one of the values the schema lists".to_owned());
+    }
+    let length = text.chars().count() as u64;
+    if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+        && length < min
+    {
+        return Err(format!("is shorter than minLength {min}"));
+    }
+    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+        && length > max
+    {
+        return Err(format!("is longer than maxLength {max}"));
+    }
+    match schema.get("format").and_then(Value::as_str) {
+        Some("email") if !is_email(text) => Err("is not an email address".to_owned()),
+        Some("uri") if !is_uri(text) => Err("is not a URI".to_owned()),
+        Some("date") if !is_date(text) => Err("is not a date (YYYY-MM-DD)".to_owned()),
+        Some("date-time") if !is_date_time(text) => Err("is not a date-time (RFC 3339)".to_owned()),
+        _ => Ok(()),
+    }
+}
+
+fn check_number(schema: &Value, value: &Value, integer: bool) -> Result<(), String> {
+    let number = value
+        .as_f64()
+        .filter(|_| value.is_number())
+        .ok_or_else(|| "must be a number".to_owned())?;
+    if integer && number.fract() != 0.0 {
+        return Err("must be an integer".to_owned());
+    }
+    if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
+        && number < min
+    {
+        return Err(format!("is below minimum {min}"));
+    }
+    if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
+        && number > max
+    {
+        return Err(format!("is above maximum {max}"));
+    }
+    Ok(())
+}
+
+fn check_multi_select(schema: &Value, value: &Value) -> Result<(), String> {
+    let items = value
+        .as_array()
+        .ok_or_else(|| "must be an array of choices".to_owned())?;
+    let allowed = schema
+        .get("items")
+        .and_then(choices)
+        .ok_or_else(|| "is a multi-select without choices".to_owned())?;
+    if !items
+        .iter()
+        .all(|item| item.is_string() && allowed.contains(&item))
+    {
+        return Err("must hold only values the schema lists".to_owned());
+    }
+    let count = items.len() as u64;
+    if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+        && count < min
+    {
+        return Err(format!("has fewer than minItems {min}"));
+    }
+    if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+        && count > max
+    {
+        return Err(format!("has more than maxItems {max}"));
+    }
+    Ok(())
+}
+
+/// `local@domain.tld`, no spaces: what form validators accept, not RFC 5322's corners.
+fn is_email(text: &str) -> bool {
+    let Some((local, domain)) = text.rsplit_once('@') else {
+        return false;
+    };
+    !local.is_empty()
+        && !text.chars().any(char::is_whitespace)
+        && domain.contains('.')
+        && !domain.starts_with('.')
+        && !domain.ends_with('.')
+}
+
+/// An absolute URI: a scheme (RFC 3986 `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`), a
+/// colon, and no whitespace.
+fn is_uri(text: &str) -> bool {
+    let Some((scheme, _)) = text.split_once(':') else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        && !text.chars().any(char::is_whitespace)
+}
+
+/// `YYYY-MM-DD`, a real calendar day.
+fn is_date(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    if bytes.len() != 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+        return false;
+    }
+    let number = |range: std::ops::Range<usize>| text.get(range)?.parse::<u32>().ok();
+    let (Some(year), Some(month), Some(day)) = (number(0..4), number(5..7), number(8..10)) else {
+        return false;
+    };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    text.bytes()
+        .enumerate()
+        .all(|(i, b)| i == 4 || i == 7 || b.is_ascii_digit())
+        && (1..=days).contains(&day)
+}
+
+/// RFC 3339 `date "T" time`, `time = HH:MM:SS[.frac](Z|±HH:MM)`.
+fn is_date_time(text: &str) -> bool {
+    let Some((date, time)) = text.split_once(['T', 't']) else {
+        return false;
+    };
+    if !is_date(date) || time.len() < 9 {
+        return false;
+    }
+    let two = |s: &str| s.len() == 2 && s.bytes().all(|b| b.is_ascii_digit());
+    let (clock, zone) = match time.find(['Z', 'z', '+', '-']) {
+        Some(at) => time.split_at(at),
+        None => return false,
+    };
+    let clock = clock.split_once('.').map_or(clock, |(whole, fraction)| {
+        if fraction.is_empty() || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+            ""
+        } else {
+            whole
+        }
+    });
+    let hms: Vec<&str> = clock.split(':').collect();
+    let clock_ok = hms.len() == 3
+        && hms.iter().all(|p| two(p))
+        && hms[0] < "24"
+        && hms[1] < "60"
+        && hms[2] <= "60";
+    let zone_ok = matches!(zone, "Z" | "z")
+        || (zone.len() == 6 && two(&zone[1..3]) && &zone[3..4] == ":" && two(&zone[4..6]));
+    clock_ok && zone_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {
+            "region": {"type": "string", "enum": ["eu", "us"]},
+            "size": {"type": "string", "oneOf": [{"const": "s", "title": "Small"},
+                                                  {"const": "l", "title": "Large"}]},
+            "name": {"type": "string", "minLength": 2, "maxLength": 5},
+            "email": {"type": "string", "format": "email"},
+            "site": {"type": "string", "format": "uri"},
+            "day": {"type": "string", "format": "date"},
+            "at": {"type": "string", "format": "date-time"},
+            "count": {"type": "integer", "minimum": 1, "maximum": 3},
+            "ratio": {"type": "number", "maximum": 1.5},
+            "ok": {"type": "boolean"},
+            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]},
+                     "maxItems": 1}
+        }, "required": ["region"]})
+    }
+
+    fn questions() -> Map<String, Value> {
+        let requests = json!({
+            "form": {"method": "elicitation/create",
+                     "params": {"mode": "form", "message": "m", "requestedSchema": schema()}},
+            "link": {"method": "elicitation/create",
+                     "params": {"mode": "url", "message": "m", "url": "https://x"}},
+            "llm": {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}},
+            "dirs": {"method": "roots/list"}
+        });
+        record(requests.as_object().unwrap())
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .clone()
+    }
+
+    fn answer(key: &str, answer: Value) -> Result<(), BadAnswer> {
+        let responses = json!({key: answer});
+        check(&questions(), responses.as_object().unwrap())
+    }
+
+    fn accept(content: Value) -> Value {
+        json!({"action": "accept", "content": content})
+    }
+
+    #[test]
+    fn valid_answers_pass() {
+        let full = json!({"region": "eu", "size": "l", "name": "abc", "email": "a@b.co",
+            "site": "https://x.example/a", "day": "2024-02-29", "at": "2026-12-01T04:08:54.5Z",
+            "count": 3, "ratio": 1.5, "ok": false, "tags": ["b"]});
+        assert_eq!(answer("form", accept(full)), Ok(()));
+        assert_eq!(answer("form", accept(json!({"region": "us"}))), Ok(()));
+        assert_eq!(answer("form", json!({"action": "decline"})), Ok(()));
+        assert_eq!(answer("form", json!({"action": "cancel"})), Ok(()));
+        assert_eq!(answer("link", json!({"action": "accept"})), Ok(()));
+        let sampled = json!({"role": "assistant", "model": "m",
+            "content": {"type": "text", "text": "hi"}});
+        assert_eq!(answer("llm", sampled), Ok(()));
+        let roots = json!({"roots": [{"uri": "file:///home", "name": "home"}]});
+        assert_eq!(answer("dirs", roots), Ok(()));
+    }
+
+    #[test]
+    fn each_broken_rule_is_named() {
+        let cases = [
+            (
+                "form",
+                accept(json!({"region": 1})),
+                "\"region\" must be a string",
+            ),
+            (
+                "form",
+                accept(json!({"region": "mars"})),
+                "values the schema lists",
+            ),
+            (
+                "form",
+                accept(json!({"size": "s"})),
+                "required field \"region\"",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "name": "abcdef"})),
+                "maxLength 5",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "name": "a"})),
+                "minLength 2",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "email": "nope"})),
+                "email",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "site": "no scheme"})),
+                "URI",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "day": "2023-02-29"})),
+                "date",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "at": "2026-12-01 04:08"})),
+                "date-time",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "count": 2.5})),
+                "integer",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "count": 4})),
+                "maximum 3",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "ok": "yes"})),
+                "boolean",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "tags": ["a", "b"]})),
+                "maxItems 1",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "tags": ["z"]})),
+                "values the schema lists",
+            ),
+            (
+                "form",
+                accept(json!({"region": "eu", "admin": true})),
+                "does not ask for",
+            ),
+            (
+                "form",
+                accept(json!({"region": {"nested": 1}})),
+                "must be a string",
+            ),
+            ("form", json!({"action": "accept"}), "must carry content"),
+            (
+                "form",
+                json!({"action": "decline", "content": {}}),
+                "only when the action is accept",
+            ),
+            (
+                "form",
+                json!({"role": "assistant", "model": "m",
+                "content": {"type": "text", "text": "x"}}),
+                "elicitation result",
+            ),
+            ("link", accept(json!({"x": 1})), "without content"),
+            ("llm", json!({"action": "accept"}), "sampling result"),
+            (
+                "dirs",
+                json!({"roots": [{"uri": "https://x"}]}),
+                "file:// uri",
+            ),
+            ("dirs", json!("text"), "result object"),
+        ];
+        for (key, bad, needle) in cases {
+            let refused = answer(key, bad.clone()).unwrap_err();
+            assert_eq!(refused.key, key);
+            assert!(refused.rule.contains(needle), "{bad}: {}", refused.rule);
+        }
+    }
+
+    #[test]
+    fn large_schemas_are_refused_when_recorded() {
+        let big = json!({"q": {"method": "elicitation/create", "params": {"requestedSchema":
+            {"type": "object", "properties": {"x": {"type": "string",
+                "enum": vec!["v".repeat(100); 200]}}}}}});
+        assert_eq!(record(big.as_object().unwrap()), Err(QuestionsTooLarge));
+    }
+}

@@ -1,0 +1,189 @@
+//! Client capabilities (MCP 2026-07-28: a server MUST NOT send `inputRequests` the client
+//! has not declared support for, and answers `-32021` with the missing capabilities).
+//!
+//! Invariant: a round is sealed only when every one of its input requests is one the
+//! client declared it can answer, by the rules of the reference SDK
+//! (`mcp/server/mcpserver/resolve.py`, `_require_capability`); an unknown input request
+//! method is refused the same way (fail closed). Every missing capability is listed, not
+//! only the first.
+
+use serde_json::{Map, Value, json};
+
+/// Where a 2026 request declares its client's capabilities.
+pub const CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// What the client lacks for one round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Missing {
+    /// `ClientCapabilities` listing everything missing (`data.requiredCapabilities`).
+    pub required: Value,
+    /// Input request methods nobody can declare support for (not in the protocol).
+    pub unknown_methods: Vec<String>,
+}
+
+/// The client capabilities a request declared (`params._meta[...]`), if any.
+pub fn declared(params: Option<&Map<String, Value>>) -> Option<Value> {
+    params?
+        .get("_meta")?
+        .get(CAPABILITIES_META)
+        .filter(|c| c.is_object())
+        .cloned()
+}
+
+/// Check every input request of a round against `declared`.
+pub fn check(declared: Option<&Value>, requests: &Map<String, Value>) -> Result<(), Missing> {
+    let has = |path: &[&str]| {
+        let mut at = declared;
+        for key in path {
+            at = at.and_then(|v| v.get(*key)).filter(|v| !v.is_null());
+        }
+        at.is_some()
+    };
+    let mut required = Map::new();
+    let mut unknown_methods = Vec::new();
+    for request in requests.values() {
+        let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+        let params = request.get("params");
+        match method {
+            "elicitation/create" => {
+                let url_mode =
+                    params.and_then(|p| p.get("mode")).and_then(Value::as_str) == Some("url");
+                if url_mode {
+                    if !has(&["elicitation", "url"]) {
+                        merge(&mut required, json!({"elicitation": {"url": {}}}));
+                    }
+                } else {
+                    // A bare `elicitation: {}` (the only shape before modes existed) counts
+                    // as form support; url-only does not.
+                    let form = has(&["elicitation", "form"])
+                        || (has(&["elicitation"]) && !has(&["elicitation", "url"]));
+                    if !form {
+                        merge(&mut required, json!({"elicitation": {"form": {}}}));
+                    }
+                }
+            }
+            "sampling/createMessage" => {
+                let wants_tools = ["tools", "toolChoice"].iter().any(|key| {
+                    params
+                        .and_then(|p| p.get(*key))
+                        .is_some_and(|v| !v.is_null())
+                });
+                let ok = has(&["sampling"]) && (!wants_tools || has(&["sampling", "tools"]));
+                if !ok {
+                    let sampling = if wants_tools {
+                        json!({"sampling": {"tools": {}}})
+                    } else {
+                        json!({"sampling": {}})
+                    };
+                    merge(&mut required, sampling);
+                }
+            }
+            "roots/list" => {
+                if !has(&["roots"]) {
+                    merge(&mut required, json!({"roots": {}}));
+                }
+            }
+            other => unknown_methods.push(other.to_owned()),
+        }
+    }
+    if required.is_empty() && unknown_methods.is_empty() {
+        return Ok(());
+    }
+    Err(Missing {
+        required: Value::Object(required),
+        unknown_methods,
+    })
+}
+
+/// Deep-merge `extra` into `into` (objects only).
+fn merge(into: &mut Map<String, Value>, extra: Value) {
+    let Value::Object(extra) = extra else {
+        return;
+    };
+    for (key, value) in extra {
+        match (into.get_mut(&key), value) {
+            (Some(Value::Object(existing)), Value::Object(more)) => {
+                merge(existing, Value::Object(more));
+            }
+            (_, value) => {
+                into.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn requests(list: &[Value]) -> Map<String, Value> {
+        list.iter()
+            .enumerate()
+            .map(|(i, r)| (format!("k{i}"), r.clone()))
+            .collect()
+    }
+
+    fn form() -> Value {
+        json!({"method": "elicitation/create", "params": {"mode": "form", "message": "m",
+            "requestedSchema": {"type": "object", "properties": {}}}})
+    }
+
+    fn url() -> Value {
+        json!({"method": "elicitation/create", "params": {"mode": "url", "message": "m",
+            "url": "https://x", "elicitationId": "e"}})
+    }
+
+    fn sampling(tools: bool) -> Value {
+        let mut params = json!({"messages": [], "maxTokens": 10});
+        if tools {
+            params["tools"] = json!([]);
+        }
+        json!({"method": "sampling/createMessage", "params": params})
+    }
+
+    fn roots() -> Value {
+        json!({"method": "roots/list"})
+    }
+
+    #[test]
+    fn the_reference_rules() {
+        let ok = |caps: Value, asks: &[Value]| check(Some(&caps), &requests(asks)).is_ok();
+        // A bare elicitation object counts as form; url-only does not.
+        assert!(ok(json!({"elicitation": {}}), &[form()]));
+        assert!(ok(json!({"elicitation": {"form": {}}}), &[form()]));
+        assert!(!ok(json!({"elicitation": {"url": {}}}), &[form()]));
+        assert!(ok(json!({"elicitation": {"url": {}}}), &[url()]));
+        assert!(!ok(json!({"elicitation": {}}), &[url()]));
+        assert!(!ok(json!({"elicitation": {"form": {}}}), &[url()]));
+        assert!(ok(json!({"sampling": {}}), &[sampling(false)]));
+        assert!(!ok(json!({"sampling": {}}), &[sampling(true)]));
+        assert!(ok(json!({"sampling": {"tools": {}}}), &[sampling(true)]));
+        assert!(!ok(json!({}), &[roots()]));
+        assert!(ok(json!({"roots": {"listChanged": true}}), &[roots()]));
+        // A request without any declared capabilities can answer nothing.
+        assert!(check(None, &requests(&[form()])).is_err());
+        assert!(check(None, &requests(&[])).is_ok());
+    }
+
+    #[test]
+    fn every_missing_capability_is_listed() {
+        let missing = check(
+            Some(&json!({"elicitation": {"url": {}}})),
+            &requests(&[form(), sampling(true), roots(), json!({"method": "x/y"})]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            missing.required,
+            json!({"elicitation": {"form": {}}, "sampling": {"tools": {}}, "roots": {}})
+        );
+        assert_eq!(missing.unknown_methods, ["x/y"]);
+    }
+
+    #[test]
+    fn declared_capabilities_come_from_meta() {
+        let params = json!({"_meta": {CAPABILITIES_META: {"roots": {}}}});
+        assert_eq!(declared(params.as_object()), Some(json!({"roots": {}})));
+        assert_eq!(declared(json!({"_meta": {}}).as_object()), None);
+        assert_eq!(declared(None), None);
+    }
+}
