@@ -69,8 +69,8 @@ async fn buffered_bodies_share_one_budget() {
     let sidecar = Sidecar::start(c).await;
     // Declared lengths hold nothing: eight clients that announce 60 KiB and send none of
     // it leave the budget untouched (they used to lock every POST out).
-    let mut idle = Vec::new();
-    for _ in 0..8 {
+    // A connection that sent a POST head announcing 60 KiB and `sent` bytes of its body.
+    let announce = |sent: usize| async move {
         let mut stream = TcpStream::connect(sidecar.addr).await.unwrap();
         let head = format!(
             "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
@@ -79,7 +79,12 @@ async fn buffered_bodies_share_one_budget() {
             60 * 1024
         );
         stream.write_all(head.as_bytes()).await.unwrap();
-        idle.push(stream);
+        stream.write_all(&vec![b' '; sent]).await.unwrap();
+        stream
+    };
+    let mut idle = Vec::new();
+    for _ in 0..8 {
+        idle.push(announce(0).await);
     }
     let budget = || sidecar.metrics().buffered_bytes().get();
     let small = serde_json::to_vec(&tools_call(5, None)).unwrap();
@@ -88,15 +93,7 @@ async fn buffered_bodies_share_one_budget() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(budget(), 0);
     // A client that sends 56 KiB of a 60 KiB body holds what it sent.
-    let mut slow = TcpStream::connect(sidecar.addr).await.unwrap();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n",
-        sidecar.addr,
-        60 * 1024
-    );
-    slow.write_all(head.as_bytes()).await.unwrap();
-    slow.write_all(&vec![b' '; 56 * 1024]).await.unwrap();
+    let slow = announce(56 * 1024).await;
     crate::support::fake::wait_until(|| budget() >= 56 * 1024, "the slow body is reserved").await;
     let body = serde_json::to_vec(&tools_call(5, None)).unwrap();
     let padded = [
