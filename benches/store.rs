@@ -1,0 +1,134 @@
+//! The memory store (`single_use.store = "memory"`): what one consumption costs, and how
+//! much resident memory its bound (`memory_max_entries`, 1,000,000 by default) implies.
+//!
+//! Memory first, in this still small process: VmRSS (`/proc/self/status`) once the store
+//! is built, then with 100,000 and with 1,000,000 live ids (one store, filled in two
+//! steps). Ids are 32 hex characters like the real ones (the first 16 bytes of a
+//! SHA-256), remembered for 10 minutes, so none expires during the run. Then criterion
+//! times `consume` on that full store: a fresh id (released again, untimed, after each
+//! sample, so the store stays at 1,000,000) and a replayed one.
+//!
+//! `cargo bench --bench store [-- --quick]`
+
+use criterion::{Criterion, Throughput};
+use mcp_state_guard::store::Consumed;
+use mcp_state_guard::store::memory::MemoryStore;
+use sha2::{Digest, Sha256};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// `single_use.memory_max_entries` by default.
+const DEFAULT_BOUND: usize = 1_000_000;
+const TTL: Duration = Duration::from_secs(600);
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The `n`th id: 32 hex characters, as `Opened::consumption_id` writes them.
+fn id(n: u64) -> String {
+    hex::encode(&Sha256::digest(n.to_le_bytes())[..16])
+}
+
+/// `VmRSS` and `VmHWM` (peak) of this process, in bytes.
+fn resident() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+            .unwrap_or_else(|| panic!("{name} in /proc/self/status"))
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Fill a store to [`DEFAULT_BOUND`] live ids, printing resident memory on the way.
+/// Returns it, full, for the timing. Its own bound is twice the default so that the
+/// fresh consumptions timed afterwards are never refused.
+fn fill_and_measure() -> MemoryStore {
+    let store = MemoryStore::new(2 * DEFAULT_BOUND);
+    let (before, _) = resident();
+    println!(
+        "Memory store, resident memory per live id (VmRSS from /proc/self/status, \
+         before: {:.1} MiB):\n",
+        before as f64 / MIB
+    );
+    println!("| live ids | resident added | bytes per id | peak added |");
+    println!("| ---: | ---: | ---: | ---: |");
+    let mut inserted = 0u64;
+    for target in [DEFAULT_BOUND / 10, DEFAULT_BOUND] {
+        while inserted < target as u64 {
+            let fresh = store.consume(&id(inserted), TTL);
+            assert_eq!(fresh, Ok(Consumed::Fresh), "id {inserted}");
+            inserted += 1;
+        }
+        // Runs moka's pending maintenance, so what is counted is what stays.
+        assert_eq!(store.len(), target);
+        let (rss, peak) = resident();
+        let added = rss.saturating_sub(before);
+        println!(
+            "| {target} | {:.1} MiB | {:.0} | {:.1} MiB |",
+            added as f64 / MIB,
+            added as f64 / target as f64,
+            peak.saturating_sub(before) as f64 / MIB,
+        );
+        if target == DEFAULT_BOUND {
+            println!(
+                "\nThe default bound (memory_max_entries = {DEFAULT_BOUND}) holds about \
+                 {:.0} MiB resident when full.\n",
+                added as f64 / MIB,
+            );
+        }
+    }
+    store
+}
+
+fn consume(c: &mut Criterion, store: &MemoryStore) {
+    let mut group = c.benchmark_group("memory_store");
+    group.throughput(Throughput::Elements(1));
+    // Ids never used by the fill, so every one is fresh.
+    let mut next = DEFAULT_BOUND as u64;
+    group.bench_function("consume/fresh, 1M live", |b| {
+        b.iter_custom(|iters| {
+            let ids: Vec<String> = (0..iters).map(|i| id(next + i)).collect();
+            next += iters;
+            let started = Instant::now();
+            let fresh = ids
+                .iter()
+                .filter(|i| store.consume(black_box(i), TTL) == Ok(Consumed::Fresh))
+                .count();
+            let elapsed = started.elapsed();
+            assert_eq!(fresh as u64, iters, "every id was fresh");
+            for i in &ids {
+                store.release(i);
+            }
+            assert_eq!(store.len(), DEFAULT_BOUND);
+            elapsed
+        })
+    });
+    let mut seen = 0u64;
+    group.bench_function("consume/replayed, 1M live", |b| {
+        b.iter_custom(|iters| {
+            let ids: Vec<String> = (0..iters)
+                .map(|i| id((seen + i) % DEFAULT_BOUND as u64))
+                .collect();
+            seen += iters;
+            let started = Instant::now();
+            let replayed = ids
+                .iter()
+                .filter(|i| store.consume(black_box(i), TTL) == Ok(Consumed::Replayed))
+                .count();
+            let elapsed = started.elapsed();
+            assert_eq!(replayed as u64, iters, "every id was replayed");
+            elapsed
+        })
+    });
+    group.finish();
+}
+
+fn main() {
+    // Before criterion allocates anything, so the baseline is this process at rest.
+    let store = fill_and_measure();
+    let mut criterion = Criterion::default().configure_from_args();
+    consume(&mut criterion, &store);
+    criterion.final_summary();
+}
