@@ -200,8 +200,8 @@ pub struct SingleUseConfig {
     pub default: bool,
     /// What happens when the store cannot record a consumption.
     pub on_store_error: OnStoreError,
-    /// Most consumed ids the memory store holds; full, it refuses new single-use
-    /// retries rather than forget one.
+    /// Most consumed ids the memory store holds (about 434 bytes each, measured); full,
+    /// it refuses new single-use retries rather than forget one.
     pub memory_max_entries: usize,
     /// Prefix of every Redis key the store writes (`<prefix>c:<id>` for consumptions,
     /// `<prefix>r:<digest>` for revocations).
@@ -220,7 +220,7 @@ impl Default for SingleUseConfig {
             resources: Vec::new(),
             default: false,
             on_store_error: OnStoreError::Reject,
-            memory_max_entries: 1_000_000,
+            memory_max_entries: 100_000,
             redis_key_prefix: "mcp-state-guard:".to_owned(),
             redis_timeout_ms: 250,
         }
