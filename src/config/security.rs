@@ -161,7 +161,9 @@ pub(super) fn validate(config: &Config) -> Vec<ConfigProblem> {
         &upstream_tls.cert_file,
         &upstream_tls.key_file,
     );
-    if !config.upstream.starts_with("https://") {
+    let https_upstream = super::parse_upstream(&config.upstream)
+        .is_ok_and(|uri| uri.scheme() == Some(&http::uri::Scheme::HTTPS));
+    if !https_upstream {
         for (key, value) in [
             ("upstream_tls.ca_file", &upstream_tls.ca_file),
             ("upstream_tls.cert_file", &upstream_tls.cert_file),
