@@ -251,6 +251,13 @@ pub async fn start_from(
     }
     if let Some(source) = source {
         let live = single_use.clone();
+        // Who may call, and over what, is fixed at startup (TLS files and JWKS reload on
+        // their own): say so rather than let an edit look applied.
+        let started = (
+            config.principal.clone(),
+            config.tls.clone(),
+            config.upstream_tls.clone(),
+        );
         tasks.push(tokio::spawn(config::reload::watch(
             source,
             config::reload::hangups(),
@@ -258,6 +265,14 @@ pub async fn start_from(
             metrics.clone(),
             stop.clone(),
             move |new| {
+                if (&new.principal, &new.tls, &new.upstream_tls)
+                    != (&started.0, &started.1, &started.2)
+                {
+                    tracing::warn!(
+                        "principal, tls or upstream_tls settings changed; they take effect \
+                         on restart"
+                    );
+                }
                 let policy = SingleUsePolicy::from_config(&new.single_use);
                 if policy != *live.policy() {
                     tracing::info!("single-use policy changed; applied without a restart");
