@@ -1,20 +1,24 @@
 //! Wiring: build the shared state from a validated [`Config`], bind both listeners,
-//! spawn the serving and key-reload tasks, and shut them down in order.
+//! spawn the serving and reload tasks (keys, TLS files, JWKS), and shut them down in
+//! order.
 //!
 //! Invariant: the sidecar is ready only once keys are loaded and both listeners are
 //! bound; shutdown first fails readiness, then stops accepting, then drains.
 
 use crate::admin::{self, Readiness};
+use crate::auth::PrincipalSource;
+use crate::auth::jwks::{self, Jwks};
+use crate::auth::jwt::JwtVerifier;
 use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
 use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{SingleUse, SingleUsePolicy};
-use crate::principal::PrincipalSource;
 use crate::proxy::Proxy;
 use crate::proxy::upstream::Upstream;
 use crate::server;
 use crate::store::Store;
+use crate::tls::{FileError, ServerTls};
 use crate::token::{KeyRing, KeyRingError, StateSealer};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
@@ -40,6 +44,13 @@ pub enum StartError {
     Upstream(&'static str),
     #[error("{0}")]
     Config(String),
+    #[error("{0}")]
+    File(#[from] FileError),
+    #[error("principal.jwt.jwks_file ({env}): {path}: {source}", env = config::env_var_for("principal.jwt.jwks_file"), path = .path.display())]
+    Jwks {
+        path: PathBuf,
+        source: jwks::JwksError,
+    },
 }
 
 /// A running sidecar.
@@ -122,15 +133,14 @@ pub async fn start_from(
         config.state.ttl_seconds,
     ));
     let upstream_uri = config::parse_upstream(&config.upstream).map_err(StartError::Upstream)?;
-    let principal = match config.principal.source {
-        config::PrincipalSource::Header => PrincipalSource::Header {
-            name: http::HeaderName::from_bytes(config.principal.header.as_bytes())
-                .expect("validated: a header name"),
-            forward: config.principal.forward_header,
-        },
-        // Validation refuses jwt and mtls in this version.
-        _ => PrincipalSource::None,
-    };
+    let connect_timeout = Duration::from_millis(config.timeouts.connect_ms);
+    let (principal, jwks) = principal_source(config, &metrics, connect_timeout).await?;
+    if config.state.keys_file.is_some() && matches!(principal, PrincipalSource::None) {
+        tracing::warn!(
+            "principal.source is \"none\": tokens are bound to no caller, so anyone who obtains \
+             a token can finish another caller's flow; configure header, jwt or mtls"
+        );
+    }
     if principal.header().is_some() && config.principal.trusted_proxies.is_empty() {
         tracing::warn!(
             header = %config.principal.header,
@@ -138,9 +148,26 @@ pub async fn start_from(
              list the front proxies' addresses so that only they can set it"
         );
     }
-    let upstream = Upstream::new(
+    let upstream_tls = &config.upstream_tls;
+    let upstream = Upstream::with_tls(
         &upstream_uri,
-        Duration::from_millis(config.timeouts.connect_ms),
+        crate::tls::client_config(
+            upstream_tls
+                .ca_file
+                .as_deref()
+                .map(|p| ("upstream_tls.ca_file", p)),
+            upstream_tls
+                .cert_file
+                .as_deref()
+                .zip(upstream_tls.key_file.as_deref())
+                .map(|(cert, key)| {
+                    [
+                        ("upstream_tls.cert_file", cert),
+                        ("upstream_tls.key_file", key),
+                    ]
+                }),
+        )?,
+        connect_timeout,
         Duration::from_millis(config.timeouts.response_head_ms),
     );
     let store = Store::from_config(&config.single_use)
@@ -156,7 +183,16 @@ pub async fn start_from(
         Some(path) => Some(admin::read_token(path).map_err(StartError::Config)?),
         None => None,
     };
-    let proxy = Proxy::new(
+    let identity = (config.principal.source == config::PrincipalSource::Mtls)
+        .then_some(config.principal.mtls.identity);
+    let server_tls = ServerTls::load(
+        &config.tls,
+        identity,
+        Duration::from_millis(config.timeouts.header_read_ms),
+        metrics.clone(),
+    )?
+    .map(Arc::new);
+    let mut proxy = Proxy::new(
         config,
         sealer.clone(),
         single_use.clone(),
@@ -165,8 +201,11 @@ pub async fn start_from(
         principal,
         upstream,
     )
-    .map(Arc::new)
     .map_err(StartError::Config)?;
+    if server_tls.is_some() {
+        proxy.scheme = "https";
+    }
+    let proxy = Arc::new(proxy);
     let bind = |what, addr| async move {
         TcpListener::bind(addr)
             .await
@@ -191,6 +230,7 @@ pub async fn start_from(
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(server::serve(
         listener,
+        server_tls.clone(),
         move |request| proxy.clone().handle(request),
         stop.clone(),
         options("proxy"),
@@ -203,10 +243,19 @@ pub async fn start_from(
     });
     tasks.push(tokio::spawn(server::serve(
         admin_listener,
+        None,
         move |request| admin::handle(admin.clone(), request),
         stop.clone(),
         options("admin"),
     )));
+    if let Some(tls) = server_tls {
+        let interval = Duration::from_millis(config.tls.reload_interval_ms);
+        tasks.push(tokio::spawn(tls.watch(interval, stop.clone())));
+    }
+    if let Some(jwks) = jwks {
+        let interval = Duration::from_secs(config.principal.jwt.jwks_refresh_seconds);
+        tasks.push(tokio::spawn(jwks.run(interval, stop.clone())));
+    }
     let reload_interval = Duration::from_millis(config.state.reload_interval_ms);
     if let Some(path) = &config.state.keys_file {
         tasks.push(tokio::spawn(reload_keys(
@@ -219,6 +268,13 @@ pub async fn start_from(
     }
     if let Some(source) = source {
         let live = single_use.clone();
+        // Who may call, and over what, is fixed at startup (TLS files and JWKS reload on
+        // their own): say so rather than let an edit look applied.
+        let started = (
+            config.principal.clone(),
+            config.tls.clone(),
+            config.upstream_tls.clone(),
+        );
         tasks.push(tokio::spawn(config::reload::watch(
             source,
             config::reload::hangups(),
@@ -226,6 +282,14 @@ pub async fn start_from(
             metrics.clone(),
             stop.clone(),
             move |new| {
+                if (&new.principal, &new.tls, &new.upstream_tls)
+                    != (&started.0, &started.1, &started.2)
+                {
+                    tracing::warn!(
+                        "principal, tls or upstream_tls settings changed; they take effect \
+                         on restart"
+                    );
+                }
                 let policy = SingleUsePolicy::from_config(&new.single_use);
                 if policy != *live.policy() {
                     tracing::info!("single-use policy changed; applied without a restart");
@@ -280,6 +344,72 @@ async fn watch_store(
             _ = server::stopped(&mut stop) => return,
         }
     }
+}
+
+/// The configured identity source, and the JWKS cache to refresh when it is `jwt`. A
+/// JWKS file must load now; a JWKS URL that cannot be fetched yet is retried (requests
+/// get 503 until it answers), so an issuer outage does not keep the sidecar down.
+async fn principal_source(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+    connect_timeout: Duration,
+) -> Result<(PrincipalSource, Option<Arc<Jwks>>), StartError> {
+    let principal = &config.principal;
+    Ok(match principal.source {
+        config::PrincipalSource::None => (PrincipalSource::None, None),
+        config::PrincipalSource::Header => (
+            PrincipalSource::Header {
+                name: http::HeaderName::from_bytes(principal.header.as_bytes())
+                    .expect("validated: a header name"),
+                forward: principal.forward_header,
+            },
+            None,
+        ),
+        config::PrincipalSource::Mtls => (PrincipalSource::Mtls, None),
+        config::PrincipalSource::Jwt => {
+            let jwt = &principal.jwt;
+            let source = match (&jwt.jwks_file, &jwt.jwks_url) {
+                (Some(path), _) => jwks::Source::File(path.clone()),
+                (None, Some(url)) => {
+                    let tls = crate::tls::client_config(
+                        jwt.jwks_ca_file
+                            .as_deref()
+                            .map(|p| ("principal.jwt.jwks_ca_file", p)),
+                        None,
+                    )?;
+                    let connector = crate::tls::https_connector(tls, connect_timeout, true);
+                    jwks::Source::Url {
+                        uri: url.parse().expect("validated: an https URL"),
+                        client: Box::new(
+                            hyper_util::client::legacy::Client::builder(
+                                hyper_util::rt::TokioExecutor::new(),
+                            )
+                            .build(connector),
+                        ),
+                    }
+                }
+                (None, None) => unreachable!("validated: jwt has a key source"),
+            };
+            let cooldown = Duration::from_secs(jwt.jwks_cooldown_seconds);
+            let keys = Arc::new(Jwks::new(source, cooldown, metrics.clone()));
+            if let Err(source) = keys.refresh().await {
+                match &jwt.jwks_file {
+                    Some(path) => {
+                        return Err(StartError::Jwks {
+                            path: path.clone(),
+                            source,
+                        });
+                    }
+                    None => tracing::warn!(
+                        "principal.jwt.jwks_url could not be fetched at startup; requests \
+                         get 503 until it answers"
+                    ),
+                }
+            }
+            let verifier = Arc::new(JwtVerifier::new(jwt, keys.clone()));
+            (PrincipalSource::Jwt(verifier), Some(keys))
+        }
+    })
 }
 
 /// Poll the key file's content hash and swap the ring when it changes. Kubernetes

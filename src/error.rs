@@ -5,6 +5,7 @@
 //! `requestState`, the frozen error of the design, identical for every reason); causes
 //! go to the log and a closed metric label, never to the client.
 
+use crate::auth::AuthFailure;
 use crate::jsonrpc::{self, Id, ParseError};
 use crate::token::Reject;
 use bytes::Bytes;
@@ -36,6 +37,13 @@ pub enum ProxyError {
     Overloaded,
     #[error("principal header refused: {0}")]
     PrincipalHeader(&'static str),
+    /// No verified caller identity (`jwt`, `mtls`): 401 with the challenge, or 503 while
+    /// no verification keys could be loaded.
+    #[error("caller not authenticated: {}", .reason.as_str())]
+    Unauthorized {
+        reason: AuthFailure,
+        challenge: Option<HeaderValue>,
+    },
     #[error("requestState refused: {reason} ({detail})", reason = .reason.as_str())]
     InvalidState {
         reason: Reject,
@@ -71,6 +79,7 @@ pub enum ErrorKind {
     MisdirectedRequest,
     Overloaded,
     PrincipalHeader,
+    Unauthorized,
     InvalidState,
     InputResponses,
     InvalidAnswer,
@@ -82,7 +91,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 19] = [
+    pub const ALL: [ErrorKind; 20] = [
         ErrorKind::Parse,
         ErrorKind::HeaderMismatch,
         ErrorKind::ContentType,
@@ -94,6 +103,7 @@ impl ErrorKind {
         ErrorKind::MisdirectedRequest,
         ErrorKind::Overloaded,
         ErrorKind::PrincipalHeader,
+        ErrorKind::Unauthorized,
         ErrorKind::InvalidState,
         ErrorKind::InputResponses,
         ErrorKind::InvalidAnswer,
@@ -117,6 +127,7 @@ impl ErrorKind {
             ErrorKind::MisdirectedRequest => "misdirected_request",
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::PrincipalHeader => "principal_header",
+            ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::InvalidState => "invalid_state",
             ErrorKind::InputResponses => "input_responses",
             ErrorKind::InvalidAnswer => "invalid_answer",
@@ -161,6 +172,7 @@ impl ProxyError {
             ProxyError::MisdirectedRequest => ErrorKind::MisdirectedRequest,
             ProxyError::Overloaded => ErrorKind::Overloaded,
             ProxyError::PrincipalHeader(_) => ErrorKind::PrincipalHeader,
+            ProxyError::Unauthorized { .. } => ErrorKind::Unauthorized,
             ProxyError::InvalidState { .. } => ErrorKind::InvalidState,
             ProxyError::InputResponses => ErrorKind::InputResponses,
             ProxyError::InvalidAnswer { .. } => ErrorKind::InvalidAnswer,
@@ -182,7 +194,12 @@ impl ProxyError {
             }
             ProxyError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ProxyError::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
-            ProxyError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::Overloaded
+            | ProxyError::Unauthorized {
+                reason: AuthFailure::KeysUnavailable,
+                ..
+            } => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ProxyError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
             ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             // The reference answers a state it cannot seal with -32603 under HTTP 200, the
@@ -214,6 +231,7 @@ impl ProxyError {
             ProxyError::MisdirectedRequest => (jsonrpc::INVALID_REQUEST, "Misdirected request"),
             ProxyError::Overloaded => (jsonrpc::INTERNAL_ERROR, "Server overloaded"),
             ProxyError::PrincipalHeader(_) => (jsonrpc::INVALID_REQUEST, "Invalid identity"),
+            ProxyError::Unauthorized { .. } => (jsonrpc::INVALID_REQUEST, "Unauthorized"),
             ProxyError::InvalidState { .. } => (jsonrpc::INVALID_PARAMS, INVALID_STATE_MESSAGE),
             ProxyError::InputResponses => (jsonrpc::INVALID_PARAMS, "Invalid params"),
             ProxyError::InvalidAnswer { .. } => (jsonrpc::INVALID_PARAMS, "Invalid inputResponses"),
@@ -256,8 +274,19 @@ impl ProxyError {
         Bytes::from(jsonrpc::error_body(id, code, &message, data))
     }
 
+    /// The reason a caller was not identified, for `auth_failures_total`.
+    pub fn auth_failure(&self) -> Option<AuthFailure> {
+        match self {
+            ProxyError::Unauthorized { reason, .. } => Some(*reason),
+            _ => None,
+        }
+    }
+
     /// The whole HTTP response.
     pub fn into_response(&self, id: Option<&Id>) -> Response<Bytes> {
+        if let ProxyError::Unauthorized { challenge, .. } = self {
+            return self.oauth_response(challenge.as_ref());
+        }
         let mut response = Response::new(self.jsonrpc_body(id));
         *response.status_mut() = self.http_status();
         response.headers_mut().insert(
@@ -268,6 +297,38 @@ impl ProxyError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+impl ProxyError {
+    /// An unauthenticated request gets what the reference's `RequireAuthMiddleware`
+    /// sends: an OAuth error body and the `WWW-Authenticate` challenge (RFC 6750 §3),
+    /// the same for every reason. Without keys to verify with, 503: the token may well
+    /// be valid, and a client must not throw it away.
+    fn oauth_response(&self, challenge: Option<&HeaderValue>) -> Response<Bytes> {
+        let status = self.http_status();
+        let body = if status == StatusCode::UNAUTHORIZED {
+            r#"{"error":"invalid_token","error_description":"Authentication required"}"#
+        } else {
+            r#"{"error":"temporarily_unavailable","error_description":"Token verification keys unavailable"}"#
+        };
+        let mut response = Response::new(Bytes::from_static(body.as_bytes()));
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        match challenge {
+            Some(challenge) if status == StatusCode::UNAUTHORIZED => {
+                headers.insert(header::WWW_AUTHENTICATE, challenge.clone());
+            }
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            _ => {}
         }
         response
     }

@@ -3,13 +3,15 @@
 //!
 //! # The journey of a request
 //!
-//! 1. [`server`] accepts the connection (HTTP/1.1 or h2c, a header read timeout), tags
-//!    the request with the peer's address and hands it to [`proxy::Proxy::handle`];
-//!    [`app`] wired everything from a validated [`config`].
+//! 1. [`server`] accepts the connection (HTTP/1.1 or h2c, or TLS with h2 / http/1.1 by
+//!    ALPN and optionally a required client certificate, both from [`tls`]; a header read
+//!    timeout), tags the request with the peer's address and verified identity and hands
+//!    it to [`proxy::Proxy::handle`]; [`app`] wired everything from a validated [`config`].
 //! 2. [`proxy::ingress`]: a `Host` outside `allowed_hosts` gets 421; `Forwarded` /
 //!    `X-Forwarded-*` survive only from `principal.trusted_proxies`, and
 //!    `X-Forwarded-For` / `-Proto` are set from what the sidecar saw.
-//! 3. [`principal`] reads who is calling (nothing, or a header a trusted front proxy set).
+//! 3. [`auth`] reads who is calling: nothing, a header a trusted front proxy set, a
+//!    verified JWT access token (401 without one), or the client certificate's identity.
 //! 4. [`proxy::gate`]: a POST body must be one JSON-RPC message that [`jsonrpc`] parses
 //!    strictly (no duplicate, look-alike or non-ASCII keys where the sidecar looks, no
 //!    batches, no BOM, at most `limits.max_json_values` values), read within its size,
@@ -26,7 +28,8 @@
 //!    client gets the one frozen error and nothing is sent. The request's binding is
 //!    kept for step 7; the parsed body is not.
 //! 6. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
-//!    rewritten, hop-by-hop headers dropped, identity encoding, timeouts).
+//!    rewritten, hop-by-hop headers dropped, identity encoding, timeouts; TLS verified
+//!    for an `https://` upstream).
 //! 7. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
 //!    SSE, empty, or something a 2xx answer to an MCP request may not be) and
 //!    [`proxy::response`] seals every `requestState` in it, in a JSON body or event by
@@ -45,15 +48,16 @@
 
 pub mod admin;
 pub mod app;
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod jsonrpc;
 pub mod metrics;
 pub mod policy;
-pub mod principal;
 pub mod proxy;
 pub mod server;
 pub mod sse;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod token;

@@ -35,7 +35,7 @@ enum Command {
         #[arg(long)]
         upstream: Option<String>,
     },
-    /// Validate the configuration (and the key file it names); list every problem.
+    /// Validate the configuration (and the files it names); list every problem.
     CheckConfig {
         #[arg(long)]
         config: Option<PathBuf>,
@@ -75,12 +75,10 @@ fn main() -> ExitCode {
 fn load(file: Option<&PathBuf>, overrides: &Overrides) -> Result<Config, Vec<String>> {
     let config = Config::load(file.map(PathBuf::as_path), overrides)
         .map_err(|errors| errors.0.iter().map(ToString::to_string).collect::<Vec<_>>())?;
-    if let Some(path) = &config.state.keys_file {
-        token::KeyRing::load(path).map_err(|e| {
-            vec![format!(
-                "state.keys_file (MCP_STATE_GUARD_STATE__KEYS_FILE): {e}"
-            )]
-        })?;
+    // The files it names: keys, certificates and keys, CA bundles, a JWKS file.
+    let problems = config.check_files();
+    if !problems.is_empty() {
+        return Err(problems.iter().map(ToString::to_string).collect());
     }
     Ok(config)
 }

@@ -5,6 +5,8 @@
 //! Every label value is initialised to zero so dashboards and alerts see it from the
 //! first scrape.
 
+mod auth;
+
 use crate::error::ErrorKind;
 use crate::store::StoreKind;
 use crate::token::Reject;
@@ -221,6 +223,7 @@ pub struct Metrics {
     store_latency: HistogramVec,
     config_reloads: IntCounterVec,
     mrtr_refusals: IntCounterVec,
+    auth: auth::AuthMetrics,
 }
 
 impl Metrics {
@@ -372,7 +375,9 @@ impl Metrics {
                 .register(collector)
                 .expect("metric names are unique");
         }
+        let auth = auth::AuthMetrics::new(&registry);
         Self {
+            auth,
             registry,
             sealed,
             verified,
@@ -538,6 +543,7 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::AuthFailure;
 
     #[test]
     fn contract_names_are_exposed_with_every_label_at_zero() {
@@ -551,6 +557,13 @@ mod tests {
                 )),
                 "{label}"
             );
+        }
+        for reason in AuthFailure::ALL {
+            let series = format!(
+                "mcp_state_guard_auth_failures_total{{reason=\"{}\"}} 0",
+                reason.as_str()
+            );
+            assert!(text.contains(&series), "{series}");
         }
         m.verified(VerifyResult::Rejected(Reject::Binding));
         m.sealed();

@@ -1,9 +1,13 @@
-//! Accepting connections: HTTP/1.1 and HTTP/2 (h2c) on one listener, and graceful drain.
+//! Accepting connections: HTTP/1.1 and HTTP/2 (h2c, or h2 negotiated by ALPN over TLS)
+//! on one listener, and graceful drain.
 //!
 //! Invariant: after shutdown is signalled no new connection is accepted; connections in
 //! flight get until the drain deadline to finish (SSE streams never end on their own, so
-//! the deadline is what ends them), then they are closed.
+//! the deadline is what ends them), then they are closed. A TLS handshake runs in the
+//! connection's own task, never in the accept loop, so a slow client cannot stall others;
+//! every request of a TLS connection carries the client's verified identity, if any.
 
+use crate::auth::mtls::PeerIdentity;
 use crate::proxy::ingress::Peer;
 use crate::proxy::upstream::ProxyBody;
 use http::{Request, Response};
@@ -14,6 +18,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -30,9 +35,11 @@ pub struct ServeOptions {
 }
 
 /// Serve `handler` on `listener` until `shutdown` flips to true, then drain for at most
-/// `options.drain`. Each request carries the peer's address as an [`Peer`] extension.
+/// `options.drain`. Each request carries the peer's address as an [`Peer`] extension and,
+/// with `tls` requiring client certificates, the client's [`PeerIdentity`].
 pub async fn serve<H, F>(
     listener: TcpListener,
+    tls: Option<Arc<crate::tls::ServerTls>>,
     handler: H,
     mut shutdown: watch::Receiver<bool>,
     options: ServeOptions,
@@ -73,15 +80,36 @@ pub async fn serve<H, F>(
                 };
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
-                let service = service_fn(move |mut request: Request<Incoming>| {
-                    request.extensions_mut().insert(Peer(peer));
-                    let response = handler(request);
-                    async move { Ok::<_, Infallible>(response.await) }
-                });
-                let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let connection = graceful.watch(connection);
+                let service = move |identity: Option<PeerIdentity>| {
+                    service_fn(move |mut request: Request<Incoming>| {
+                        request.extensions_mut().insert(Peer(peer));
+                        if let Some(identity) = &identity {
+                            request.extensions_mut().insert(identity.clone());
+                        }
+                        let response = handler(request);
+                        async move { Ok::<_, Infallible>(response.await) }
+                    })
+                };
+                let (builder, watcher, tls) = (builder.clone(), graceful.watcher(), tls.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = connection.await {
+                    let served = match tls {
+                        None => {
+                            let connection = builder.serve_connection(TokioIo::new(stream), service(None));
+                            watcher.watch(connection.into_owned()).await
+                        }
+                        Some(tls) => {
+                            let (stream, identity) = match tls.accept(stream).await {
+                                Ok(accepted) => accepted,
+                                Err(e) => {
+                                    tracing::debug!(listener = name, %peer, error = %e, "TLS handshake failed");
+                                    return;
+                                }
+                            };
+                            let connection = builder.serve_connection(TokioIo::new(stream), service(identity));
+                            watcher.watch(connection.into_owned()).await
+                        }
+                    };
+                    if let Err(e) = served {
                         tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
                     }
                 });

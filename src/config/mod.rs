@@ -3,13 +3,16 @@
 //! validated. Invariant: a [`Config`] returned by [`Config::load`] has passed every check
 //! in [`Config::validate`]; anything unknown, out of range or not supported by this
 //! version refuses to start, and every problem names both its file key and its
-//! environment variable.
+//! environment variable. [`Config::check_files`] then reads every file the
+//! configuration names (keys, certificates, JWKS) and reports what is wrong with each.
 //!
 //! The shipped `config/mcp-state-guard.toml` lists every key with its default and is
 //! tested to parse to exactly [`Config::default`].
 
+mod files;
 mod load;
 pub mod reload;
+mod security;
 mod validate;
 
 #[cfg(test)]
@@ -21,6 +24,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use security::{JwtConfig, MtlsConfig, MtlsIdentity, TlsConfig, UpstreamTlsConfig};
 pub use validate::parse_upstream;
 
 /// Prefix of every environment variable the configuration reads.
@@ -33,7 +37,7 @@ pub const ENV_PREFIX: &str = "MCP_STATE_GUARD_";
 pub struct Config {
     /// Client-facing address.
     pub listen: SocketAddr,
-    /// Base URL of the MCP server (`http://host[:port][/base]`); request paths are kept
+    /// Base URL of the MCP server (`http(s)://host[:port][/base]`); request paths are kept
     /// and appended to the base path. Checked by [`parse_upstream`].
     pub upstream: String,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
@@ -48,6 +52,8 @@ pub struct Config {
     pub allowed_hosts: Option<Vec<String>>,
     pub state: StateConfig,
     pub principal: PrincipalConfig,
+    pub tls: TlsConfig,
+    pub upstream_tls: UpstreamTlsConfig,
     pub single_use: SingleUseConfig,
     pub mrtr: MrtrConfig,
     pub admin: AdminConfig,
@@ -66,6 +72,8 @@ impl Default for Config {
             allowed_hosts: None,
             state: StateConfig::default(),
             principal: PrincipalConfig::default(),
+            tls: TlsConfig::default(),
+            upstream_tls: UpstreamTlsConfig::default(),
             single_use: SingleUseConfig::default(),
             mrtr: MrtrConfig::default(),
             admin: AdminConfig::default(),
@@ -112,9 +120,9 @@ pub enum PrincipalSource {
     None,
     /// A header set by a trusted front proxy (`principal.header`).
     Header,
-    /// A verified JWT (not supported by this version: refused at validation).
+    /// A verified JWT access token (`principal.jwt`).
     Jwt,
-    /// The client certificate (not supported by this version: refused at validation).
+    /// The verified client certificate (`principal.mtls`, `tls.client_ca_file`).
     Mtls,
 }
 
@@ -147,6 +155,8 @@ pub struct PrincipalConfig {
     /// the list is not empty. Empty: forwarding headers from no peer are kept, and the
     /// identity header is taken from any peer (with a startup warning).
     pub trusted_proxies: Vec<String>,
+    pub mtls: MtlsConfig,
+    pub jwt: JwtConfig,
 }
 
 impl Default for PrincipalConfig {
@@ -156,6 +166,8 @@ impl Default for PrincipalConfig {
             header: "x-forwarded-user".to_owned(),
             forward_header: false,
             trusted_proxies: Vec::new(),
+            mtls: MtlsConfig::default(),
+            jwt: JwtConfig::default(),
         }
     }
 }

@@ -74,6 +74,18 @@ fn shipped_file_is_the_defaults() {
         "state.audience",
         "state.keys_file",
         "single_use.redis_url",
+        "principal.jwt.issuer",
+        "principal.jwt.audience",
+        "principal.jwt.jwks_file",
+        "principal.jwt.jwks_url",
+        "principal.jwt.jwks_ca_file",
+        "principal.jwt.resource_metadata",
+        "tls.cert_file",
+        "tls.key_file",
+        "tls.client_ca_file",
+        "upstream_tls.ca_file",
+        "upstream_tls.cert_file",
+        "upstream_tls.key_file",
     ];
     let expected: BTreeSet<String> = LEAVES
         .iter()
@@ -216,7 +228,7 @@ fn flags_override_env() {
         assert_eq!(config.upstream, "http://flag:2/mcp");
         // A bad flag value is reported as coming from the flag.
         let overrides = Overrides {
-            upstream: Some("https://flag".to_owned()),
+            upstream: Some("ftp://flag".to_owned()),
             ..Overrides::default()
         };
         let problems = load_err(None, &overrides);
@@ -381,6 +393,28 @@ fn assembly_leaf_by_leaf_matches_serde() {
             header = "X-User"
             forward_header = true
             trusted_proxies = ["10.0.0.0/8"]
+            [principal.mtls]
+            identity = "subject"
+            [principal.jwt]
+            issuer = "https://issuer"
+            audience = "https://mcp"
+            jwks_file = "/jwks.json"
+            jwks_url = "https://issuer/jwks"
+            jwks_ca_file = "/jwks-ca.pem"
+            leeway_seconds = 5
+            resource_metadata = "https://mcp/.well-known/oauth-protected-resource"
+            forward_authorization = false
+            jwks_refresh_seconds = 30
+            jwks_cooldown_seconds = 3
+            [tls]
+            cert_file = "/cert.pem"
+            key_file = "/key.pem"
+            client_ca_file = "/ca.pem"
+            reload_interval_ms = 300
+            [upstream_tls]
+            ca_file = "/up-ca.pem"
+            cert_file = "/up-cert.pem"
+            key_file = "/up-key.pem"
             [single_use]
             store = "redis"
             redis_url = "redis://r"
@@ -445,7 +479,13 @@ fn type_and_rule_problems_in_one_pass() {
         let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(
             keys,
-            ["state.ttl_seconds", "state.audience", "principal.source"]
+            [
+                "state.ttl_seconds",
+                "state.audience",
+                "principal.jwt.issuer",
+                "principal.jwt.audience",
+                "principal.jwt.jwks_file"
+            ]
         );
         Ok(())
     });
@@ -457,14 +497,14 @@ fn every_validation_problem_in_one_pass() {
         jail.create_file(
             "c.toml",
             r#"
-            upstream = "https://mcp"
+            upstream = "ftp://mcp"
             passthrough_paths = ["oauth"]
             [state]
             keys_file = "/k"
             ttl_seconds = 0
             reload_interval_ms = 1
             [principal]
-            source = "jwt"
+            source = "mtls"
             header = "bad header"
             [single_use]
             tools = [""]
@@ -484,13 +524,13 @@ fn every_validation_problem_in_one_pass() {
             "state.audience",
             "state.ttl_seconds",
             "state.reload_interval_ms",
-            "principal.source",
             "principal.header",
             "single_use.redis_url",
             "single_use.tools",
             "limits.max_state_bytes",
             "timeouts.connect_ms",
             "log.level",
+            "tls.client_ca_file",
         ];
         let keys: Vec<&str> = errors.0.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(keys, expected);

@@ -1,14 +1,14 @@
 //! Validation: the rules a typed [`Config`] must pass before the sidecar starts.
 //! Invariant: every rule is checked in one pass and each failure becomes one
-//! [`ConfigProblem`]; anything this version cannot honour (JWT or mTLS principals, an
-//! https upstream) is refused rather than ignored, because
-//! running without a protection the operator asked for is worse than not starting.
+//! [`ConfigProblem`]. TLS and principal-source rules live in `security.rs`; nothing a
+//! configuration asks for is silently ignored, because running without a protection
+//! the operator asked for is worse than not starting.
 
 use std::collections::HashSet;
 
 use http::HeaderName;
 
-use super::{Config, ConfigProblem, PrincipalSource, SingleUseStore};
+use super::{Config, ConfigProblem, SingleUseStore};
 use crate::proxy::ingress::{HostPolicy, TrustedProxies};
 
 /// The largest `limits.max_state_bytes` accepted: 16 MiB.
@@ -82,19 +82,6 @@ impl Config {
         }
 
         let principal = &self.principal;
-        if matches!(
-            principal.source,
-            PrincipalSource::Jwt | PrincipalSource::Mtls
-        ) {
-            problem(
-                "principal.source",
-                format!(
-                    "`{}` principals are not supported by this version; refusing to start \
-                     rather than run without the caller binding",
-                    principal.source.as_str()
-                ),
-            );
-        }
         if let Err(message) = TrustedProxies::new(&principal.trusted_proxies) {
             problem("principal.trusted_proxies", message);
         }
@@ -205,26 +192,24 @@ impl Config {
             );
         }
 
+        problems.extend(super::security::validate(self));
         problems
     }
 }
 
-/// Parses an upstream base URL: absolute `http://`, with a host, an optional port and
-/// base path, and no query, fragment or userinfo. The error never echoes the URL (a
-/// userinfo part would hold a password).
+/// Parses an upstream base URL: absolute `http://` or `https://`, with a host, an
+/// optional port and base path, and no query, fragment or userinfo. The error never
+/// echoes the URL (a userinfo part would hold a password).
 pub fn parse_upstream(url: &str) -> Result<http::Uri, &'static str> {
-    const NOT_HTTP: &str = "must be an absolute http:// URL such as http://127.0.0.1:3000";
+    const NOT_HTTP: &str =
+        "must be an absolute http:// or https:// URL such as http://127.0.0.1:3000";
     // `http::Uri` drops a fragment silently; refuse it before parsing.
     if url.contains('#') {
         return Err("must not have a fragment (#...)");
     }
     let uri: http::Uri = url.parse().map_err(|_| NOT_HTTP)?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err("https upstreams are not supported by this version; use an http:// URL");
-        }
-        _ => return Err(NOT_HTTP),
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(NOT_HTTP);
     }
     let authority = uri.authority().ok_or(NOT_HTTP)?;
     if authority.as_str().contains('@') {
@@ -303,14 +288,15 @@ pub(crate) mod tests {
             "http://mcp",
             "http://[::1]:8000/base/",
             "http://h/a/b",
+            "https://mcp.internal:8443/base",
         ] {
             assert!(parse_upstream(good).is_ok(), "{good}");
         }
         let cases = [
-            ("https://mcp", "https upstreams are not supported"),
-            ("ftp://mcp", "absolute http:// URL"),
-            ("mcp:3000", "absolute http:// URL"),
-            ("/mcp", "absolute http:// URL"),
+            ("ftp://mcp", "absolute http:// or https:// URL"),
+            ("mcp:3000", "absolute http:// or https:// URL"),
+            ("/mcp", "absolute http:// or https:// URL"),
+            ("https://u:hunter2@mcp/", "userinfo"),
             ("http://:80/", "must have a host"),
             ("http://u:hunter2@mcp/", "userinfo"),
             ("http://mcp/?a=1", "query"),
@@ -319,7 +305,7 @@ pub(crate) mod tests {
             ("http://mcp:99999/", "invalid port"),
             ("http://mcp:/", "invalid port"),
             ("http://mcp:0/", "invalid port"),
-            ("", "absolute http:// URL"),
+            ("", "absolute http:// or https:// URL"),
         ];
         for (url, needle) in cases {
             let problems = invalid(|c| c.upstream = url.to_owned());
@@ -416,18 +402,6 @@ pub(crate) mod tests {
 
     #[test]
     fn principal_rules() {
-        let jwt = invalid(|c| c.principal.source = PrincipalSource::Jwt);
-        assert_only(
-            &jwt,
-            "principal.source",
-            "`jwt` principals are not supported by this version",
-        );
-        let mtls = invalid(|c| c.principal.source = PrincipalSource::Mtls);
-        assert_only(
-            &mtls,
-            "principal.source",
-            "`mtls` principals are not supported by this version",
-        );
         assert!(invalid(|c| c.principal.source = PrincipalSource::Header).is_empty());
         for bad in ["", "x user", "x:user", "é"] {
             let problems = invalid(|c| c.principal.header = bad.into());

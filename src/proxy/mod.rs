@@ -4,7 +4,7 @@
 //!
 //! 1. [`ingress`]: the `Host` is one we serve (`allowed_hosts`); forwarding headers are
 //!    believed only from trusted proxies.
-//! 2. [`crate::principal`]: who is calling.
+//! 2. [`crate::auth`]: who is calling (a header, a JWT, the client certificate).
 //! 3. [`gate`]: a POSTed body is one strictly parsed JSON-RPC message, read within its
 //!    size, time and [`budget`] limits.
 //! 4. [`state`]: a retry's `requestState` is opened and replaced by the upstream's
@@ -25,6 +25,7 @@ pub mod response;
 pub mod state;
 pub mod upstream;
 
+use crate::auth::PrincipalSource;
 use crate::error::{ErrorKind, ProxyError};
 use crate::jsonrpc::Id;
 use crate::metrics::{Metrics, Route};
@@ -32,7 +33,6 @@ use crate::policy::capabilities;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{Claim, SingleUse};
-use crate::principal::PrincipalSource;
 use crate::token::{RequestBinding, StateSealer};
 use bytes::Bytes;
 use gate::Gate;
@@ -169,6 +169,9 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let kind = error.kind();
         self.metrics.refused(kind);
+        if let Some(reason) = error.auth_failure() {
+            self.metrics.auth_failed(reason);
+        }
         if kind.is_upstream() {
             tracing::warn!(kind = kind.as_str(), error = %error, cause = ?std::error::Error::source(&error), "upstream failure");
         } else if kind != ErrorKind::InvalidState {
@@ -196,7 +199,11 @@ impl Proxy {
         self.hosts.check(&parts)?;
         let peer = parts.extensions.get::<Peer>().copied();
         let trusted_peer = self.trusted_proxies.is_empty() || self.trusted_proxies.trusts(peer);
-        let principal = self.principal.identify(&parts.headers, trusted_peer)?;
+        let principal = if passthrough && !self.principal.required_on_passthrough() {
+            None
+        } else {
+            self.principal.identify(&parts, trusted_peer).await?
+        };
         self.principal.strip(&mut parts.headers);
         self.trusted_proxies.rewrite(
             &mut parts.headers,

@@ -4,6 +4,8 @@
 //! Invariant: the upstream receives the client's path and query under the configured
 //! base, `Host` set to its own authority, no hop-by-hop headers, and `accept-encoding:
 //! identity` (a compressed body could not be inspected and would have to be refused).
+//! An `https://` upstream is reached only over TLS verified for its host (SNI and the
+//! certificate name both from the configured URL), never in the clear.
 
 use crate::error::ProxyError;
 use bytes::Bytes;
@@ -12,6 +14,7 @@ use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -78,7 +81,7 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 
 /// The configured upstream and a connection pool to it.
 pub struct Upstream {
-    client: Client<HttpConnector, ProxyBody>,
+    client: Client<HttpsConnector<HttpConnector>, ProxyBody>,
     scheme: Scheme,
     authority: Authority,
     host: HeaderValue,
@@ -87,11 +90,23 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// `base` is an absolute `http://` URL, validated by the configuration.
+    /// `base` is an absolute `http://` URL, validated by the configuration (an
+    /// `https://` one is verified against the compiled-in roots: see [`Upstream::with_tls`]).
     pub fn new(base: &Uri, connect_timeout: Duration, response_head_timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(connect_timeout));
-        connector.set_nodelay(true);
+        let tls = crate::tls::client_config(None, None).expect("no files to read");
+        Self::with_tls(base, tls, connect_timeout, response_head_timeout)
+    }
+
+    /// `base` is an absolute `http://` or `https://` URL, validated by the configuration;
+    /// `tls` is used for an `https://` one (which is then never spoken to in the clear).
+    pub fn with_tls(
+        base: &Uri,
+        tls: rustls::ClientConfig,
+        connect_timeout: Duration,
+        response_head_timeout: Duration,
+    ) -> Self {
+        let https_only = base.scheme() == Some(&Scheme::HTTPS);
+        let connector = crate::tls::https_connector(tls, connect_timeout, https_only);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(connector);

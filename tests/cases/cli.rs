@@ -56,7 +56,7 @@ fn check_config_lists_every_problem_with_key_and_env_var() {
         "upstream (MCP_STATE_GUARD_UPSTREAM)",
         "state.ttl_seconds (MCP_STATE_GUARD_STATE__TTL_SECONDS)",
         "state.audience (MCP_STATE_GUARD_STATE__AUDIENCE)",
-        "principal.source (MCP_STATE_GUARD_PRINCIPAL__SOURCE)",
+        "principal.jwt.issuer (MCP_STATE_GUARD_PRINCIPAL__JWT__ISSUER)",
     ] {
         assert!(stderr.contains(needle), "missing {needle:?} in:\n{stderr}");
     }
@@ -87,7 +87,7 @@ fn check_config_lists_every_problem_with_key_and_env_var() {
 #[test]
 fn run_refuses_an_invalid_configuration_and_starts_on_the_defaults() {
     let out = binary()
-        .args(["run", "--upstream", "https://example.com"])
+        .args(["run", "--upstream", "ftp://example.com"])
         .env("MCP_STATE_GUARD_STATE__TTL_SECONDS", "0")
         .output()
         .unwrap();

@@ -30,6 +30,10 @@ Scenarios:
 --mode is passed to `Client(mode=...)` (auto | legacy | 2026-07-28); default "auto" probes
 server/discover like a real client would. `legacy-session` always uses "legacy".
 
+--cafile trusts that CA for an https:// URL, --certfile/--keyfile present a client certificate
+(mTLS), --bearer sends `Authorization: Bearer <token>` on every request: the SDK's own
+transport over an httpx2 client configured that way.
+
 Prints exactly one JSON object on stdout. Exit 0 when the scenario ran (even if what it observed is
 a rejection, e.g. `tamper` through the sidecar), 1 with {"error": ...} when it could not.
 """
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -144,9 +149,27 @@ def error_of(exc: MCPError) -> dict[str, Any]:
     return {"code": exc.code, "message": exc.message, "data": exc.data}
 
 
+# Set from the command line: how the SDK's HTTP client reaches the server.
+TRANSPORT: dict[str, Any] = {}
+
+
+def server_for(url: Any) -> Any:
+    """The URL itself, or the SDK's streamable HTTP transport over a configured httpx2 client."""
+    if not TRANSPORT or not isinstance(url, str):
+        return url
+    context = ssl.create_default_context(cafile=TRANSPORT.get("cafile"))
+    if TRANSPORT.get("certfile"):
+        context.load_cert_chain(TRANSPORT["certfile"], TRANSPORT.get("keyfile"))
+    headers = {"Authorization": f"Bearer {TRANSPORT['bearer']}"} if TRANSPORT.get("bearer") else None
+    http_client = httpx2.AsyncClient(
+        verify=context, headers=headers, timeout=httpx2.Timeout(10.0, read=30.0)
+    )
+    return streamable_http_client(url, http_client=http_client)
+
+
 def make_client(url: str, mode: str, **kwargs: Any) -> Client:
     return Client(
-        url,
+        server_for(url),
         mode=mode,
         read_timeout_seconds=10,
         elicitation_callback=elicitation_callback,
@@ -365,9 +388,16 @@ def main() -> int:
     parser.add_argument("--url", required=True, help="MCP endpoint, e.g. http://127.0.0.1:8080/mcp")
     parser.add_argument("--mode", default="auto", help='Client mode: "auto", "legacy" or "2026-07-28"')
     parser.add_argument("--timeout", type=float, default=60.0, help="overall deadline in seconds")
+    parser.add_argument("--cafile", help="CA bundle (PEM) to trust for an https:// URL")
+    parser.add_argument("--certfile", help="client certificate chain (PEM) for mTLS")
+    parser.add_argument("--keyfile", help="client private key (PEM) for mTLS")
+    parser.add_argument("--bearer", help="access token sent as Authorization: Bearer")
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("rest", nargs=argparse.REMAINDER, help="scenario arguments (manual)")
     args = parser.parse_args()
+    for option in ("cafile", "certfile", "keyfile", "bearer"):
+        if getattr(args, option):
+            TRANSPORT[option] = getattr(args, option)
 
     async def run() -> dict[str, Any]:
         with anyio.fail_after(args.timeout):

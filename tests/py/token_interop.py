@@ -9,6 +9,11 @@ Reads one JSON request on stdin, writes one JSON answer on stdout:
   {"op": "claims", "keys": [...], "tokens": [...]}                  -> {"claims": [<decrypted claims object>...]}
   {"op": "digest", "texts": [<JSON text of params.arguments>...]}  -> {"digests": [...]}
   {"op": "vectors"}                                                -> fixed-nonce reference vectors
+  {"op": "principals", "access_tokens": [{"client_id", "iss", "sub"}...]} -> {"principals": [...]}
+
+A case may give `"access_token": {"client_id", "iss", "sub"}` instead of `"principal"`: the
+principal is then the one the reference binds for that verified access token
+(`authenticated_principal`, from `AccessToken(client_id, subject, claims={"iss": ...})`).
 
 Keys are operator secrets as UTF-8 strings, exactly as a key file line holds them.
 The SDK's private helpers are used on purpose: they are the reference being tested.
@@ -23,6 +28,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 from mcp.server import request_state as rs
+from mcp.server.auth.provider import AccessToken
 from mcp.shared.exceptions import MCPError
 
 
@@ -44,8 +50,21 @@ def _boundary(keys, audience, ttl=600.0, principal=None):
     return rs.RequestStateBoundary(security, default_audience=audience)
 
 
+def _reference_principal(access):
+    """What the reference binds a state to for a request authenticated with this token."""
+    token = AccessToken(
+        token="opaque", client_id=access["client_id"], scopes=[], subject=access.get("sub"),
+        claims={"iss": access["iss"]},
+    )
+    with mock.patch.object(rs, "get_access_token", lambda: token):
+        return rs.authenticated_principal(None)
+
+
 def _ctx(case):
-    return SimpleNamespace(method=case["method"], params=case.get("params"), principal=case.get("principal"))
+    principal = case.get("principal")
+    if "access_token" in case:
+        principal = _reference_principal(case["access_token"])
+    return SimpleNamespace(method=case["method"], params=case.get("params"), principal=principal)
 
 
 def mint(req):
@@ -111,9 +130,14 @@ def vectors(_req):
     return {"vectors": out}
 
 
+def principals(req):
+    return {"principals": [_reference_principal(a) for a in req["access_tokens"]]}
+
+
 def main() -> None:
     req = json.load(sys.stdin)
-    op = {"mint": mint, "open": open_, "claims": claims, "digest": digest, "vectors": vectors}[req["op"]]
+    op = {"mint": mint, "open": open_, "claims": claims, "digest": digest, "vectors": vectors,
+          "principals": principals}[req["op"]]
     json.dump(op(req), sys.stdout)
 
 

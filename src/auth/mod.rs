@@ -1,0 +1,151 @@
+//! Who is calling: the principal a `requestState` token is bound to, from the one
+//! configured source: nothing, a header a trusted front proxy sets ([`header`]), a
+//! verified JWT access token ([`jwt`], keys from [`jwks`]), or the verified client
+//! certificate of the TLS connection ([`mtls`]).
+//!
+//! Invariant: an identity is taken only from the configured source and is unambiguous;
+//! a request whose identity cannot be established is refused, never treated as
+//! anonymous (with `header`, a request without the header is unbound; with `jwt` and
+//! `mtls` every request must carry an identity). What the upstream must not see of the
+//! identity is removed before forwarding.
+
+pub mod header;
+pub mod jwks;
+pub mod jwt;
+pub mod mtls;
+
+use crate::error::ProxyError;
+use http::{HeaderMap, HeaderName, header::AUTHORIZATION};
+use mtls::PeerIdentity;
+use std::sync::Arc;
+
+/// Why a caller could not be identified: closed labels for
+/// `mcp_state_guard_auth_failures_total{reason}` and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuthFailure {
+    /// No `Authorization: Bearer` header.
+    Missing,
+    /// Not a compact JWS, a repeated header, a `crit` header, claims that do not parse.
+    Malformed,
+    /// `none`, HMAC, or an algorithm the key does not allow.
+    Algorithm,
+    /// A `kid` the key set does not hold (after a refresh), or none among several keys.
+    UnknownKey,
+    Signature,
+    Expired,
+    /// `nbf` or `iat` in the future (beyond the leeway).
+    NotYetValid,
+    Issuer,
+    Audience,
+    /// `client_id`, `azp`, `sub` or `iat` of the wrong type, `exp` missing.
+    Claims,
+    /// No key set could be loaded yet (the JWKS URL was never reachable).
+    KeysUnavailable,
+    /// A TLS connection without a verified client identity (`mtls`).
+    ClientCertificate,
+}
+
+impl AuthFailure {
+    pub const ALL: [AuthFailure; 12] = [
+        AuthFailure::Missing,
+        AuthFailure::Malformed,
+        AuthFailure::Algorithm,
+        AuthFailure::UnknownKey,
+        AuthFailure::Signature,
+        AuthFailure::Expired,
+        AuthFailure::NotYetValid,
+        AuthFailure::Issuer,
+        AuthFailure::Audience,
+        AuthFailure::Claims,
+        AuthFailure::KeysUnavailable,
+        AuthFailure::ClientCertificate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "missing",
+            AuthFailure::Malformed => "malformed",
+            AuthFailure::Algorithm => "algorithm",
+            AuthFailure::UnknownKey => "unknown_key",
+            AuthFailure::Signature => "signature",
+            AuthFailure::Expired => "expired",
+            AuthFailure::NotYetValid => "not_yet_valid",
+            AuthFailure::Issuer => "issuer",
+            AuthFailure::Audience => "audience",
+            AuthFailure::Claims => "claims",
+            AuthFailure::KeysUnavailable => "keys_unavailable",
+            AuthFailure::ClientCertificate => "client_certificate",
+        }
+    }
+}
+
+/// A configured identity source.
+pub enum PrincipalSource {
+    /// Tokens are not bound to a caller.
+    None,
+    /// The identity a trusted front proxy put in `name` (e.g. `x-forwarded-user`).
+    Header { name: HeaderName, forward: bool },
+    /// The bearer token's `[client_id, iss, sub]`.
+    Jwt(Arc<jwt::JwtVerifier>),
+    /// The verified client certificate's identity ([`PeerIdentity`], set by the server).
+    Mtls,
+}
+
+impl PrincipalSource {
+    /// The principal string of this request, or `None` when it is not bound to one.
+    /// `from_trusted_peer`: the peer may set the identity header (`header` source).
+    pub async fn identify(
+        &self,
+        parts: &http::request::Parts,
+        from_trusted_peer: bool,
+    ) -> Result<Option<String>, ProxyError> {
+        match self {
+            PrincipalSource::None => Ok(None),
+            PrincipalSource::Header { name, .. } => {
+                header::identify(name, &parts.headers, from_trusted_peer)
+            }
+            PrincipalSource::Jwt(verifier) => match verifier.principal(&parts.headers).await {
+                Ok(principal) => Ok(Some(principal)),
+                Err(reason) => Err(ProxyError::Unauthorized {
+                    reason,
+                    challenge: Some(verifier.challenge().clone()),
+                }),
+            },
+            PrincipalSource::Mtls => match parts.extensions.get::<PeerIdentity>() {
+                Some(PeerIdentity(identity)) => Ok(Some(identity.to_string())),
+                // The handshake refuses clients without one; this is the belt to its braces.
+                None => Err(ProxyError::Unauthorized {
+                    reason: AuthFailure::ClientCertificate,
+                    challenge: None,
+                }),
+            },
+        }
+    }
+
+    /// Whether a request on a `passthrough_paths` entry needs an identity. Those paths
+    /// are forwarded untouched and carry no state, and with `jwt` they are where a client
+    /// without a token yet goes (an OAuth token endpoint, the resource metadata).
+    pub fn required_on_passthrough(&self) -> bool {
+        !matches!(self, PrincipalSource::Jwt(_))
+    }
+
+    /// The identity header, when there is one.
+    pub fn header(&self) -> Option<&HeaderName> {
+        match self {
+            PrincipalSource::Header { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Remove what the upstream must not see: the identity header (unless forwarded)
+    /// and its look-alikes; `Authorization` when `forward_authorization` is off.
+    pub fn strip(&self, headers: &mut HeaderMap) {
+        match self {
+            PrincipalSource::Header { name, forward } => header::strip(name, *forward, headers),
+            PrincipalSource::Jwt(verifier) if !verifier.forwards_authorization() => {
+                headers.remove(AUTHORIZATION);
+            }
+            _ => {}
+        }
+    }
+}

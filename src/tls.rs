@@ -1,0 +1,469 @@
+//! TLS on both legs, with rustls on the aws-lc-rs provider: the listener's server
+//! configuration (certificate and key, and for mTLS the client CA), re-read when its
+//! files change, and the client configurations for an `https://` upstream and a JWKS URL.
+//!
+//! Invariant: a configuration in use was built from files that parsed, whose key matches
+//! the certificate and whose certificate had not expired when read; a change on disk
+//! replaces it only if the new files pass the same checks (a broken set keeps the old
+//! configuration, is logged once and counted), and connections already open keep the
+//! session they negotiated. Only TLS 1.2 and 1.3 are spoken. A listener with a client CA
+//! refuses every handshake that does not present a certificate chaining to it, valid
+//! now, allowed for client authentication (`extendedKeyUsage`, `keyUsage`) and, with
+//! `principal.source = "mtls"`, naming the configured identity.
+//!
+//! Roots for outbound TLS without a configured CA file are `webpki-roots` (the Mozilla
+//! root set compiled in), not the platform verifier: the sidecar runs in minimal
+//! container images that often ship no CA bundle, and compiled-in roots make the same
+//! binary trust the same issuers everywhere. Private CAs (the usual case for an
+//! in-cluster upstream) go in `upstream_tls.ca_file` / `principal.jwt.jwks_ca_file`.
+
+use crate::auth::mtls::{self, PeerIdentity};
+use crate::config::{ConfigProblem, MtlsIdentity, TlsConfig, env_var_for};
+use crate::metrics::Metrics;
+use arc_swap::ArcSwap;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore,
+    ServerConfig, SignatureScheme,
+};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_rustls::server::TlsStream;
+
+/// TLS 1.3 and 1.2, nothing older.
+const VERSIONS: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
+
+/// The one crypto provider of every TLS configuration.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// A file setting that cannot be used: names the key, its environment variable and the
+/// file, never the file's content.
+#[derive(Debug, thiserror::Error)]
+#[error("{key} ({env}): {path}: {problem}", env = env_var_for(key), path = path.display())]
+pub struct FileError {
+    pub key: &'static str,
+    pub path: PathBuf,
+    pub problem: FileProblem,
+}
+
+impl FileError {
+    fn new(key: &'static str, path: &Path, problem: FileProblem) -> Self {
+        Self {
+            key,
+            path: path.to_owned(),
+            problem,
+        }
+    }
+
+    /// As a `check-config` problem.
+    pub fn to_problem(&self) -> ConfigProblem {
+        ConfigProblem::new(
+            self.key,
+            format!("{}: {}", self.path.display(), self.problem),
+        )
+    }
+}
+
+/// What is wrong with a PEM file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileProblem {
+    #[error("cannot read: {0}")]
+    Unreadable(String),
+    #[error("no PEM certificate in the file")]
+    NoCertificate,
+    #[error("PEM does not parse: {0}")]
+    Pem(String),
+    #[error("no PEM private key in the file")]
+    NoPrivateKey,
+    #[error("certificate does not parse as X.509")]
+    BadCertificate,
+    #[error("certificate expired on {0}")]
+    Expired(String),
+    #[error("private key is not usable: {0}")]
+    BadKey(String),
+    #[error("private key does not match the certificate in {0}")]
+    KeyMismatch(String),
+    #[error("not a usable CA certificate: {0}")]
+    BadCa(String),
+}
+
+fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, FileError> {
+    std::fs::read(path).map_err(|e| {
+        FileError::new(
+            key,
+            path,
+            FileProblem::Unreadable(e.to_string().to_lowercase()),
+        )
+    })
+}
+
+/// Every certificate of a PEM file, at least one.
+pub fn certificates(
+    key: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, FileError> {
+    let bytes = read(key, path)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| FileError::new(key, path, FileProblem::Pem(e.to_string())))?;
+    if certs.is_empty() {
+        return Err(FileError::new(key, path, FileProblem::NoCertificate));
+    }
+    Ok(certs)
+}
+
+/// A certificate chain and the private key of its leaf, checked to match and the leaf
+/// checked not to have expired.
+pub fn identity_pair(
+    cert_key: &'static str,
+    cert_path: &Path,
+    key_key: &'static str,
+    key_path: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), FileError> {
+    let chain = certificates(cert_key, cert_path)?;
+    let (_, leaf) = x509_parser::parse_x509_certificate(&chain[0])
+        .map_err(|_| FileError::new(cert_key, cert_path, FileProblem::BadCertificate))?;
+    let not_after = leaf.validity().not_after;
+    if not_after.timestamp() < UnixTime::now().as_secs() as i64 {
+        let problem = FileProblem::Expired(not_after.to_string());
+        return Err(FileError::new(cert_key, cert_path, problem));
+    }
+    let bytes = read(key_key, key_path)?;
+    let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
+        let problem = match e {
+            pem::Error::NoItemsFound => FileProblem::NoPrivateKey,
+            e => FileProblem::Pem(e.to_string()),
+        };
+        FileError::new(key_key, key_path, problem)
+    })?;
+    match CertifiedKey::from_der(chain.clone(), key.clone_key(), &provider()) {
+        Ok(_) => Ok((chain, key)),
+        Err(rustls::Error::InconsistentKeys(_)) => {
+            let problem = FileProblem::KeyMismatch(cert_path.display().to_string());
+            Err(FileError::new(key_key, key_path, problem))
+        }
+        Err(e) => Err(FileError::new(
+            key_key,
+            key_path,
+            FileProblem::BadKey(e.to_string()),
+        )),
+    }
+}
+
+/// A CA bundle as trust anchors.
+pub fn roots(key: &'static str, path: &Path) -> Result<RootCertStore, FileError> {
+    let mut store = RootCertStore::empty();
+    for cert in certificates(key, path)? {
+        store
+            .add(cert)
+            .map_err(|e| FileError::new(key, path, FileProblem::BadCa(e.to_string())))?;
+    }
+    Ok(store)
+}
+
+/// The listener's files.
+#[derive(Debug, Clone)]
+struct ListenerFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    client_ca: Option<PathBuf>,
+}
+
+impl ListenerFiles {
+    fn paths(&self) -> impl Iterator<Item = &Path> {
+        [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(PathBuf::as_path)
+    }
+}
+
+/// The listener's TLS: the configuration in use, swapped when the files change.
+pub struct ServerTls {
+    files: ListenerFiles,
+    identity: Option<MtlsIdentity>,
+    current: ArcSwap<ServerConfig>,
+    handshake_timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl ServerTls {
+    /// From `tls`; `None` when the listener speaks plain HTTP. `identity`: the identity
+    /// every client certificate must name (`principal.source = "mtls"`).
+    pub fn load(
+        tls: &TlsConfig,
+        identity: Option<MtlsIdentity>,
+        handshake_timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Result<Option<Self>, FileError> {
+        let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) else {
+            return Ok(None);
+        };
+        let files = ListenerFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: tls.client_ca_file.clone(),
+        };
+        let config = build(&files, identity)?;
+        Ok(Some(Self {
+            files,
+            identity,
+            current: ArcSwap::from_pointee(config),
+            handshake_timeout,
+            metrics,
+        }))
+    }
+
+    /// Whether clients must present a certificate.
+    pub fn mutual(&self) -> bool {
+        self.files.client_ca.is_some()
+    }
+
+    /// Complete a handshake (bounded by the handshake timeout) with the configuration in
+    /// use now, and read the client's identity when one is required.
+    pub async fn accept(
+        &self,
+        stream: TcpStream,
+    ) -> std::io::Result<(TlsStream<TcpStream>, Option<PeerIdentity>)> {
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.current.load_full());
+        let handshake = tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream));
+        let stream = match handshake.await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                self.metrics.tls_handshake_failed();
+                return Err(e);
+            }
+            Err(_) => {
+                self.metrics.tls_handshake_failed();
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+        };
+        let identity = self.identity.and_then(|kind| {
+            let leaf = stream.get_ref().1.peer_certificates()?.first()?;
+            mtls::identity(leaf, kind)
+                .ok()
+                .map(|id| PeerIdentity(id.into()))
+        });
+        Ok((stream, identity))
+    }
+
+    /// Poll the files' content hash every `interval` until `stop`, and swap in a new
+    /// configuration when they change. cert-manager and Kubernetes Secret volumes swap
+    /// files through symlinks, which defeats naive inotify; a hash poll sees every
+    /// change, and a cert/key pair caught half-written simply fails and is retried when
+    /// the other half lands (its hash changes again).
+    pub async fn watch(self: Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
+        let mut last = self.fingerprint().ok();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = crate::server::stopped(&mut stop) => return,
+            }
+            let digest = match self.fingerprint() {
+                Ok(digest) => digest,
+                Err(e) => {
+                    // Reported once per outage, not every poll; the configuration stays.
+                    if last.take().is_some() {
+                        tracing::error!(error = %e, "TLS file unreadable; keeping the current certificate");
+                        self.metrics.tls_reload(false);
+                    }
+                    continue;
+                }
+            };
+            if last.as_ref() == Some(&digest) {
+                continue;
+            }
+            last = Some(digest);
+            match build(&self.files, self.identity) {
+                Ok(config) => {
+                    self.current.store(Arc::new(config));
+                    tracing::info!(cert = %self.files.cert.display(), "TLS files changed; new certificate in use");
+                    self.metrics.tls_reload(true);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "TLS files changed but are not usable; keeping the current certificate");
+                    self.metrics.tls_reload(false);
+                }
+            }
+        }
+    }
+
+    fn fingerprint(&self) -> Result<[u8; 32], FileError> {
+        let mut hash = Sha256::new();
+        for (path, key) in
+            self.files
+                .paths()
+                .zip(["tls.cert_file", "tls.key_file", "tls.client_ca_file"])
+        {
+            let bytes = zeroize::Zeroizing::new(read(key, path)?);
+            hash.update((bytes.len() as u64).to_be_bytes());
+            hash.update(&bytes[..]);
+        }
+        Ok(hash.finalize().into())
+    }
+}
+
+/// A server configuration from the listener's files.
+fn build(files: &ListenerFiles, identity: Option<MtlsIdentity>) -> Result<ServerConfig, FileError> {
+    let (chain, key) = identity_pair("tls.cert_file", &files.cert, "tls.key_file", &files.key)?;
+    let certified = CertifiedKey::from_der(chain, key, &provider()).map_err(|e| {
+        FileError::new(
+            "tls.key_file",
+            &files.key,
+            FileProblem::BadKey(e.to_string()),
+        )
+    })?;
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(VERSIONS)
+        .expect("aws-lc-rs supports TLS 1.2 and 1.3");
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let roots = Arc::new(roots("tls.client_ca_file", path)?);
+            let inner = WebPkiClientVerifier::builder_with_provider(roots, provider())
+                .build()
+                .map_err(|e| {
+                    FileError::new(
+                        "tls.client_ca_file",
+                        path,
+                        FileProblem::BadCa(e.to_string()),
+                    )
+                })?;
+            builder.with_client_cert_verifier(Arc::new(ClientCertificates { inner, identity }))
+        }
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(OneCertificate(Arc::new(certified))));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The listener's one certificate, whatever the client asks for.
+#[derive(Debug)]
+struct OneCertificate(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for OneCertificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// WebPKI client verification (chain to the CA, validity, `extendedKeyUsage`
+/// clientAuth when present), plus what WebPKI leaves out: `keyUsage` must allow
+/// signatures, and the certificate must name the identity the principal is read from.
+#[derive(Debug)]
+struct ClientCertificates {
+    inner: Arc<dyn ClientCertVerifier>,
+    identity: Option<MtlsIdentity>,
+}
+
+impl ClientCertVerifier for ClientCertificates {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        mtls::check_usage(end_entity)
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::InvalidPurpose))?;
+        if let Some(kind) = self.identity {
+            mtls::identity(end_entity, kind).map_err(|_| {
+                rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure)
+            })?;
+        }
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// A client configuration: trust `ca` (key and file) or the compiled-in Mozilla roots,
+/// and present `identity` (cert and key settings) when given.
+pub fn client_config(
+    ca: Option<(&'static str, &Path)>,
+    identity: Option<[(&'static str, &Path); 2]>,
+) -> Result<ClientConfig, FileError> {
+    let roots = match ca {
+        Some((key, path)) => roots(key, path)?,
+        None => RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        },
+    };
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(VERSIONS)
+        .expect("aws-lc-rs supports TLS 1.2 and 1.3")
+        .with_root_certificates(roots);
+    Ok(match identity {
+        None => builder.with_no_client_auth(),
+        Some([(cert_key, cert_path), (key_key, key_path)]) => {
+            let (chain, key) = identity_pair(cert_key, cert_path, key_key, key_path)?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| {
+                FileError::new(key_key, key_path, FileProblem::BadKey(e.to_string()))
+            })?
+        }
+    })
+}
+
+/// A connector speaking HTTP/1.1 over TLS with `config` (SNI and verification from the
+/// request's host), or plain HTTP too unless `https_only`.
+pub fn https_connector(
+    config: ClientConfig,
+    connect_timeout: Duration,
+    https_only: bool,
+) -> HttpsConnector<HttpConnector> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config);
+    let builder = if https_only {
+        builder.https_only()
+    } else {
+        builder.https_or_http()
+    };
+    builder.enable_http1().wrap_connector(http)
+}
