@@ -215,10 +215,13 @@ impl StateSealer {
     ) -> MintClaims<'a> {
         // Whole seconds: the reference writes `time.time()` as is, but an integral float
         // encodes without float formatting, and a TTL is not meant to the microsecond.
+        // `iat` rounds down and `exp` up, so the token is valid for at least the full TTL
+        // after this instant (never up to a second less), and `iat` is never in the
+        // future. On a whole second both equal the reference's (`exp = iat + ttl`).
         let iat = now.floor();
         MintClaims {
             iat,
-            exp: iat + self.ttl_seconds as f64,
+            exp: now.ceil() + self.ttl_seconds as f64,
             binding,
             state,
             audience: self.audience.as_deref(),
