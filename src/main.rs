@@ -134,7 +134,7 @@ fn init_tracing(config: &Config) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    match config.log.format {
+    match config.log.format.unwrap_or_else(LogFormat::detect) {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
