@@ -55,3 +55,4 @@ pub mod sse;
 pub mod store;
 pub mod telemetry;
 pub mod token;
+pub mod version;
