@@ -14,7 +14,7 @@ use crate::proxy::Proxy;
 use crate::proxy::upstream::Upstream;
 use crate::server;
 use crate::store::Store;
-use crate::token::{KeyRing, KeyRingError, StateSealer};
+use crate::token::{KeyId, KeyRing, KeyRingError, StateSealer};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -115,6 +115,7 @@ pub async fn start_from(
         }
     };
     tracing::info!(key_ids = ?ring.key_ids(), "key ring loaded; the first key mints");
+    metrics.key_ring_loaded(&KeyId::of_ring(&ring), config.state.keys_file.is_some());
     let sealer = Arc::new(StateSealer::new(
         ring,
         config.state.audience.clone(),
@@ -281,6 +282,9 @@ async fn reload_keys(
         .await
         .ok()
         .map(|b| Sha256::digest(&b[..]));
+    // Whether `last` is the content of the ring in use (a broken file's digest is
+    // remembered too, so that it is reported once, but it confirms nothing).
+    let mut in_use = true;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -299,18 +303,26 @@ async fn reload_keys(
         };
         let digest = Sha256::digest(&bytes[..]);
         if last.as_ref() == Some(&digest) {
+            if in_use {
+                // Read back valid: the ring's age (and its readiness check) restarts.
+                metrics.key_file_confirmed();
+            }
             continue;
         }
         last = Some(digest);
         match KeyRing::parse(&bytes, &path.display().to_string()) {
             Ok(ring) => {
                 tracing::info!(key_ids = ?ring.key_ids(), "key file changed; new key ring in use");
+                let kids = KeyId::of_ring(&ring);
                 sealer.replace_ring(ring);
+                metrics.key_ring_loaded(&kids, true);
                 metrics.key_reload(true);
+                in_use = true;
             }
             Err(e) => {
                 tracing::error!(error = %e, "key file changed but is invalid; keeping the previous keys");
                 metrics.key_reload(false);
+                in_use = false;
             }
         }
     }

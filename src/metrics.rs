@@ -5,12 +5,18 @@
 //! Every label value is initialised to zero so dashboards and alerts see it from the
 //! first scrape.
 
+mod labels;
+mod ops;
+
+pub use labels::{Listener, MethodClass, Outcome, SseEvent, StatusClass};
+pub use ops::Held;
+
 use crate::error::ErrorKind;
 use crate::store::StoreKind;
 use crate::token::Reject;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 
 /// Outcomes of verifying an inbound `requestState` (`result` label, design §5).
@@ -173,13 +179,14 @@ pub struct Metrics {
     seal_failures: IntCounterVec,
     input_responses_dropped: IntCounter,
     requests: IntCounterVec,
-    request_duration: Histogram,
     in_flight: IntGauge,
     buffered_bytes: IntGauge,
     key_reloads: IntCounterVec,
     consumptions: IntCounterVec,
     store_latency: HistogramVec,
     config_reloads: IntCounterVec,
+    /// Latency, connections, streams, per-key tokens, build info ([`ops`]).
+    ops: ops::OpsMetrics,
 }
 
 impl Metrics {
@@ -223,16 +230,6 @@ impl Metrics {
         let requests = IntCounterVec::new(
             Opts::new("requests_total", "Requests received, by route."),
             &["route"],
-        )
-        .unwrap();
-        let request_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "request_duration_seconds",
-                "Time from request to response head, through the upstream.",
-            )
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0,
-            ]),
         )
         .unwrap();
         let in_flight =
@@ -307,7 +304,6 @@ impl Metrics {
             Box::new(seal_failures.clone()),
             Box::new(input_responses_dropped.clone()),
             Box::new(requests.clone()),
-            Box::new(request_duration.clone()),
             Box::new(in_flight.clone()),
             Box::new(buffered_bytes.clone()),
             Box::new(key_reloads.clone()),
@@ -319,7 +315,9 @@ impl Metrics {
                 .register(collector)
                 .expect("metric names are unique");
         }
+        let ops = ops::OpsMetrics::register(&registry);
         Self {
+            ops,
             registry,
             sealed,
             verified,
@@ -327,7 +325,6 @@ impl Metrics {
             seal_failures,
             input_responses_dropped,
             requests,
-            request_duration,
             in_flight,
             buffered_bytes,
             key_reloads,
@@ -399,10 +396,6 @@ impl Metrics {
         self.requests.with_label_values(&[route.as_str()]).inc();
     }
 
-    pub fn observe_duration(&self, seconds: f64) {
-        self.request_duration.observe(seconds);
-    }
-
     /// The gauge the memory budget keeps equal to the bytes it has handed out.
     pub fn buffered_bytes(&self) -> &IntGauge {
         &self.buffered_bytes
@@ -426,6 +419,7 @@ impl Metrics {
 
     /// Text exposition format 0.0.4.
     pub fn render(&self) -> String {
+        self.ops.refresh();
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)

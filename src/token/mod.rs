@@ -13,6 +13,7 @@
 pub mod canonical;
 pub mod claims;
 pub mod keyring;
+pub mod kid;
 
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use canonical::CanonicalError;
 pub use claims::{BindingError, RequestBinding, args_digest};
 pub use keyring::{KeyRing, KeyRingError, OpenError, TOKEN_ID_LEN, generate_secret};
+pub use kid::KeyId;
 
 use claims::{MintClaims, OpenedClaims, principal_claim, principal_matches};
 

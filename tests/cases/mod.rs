@@ -1,4 +1,5 @@
 //! Integration cases, one module per capability.
+mod audit;
 mod cli;
 mod conformance;
 mod e2e;
