@@ -7,11 +7,12 @@
 use crate::admin::{self, Readiness};
 use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
+use crate::metrics::Listener;
 use crate::metrics::Metrics;
 use crate::policy::single_use::{SingleUse, SingleUsePolicy};
 use crate::principal::PrincipalSource;
 use crate::proxy::Proxy;
-use crate::proxy::upstream::Upstream;
+use crate::proxy::upstream::{Pool, Upstream};
 use crate::server;
 use crate::store::Store;
 use crate::token::{KeyId, KeyRing, KeyRingError, StateSealer};
@@ -23,6 +24,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// Connections the admin listener serves at once.
+const ADMIN_MAX_CONNECTIONS: usize = 64;
 
 /// Why the sidecar could not start.
 #[derive(Debug, thiserror::Error)]
@@ -138,10 +142,14 @@ pub async fn start_from(
              list the front proxies' addresses so that only they can set it"
         );
     }
-    let upstream = Upstream::new(
+    let upstream = Upstream::with_pool(
         &upstream_uri,
         Duration::from_millis(config.timeouts.connect_ms),
         Duration::from_millis(config.timeouts.response_head_ms),
+        Pool {
+            idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
+            max_idle: config.limits.upstream_max_idle_per_host,
+        },
     );
     let store = Store::from_config(&config.single_use)
         .map_err(|e| StartError::Config(format!("single_use: {e}")))?;
@@ -172,24 +180,35 @@ pub async fn start_from(
 
     let (shutdown, stop) = watch::channel(false);
     let readiness = Arc::new(Readiness::default());
-    let options = |name| server::ServeOptions {
+    let options = |name, listener| server::ServeOptions {
         name,
+        listener,
+        metrics: metrics.clone(),
         drain: Duration::from_millis(config.timeouts.drain_ms),
         header_read_timeout: Duration::from_millis(config.timeouts.header_read_ms),
+        idle_timeout: Duration::from_millis(config.timeouts.client_idle_ms),
+        max_connections: match listener {
+            Listener::Proxy => config.limits.max_connections,
+            // Probes and scrapes: a few at a time, on a listener of their own so that
+            // a full proxy listener never starves them.
+            Listener::Admin => ADMIN_MAX_CONNECTIONS,
+        },
+        http2_max_concurrent_streams: config.limits.http2_max_concurrent_streams,
+        http2_max_header_list_bytes: config.limits.http2_max_header_list_bytes,
     };
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(server::serve(
         listener,
         move |request| proxy.clone().handle(request),
         stop.clone(),
-        options("proxy"),
+        options("proxy", Listener::Proxy),
     )));
     let (admin_metrics, admin_ready) = (metrics.clone(), readiness.clone());
     tasks.push(tokio::spawn(server::serve(
         admin_listener,
         move |request| admin::handle(admin_metrics.clone(), admin_ready.clone(), request),
         stop.clone(),
-        options("admin"),
+        options("admin", Listener::Admin),
     )));
     let reload_interval = Duration::from_millis(config.state.reload_interval_ms);
     if let Some(path) = &config.state.keys_file {

@@ -3,9 +3,12 @@
 //!
 //! # The journey of a request
 //!
-//! 1. [`server`] accepts the connection (HTTP/1.1 or h2c, a header read timeout), tags
-//!    the request with the peer's address and hands it to [`proxy::Proxy::handle`];
-//!    [`app`] wired everything from a validated [`config`].
+//! 1. [`server`] accepts the connection (HTTP/1.1 or h2c) while fewer than
+//!    `limits.max_connections` are open, holds it to its [`server::deadline`]s (a request
+//!    head in time, an idle keep-alive connection closed), tags the request with the
+//!    peer's address and hands it to [`proxy::Proxy::handle`], which opens the request's
+//!    one audit record ([`telemetry::audit`]); [`app`] wired everything from a validated
+//!    [`config`].
 //! 2. [`proxy::ingress`]: a `Host` outside `allowed_hosts` gets 421; `Forwarded` /
 //!    `X-Forwarded-*` survive only from `principal.trusted_proxies`, and
 //!    `X-Forwarded-For` / `-Proto` are set from what the sidecar saw.

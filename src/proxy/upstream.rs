@@ -86,14 +86,52 @@ pub struct Upstream {
     response_head_timeout: Duration,
 }
 
+/// How idle upstream connections are kept for reuse.
+#[derive(Debug, Clone, Copy)]
+pub struct Pool {
+    /// An idle connection is closed after this (`timeouts.upstream_idle_ms`).
+    pub idle_timeout: Duration,
+    /// At most this many idle connections are kept (`limits.upstream_max_idle_per_host`).
+    pub max_idle: usize,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        let config = crate::config::Config::default();
+        Self {
+            idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
+            max_idle: config.limits.upstream_max_idle_per_host,
+        }
+    }
+}
+
 impl Upstream {
-    /// `base` is an absolute `http://` URL, validated by the configuration.
+    /// `base` is an absolute `http://` URL, validated by the configuration; the pool
+    /// keeps the default sizes.
     pub fn new(base: &Uri, connect_timeout: Duration, response_head_timeout: Duration) -> Self {
+        Self::with_pool(
+            base,
+            connect_timeout,
+            response_head_timeout,
+            Pool::default(),
+        )
+    }
+
+    /// [`Upstream::new`] with the given pool.
+    pub fn with_pool(
+        base: &Uri,
+        connect_timeout: Duration,
+        response_head_timeout: Duration,
+        pool: Pool,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connect_timeout));
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
+            // Without a timer the idle timeout is not enforced at all.
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .pool_idle_timeout(pool.idle_timeout)
+            .pool_max_idle_per_host(pool.max_idle)
             .build(connector);
         let authority = base
             .authority()
