@@ -1,15 +1,17 @@
 //! The admin listener: `/metrics` (Prometheus text format 0.0.4), `/healthz` (the process
 //! serves) and `/readyz` (the sidecar takes traffic: keys loaded, not draining, a
-//! fail-closed single-use store reachable; the body names each failing check).
+//! fail-closed single-use store reachable, and the [`health`](crate::health) checks: the
+//! upstream reachable, the key ring not stale; the body names each failing check).
 //!
 //! Invariant: the admin port never proxies and never shows a token, a key or a state.
 
+use crate::health::Checks;
 use crate::metrics::Metrics;
 use crate::proxy::upstream::{ProxyBody, full};
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// Readiness: serving (flipped to false when draining starts so load balancers stop
 /// sending), and every dependency check passing.
@@ -18,6 +20,8 @@ pub struct Readiness {
     serving: AtomicBool,
     /// A fail-closed single-use store does not answer.
     store_down: AtomicBool,
+    /// The checks that look outside the process, set once at start.
+    checks: OnceLock<Checks>,
 }
 
 impl Readiness {
@@ -27,6 +31,18 @@ impl Readiness {
 
     pub fn set_store_down(&self, down: bool) {
         self.store_down.store(down, Ordering::SeqCst);
+    }
+
+    /// Install the outside checks (once; later calls are ignored).
+    pub fn set_checks(&self, checks: Checks) {
+        let _ = self.checks.set(checks);
+    }
+
+    /// Re-run the outside checks that are due (a probe at most once a second).
+    pub async fn refresh(&self) {
+        if let Some(checks) = self.checks.get() {
+            checks.refresh().await;
+        }
     }
 
     pub fn get(&self) -> bool {
@@ -41,6 +57,9 @@ impl Readiness {
         }
         if self.store_down.load(Ordering::SeqCst) {
             failing.push("single_use store unavailable");
+        }
+        if let Some(checks) = self.checks.get() {
+            checks.failing(&mut failing);
         }
         failing
     }
@@ -64,7 +83,12 @@ pub async fn handle(
             response
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" => match readiness.failing().as_slice() {
+        "/readyz" => match {
+            readiness.refresh().await;
+            readiness.failing()
+        }
+        .as_slice()
+        {
             [] => text(StatusCode::OK, "ready\n"),
             failing => text(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -7,6 +7,7 @@
 use crate::admin::{self, Readiness};
 use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
+use crate::health;
 use crate::metrics::Listener;
 use crate::metrics::Metrics;
 use crate::policy::single_use::{SingleUse, SingleUsePolicy};
@@ -180,6 +181,18 @@ pub async fn start_from(
 
     let (shutdown, stop) = watch::channel(false);
     let readiness = Arc::new(Readiness::default());
+    readiness.set_checks(health::Checks {
+        upstream: config.readyz.check_upstream.then(|| {
+            let timeout = Duration::from_millis(config.readyz.upstream_timeout_ms);
+            health::UpstreamProbe::new(&upstream_uri, timeout)
+        }),
+        key_age: (config.state.keys_file.is_some() && config.readyz.max_key_age_seconds > 0).then(
+            || {
+                let max = Duration::from_secs(config.readyz.max_key_age_seconds);
+                (metrics.clone(), max)
+            },
+        ),
+    });
     let options = |name, listener| server::ServeOptions {
         name,
         listener,

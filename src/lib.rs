@@ -36,8 +36,10 @@
 //!    sealed becomes a JSON-RPC internal error instead (an upstream error status and
 //!    its headers are kept).
 //! 8. Failures become responses in one place ([`error`]); outcomes are counted in
-//!    [`metrics`], served with health and readiness by [`admin`]; client text reaches
-//!    logs only through [`telemetry`].
+//!    [`metrics`], served with health and readiness ([`health`]: the upstream reachable,
+//!    the key ring fresh) by [`admin`]; client text reaches logs only through
+//!    [`telemetry`], and the request's audit record is written when its response body
+//!    is dropped. [`version`] names the build.
 //!
 //! Security invariant: no `requestState` reaches the upstream unless this sidecar minted
 //! it and verified it on this request, and no plaintext `requestState` from the upstream
@@ -48,6 +50,7 @@ pub mod admin;
 pub mod app;
 pub mod config;
 pub mod error;
+pub mod health;
 pub mod jsonrpc;
 pub mod metrics;
 pub mod policy;

@@ -8,6 +8,7 @@ mod hostile;
 mod hygiene;
 mod ingress;
 mod interop;
+mod operations;
 mod path_binding;
 mod resources;
 mod response_classes;
