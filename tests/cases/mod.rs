@@ -8,6 +8,7 @@ mod hostile;
 mod hygiene;
 mod ingress;
 mod interop;
+mod observability;
 mod operations;
 mod path_binding;
 mod resources;

@@ -8,6 +8,7 @@ pub mod http;
 pub mod interop;
 pub mod legacy;
 pub mod process;
+pub mod prometheus;
 pub mod python;
 pub mod redis;
 pub mod sidecar;
