@@ -1,12 +1,14 @@
 //! The admin listener: `/metrics` (Prometheus text format 0.0.4), `/healthz` (the process
 //! serves), `/readyz` (the sidecar takes traffic: keys loaded, not draining, a
-//! fail-closed single-use store reachable; the body names each failing check), and
+//! fail-closed single-use store reachable, and the [`health`](crate::health) checks: the
+//! upstream reachable, the key ring not stale; the body names each failing check), and
 //! `POST /admin/revoke` (stop every flow of one caller now).
 //!
 //! Invariant: the admin port never proxies and never shows a token, a key or a state; its
 //! one mutating endpoint is refused unless `admin.token_file` is configured, and then
 //! answers only a request carrying that bearer secret (compared in constant time).
 
+use crate::health::Checks;
 use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
 use crate::proxy::upstream::{ProxyBody, full};
@@ -14,8 +16,8 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
@@ -54,6 +56,8 @@ pub struct Readiness {
     serving: AtomicBool,
     /// A fail-closed single-use store does not answer.
     store_down: AtomicBool,
+    /// The checks that look outside the process, set once at start.
+    checks: OnceLock<Checks>,
 }
 
 impl Readiness {
@@ -63,6 +67,18 @@ impl Readiness {
 
     pub fn set_store_down(&self, down: bool) {
         self.store_down.store(down, Ordering::SeqCst);
+    }
+
+    /// Install the outside checks (once; later calls are ignored).
+    pub fn set_checks(&self, checks: Checks) {
+        let _ = self.checks.set(checks);
+    }
+
+    /// Re-run the outside checks that are due (a probe at most once a second).
+    pub async fn refresh(&self) {
+        if let Some(checks) = self.checks.get() {
+            checks.refresh().await;
+        }
     }
 
     pub fn get(&self) -> bool {
@@ -77,6 +93,9 @@ impl Readiness {
         }
         if self.store_down.load(Ordering::SeqCst) {
             failing.push("single_use store unavailable");
+        }
+        if let Some(checks) = self.checks.get() {
+            checks.failing(&mut failing);
         }
         failing
     }
@@ -100,7 +119,12 @@ pub async fn handle(admin: Arc<Admin>, request: Request<Incoming>) -> Response<P
             response
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" => match readiness.failing().as_slice() {
+        "/readyz" => match {
+            readiness.refresh().await;
+            readiness.failing()
+        }
+        .as_slice()
+        {
             [] => text(StatusCode::OK, "ready\n"),
             failing => text(
                 StatusCode::SERVICE_UNAVAILABLE,

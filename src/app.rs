@@ -11,15 +11,17 @@ use crate::auth::jwks::{self, Jwks};
 use crate::auth::jwt::JwtVerifier;
 use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
+use crate::health;
+use crate::metrics::Listener;
 use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{SingleUse, SingleUsePolicy};
 use crate::proxy::Proxy;
-use crate::proxy::upstream::Upstream;
+use crate::proxy::upstream::{Pool, Upstream};
 use crate::server;
 use crate::store::Store;
 use crate::tls::{FileError, ServerTls};
-use crate::token::{KeyRing, KeyRingError, StateSealer};
+use crate::token::{KeyId, KeyRing, KeyRingError, StateSealer};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,6 +30,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// Connections the admin listener serves at once.
+const ADMIN_MAX_CONNECTIONS: usize = 64;
 
 /// Why the sidecar could not start.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +132,7 @@ pub async fn start_from(
         }
     };
     tracing::info!(key_ids = ?ring.key_ids(), "key ring loaded; the first key mints");
+    metrics.key_ring_loaded(&KeyId::of_ring(&ring), config.state.keys_file.is_some());
     let sealer = Arc::new(StateSealer::new(
         ring,
         config.state.audience.clone(),
@@ -169,6 +175,10 @@ pub async fn start_from(
         )?,
         connect_timeout,
         Duration::from_millis(config.timeouts.response_head_ms),
+        Pool {
+            idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
+            max_idle: config.limits.upstream_max_idle_per_host,
+        },
     );
     let store = Store::from_config(&config.single_use)
         .map(Arc::new)
@@ -222,10 +232,33 @@ pub async fn start_from(
 
     let (shutdown, stop) = watch::channel(false);
     let readiness = Arc::new(Readiness::default());
-    let options = |name| server::ServeOptions {
+    readiness.set_checks(health::Checks {
+        upstream: config.readyz.check_upstream.then(|| {
+            let timeout = Duration::from_millis(config.readyz.upstream_timeout_ms);
+            health::UpstreamProbe::new(&upstream_uri, timeout)
+        }),
+        key_age: (config.state.keys_file.is_some() && config.readyz.max_key_age_seconds > 0).then(
+            || {
+                let max = Duration::from_secs(config.readyz.max_key_age_seconds);
+                (metrics.clone(), max)
+            },
+        ),
+    });
+    let options = |name, listener| server::ServeOptions {
         name,
+        listener,
+        metrics: metrics.clone(),
         drain: Duration::from_millis(config.timeouts.drain_ms),
         header_read_timeout: Duration::from_millis(config.timeouts.header_read_ms),
+        idle_timeout: Duration::from_millis(config.timeouts.client_idle_ms),
+        max_connections: match listener {
+            Listener::Proxy => config.limits.max_connections,
+            // Probes and scrapes: a few at a time, on a listener of their own so that
+            // a full proxy listener never starves them.
+            Listener::Admin => ADMIN_MAX_CONNECTIONS,
+        },
+        http2_max_concurrent_streams: config.limits.http2_max_concurrent_streams,
+        http2_max_header_list_bytes: config.limits.http2_max_header_list_bytes,
     };
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(server::serve(
@@ -233,7 +266,7 @@ pub async fn start_from(
         server_tls.clone(),
         move |request| proxy.clone().handle(request),
         stop.clone(),
-        options("proxy"),
+        options("proxy", Listener::Proxy),
     )));
     let admin = Arc::new(admin::Admin {
         metrics: metrics.clone(),
@@ -246,7 +279,7 @@ pub async fn start_from(
         None,
         move |request| admin::handle(admin.clone(), request),
         stop.clone(),
-        options("admin"),
+        options("admin", Listener::Admin),
     )));
     if let Some(tls) = server_tls {
         let interval = Duration::from_millis(config.tls.reload_interval_ms);
@@ -428,6 +461,9 @@ async fn reload_keys(
         .await
         .ok()
         .map(|b| Sha256::digest(&b[..]));
+    // Whether `last` is the content of the ring in use (a broken file's digest is
+    // remembered too, so that it is reported once, but it confirms nothing).
+    let mut in_use = true;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -446,18 +482,26 @@ async fn reload_keys(
         };
         let digest = Sha256::digest(&bytes[..]);
         if last.as_ref() == Some(&digest) {
+            if in_use {
+                // Read back valid: the ring's age (and its readiness check) restarts.
+                metrics.key_file_confirmed();
+            }
             continue;
         }
         last = Some(digest);
         match KeyRing::parse(&bytes, &path.display().to_string()) {
             Ok(ring) => {
                 tracing::info!(key_ids = ?ring.key_ids(), "key file changed; new key ring in use");
+                let kids = KeyId::of_ring(&ring);
                 sealer.replace_ring(ring);
+                metrics.key_ring_loaded(&kids, true);
                 metrics.key_reload(true);
+                in_use = true;
             }
             Err(e) => {
                 tracing::error!(error = %e, "key file changed but is invalid; keeping the previous keys");
                 metrics.key_reload(false);
+                in_use = false;
             }
         }
     }

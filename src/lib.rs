@@ -4,9 +4,12 @@
 //! # The journey of a request
 //!
 //! 1. [`server`] accepts the connection (HTTP/1.1 or h2c, or TLS with h2 / http/1.1 by
-//!    ALPN and optionally a required client certificate, both from [`tls`]; a header read
-//!    timeout), tags the request with the peer's address and verified identity and hands
-//!    it to [`proxy::Proxy::handle`]; [`app`] wired everything from a validated [`config`].
+//!    ALPN and optionally a required client certificate, both from [`tls`]) while fewer
+//!    than `limits.max_connections` are open, holds it to its [`server::deadline`]s (a
+//!    request head in time, an idle keep-alive connection closed), tags the request with
+//!    the peer's address and verified identity and hands it to [`proxy::Proxy::handle`],
+//!    which opens the request's one audit record ([`telemetry::audit`]); [`app`] wired
+//!    everything from a validated [`config`].
 //! 2. [`proxy::ingress`]: a `Host` outside `allowed_hosts` gets 421; `Forwarded` /
 //!    `X-Forwarded-*` survive only from `principal.trusted_proxies`, and
 //!    `X-Forwarded-For` / `-Proto` are set from what the sidecar saw.
@@ -38,8 +41,10 @@
 //!    cannot be sealed becomes a JSON-RPC error instead (an upstream error status and
 //!    the headers a client needs are kept).
 //! 8. Failures become responses in one place ([`error`]); outcomes are counted in
-//!    [`metrics`], served with health and readiness by [`admin`]; client text reaches
-//!    logs only through [`telemetry`].
+//!    [`metrics`], served with health and readiness ([`health`]: the upstream reachable,
+//!    the key ring fresh) by [`admin`]; client text reaches logs only through
+//!    [`telemetry`], and the request's audit record is written when its response body
+//!    is dropped. [`version`] names the build.
 //!
 //! Security invariant: no `requestState` reaches the upstream unless this sidecar minted
 //! it and verified it on this request, and no plaintext `requestState` from the upstream
@@ -51,6 +56,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod health;
 pub mod jsonrpc;
 pub mod metrics;
 pub mod policy;
@@ -61,3 +67,4 @@ pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod token;
+pub mod version;

@@ -7,7 +7,7 @@ use mcp_state_guard::config::reload::ConfigSource;
 use mcp_state_guard::config::{Config, LogFormat, Overrides};
 use mcp_state_guard::policy::revocation::Revocations;
 use mcp_state_guard::store::Store;
-use mcp_state_guard::{app, token};
+use mcp_state_guard::{app, token, version};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "mcp-state-guard", version, about)]
+#[command(name = "mcp-state-guard", version = version::LONG, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,20 +24,29 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the sidecar.
+    ///
+    /// Settings come from the built-in defaults, then the TOML file, then
+    /// `MCP_STATE_GUARD_*` environment variables, then these flags. Stops on SIGTERM or
+    /// Ctrl-C after draining; re-reads the file on change or SIGHUP.
     Run {
-        /// TOML configuration file (see config/mcp-state-guard.toml).
-        #[arg(long)]
+        /// TOML configuration file (every key: config/mcp-state-guard.toml). Watched:
+        /// single-use policy changes apply without a restart.
+        #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Client-facing address; overrides `listen`.
-        #[arg(long)]
+        /// Client-facing address (IP:PORT); overrides `listen`.
+        #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
-        /// Base URL of the MCP server; overrides `upstream`.
-        #[arg(long)]
+        /// Base URL of the MCP server (http://host[:port][/base]); overrides `upstream`.
+        #[arg(long, value_name = "URL")]
         upstream: Option<String>,
     },
     /// Validate the configuration (and the files it names); list every problem.
+    ///
+    /// Exits 0 when the sidecar would start with it, 1 with every problem listed (each
+    /// names its file key and its environment variable). Reads the same sources as `run`.
     CheckConfig {
-        #[arg(long)]
+        /// TOML configuration file to check (without it: defaults and environment).
+        #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
     /// Print one new key line (64 random hex characters) for `state.keys_file`.
@@ -196,7 +205,7 @@ fn init_tracing(config: &Config) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    match config.log.format {
+    match config.log.format.unwrap_or_else(LogFormat::detect) {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }

@@ -6,13 +6,18 @@
 //! first scrape.
 
 mod auth;
+mod labels;
+mod ops;
+
+pub use labels::{Listener, MethodClass, Outcome, SseEvent, StatusClass};
+pub use ops::Held;
 
 use crate::error::ErrorKind;
 use crate::store::StoreKind;
 use crate::token::Reject;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 
 /// Outcomes of verifying an inbound `requestState` (`result` label, design §5).
@@ -215,7 +220,6 @@ pub struct Metrics {
     seal_failures: IntCounterVec,
     input_responses_dropped: IntCounter,
     requests: IntCounterVec,
-    request_duration: Histogram,
     in_flight: IntGauge,
     buffered_bytes: IntGauge,
     key_reloads: IntCounterVec,
@@ -224,6 +228,8 @@ pub struct Metrics {
     config_reloads: IntCounterVec,
     mrtr_refusals: IntCounterVec,
     auth: auth::AuthMetrics,
+    /// Latency, connections, streams, per-key tokens, build info ([`ops`]).
+    ops: ops::OpsMetrics,
 }
 
 impl Metrics {
@@ -267,16 +273,6 @@ impl Metrics {
         let requests = IntCounterVec::new(
             Opts::new("requests_total", "Requests received, by route."),
             &["route"],
-        )
-        .unwrap();
-        let request_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "request_duration_seconds",
-                "Time from request to response head, through the upstream.",
-            )
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0,
-            ]),
         )
         .unwrap();
         let in_flight =
@@ -362,7 +358,6 @@ impl Metrics {
             Box::new(seal_failures.clone()),
             Box::new(input_responses_dropped.clone()),
             Box::new(requests.clone()),
-            Box::new(request_duration.clone()),
             Box::new(in_flight.clone()),
             Box::new(buffered_bytes.clone()),
             Box::new(key_reloads.clone()),
@@ -376,8 +371,10 @@ impl Metrics {
                 .expect("metric names are unique");
         }
         let auth = auth::AuthMetrics::new(&registry);
+        let ops = ops::OpsMetrics::register(&registry);
         Self {
             auth,
+            ops,
             registry,
             sealed,
             verified,
@@ -385,7 +382,6 @@ impl Metrics {
             seal_failures,
             input_responses_dropped,
             requests,
-            request_duration,
             in_flight,
             buffered_bytes,
             key_reloads,
@@ -470,10 +466,6 @@ impl Metrics {
         self.requests.with_label_values(&[route.as_str()]).inc();
     }
 
-    pub fn observe_duration(&self, seconds: f64) {
-        self.request_duration.observe(seconds);
-    }
-
     /// The gauge the memory budget keeps equal to the bytes it has handed out.
     pub fn buffered_bytes(&self) -> &IntGauge {
         &self.buffered_bytes
@@ -497,6 +489,7 @@ impl Metrics {
 
     /// Text exposition format 0.0.4.
     pub fn render(&self) -> String {
+        self.ops.refresh();
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)

@@ -1,37 +1,53 @@
 //! Accepting connections: HTTP/1.1 and HTTP/2 (h2c, or h2 negotiated by ALPN over TLS)
-//! on one listener, and graceful drain.
+//! on one listener, within a limit of concurrent connections, each under its
+//! [`deadline`]s, and graceful drain.
 //!
-//! Invariant: after shutdown is signalled no new connection is accepted; connections in
-//! flight get until the drain deadline to finish (SSE streams never end on their own, so
-//! the deadline is what ends them), then they are closed. A TLS handshake runs in the
-//! connection's own task, never in the accept loop, so a slow client cannot stall others;
-//! every request of a TLS connection carries the client's verified identity, if any.
+//! Invariant: at most `max_connections` connections are served at once (the rest wait in
+//! the kernel's accept backlog, not in memory here); after shutdown is signalled no new
+//! connection is accepted; connections in flight get until the drain deadline to finish
+//! (SSE streams never end on their own, so the deadline is what ends them), then they are
+//! closed. A TLS handshake runs in the connection's own task (under its own timeout),
+//! never in the accept loop, so a slow client cannot stall others; every request of a
+//! TLS connection carries the client's verified identity, if any.
+
+pub mod deadline;
 
 use crate::auth::mtls::PeerIdentity;
+use crate::metrics::{Listener, Metrics};
 use crate::proxy::ingress::Peer;
-use crate::proxy::upstream::ProxyBody;
+use crate::proxy::upstream::{self, ProxyBody};
+use deadline::{Clock, Expired, Watched};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
 
 /// How a listener treats its connections.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct ServeOptions {
     pub name: &'static str,
+    /// Which listener, for the connection metrics.
+    pub listener: Listener,
+    pub metrics: Arc<Metrics>,
     /// After shutdown, how long connections in flight may finish.
     pub drain: Duration,
     /// An HTTP/1.1 request head must arrive within this, or the connection is closed
     /// (a client that sends half a request line holds nothing for long).
     pub header_read_timeout: Duration,
+    /// A connection with no request in progress is closed after this.
+    pub idle_timeout: Duration,
+    /// Connections served at once; more wait in the accept backlog.
+    pub max_connections: usize,
+    pub http2_max_concurrent_streams: u32,
+    pub http2_max_header_list_bytes: u32,
 }
 
 /// Serve `handler` on `listener` until `shutdown` flips to true, then drain for at most
@@ -47,82 +63,156 @@ pub async fn serve<H, F>(
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
-    let ServeOptions {
-        name,
-        drain,
-        header_read_timeout,
-    } = options;
-    let graceful = GracefulShutdown::new();
+    let name = options.name;
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // Without a timer hyper silently skips its header read timeout.
+    // The head and idle deadlines are the connection task's ([`deadline`]): hyper's own
+    // header read timer (30 s unless disabled) would also cut idle keep-alive
+    // connections.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
-    // HTTP/2 has no head to time out (hyper's header read timeout is HTTP/1.1 only): pings
-    // close connections whose peer stopped answering.
+        .header_read_timeout(None);
+    // HTTP/2 has no head to time out: pings close connections whose peer stopped
+    // answering.
     builder
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(Duration::from_secs(20)))
-        .keep_alive_timeout(Duration::from_secs(20));
+        .keep_alive_timeout(Duration::from_secs(20))
+        .max_concurrent_streams(options.http2_max_concurrent_streams)
+        .max_header_list_size(options.http2_max_header_list_bytes);
+    let limit = Arc::new(Semaphore::new(options.max_connections));
+    let mut connections = JoinSet::new();
+    // Logged when the limit is first reached, not for every connection of an overload.
+    let mut at_limit = false;
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(listener = name, error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let handler = handler.clone();
-                let service = move |identity: Option<PeerIdentity>| {
-                    service_fn(move |mut request: Request<Incoming>| {
-                        request.extensions_mut().insert(Peer(peer));
-                        if let Some(identity) = &identity {
-                            request.extensions_mut().insert(identity.clone());
-                        }
-                        let response = handler(request);
-                        async move { Ok::<_, Infallible>(response.await) }
-                    })
-                };
-                let (builder, watcher, tls) = (builder.clone(), graceful.watcher(), tls.clone());
-                tokio::spawn(async move {
-                    let served = match tls {
-                        None => {
-                            let connection = builder.serve_connection(TokioIo::new(stream), service(None));
-                            watcher.watch(connection.into_owned()).await
-                        }
-                        Some(tls) => {
-                            let (stream, identity) = match tls.accept(stream).await {
-                                Ok(accepted) => accepted,
-                                Err(e) => {
-                                    tracing::debug!(listener = name, %peer, error = %e, "TLS handshake failed");
-                                    return;
-                                }
-                            };
-                            let connection = builder.serve_connection(TokioIo::new(stream), service(identity));
-                            watcher.watch(connection.into_owned()).await
-                        }
-                    };
-                    if let Err(e) = served {
-                        tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
-                    }
-                });
+        while connections.try_join_next().is_some() {}
+        // A permit before accepting: at the limit, new connections stay in the kernel's
+        // backlog (bounded by it) instead of being accepted and queued here.
+        let permit = match limit.clone().try_acquire_owned() {
+            Ok(permit) => {
+                at_limit = false;
+                permit
             }
+            Err(_) => {
+                options.metrics.connection_limit_reached(options.listener);
+                if !std::mem::replace(&mut at_limit, true) {
+                    tracing::warn!(
+                        listener = name,
+                        max_connections = options.max_connections,
+                        "connection limit reached; new connections wait in the accept backlog"
+                    );
+                }
+                tokio::select! {
+                    permit = limit.clone().acquire_owned() => permit.expect("never closed"),
+                    _ = stopped(&mut shutdown) => break,
+                }
+            }
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(listener = name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
             _ = stopped(&mut shutdown) => break,
-        }
+        };
+        let _ = stream.set_nodelay(true);
+        let open = options.metrics.connection(options.listener);
+        let clock = Clock::new(options.header_read_timeout, options.idle_timeout);
+        let handler = handler.clone();
+        let in_requests = clock.clone();
+        let service = move |identity: Option<PeerIdentity>| {
+            service_fn(move |mut request: Request<Incoming>| {
+                request.extensions_mut().insert(Peer(peer));
+                if let Some(identity) = &identity {
+                    request.extensions_mut().insert(identity.clone());
+                }
+                // In progress until the response body is dropped: after its last byte,
+                // or when the client went away.
+                let in_request = in_requests.request();
+                let response = handler(request);
+                async move {
+                    let response = response.await;
+                    Ok::<_, Infallible>(response.map(|body| upstream::holding(body, in_request)))
+                }
+            })
+        };
+        let (builder, stop, tls) = (builder.clone(), shutdown.clone(), tls.clone());
+        connections.spawn(async move {
+            let _held = (permit, open);
+            let (stream, identity): (Box<dyn Io>, Option<PeerIdentity>) = match tls {
+                None => (Box::new(stream), None),
+                Some(tls) => match tls.accept(stream).await {
+                    Ok((stream, identity)) => (Box::new(stream), identity),
+                    Err(e) => {
+                        tracing::debug!(listener = name, %peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                },
+            };
+            let io = TokioIo::new(Watched::new(stream, clock.clone()));
+            let connection = builder.serve_connection(io, service(identity)).into_owned();
+            let mut stop = stop;
+            // Run the connection to its end: closed at a missed deadline, asked to finish
+            // when shutdown starts (HTTP/1.1: after the response in progress; HTTP/2:
+            // GOAWAY, then the streams in progress).
+            tokio::pin!(connection);
+            let mut closing = false;
+            loop {
+                tokio::select! {
+                    ended = connection.as_mut() => {
+                        if let Err(e) = ended {
+                            tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
+                        }
+                        return;
+                    }
+                    expired = clock.expired(), if !closing => match expired {
+                        Expired::Head => {
+                            tracing::debug!(listener = name, %peer, "request head not received in time; closing");
+                            return;
+                        }
+                        // A GOAWAY tells an HTTP/2 client not to open streams on it again.
+                        Expired::Idle if clock.is_http2() => {
+                            closing = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                        Expired::Idle => return,
+                    },
+                    _ = stopped(&mut stop), if !closing => {
+                        closing = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+        });
     }
     drop(listener);
-    tokio::select! {
-        _ = graceful.shutdown() => tracing::info!(listener = name, "drained"),
-        _ = tokio::time::sleep(drain) => tracing::warn!(listener = name, drain_ms = drain.as_millis() as u64, "drain deadline reached; closing the remaining connections"),
+    let drained = tokio::time::timeout(options.drain, async {
+        while connections.join_next().await.is_some() {}
+    });
+    match drained.await {
+        Ok(()) => tracing::info!(listener = name, "drained"),
+        Err(_) => {
+            tracing::warn!(
+                listener = name,
+                drain_ms = options.drain.as_millis() as u64,
+                "drain deadline reached; closing the remaining connections"
+            );
+            // Dropping the set aborts the tasks, which closes their connections.
+            connections.shutdown().await;
+        }
     }
 }
+
+/// A client connection, plain or TLS: one type, so one code path serves both.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
 
 /// Resolves once shutdown is signalled (or its sender is gone). The guard `wait_for`
 /// returns is not `Send`, so it is dropped here rather than held across a `select!`.

@@ -390,6 +390,8 @@ where
     }
 }
 
+pub mod counted;
+
 #[cfg(test)]
 mod body_tests;
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! is written only through [`printable`] or [`Clipped`]: printable ASCII as is, anything
 //! else (and `\`) escaped as `\u{..}`, so it cannot forge a line, a field or a terminal
 //! control sequence, and cut to a byte bound, so a 4 MB `method` costs the log a few
-//! hundred bytes, not 4 MB.
+//! hundred bytes, not 4 MB. [`audit`] writes the one record each request leaves.
+
+pub mod audit;
 
 use std::fmt;
 

@@ -6,9 +6,13 @@
 #   - the official MCP conformance suite (npm, into target/conformance);
 #   - the TypeScript MCP SDK v2 for the TypeScript peers (npm, pinned, into target/ts);
 #   - redis-server (Debian's package, through apt-get) for the single-use store tests;
+#   - prometheus and promtool (Debian's `prometheus` package, through apt-get) for the
+#     metrics tests: a real Prometheus scrapes the sidecar, promtool lints its output and
+#     checks and unit-tests the shipped alerting rules;
 # then checks formatting and lints, and runs the unit, property and integration tests.
-# Services (the Python and TypeScript MCP servers and clients, Redis) are started by the
-# tests themselves on 127.0.0.1 with free ports and stopped when each test ends.
+# Services (the Python and TypeScript MCP servers and clients, Redis, Prometheus) are
+# started by the tests themselves on 127.0.0.1 with free ports and stopped when each
+# test ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +39,17 @@ if ! command -v redis-server >/dev/null; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
   $sudo service redis-server stop >/dev/null 2>&1 || true
+fi
+
+# The same for Prometheus: `prometheus` (which also ships promtool); recommended
+# exporters are not needed.
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+  log "installing prometheus (apt)"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  $sudo service prometheus stop >/dev/null 2>&1 || true
 fi
 
 log "installing the MCP conformance suite (npm, pinned)"

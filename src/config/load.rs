@@ -84,13 +84,22 @@ pub(super) const LEAVES: &[(&str, Assign)] = &[
     leaf!("limits.max_state_bytes" => limits.max_state_bytes),
     leaf!("limits.max_json_values" => limits.max_json_values),
     leaf!("limits.max_buffered_bytes" => limits.max_buffered_bytes),
+    leaf!("limits.max_connections" => limits.max_connections),
+    leaf!("limits.http2_max_concurrent_streams" => limits.http2_max_concurrent_streams),
+    leaf!("limits.http2_max_header_list_bytes" => limits.http2_max_header_list_bytes),
+    leaf!("limits.upstream_max_idle_per_host" => limits.upstream_max_idle_per_host),
     leaf!("timeouts.connect_ms" => timeouts.connect_ms),
     leaf!("timeouts.response_head_ms" => timeouts.response_head_ms),
     leaf!("timeouts.drain_ms" => timeouts.drain_ms),
     leaf!("timeouts.header_read_ms" => timeouts.header_read_ms),
     leaf!("timeouts.body_read_ms" => timeouts.body_read_ms),
+    leaf!("timeouts.client_idle_ms" => timeouts.client_idle_ms),
+    leaf!("timeouts.upstream_idle_ms" => timeouts.upstream_idle_ms),
     leaf!("log.format" => log.format),
     leaf!("log.level" => log.level),
+    leaf!("readyz.check_upstream" => readyz.check_upstream),
+    leaf!("readyz.upstream_timeout_ms" => readyz.upstream_timeout_ms),
+    leaf!("readyz.max_key_age_seconds" => readyz.max_key_age_seconds),
 ];
 
 impl Config {

@@ -11,6 +11,7 @@
 
 mod files;
 mod load;
+mod operations;
 pub mod reload;
 mod security;
 mod validate;
@@ -60,6 +61,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub timeouts: TimeoutsConfig,
     pub log: LogConfig,
+    pub readyz: ReadyzConfig,
 }
 
 impl Default for Config {
@@ -80,6 +82,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             timeouts: TimeoutsConfig::default(),
             log: LogConfig::default(),
+            readyz: ReadyzConfig::default(),
         }
     }
 }
@@ -286,6 +289,16 @@ pub struct LimitsConfig {
     /// bodies, whole JSON responses); over it, requests are refused with 503. At least
     /// `max_body_bytes`.
     pub max_buffered_bytes: usize,
+    /// Client connections served at once (both protocols); at least 1. Further
+    /// connections wait in the kernel's accept backlog until one closes.
+    pub max_connections: usize,
+    /// Streams one HTTP/2 client connection may have open at once; at least 1.
+    pub http2_max_concurrent_streams: u32,
+    /// Largest header list (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`) a client may send,
+    /// in bytes; at least 1024.
+    pub http2_max_header_list_bytes: u32,
+    /// Idle connections kept open to the upstream, for reuse.
+    pub upstream_max_idle_per_host: usize,
 }
 
 impl Default for LimitsConfig {
@@ -297,6 +310,12 @@ impl Default for LimitsConfig {
             max_state_bytes: 64 * 1024,
             max_json_values: 100_000,
             max_buffered_bytes: 256 * 1024 * 1024,
+            // A sidecar serves one pod's traffic; the memory budget, not this, bounds
+            // what the connections may buffer.
+            max_connections: 1024,
+            http2_max_concurrent_streams: 100,
+            http2_max_header_list_bytes: 16 * 1024,
+            upstream_max_idle_per_host: 32,
         }
     }
 }
@@ -316,6 +335,10 @@ pub struct TimeoutsConfig {
     pub header_read_ms: u64,
     /// A gated request's whole body must arrive within this; at least 1.
     pub body_read_ms: u64,
+    /// A client connection with no request in progress is closed after this; at least 1.
+    pub client_idle_ms: u64,
+    /// An idle pooled upstream connection is closed after this; at least 1.
+    pub upstream_idle_ms: u64,
 }
 
 impl Default for TimeoutsConfig {
@@ -326,24 +349,44 @@ impl Default for TimeoutsConfig {
             drain_ms: 30_000,
             header_read_ms: 10_000,
             body_read_ms: 30_000,
+            // Longer than the 60 s idle timeout of common front proxies and load
+            // balancers, so they close first: a connection they reuse is still open here.
+            client_idle_ms: 75_000,
+            // Shorter than the 5 s keep-alive of uvicorn and Node's http server, so the
+            // pool drops a connection before the upstream does, not while a request is
+            // being written to it.
+            upstream_idle_ms: 4_000,
         }
     }
 }
 
 /// Log line encoding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
-    #[default]
     Text,
     Json,
+}
+
+impl LogFormat {
+    /// The format for an unset `log.format`: text for a person at a terminal, JSON for
+    /// a log collector (stdout or stderr is not a terminal).
+    pub fn detect() -> Self {
+        use std::io::IsTerminal;
+        if std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
+            LogFormat::Text
+        } else {
+            LogFormat::Json
+        }
+    }
 }
 
 /// Logging.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
-    pub format: LogFormat,
+    /// Unset: [`LogFormat::detect`].
+    pub format: Option<LogFormat>,
     /// A `tracing_subscriber::EnvFilter` directive string, e.g. `info,hyper=warn`.
     pub level: String,
 }
@@ -351,8 +394,33 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            format: LogFormat::Text,
+            format: None,
             level: "info".to_owned(),
+        }
+    }
+}
+
+/// What `/readyz` checks besides the sidecar's own state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReadyzConfig {
+    /// Not ready while a TCP connection to the upstream cannot be opened.
+    pub check_upstream: bool,
+    /// Deadline of that connection attempt, in milliseconds; at least 1.
+    pub upstream_timeout_ms: u64,
+    /// Not ready while the key file has not been read back valid for this long (it
+    /// became unreadable or invalid and the previous keys are still in use), in
+    /// seconds; 0 disables the check.
+    pub max_key_age_seconds: u64,
+}
+
+impl Default for ReadyzConfig {
+    fn default() -> Self {
+        ReadyzConfig {
+            check_upstream: true,
+            // Under the 1 s default probe timeout of Kubernetes.
+            upstream_timeout_ms: 500,
+            max_key_age_seconds: 3600,
         }
     }
 }

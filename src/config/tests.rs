@@ -86,6 +86,7 @@ fn shipped_file_is_the_defaults() {
         "upstream_tls.ca_file",
         "upstream_tls.cert_file",
         "upstream_tls.key_file",
+        "log.format",
     ];
     let expected: BTreeSet<String> = LEAVES
         .iter()
@@ -179,7 +180,7 @@ fn file_overrides_defaults() {
         );
         assert_eq!(config.principal.source, PrincipalSource::Header);
         assert_eq!(config.principal.header, "x-auth-user", "stored lowercase");
-        assert_eq!(config.log.format, LogFormat::Json);
+        assert_eq!(config.log.format, Some(LogFormat::Json));
         assert_eq!(config.log.level, "debug,hyper=warn");
         Ok(())
     });
@@ -437,15 +438,25 @@ fn assembly_leaf_by_leaf_matches_serde() {
             max_state_bytes = 100
             max_json_values = 1000
             max_buffered_bytes = 9000
+            max_connections = 12
+            http2_max_concurrent_streams = 13
+            http2_max_header_list_bytes = 2048
+            upstream_max_idle_per_host = 14
             [timeouts]
             connect_ms = 6
             response_head_ms = 7
             drain_ms = 8
             header_read_ms = 9
             body_read_ms = 10
+            client_idle_ms = 15
+            upstream_idle_ms = 16
             [log]
             format = "json"
             level = "warn"
+            [readyz]
+            check_upstream = false
+            upstream_timeout_ms = 17
+            max_key_age_seconds = 18
             "#,
         )?;
         let figment = Config::figment(Some(Path::new("all.toml")), &Overrides::default());

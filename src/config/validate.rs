@@ -183,6 +183,8 @@ impl Config {
             }
         }
 
+        self.validate_operations(&mut problem);
+
         if self.log.level.trim().is_empty() {
             problem("log.level", "must not be empty".to_owned());
         } else if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {

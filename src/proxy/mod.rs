@@ -26,13 +26,14 @@ pub mod state;
 pub mod upstream;
 
 use crate::auth::PrincipalSource;
-use crate::error::{ErrorKind, ProxyError};
+use crate::error::ProxyError;
 use crate::jsonrpc::Id;
-use crate::metrics::{Metrics, Route};
+use crate::metrics::{MethodClass, Metrics, Route};
 use crate::policy::capabilities;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{Claim, SingleUse};
+use crate::telemetry::audit::Record;
 use crate::token::{RequestBinding, StateSealer};
 use bytes::Bytes;
 use gate::Gate;
@@ -145,17 +146,24 @@ impl Proxy {
 
     /// Serve one request. Never fails: errors become JSON-RPC error responses here.
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
-        let started = Instant::now();
         // Held by the response body: streams count until they end, and a client that
-        // goes away mid-request or mid-stream still decrements.
+        // goes away mid-request or mid-stream still decrements (and still leaves its
+        // one record).
         let in_flight = self.metrics.in_flight_guard();
-        let response = match self.forward(request).await {
+        let peer = request.extensions().get::<Peer>().map(|p| p.0);
+        let mut record = Record::begin(peer, request.headers());
+        let response = match self.forward(request, &mut record).await {
             Ok(response) => response,
-            Err(failure) => self.refusal(failure),
+            Err(failure) => self.refusal(failure, &mut record),
         };
-        self.metrics
-            .observe_duration(started.elapsed().as_secs_f64());
-        response.map(|body| upstream::holding(body, in_flight))
+        record.set_status(response.status());
+        self.metrics.observe_request(
+            record.class(),
+            record.outcome(),
+            record.started().elapsed(),
+            record.upstream_wait(),
+        );
+        response.map(|body| upstream::holding(body, (in_flight, record)))
     }
 
     /// The one place a failure becomes a response.
@@ -166,17 +174,17 @@ impl Proxy {
             error,
             upstream_head,
         }: Failure,
+        record: &mut Record,
     ) -> Response<ProxyBody> {
         let kind = error.kind();
         self.metrics.refused(kind);
         if let Some(reason) = error.auth_failure() {
             self.metrics.auth_failed(reason);
         }
+        // A refusal's one line is the request's audit record, written when it ends.
+        record.failed(&error);
         if kind.is_upstream() {
             tracing::warn!(kind = kind.as_str(), error = %error, cause = ?std::error::Error::source(&error), "upstream failure");
-        } else if kind != ErrorKind::InvalidState {
-            // Refused states were logged with their reason where they were opened.
-            tracing::info!(kind = kind.as_str(), error = %error, "request refused");
         }
         let mut response = error.into_response(id.as_ref()).map(upstream::full);
         if let Some(head) = upstream_head {
@@ -185,10 +193,22 @@ impl Proxy {
         response
     }
 
-    async fn forward(&self, request: Request<Incoming>) -> Result<Response<ProxyBody>, Failure> {
+    async fn forward(
+        &self,
+        request: Request<Incoming>,
+        record: &mut Record,
+    ) -> Result<Response<ProxyBody>, Failure> {
         let (mut parts, body) = request.into_parts();
         let passthrough = self.passthrough_paths.contains(parts.uri.path());
         let gated = !passthrough && parts.method == Method::POST;
+        record.set_class(match parts.method {
+            _ if passthrough => MethodClass::Passthrough,
+            // Refined once the body names its method.
+            Method::POST => MethodClass::Other,
+            Method::GET => MethodClass::GetStream,
+            Method::DELETE => MethodClass::Delete,
+            _ => MethodClass::Passthrough,
+        });
         self.metrics.request(if gated {
             Route::Mcp
         } else {
@@ -204,6 +224,7 @@ impl Proxy {
         } else {
             self.principal.identify(&parts, trusted_peer).await?
         };
+        record.set_principal(principal.as_deref());
         self.principal.strip(&mut parts.headers);
         self.trusted_proxies.rewrite(
             &mut parts.headers,
@@ -213,7 +234,7 @@ impl Proxy {
         );
         if passthrough {
             return self
-                .send_untouched(parts, body.map_err(BoxError::from).boxed())
+                .send_untouched(parts, body.map_err(BoxError::from).boxed(), record)
                 .await;
         }
         if !gated {
@@ -229,7 +250,7 @@ impl Proxy {
                 Asked::Other
             };
             return self
-                .exchange_unclaimed(parts, upstream::full(Bytes::new()), context, asked)
+                .exchange_unclaimed(parts, upstream::full(Bytes::new()), context, asked, record)
                 .await;
         }
         let mut admitted = self.gate.admit(&parts.headers, body).await?;
@@ -241,6 +262,7 @@ impl Proxy {
             .map_or("/", http::uri::PathAndQuery::as_str);
         let (method, binding, claim, flow) = match admitted.call_mut() {
             Some((method, mut params)) => {
+                record.set_call(method, id.as_ref(), params.as_deref());
                 let opened = match params {
                     Some(ref mut params) => self
                         .opener
@@ -255,7 +277,12 @@ impl Proxy {
                 };
                 let capabilities = capabilities::declared(params.as_deref());
                 let (binding, claim, flow) = match opened {
-                    Some(opened) => (Some(opened.binding), opened.claim, opened.flow),
+                    Some(opened) => {
+                        if let Some(kid) = record.kid() {
+                            self.metrics.token_opened(kid);
+                        }
+                        (Some(opened.binding), opened.claim, opened.flow)
+                    }
                     // Computed now, for the response: only the binding outlives this
                     // function, never the parsed body.
                     None => (
@@ -287,8 +314,26 @@ impl Proxy {
             reservation.hold(upstream::full(forwarded)),
             context,
             claim,
+            record,
         )
         .await
+    }
+
+    /// Send to the upstream, timing the wait for its response head (the part of a
+    /// request's latency that is not the sidecar's) and counting its status class.
+    async fn send(
+        &self,
+        request: Request<ProxyBody>,
+        record: &mut Record,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let started = Instant::now();
+        let result = self.upstream.send(request).await;
+        let status = result.as_ref().ok().map(Response::status);
+        record.upstream_answered(started.elapsed(), status);
+        if let Some(status) = status {
+            self.metrics.upstream_response(status);
+        }
+        result
     }
 
     /// Forward a configured passthrough request and its response without inspection.
@@ -296,9 +341,10 @@ impl Proxy {
         &self,
         mut parts: http::request::Parts,
         body: ProxyBody,
+        record: &mut Record,
     ) -> Result<Response<ProxyBody>, Failure> {
         self.upstream.prepare(&mut parts);
-        let response = self.upstream.send(Request::from_parts(parts, body)).await?;
+        let response = self.send(Request::from_parts(parts, body), record).await?;
         let (mut parts, body) = response.into_parts();
         upstream::strip_hop_by_hop(&mut parts.headers);
         parts.version = http::Version::default();
@@ -315,11 +361,11 @@ impl Proxy {
         body: ProxyBody,
         context: SealContext,
         asked: Asked,
+        record: &mut Record,
     ) -> Result<Response<ProxyBody>, Failure> {
         self.upstream.prepare(&mut parts);
         let response = self
-            .upstream
-            .send(Request::from_parts(parts, body))
+            .send(Request::from_parts(parts, body), record)
             .await
             .map_err(|error| Failure {
                 id: context.request_id().cloned(),
@@ -336,9 +382,10 @@ impl Proxy {
         body: ProxyBody,
         context: SealContext,
         claim: Option<Claim>,
+        record: &mut Record,
     ) -> Result<Response<ProxyBody>, Failure> {
         self.upstream.prepare(&mut parts);
-        let response = match self.upstream.send(Request::from_parts(parts, body)).await {
+        let response = match self.send(Request::from_parts(parts, body), record).await {
             Ok(response) => response,
             Err(error) => {
                 // Connecting failed, so not one byte of the retry was written: the user

@@ -21,6 +21,7 @@ use crate::metrics::{Metrics, SealFailure};
 use crate::policy::flow::FlowLimits;
 use crate::policy::single_use::SingleUse;
 use crate::sse::SseRewriteBody;
+use crate::sse::counted::Counted;
 use crate::token::StateSealer;
 use bytes::{Bytes, BytesMut};
 use http::Response;
@@ -179,6 +180,7 @@ impl Outbound {
         B::Error: std::fmt::Display,
     {
         parts.headers.remove(header::CONTENT_LENGTH);
+        let sealer = Counted::new(sealer, &self.metrics);
         let body = SseRewriteBody::new(body, sealer, self.limits.max_event_bytes)
             .map_err(|never| match never {});
         Response::from_parts(parts, body.boxed())

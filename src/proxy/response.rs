@@ -249,6 +249,9 @@ impl Sealer {
             // this token on the retry, so it is not handed out.
             return Err(SealFailure::StateTooLarge.into());
         }
+        if let Some(kid) = crate::token::KeyId::of_token(&token) {
+            self.metrics.token_minted(kid);
+        }
         result.insert("requestState".into(), Value::String(token));
         self.metrics.sealed();
         Ok(true)

@@ -89,12 +89,38 @@ pub struct Upstream {
     response_head_timeout: Duration,
 }
 
+/// How idle upstream connections are kept for reuse.
+#[derive(Debug, Clone, Copy)]
+pub struct Pool {
+    /// An idle connection is closed after this (`timeouts.upstream_idle_ms`).
+    pub idle_timeout: Duration,
+    /// At most this many idle connections are kept (`limits.upstream_max_idle_per_host`).
+    pub max_idle: usize,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        let config = crate::config::Config::default();
+        Self {
+            idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
+            max_idle: config.limits.upstream_max_idle_per_host,
+        }
+    }
+}
+
 impl Upstream {
     /// `base` is an absolute `http://` URL, validated by the configuration (an
-    /// `https://` one is verified against the compiled-in roots: see [`Upstream::with_tls`]).
+    /// `https://` one is verified against the compiled-in roots: see
+    /// [`Upstream::with_tls`]); the pool keeps the default sizes.
     pub fn new(base: &Uri, connect_timeout: Duration, response_head_timeout: Duration) -> Self {
         let tls = crate::tls::client_config(None, None).expect("no files to read");
-        Self::with_tls(base, tls, connect_timeout, response_head_timeout)
+        Self::with_tls(
+            base,
+            tls,
+            connect_timeout,
+            response_head_timeout,
+            Pool::default(),
+        )
     }
 
     /// `base` is an absolute `http://` or `https://` URL, validated by the configuration;
@@ -104,11 +130,15 @@ impl Upstream {
         tls: rustls::ClientConfig,
         connect_timeout: Duration,
         response_head_timeout: Duration,
+        pool: Pool,
     ) -> Self {
         let https_only = base.scheme() == Some(&Scheme::HTTPS);
         let connector = crate::tls::https_connector(tls, connect_timeout, https_only);
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
+            // Without a timer the idle timeout is not enforced at all.
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .pool_idle_timeout(pool.idle_timeout)
+            .pool_max_idle_per_host(pool.max_idle)
             .build(connector);
         let authority = base
             .authority()

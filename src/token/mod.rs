@@ -13,6 +13,7 @@
 pub mod canonical;
 pub mod claims;
 pub mod keyring;
+pub mod kid;
 
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use canonical::CanonicalError;
 pub use claims::{BindingError, Flow, RequestBinding, args_digest};
 pub use keyring::{KeyRing, KeyRingError, OpenError, TOKEN_ID_LEN, generate_secret};
+pub use kid::KeyId;
 
 use claims::{MintClaims, OpenedClaims, principal_claim, principal_matches};
 
@@ -230,10 +232,13 @@ impl StateSealer {
     ) -> MintClaims<'a> {
         // Whole seconds: the reference writes `time.time()` as is, but an integral float
         // encodes without float formatting, and a TTL is not meant to the microsecond.
+        // `iat` rounds down and `exp` up, so the token is valid for at least the full TTL
+        // after this instant (never up to a second less), and `iat` is never in the
+        // future. On a whole second both equal the reference's (`exp = iat + ttl`).
         let iat = now.floor();
         MintClaims {
             iat,
-            exp: iat + self.ttl_seconds as f64,
+            exp: now.ceil() + self.ttl_seconds as f64,
             binding,
             state,
             audience: self.audience.as_deref(),

@@ -153,6 +153,30 @@ fn time_window() {
 }
 
 #[test]
+fn a_token_lives_at_least_its_ttl_after_minting() {
+    let s = sealer(None);
+    let options = SealOptions::default();
+    // Minted 0.9 s into a second: flooring `exp` with `iat` would cut 0.9 s off the TTL.
+    for fraction in [0.0, 0.001, 0.5, 0.9, 0.999_9] {
+        let minted = NOW + fraction;
+        let token = s.seal_at(minted, "x", &provision(), &options);
+        let valid = s.open_at(minted + 600.0 - 0.001, &token, &provision(), None);
+        assert!(valid.is_ok(), "minted at +{fraction}");
+        let expires_at = valid.unwrap().expires_at;
+        assert!(expires_at >= minted + 600.0, "+{fraction}: {expires_at}");
+        // Never more than a second beyond it either.
+        assert!(expires_at < minted + 601.0, "+{fraction}: {expires_at}");
+        assert_eq!(
+            reason(s.open_at(expires_at, &token, &provision(), None)),
+            Reject::Expired,
+            "+{fraction}"
+        );
+        // `iat` is not in the future, so another replica's skew allowance is untouched.
+        assert!(s.open_at(minted - 60.0, &token, &provision(), None).is_ok());
+    }
+}
+
+#[test]
 fn every_binding_claim() {
     let s = sealer(None);
     let token = seal(&s, None);

@@ -137,3 +137,88 @@ fn run_refuses_an_invalid_configuration_and_starts_on_the_defaults() {
     assert!(log.contains("process-local random key"), "{log}");
     assert!(log.contains("mcp-state-guard ready"), "{log}");
 }
+
+#[test]
+fn version_names_the_commit() {
+    let out = binary().arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let line = String::from_utf8(out.stdout).unwrap();
+    let expected = format!(
+        "mcp-state-guard {} (commit {})\n",
+        env!("CARGO_PKG_VERSION"),
+        mcp_state_guard::version::COMMIT
+    );
+    assert_eq!(line, expected);
+    // A checkout builds with its commit; a tarball without git says so.
+    let commit = mcp_state_guard::version::COMMIT;
+    assert!(
+        commit == "unknown" || (commit.len() >= 7 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{commit}"
+    );
+}
+
+#[test]
+fn every_flag_is_described_in_help() {
+    for (command, flags) in [
+        ("run", &["--config", "--listen", "--upstream"][..]),
+        ("check-config", &["--config"][..]),
+    ] {
+        let out = binary().args([command, "--help"]).output().unwrap();
+        assert!(out.status.success());
+        let help = String::from_utf8(out.stdout).unwrap();
+        let lines: Vec<&str> = help.lines().collect();
+        for flag in flags {
+            let at = lines
+                .iter()
+                .position(|l| l.trim_start().starts_with(flag))
+                .unwrap_or_else(|| panic!("{command} --help lacks {flag}:\n{help}"));
+            // The description follows the flag on the next line (clap's long help).
+            let description = lines.get(at + 1).map(|l| l.trim()).unwrap_or_default();
+            assert!(
+                description.len() > 20,
+                "{command} {flag} is not described:\n{help}"
+            );
+        }
+    }
+}
+
+/// Reads `child`'s standard error until the ready line; its lines so far.
+fn until_ready(child: &mut std::process::Child) -> Vec<String> {
+    use std::io::BufRead;
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut lines = Vec::new();
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        let ready = line.contains("mcp-state-guard ready");
+        lines.push(line);
+        if ready {
+            break;
+        }
+    }
+    lines
+}
+
+#[test]
+fn logs_are_json_off_a_terminal_unless_text_is_asked_for() {
+    for format in [None, Some("json"), Some("text")] {
+        let mut command = binary();
+        command
+            .args(["run", "--listen", "127.0.0.1:0"])
+            .env("MCP_STATE_GUARD_ADMIN_LISTEN", "127.0.0.1:0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(format) = format {
+            command.env("MCP_STATE_GUARD_LOG__FORMAT", format);
+        }
+        let mut child = command.spawn().unwrap();
+        let lines = until_ready(&mut child);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(!lines.is_empty());
+        let json = lines
+            .iter()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok());
+        assert_eq!(json, format != Some("text"), "{format:?}: {lines:#?}");
+    }
+}

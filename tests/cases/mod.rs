@@ -1,4 +1,5 @@
 //! Integration cases, one module per capability.
+mod audit;
 mod cli;
 mod conformance;
 mod e2e;
@@ -11,6 +12,8 @@ mod jwt;
 mod jwt_interop;
 mod mrtr_rules;
 mod mtls;
+mod observability;
+mod operations;
 mod path_binding;
 mod resources;
 mod response_classes;

@@ -169,6 +169,46 @@ fn tokens_bound_to_a_path_open_in_the_reference() {
     }
 }
 
+/// `exp` rounds up (a token lives at least its TTL) and `iat` down: the reference still
+/// opens such tokens and reads both claims as the whole seconds they are.
+#[test]
+fn honest_expiry_opens_in_the_reference() {
+    let sealer = StateSealer::new(
+        KeyRing::from_secrets(&[KEY_OLD], "t").unwrap(),
+        Some("svc".into()),
+        600,
+    );
+    let case = &cases()[0];
+    let now = mcp_state_guard::token::now();
+    // Mid-second on purpose: flooring both claims would cut up to a second off the TTL.
+    let minted = now.floor() + 0.75;
+    let token = sealer.seal_at(minted, case.state, &binding(case), &SealOptions::default());
+    let mut req = case_json(case);
+    req["token"] = Value::String(token.clone());
+    let answer = run_json(
+        "token_interop.py",
+        &json!({"op": "open", "keys": [KEY_OLD], "audience": "svc", "cases": [req]}),
+        TIMEOUT,
+    );
+    assert_eq!(answer["results"][0]["ok"], true, "{answer}");
+    let answer = run_json(
+        "token_interop.py",
+        &json!({"op": "claims", "keys": [KEY_OLD], "tokens": [token]}),
+        TIMEOUT,
+    );
+    let claims = &answer["claims"][0];
+    let (iat, exp) = (
+        claims["iat"].as_f64().unwrap(),
+        claims["exp"].as_f64().unwrap(),
+    );
+    assert_eq!(
+        (iat, exp),
+        (minted.floor(), minted.ceil() + 600.0),
+        "{claims}"
+    );
+    assert!(exp >= minted + 600.0 && iat <= minted, "{claims}");
+}
+
 #[test]
 fn reference_refuses_what_we_refuse() {
     let sealer = StateSealer::new(

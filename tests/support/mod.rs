@@ -9,6 +9,7 @@ pub mod interop;
 pub mod legacy;
 pub mod pki;
 pub mod process;
+pub mod prometheus;
 pub mod python;
 pub mod redis;
 pub mod sidecar;

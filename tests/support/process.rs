@@ -13,7 +13,8 @@ pub struct Process {
 
 impl Process {
     /// `run --listen 127.0.0.1:0` plus `args`, with `env` (and nothing else of the
-    /// environment's `MCP_STATE_GUARD_*`).
+    /// environment's `MCP_STATE_GUARD_*`); `env` may override the defaults here (a free
+    /// admin port, `info`, JSON).
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-state-guard"));
         for (key, _) in std::env::vars() {
@@ -24,10 +25,10 @@ impl Process {
         let mut child = command
             .args(["run", "--listen", "127.0.0.1:0"])
             .args(args)
-            .envs(env.iter().copied())
             .env("MCP_STATE_GUARD_ADMIN_LISTEN", "127.0.0.1:0")
             .env("MCP_STATE_GUARD_LOG__LEVEL", "info")
             .env("MCP_STATE_GUARD_LOG__FORMAT", "json")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,318 @@
+//! Per-connection deadlines that hyper keeps as one: an HTTP/1.1 request head must
+//! arrive within `header_read`, and a connection with no request in progress is closed
+//! after `idle`. (hyper's own header read timer also runs while a keep-alive connection
+//! waits for its next request, so with it alone the idle timeout would be the header
+//! timeout, 10 s, shorter than the front proxies that reuse the connection.)
+//!
+//! Invariant: a connection is under exactly one deadline at a time: the head deadline
+//! (it just opened, or the first bytes of a new HTTP/1.1 request arrived), the idle
+//! deadline (no request in progress and nothing read since the last one ended), or none
+//! (a request in progress: its body and its response have their own limits).
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// What the connection is waiting for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// A request head, since this instant.
+    Head(Instant),
+    /// Nothing: idle since this instant.
+    Idle(Instant),
+    /// Requests are in progress.
+    Busy,
+}
+
+/// Which deadline passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// A request head did not arrive in time: close at once.
+    Head,
+    /// Idle for too long: close (HTTP/2: after a GOAWAY).
+    Idle,
+}
+
+/// The HTTP/2 connection preface; a connection that starts with it has no HTTP/1.1 heads.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+#[derive(Debug)]
+struct State {
+    phase: Phase,
+    in_flight: usize,
+    /// Decided from the first bytes: `None` until enough arrived.
+    http2: Option<bool>,
+    prefix: Vec<u8>,
+}
+
+/// The deadlines of one connection, shared by its reader, its service and its task.
+#[derive(Debug)]
+pub struct Clock {
+    state: Mutex<State>,
+    changed: Notify,
+    header_read: Duration,
+    idle: Duration,
+}
+
+impl Clock {
+    /// A connection accepted now: its first request head is due within `header_read`.
+    pub fn new(header_read: Duration, idle: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                phase: Phase::Head(Instant::now()),
+                in_flight: 0,
+                http2: None,
+                prefix: Vec::new(),
+            }),
+            changed: Notify::new(),
+            header_read,
+            idle,
+        })
+    }
+
+    fn update(&self, change: impl FnOnce(&mut State)) {
+        let mut state = self.state.lock().expect("not poisoned");
+        let before = state.phase;
+        change(&mut state);
+        if state.phase != before {
+            drop(state);
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Bytes arrived from the client.
+    fn read(&self, bytes: &[u8]) {
+        self.update(|state| {
+            if state.http2.is_none() {
+                let wanted = H2_PREFACE.len() - state.prefix.len();
+                state
+                    .prefix
+                    .extend_from_slice(&bytes[..wanted.min(bytes.len())]);
+                if !H2_PREFACE.starts_with(&state.prefix) {
+                    state.http2 = Some(false);
+                } else if state.prefix.len() == H2_PREFACE.len() {
+                    state.http2 = Some(true);
+                    // HTTP/2 frames between requests (pings, settings) are no request
+                    // head: the connection is idle until a stream opens.
+                    if state.in_flight == 0 {
+                        state.phase = Phase::Idle(Instant::now());
+                    }
+                }
+                if state.http2.is_some() {
+                    state.prefix = Vec::new();
+                }
+            }
+            if let (Phase::Idle(_), Some(false)) = (state.phase, state.http2) {
+                state.phase = Phase::Head(Instant::now());
+            }
+        });
+    }
+
+    /// A request's head was read; it is in progress until [`Clock::finished`].
+    pub fn started(&self) {
+        self.update(|state| {
+            state.in_flight += 1;
+            state.phase = Phase::Busy;
+        });
+    }
+
+    /// A request's response was written (or abandoned).
+    pub fn finished(&self) {
+        self.update(|state| {
+            state.in_flight = state.in_flight.saturating_sub(1);
+            if state.in_flight == 0 {
+                state.phase = Phase::Idle(Instant::now());
+            }
+        });
+    }
+
+    /// Whether the client speaks HTTP/2 (known once its first bytes arrived).
+    pub fn is_http2(&self) -> bool {
+        self.state.lock().expect("not poisoned").http2 == Some(true)
+    }
+
+    fn deadline(&self) -> Option<(Instant, Expired)> {
+        match self.state.lock().expect("not poisoned").phase {
+            Phase::Head(since) => Some((since + self.header_read, Expired::Head)),
+            Phase::Idle(since) => Some((since + self.idle, Expired::Idle)),
+            Phase::Busy => None,
+        }
+    }
+
+    /// Resolves when the deadline in force passes without the phase changing.
+    pub async fn expired(&self) -> Expired {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the deadline is read, so no change slips in between.
+            changed.as_mut().enable();
+            match self.deadline() {
+                Some((at, expired)) => tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {
+                        if self.deadline() == Some((at, expired)) {
+                            return expired;
+                        }
+                    }
+                    _ = &mut changed => {}
+                },
+                None => changed.await,
+            }
+        }
+    }
+
+    /// A guard for one request: started now, finished when dropped (with the response
+    /// body, after its last byte or when the client went away).
+    pub fn request(self: &Arc<Self>) -> InRequest {
+        self.started();
+        InRequest(self.clone())
+    }
+}
+
+/// One request in progress on a connection.
+#[derive(Debug)]
+pub struct InRequest(Arc<Clock>);
+
+impl Drop for InRequest {
+    fn drop(&mut self) {
+        self.0.finished();
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The client's stream, telling the [`Clock`] when bytes arrive.
+    pub struct Watched<I> {
+        #[pin]
+        inner: I,
+        clock: Arc<Clock>,
+    }
+}
+
+impl<I> Watched<I> {
+    pub fn new(inner: I, clock: Arc<Clock>) -> Self {
+        Self { inner, clock }
+    }
+}
+
+impl<I: AsyncRead> AsyncRead for Watched<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.project();
+        let before = buf.filled().len();
+        let poll = this.inner.poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = poll
+            && buf.filled().len() > before
+        {
+            this.clock.read(&buf.filled()[before..]);
+        }
+        poll
+    }
+}
+
+impl<I: AsyncWrite> AsyncWrite for Watched<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.project().inner.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().inner.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().inner.poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.project().inner.poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Real time (tokio's paused clock needs a feature the crate does not otherwise
+    // use): short deadlines, generous margins for a loaded machine.
+    const HEAD: Duration = Duration::from_millis(150);
+    const IDLE: Duration = Duration::from_millis(400);
+
+    fn about(elapsed: Duration, expected: Duration) {
+        assert!(
+            elapsed >= expected && elapsed < expected + Duration::from_millis(300),
+            "{elapsed:?} for {expected:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_misses_its_head_deadline() {
+        let clock = Clock::new(HEAD, IDLE);
+        let started = Instant::now();
+        assert_eq!(clock.expired().await, Expired::Head);
+        about(started.elapsed(), HEAD);
+    }
+
+    #[tokio::test]
+    async fn http1_keep_alive_waits_idle_then_heads_again() {
+        let clock = Clock::new(HEAD, IDLE);
+        clock.read(b"POST /mcp HTTP/1.1\r\n");
+        let request = clock.request();
+        // In progress: no deadline, however long it takes.
+        let waited = tokio::time::timeout(IDLE + HEAD, clock.expired()).await;
+        assert!(waited.is_err());
+        drop(request);
+        // Idle; a new request's first bytes put the head deadline back in force.
+        tokio::time::sleep(IDLE / 2).await;
+        clock.read(b"GET");
+        let head_since = Instant::now();
+        assert_eq!(clock.expired().await, Expired::Head);
+        about(head_since.elapsed(), HEAD);
+        // Without further bytes: idle.
+        let clock = Clock::new(HEAD, IDLE);
+        clock.read(b"GET / HTTP/1.1\r\n\r\n");
+        drop(clock.request());
+        let idle_since = Instant::now();
+        assert_eq!(clock.expired().await, Expired::Idle);
+        about(idle_since.elapsed(), IDLE);
+    }
+
+    #[tokio::test]
+    async fn http2_frames_between_streams_are_not_heads() {
+        let clock = Clock::new(HEAD, IDLE);
+        clock.read(&H2_PREFACE[..10]);
+        assert!(!clock.is_http2());
+        clock.read(&H2_PREFACE[10..]);
+        assert!(clock.is_http2());
+        let idle_since = Instant::now();
+        tokio::time::sleep(IDLE / 2).await;
+        // A ping: still idle since the preface, and no head deadline.
+        clock.read(b"\0\0\x08\x06\0\0\0\0\0");
+        assert_eq!(clock.expired().await, Expired::Idle);
+        about(idle_since.elapsed(), IDLE);
+        // Two streams: busy until both ended.
+        let (a, b) = (clock.request(), clock.request());
+        drop(a);
+        let waited = tokio::time::timeout(IDLE + HEAD, clock.expired()).await;
+        assert!(waited.is_err());
+        drop(b);
+        assert_eq!(clock.expired().await, Expired::Idle);
+    }
+}

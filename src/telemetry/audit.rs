@@ -1,0 +1,388 @@
+//! One record per request, written once, when the response body is dropped (after its
+//! last byte, or when the client went away): a refusal is an audit line at `info` under
+//! the target `mcp_state_guard::audit` (one per refusal, with its category and closed
+//! reason); any other request is an access line at `debug` under the same target.
+//!
+//! Invariant: a record holds no token, state, key, secret or header value. Client text
+//! (method, target, JSON-RPC id) goes through [`printable`]; the caller appears only as
+//! a digest; the trace id only as the 32 hex digits a valid `traceparent` carries; a
+//! presented token only as the key id it names.
+
+use super::{MAX_LOGGED_BYTES, printable};
+use crate::error::{ErrorKind, ProxyError};
+use crate::metrics::{MethodClass, Outcome};
+use crate::token::{KeyId, Reject};
+use http::HeaderMap;
+use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// The target every record is written under, so a log pipeline can route the audit
+/// stream (`RUST_LOG`-style: `log.level = "info,mcp_state_guard::audit=info"`).
+pub const TARGET: &str = "mcp_state_guard::audit";
+
+/// Which check refused a request (`category` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    /// The request itself: host, framing, parse, headers, limits, body.
+    Gate,
+    /// The caller's identity.
+    Auth,
+    /// The `requestState` token (or the answers riding with it).
+    State,
+    /// The single-use store: a replay, or a store that could not record the consumption.
+    Store,
+}
+
+impl Category {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Gate => "gate",
+            Category::Auth => "auth",
+            Category::State => "state",
+            Category::Store => "store",
+        }
+    }
+
+    /// The category and closed reason of a refusal; `None` for an upstream failure,
+    /// which is not the client's refusal.
+    pub fn of(error: &ProxyError) -> Option<(Category, &'static str)> {
+        let kind = error.kind();
+        if kind.is_upstream() {
+            return None;
+        }
+        Some(match error {
+            ProxyError::InvalidState { reason, .. } => match reason {
+                Reject::Replayed | Reject::StoreUnavailable | Reject::Revoked => {
+                    (Category::Store, reason.as_str())
+                }
+                _ => (Category::State, reason.as_str()),
+            },
+            ProxyError::Unauthorized { reason, .. } => (Category::Auth, reason.as_str()),
+            _ if kind == ErrorKind::PrincipalHeader => (Category::Auth, kind.as_str()),
+            // The answers riding with a token, and the rounds an MRTR rule stopped.
+            _ if matches!(
+                kind,
+                ErrorKind::InputResponses
+                    | ErrorKind::InvalidAnswer
+                    | ErrorKind::MissingCapability
+                    | ErrorKind::RoundLimit
+            ) =>
+            {
+                (Category::State, kind.as_str())
+            }
+            _ => (Category::Gate, kind.as_str()),
+        })
+    }
+}
+
+/// A refusal, as recorded.
+#[derive(Debug, Clone, Copy)]
+struct Refusal {
+    category: Category,
+    reason: &'static str,
+    /// A fixed text safe to log (the token layer's detail), when there is one.
+    detail: Option<&'static str>,
+}
+
+/// What is known about one request; written when dropped.
+#[derive(Debug)]
+pub struct Record {
+    started: Instant,
+    class: MethodClass,
+    method: Option<String>,
+    target: Option<String>,
+    request_id: Option<String>,
+    kid: Option<KeyId>,
+    principal: Option<String>,
+    client: Option<SocketAddr>,
+    trace_id: Option<String>,
+    upstream_wait: Duration,
+    upstream_status: Option<u16>,
+    outcome: Outcome,
+    status: Option<u16>,
+    refusal: Option<Refusal>,
+}
+
+impl Record {
+    /// A record for a request that arrived now, from `client`, with these headers.
+    pub fn begin(client: Option<SocketAddr>, headers: &HeaderMap) -> Self {
+        Self {
+            started: Instant::now(),
+            class: MethodClass::Passthrough,
+            method: None,
+            target: None,
+            request_id: None,
+            kid: None,
+            principal: None,
+            client,
+            trace_id: trace_id(headers),
+            upstream_wait: Duration::ZERO,
+            upstream_status: None,
+            outcome: Outcome::Ok,
+            status: None,
+            refusal: None,
+        }
+    }
+
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    pub fn class(&self) -> MethodClass {
+        self.class
+    }
+
+    pub fn set_class(&mut self, class: MethodClass) {
+        self.class = class;
+    }
+
+    /// The JSON-RPC call: its method (which also sets the class), id and target.
+    pub fn set_call(
+        &mut self,
+        method: &str,
+        id: Option<&serde_json::Value>,
+        params: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) {
+        self.class = MethodClass::of_method(method);
+        self.method = Some(printable(method, MAX_LOGGED_BYTES));
+        self.request_id = id.map(id_text);
+        let field = if method == "resources/read" {
+            "uri"
+        } else {
+            "name"
+        };
+        self.target = params
+            .and_then(|p| p.get(field))
+            .and_then(serde_json::Value::as_str)
+            .map(|t| printable(t, MAX_LOGGED_BYTES));
+        self.kid = params
+            .and_then(|p| p.get("requestState"))
+            .and_then(serde_json::Value::as_str)
+            .and_then(KeyId::of_token);
+    }
+
+    /// The key id named by the request's token, if it carried one.
+    pub fn kid(&self) -> Option<KeyId> {
+        self.kid
+    }
+
+    /// The caller, kept only as [`principal_digest`].
+    pub fn set_principal(&mut self, principal: Option<&str>) {
+        self.principal = principal.map(principal_digest);
+    }
+
+    /// Time spent waiting for the upstream's response head, and its status.
+    pub fn upstream_answered(&mut self, waited: Duration, status: Option<http::StatusCode>) {
+        self.upstream_wait += waited;
+        self.upstream_status = status.map(|s| s.as_u16()).or(self.upstream_status);
+    }
+
+    pub fn upstream_wait(&self) -> Duration {
+        self.upstream_wait
+    }
+
+    /// The request failed with `error`: refused by a check, or an upstream failure.
+    pub fn failed(&mut self, error: &ProxyError) {
+        match Category::of(error) {
+            Some((category, reason)) => {
+                self.outcome = Outcome::Refused;
+                let detail = match error {
+                    ProxyError::InvalidState { detail, .. } => Some(*detail),
+                    ProxyError::PrincipalHeader(detail) => Some(*detail),
+                    _ => None,
+                };
+                self.refusal = Some(Refusal {
+                    category,
+                    reason,
+                    detail,
+                });
+            }
+            None => self.outcome = Outcome::UpstreamError,
+        }
+    }
+
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// The status the client is answered with.
+    pub fn set_status(&mut self, status: http::StatusCode) {
+        self.status = Some(status.as_u16());
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        let elapsed_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let kid = self.kid.map(KeyId::hex);
+        let kid = kid.as_ref().map(|k| k.as_str());
+        let client = self.client.map(|c| c.to_string());
+        match self.refusal {
+            Some(refusal) => tracing::info!(
+                target: TARGET,
+                category = refusal.category.as_str(),
+                reason = refusal.reason,
+                detail = refusal.detail,
+                status = self.status,
+                class = self.class.as_str(),
+                method = self.method.as_deref(),
+                target = self.target.as_deref(),
+                request_id = self.request_id.as_deref(),
+                kid,
+                principal = self.principal.as_deref(),
+                client = client.as_deref(),
+                trace_id = self.trace_id.as_deref(),
+                elapsed_ms,
+                "request refused"
+            ),
+            None => tracing::debug!(
+                target: TARGET,
+                outcome = self.outcome.as_str(),
+                status = self.status,
+                upstream_status = self.upstream_status,
+                class = self.class.as_str(),
+                method = self.method.as_deref(),
+                target = self.target.as_deref(),
+                request_id = self.request_id.as_deref(),
+                kid,
+                principal = self.principal.as_deref(),
+                client = client.as_deref(),
+                trace_id = self.trace_id.as_deref(),
+                upstream_wait_ms = self.upstream_wait.as_secs_f64() * 1000.0,
+                elapsed_ms,
+                "request served"
+            ),
+        }
+    }
+}
+
+/// A pseudonym for a caller: 16 hex digits of SHA-256 over a fixed label and the
+/// principal string. Stable across replicas and restarts, so an operator can find one
+/// caller's records (`printf 'mcp-state-guard/audit/principal:%s' "$P" | sha256sum`)
+/// without the log holding the identity. It is not a secret: someone who can guess a
+/// principal can confirm the guess.
+pub fn principal_digest(principal: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"mcp-state-guard/audit/principal:")
+        .chain_update(principal.as_bytes())
+        .finalize();
+    hex::encode(&digest[..8])
+}
+
+/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), when there is
+/// exactly one well-formed header; nothing else of it is kept.
+pub fn trace_id(headers: &HeaderMap) -> Option<String> {
+    let mut values = headers.get_all("traceparent").iter();
+    let (value, None) = (values.next()?, values.next()) else {
+        return None;
+    };
+    let mut parts = value.to_str().ok()?.split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, len: usize| {
+        s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    // Version 00 has exactly four fields; later versions may append more.
+    let more = parts.next().is_some();
+    let valid = hex(version, 2)
+        && version != "ff"
+        && !(version == "00" && more)
+        && hex(trace, 32)
+        && trace.bytes().any(|b| b != b'0')
+        && hex(parent, 16)
+        && parent.bytes().any(|b| b != b'0')
+        && hex(flags, 2);
+    valid.then(|| trace.to_owned())
+}
+
+/// A JSON-RPC id as logged: a string escaped and cut, a number as written (cut too: it
+/// may be any length), `null` as such.
+fn id_text(id: &serde_json::Value) -> String {
+    const MAX_ID_BYTES: usize = 64;
+    match id {
+        serde_json::Value::String(s) => printable(s, MAX_ID_BYTES),
+        serde_json::Value::Number(n) => printable(&n.to_string(), MAX_ID_BYTES),
+        other => printable(&other.to_string(), MAX_ID_BYTES),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn headers(values: &[&str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for v in values {
+            headers.append("traceparent", HeaderValue::from_str(v).unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn trace_ids_only_from_valid_traceparents() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            trace_id(&headers(&[good])).as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        let future = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra";
+        assert!(trace_id(&headers(&[future])).is_some());
+        for bad in [
+            "",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-secret\"injected-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(trace_id(&headers(&[bad])), None, "{bad:?}");
+        }
+        assert_eq!(trace_id(&headers(&[good, good])), None, "repeated");
+        assert_eq!(trace_id(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn principals_are_pseudonyms() {
+        let digest = principal_digest("alice@example.com");
+        assert_eq!(digest.len(), 16);
+        assert!(!digest.contains("alice"));
+        assert_eq!(digest, principal_digest("alice@example.com"));
+        assert_ne!(digest, principal_digest("bob@example.com"));
+    }
+
+    #[test]
+    fn refusals_have_a_category_and_a_closed_reason() {
+        let state = |reason| ProxyError::InvalidState {
+            reason,
+            detail: "d",
+        };
+        assert_eq!(
+            Category::of(&state(Reject::Expired)),
+            Some((Category::State, "expired"))
+        );
+        assert_eq!(
+            Category::of(&state(Reject::Replayed)),
+            Some((Category::Store, "replayed"))
+        );
+        assert_eq!(
+            Category::of(&ProxyError::PrincipalHeader("repeated")),
+            Some((Category::Auth, "principal_header"))
+        );
+        assert_eq!(
+            Category::of(&ProxyError::ContentType),
+            Some((Category::Gate, "content_type"))
+        );
+        assert_eq!(Category::of(&ProxyError::UpstreamTimeout(5)), None);
+    }
+
+    #[test]
+    fn ids_are_escaped_and_bounded() {
+        assert_eq!(id_text(&serde_json::json!(7)), "7");
+        assert_eq!(id_text(&serde_json::json!("a\nb")), "a\\u{a}b");
+        assert!(id_text(&serde_json::json!("x".repeat(10_000))).len() < 80);
+    }
+}
