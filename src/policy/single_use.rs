@@ -110,6 +110,11 @@ impl SingleUse {
         self.policy.store(Arc::new(policy));
     }
 
+    /// Whether a store failure lets requests through (`on_store_error = "allow"`).
+    pub fn fails_open(&self) -> bool {
+        self.on_store_error == OnStoreError::Allow
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }

@@ -93,6 +93,10 @@ impl StateOpener {
                 Ok(true) => {
                     return Err(self.refuse(method, Reject::Revoked, "principal revoked since"));
                 }
+                // The store's failure policy applies to revocations as to consumptions.
+                Err(error) if self.single_use.fails_open() => {
+                    tracing::warn!(error = %error, "revocations could not be checked; let through (on_store_error = allow)");
+                }
                 Err(_) => {
                     return Err(self.refuse(
                         method,

@@ -13,7 +13,11 @@ async fn suite_passes_through_the_sidecar(mode: Mode) {
     let run = run_suite(&sidecar.mcp_url()).await;
     let report = format!("{mode:?} mode:\n{}", run.report);
     assert_eq!(run.scenarios.len(), 14, "{report}");
-    assert!(run.failed().is_empty(), "failed {:?}: {report}", run.failed());
+    assert!(
+        run.failed().is_empty(),
+        "failed {:?}: {report}",
+        run.failed()
+    );
     assert_eq!(
         run.scenarios.get("input-required-result-tampered-state"),
         Some(&true),

@@ -421,3 +421,36 @@ async fn the_revoke_command_reaches_every_replica_through_redis() {
     assert_eq!(sidecar.metrics().verified_count("revoked"), 1);
     sidecar.stop().await;
 }
+
+/// A revocation check the store cannot answer follows `single_use.on_store_error`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unanswerable_revocation_check_follows_the_store_error_policy() {
+    let mut redis = RedisServer::start();
+    let fake = FakeUpstream::start(asking).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, "admin-secret-0123456789").unwrap();
+    let strict = Sidecar::with_keys(replica(&fake, &redis, &token_file), &[KEY], "svc").await;
+    let mut lenient = replica(&fake, &redis, &token_file);
+    lenient.single_use.on_store_error = mcp_state_guard::config::OnStoreError::Allow;
+    let lenient = Sidecar::with_keys(lenient, &[KEY], "svc").await;
+    let caps = json!({"elicitation": {}});
+    let answer = json!({"form": {"action": "accept", "content": {"region": "eu"}}});
+    let dave = [("x-forwarded-user", "dave")];
+    let first = post(
+        &strict.mcp_url(),
+        &call(caps.clone(), None, Value::Null),
+        &dave,
+    )
+    .await;
+    let token = sealed(&first.json()["result"]);
+    redis.stop();
+    let retry = call(caps, Some(&token), answer);
+    let refused = post(&strict.mcp_url(), &retry, &dave).await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert_eq!(strict.metrics().verified_count("store_unavailable"), 1);
+    let allowed = post(&lenient.mcp_url(), &retry, &dave).await;
+    assert_eq!(allowed.status, 200, "{}", allowed.text());
+    strict.stop().await;
+    lenient.stop().await;
+}
