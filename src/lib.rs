@@ -67,4 +67,5 @@ pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod token;
+pub mod tools;
 pub mod version;

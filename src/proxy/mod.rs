@@ -35,6 +35,7 @@ use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{Claim, SingleUse};
 use crate::telemetry::audit::Record;
 use crate::token::{RequestBinding, StateSealer};
+use crate::tools::{Handles, Inbound, ToolFeatures};
 use bytes::Bytes;
 use gate::Gate;
 use http::header::{self, HeaderValue};
@@ -86,6 +87,7 @@ pub struct Proxy {
     pub(crate) principal: PrincipalSource,
     pub(crate) gate: Gate,
     pub(crate) opener: StateOpener,
+    pub(crate) tools: ToolFeatures,
     pub(crate) upstream: Upstream,
     pub(crate) outbound: Outbound,
     pub(crate) passthrough_paths: HashSet<String>,
@@ -121,6 +123,9 @@ impl Proxy {
                 budget.clone(),
                 Duration::from_millis(config.timeouts.body_read_ms),
             ),
+            tools: ToolFeatures {
+                handles: Handles::new(&config.handles, sealer.clone(), metrics.clone()),
+            },
             opener: StateOpener {
                 sealer: sealer.clone(),
                 single_use: single_use.clone(),
@@ -260,7 +265,7 @@ impl Proxy {
             .uri
             .path_and_query()
             .map_or("/", http::uri::PathAndQuery::as_str);
-        let (method, binding, claim, flow) = match admitted.call_mut() {
+        let (method, binding, claim, flow, tools) = match admitted.call_mut() {
             Some((method, mut params)) => {
                 record.set_call(method, id.as_ref(), params.as_deref());
                 let opened = match params {
@@ -293,22 +298,40 @@ impl Proxy {
                         None,
                     ),
                 };
+                // After the binding: a state binds the arguments as the client sent them
+                // (sealed handles), and the upstream gets its own raw handles.
+                let tools = match self.tools.inbound(method, params, principal.as_deref()) {
+                    Ok(tools) => tools,
+                    Err(error) => {
+                        // Refused before forwarding: a consumed state is given back.
+                        if let Some(claim) = claim {
+                            self.opener.release(claim).await;
+                        }
+                        return Err(Failure {
+                            id,
+                            error,
+                            upstream_head: None,
+                        });
+                    }
+                };
                 (
                     Some(method.to_owned()),
                     binding,
                     claim,
                     (capabilities, flow),
+                    tools,
                 )
             }
-            None => (None, None, None, (None, None)),
+            None => (None, None, None, (None, None), Inbound::default()),
         };
         // The parsed body ends here, before the upstream is awaited.
         let (forwarded, reservation) = admitted.into_forwarded();
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(forwarded.len()));
-        let context =
-            SealContext::new(id, method.as_deref(), binding, principal).with_flow(flow.0, flow.1);
+        let context = SealContext::new(id, method.as_deref(), binding, principal)
+            .with_flow(flow.0, flow.1)
+            .with_tools(tools);
         self.exchange(
             parts,
             reservation.hold(upstream::full(forwarded)),

@@ -4,6 +4,7 @@ mod cli;
 mod conformance;
 mod e2e;
 mod fake_upstream;
+mod handles;
 mod hostile;
 mod hygiene;
 mod ingress;

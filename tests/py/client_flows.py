@@ -26,6 +26,10 @@ Scenarios:
                         works); through mcp-state-guard retry_error is the -32602 rejection.
     replay              provision round 1 answered twice with the same state.
                         -> {"first": {"text"|"error"}, "second": {"text"|"error"}}
+    import-flow         against tests/py/import_server.py: start_import, append_rows twice
+                        (the second time with the same idempotency key in `params`), then
+                        commit_import, each taking the handle start_import returned.
+                        -> {"handle": ..., "appends": [structuredContent, ...], "commit": {...}}
 
 --mode is passed to `Client(mode=...)` (auto | legacy | 2026-07-28); default "auto" probes
 server/discover like a real client would. `legacy-session` always uses "legacy".
@@ -364,6 +368,31 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
     return {"state": first.request_state, "first": outcomes[0], "second": outcomes[1]}
 
 
+async def import_flow(args: argparse.Namespace) -> dict[str, Any]:
+    async with make_client(args.url, args.mode) as client:
+        started = await client.call_tool("start_import", {"name": "sdk"})
+        handle = (started.structured_content or {})["importId"]
+        appends = []
+        for _ in range(2):
+            # The SDK's `call_tool` has no idempotency-key parameter: the session's request
+            # carries it in params, as 2026-07-28 clients send it.
+            appended = await client.session.send_request(
+                types.CallToolRequest(
+                    params=types.CallToolRequestParams.model_validate(
+                        {
+                            "name": "append_rows",
+                            "arguments": {"importId": handle, "rows": [1, 2, 3]},
+                            "idempotencyKey": "sdk-append-1",
+                        }
+                    )
+                ),
+                types.CallToolResult,
+            )
+            appends.append(appended.structured_content)
+        committed = await client.call_tool("commit_import", {"importId": handle})
+    return {"handle": handle, "appends": appends, "commit": committed.structured_content}
+
+
 SCENARIOS: dict[str, Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]] = {
     "auto-provision": auto_provision,
     "auto-all": auto_all,
@@ -371,6 +400,7 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]] 
     "legacy-session": legacy_session,
     "tamper": tamper,
     "replay": replay,
+    "import-flow": import_flow,
 }
 
 
