@@ -23,6 +23,7 @@ pub mod ingress;
 pub mod outbound;
 pub mod response;
 pub mod state;
+pub mod tools;
 pub mod upstream;
 
 use crate::auth::PrincipalSource;
@@ -35,7 +36,7 @@ use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{Claim, SingleUse};
 use crate::telemetry::audit::Record;
 use crate::token::{RequestBinding, StateSealer};
-use crate::tools::{Handles, Inbound, ToolFeatures};
+use crate::tools::{Handles, Idempotency, Inbound, ToolFeatures};
 use bytes::Bytes;
 use gate::Gate;
 use http::header::{self, HeaderValue};
@@ -125,6 +126,13 @@ impl Proxy {
             ),
             tools: ToolFeatures {
                 handles: Handles::new(&config.handles, sealer.clone(), metrics.clone()),
+                idempotency: Idempotency::new(
+                    &config.idempotency,
+                    config.state.audience.clone(),
+                    single_use.shared_store(),
+                    metrics.clone(),
+                    head_timeout,
+                ),
             },
             opener: StateOpener {
                 sealer: sealer.clone(),
@@ -300,7 +308,11 @@ impl Proxy {
                 };
                 // After the binding: a state binds the arguments as the client sent them
                 // (sealed handles), and the upstream gets its own raw handles.
-                let tools = match self.tools.inbound(method, params, principal.as_deref()) {
+                let tools = match self
+                    .tools
+                    .inbound(method, params, &mut parts.headers, principal.as_deref())
+                    .await
+                {
                     Ok(tools) => tools,
                     Err(error) => {
                         // Refused before forwarding: a consumed state is given back.
@@ -324,6 +336,12 @@ impl Proxy {
             }
             None => (None, None, None, (None, None), Inbound::default()),
         };
+        if let Some(answer) = tools.replay {
+            // A repeat of a completed write: the stored answer under this request's id,
+            // and the upstream is not called.
+            return Ok(tools::replayed(id.as_ref(), answer));
+        }
+        let ticket = tools.ticket.clone();
         // The parsed body ends here, before the upstream is awaited.
         let (forwarded, reservation) = admitted.into_forwarded();
         parts
@@ -332,14 +350,21 @@ impl Proxy {
         let context = SealContext::new(id, method.as_deref(), binding, principal)
             .with_flow(flow.0, flow.1)
             .with_tools(tools);
-        self.exchange(
-            parts,
-            reservation.hold(upstream::full(forwarded)),
-            context,
-            claim,
-            record,
-        )
-        .await
+        let response = self
+            .exchange(
+                parts,
+                reservation.hold(upstream::full(forwarded)),
+                context,
+                claim,
+                record,
+            )
+            .await;
+        // A whole JSON answer is recorded before the client has it, so a repeat sent
+        // after it is replayed; a stream's is recorded when the stream ends.
+        if let Some(ticket) = ticket {
+            ticket.finish_if_complete().await;
+        }
+        response
     }
 
     /// Send to the upstream, timing the wait for its response head (the part of a

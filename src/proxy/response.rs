@@ -18,7 +18,7 @@ use crate::policy::{answers, capabilities};
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data};
 use crate::telemetry::Clipped;
 use crate::token::{Flow, RequestBinding, SealOptions, StateSealer};
-use crate::tools::Issue;
+use crate::tools::{Issue, Ticket};
 use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -39,6 +39,8 @@ pub struct SealContext {
     flow: Option<Flow>,
     /// The handles a complete result must seal ([`crate::tools::handles`]).
     issue: Option<Issue>,
+    /// The idempotency reservation the answer completes ([`crate::tools::idempotency`]).
+    ticket: Option<Arc<Ticket>>,
 }
 
 impl SealContext {
@@ -56,12 +58,14 @@ impl SealContext {
             client_capabilities: None,
             flow: None,
             issue: None,
+            ticket: None,
         }
     }
 
     /// What the tool features decided at admission.
     pub fn with_tools(mut self, inbound: crate::tools::Inbound) -> Self {
         self.issue = inbound.issue;
+        self.ticket = inbound.ticket;
         self
     }
 
@@ -155,6 +159,19 @@ impl Sealer {
     }
 
     fn seal_message(&self, message: &mut Map<String, Value>) -> Result<bool, Withheld> {
+        let changed = self.seal_message_parts(message)?;
+        // Recorded as the client gets it (sealed), and only once it is safe: a withheld
+        // answer leaves the ticket without an outcome, which releases the key.
+        if let Some(ticket) = &self.context.ticket
+            && message.get("id").is_some()
+            && message.get("id") == self.context.id.as_ref()
+        {
+            ticket.complete(message);
+        }
+        Ok(changed)
+    }
+
+    fn seal_message_parts(&self, message: &mut Map<String, Value>) -> Result<bool, Withheld> {
         jsonrpc::check_reserved(message, jsonrpc::ENVELOPE_FIELDS)
             .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
         // A server→client request or notification carries no state of ours; one that

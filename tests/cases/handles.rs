@@ -53,7 +53,10 @@ pub async fn call_with(
     for (key, value) in extra_params.as_object().unwrap() {
         params[key] = value.clone();
     }
-    let message = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+    // A new JSON-RPC id each time, as a client's retry has.
+    static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
     let mut extra: Vec<(&str, &str)> = headers.to_vec();
     if let Some(who) = who {
         extra.push(("x-forwarded-user", who));
@@ -170,7 +173,7 @@ async fn ownership(mode: Mode) {
             let body = reply.json();
             assert_eq!(body["error"]["code"], json!(-32602), "{what}");
             assert_eq!(body["error"]["data"], json!({"reason": "invalid_handle"}));
-            bodies.push(reply.body.clone());
+            bodies.push(body["error"].clone());
         }
         assert_eq!(
             sidecar

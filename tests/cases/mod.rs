@@ -7,6 +7,7 @@ mod fake_upstream;
 mod handles;
 mod hostile;
 mod hygiene;
+mod idempotency;
 mod ingress;
 mod interop;
 mod jwt;

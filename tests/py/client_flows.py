@@ -27,7 +27,7 @@ Scenarios:
     replay              provision round 1 answered twice with the same state.
                         -> {"first": {"text"|"error"}, "second": {"text"|"error"}}
     import-flow         against tests/py/import_server.py: start_import, append_rows twice
-                        (the second time with the same idempotency key in `params`), then
+                        under one idempotency key (the `Idempotency-Key` header), then
                         commit_import, each taking the handle start_import returned.
                         -> {"handle": ..., "appends": [structuredContent, ...], "commit": {...}}
 
@@ -171,7 +171,7 @@ def server_for(url: Any) -> Any:
     return streamable_http_client(url, http_client=http_client)
 
 
-def make_client(url: str, mode: str, **kwargs: Any) -> Client:
+def make_client(url: Any, mode: str, **kwargs: Any) -> Client:
     return Client(
         server_for(url),
         mode=mode,
@@ -369,25 +369,19 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def import_flow(args: argparse.Namespace) -> dict[str, Any]:
-    async with make_client(args.url, args.mode) as client:
+    # `Client.call_tool` has no idempotency-key parameter (and the request models drop
+    # unknown params), so the key rides in the `Idempotency-Key` header of the SDK's own
+    # transport: the sidecar reads it for idempotent tools and ignores it for the others.
+    http_client = httpx2.AsyncClient(
+        headers={"Idempotency-Key": "sdk-append-1"}, timeout=httpx2.Timeout(10.0, read=30.0)
+    )
+    transport = streamable_http_client(args.url, http_client=http_client)
+    async with make_client(transport, args.mode) as client:
         started = await client.call_tool("start_import", {"name": "sdk"})
         handle = (started.structured_content or {})["importId"]
         appends = []
         for _ in range(2):
-            # The SDK's `call_tool` has no idempotency-key parameter: the session's request
-            # carries it in params, as 2026-07-28 clients send it.
-            appended = await client.session.send_request(
-                types.CallToolRequest(
-                    params=types.CallToolRequestParams.model_validate(
-                        {
-                            "name": "append_rows",
-                            "arguments": {"importId": handle, "rows": [1, 2, 3]},
-                            "idempotencyKey": "sdk-append-1",
-                        }
-                    )
-                ),
-                types.CallToolResult,
-            )
+            appended = await client.call_tool("append_rows", {"importId": handle, "rows": [1, 2, 3]})
             appends.append(appended.structured_content)
         committed = await client.call_tool("commit_import", {"importId": handle})
     return {"handle": handle, "appends": appends, "commit": committed.structured_content}
