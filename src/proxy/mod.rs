@@ -9,10 +9,13 @@
 //!    size, time and [`budget`] limits.
 //! 4. [`state`]: a retry's `requestState` is opened and replaced by the upstream's
 //!    plaintext; unasked `inputResponses` are dropped.
-//! 5. [`upstream`]: the re-serialised message is forwarded.
-//! 6. [`outbound`] and [`response`]: the answer is classified and every state in it sealed,
+//! 5. [`crate::tools`]: a `tools/call`'s handle arguments are unwrapped and its
+//!    idempotency key reserved, or the call is answered from the store ([`tools`]).
+//! 6. [`upstream`]: the re-serialised message is forwarded.
+//! 7. [`outbound`] and [`response`]: the answer is classified and every state in it sealed,
 //!    bound to the request of step 4 (its binding was computed at admission, so nothing
-//!    of the request body is held while the upstream works).
+//!    of the request body is held while the upstream works), an issuing tool's handles
+//!    sealed, and an idempotent call's answer recorded.
 //!
 //! Invariant: [`Proxy::handle`] cannot fail; `Proxy::forward` can, and its error is
 //! turned into a response in exactly one place, with the request id when it is known.
