@@ -254,3 +254,75 @@ async fn a_handle_expires_after_its_ttl() {
     assert_eq!(counts(&upstream)["imp-1"]["rows"], json!(0));
     sidecar.stop().await;
 }
+
+/// An MRTR round on an accepting tool: the token binds the arguments as the client sent
+/// them (the sealed handle), the retry opens with them, and the upstream sees its raw
+/// handle both times.
+#[tokio::test]
+async fn a_state_binds_the_sealed_handle_the_client_sent() {
+    use crate::support::fake::{FakeUpstream, Reply as FakeReply, complete, input_required};
+    use mcp_state_guard::token::RequestBinding;
+    let fake = FakeUpstream::start(|request| {
+        let message = request.json();
+        let id = message["id"].clone();
+        let params = &message["params"];
+        let answer = match params["requestState"].as_str() {
+            None => input_required(id, json!("PLAIN")),
+            Some(state) => complete(
+                id,
+                &format!(
+                    "{state} {}",
+                    params["arguments"]["importId"].as_str().unwrap()
+                ),
+            ),
+        };
+        FakeReply::json(answer.to_string())
+    })
+    .await;
+    let mut config = import_config(&fake.base_url());
+    config.handles[0].accepted_by = vec!["provision".into()];
+    let sidecar = Sidecar::with_keys(config, &[KEY], AUDIENCE).await;
+    let sealer = StateSealer::new(
+        KeyRing::from_secrets(&[KEY], "test").unwrap(),
+        Some(AUDIENCE.into()),
+        60,
+    );
+    let handle = sealer.seal_handle("import", &json!("imp-9"), Some("alice"), 60);
+    let arguments = json!({"importId": handle});
+    let url = sidecar.mcp_url();
+    let first = call(&url, Some("alice"), "provision", arguments.clone()).await;
+    let token = first.message()["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let client_params = json!({"name": "provision", "arguments": arguments});
+    let binding = RequestBinding::of("tools/call", client_params.as_object())
+        .unwrap()
+        .at_path("/mcp");
+    assert!(
+        sealer.open(&token, &binding, Some("alice")).is_ok(),
+        "bound to the sealed handle as sent"
+    );
+    let answers = json!({"region": {"action": "accept", "content": {"region": "eu"}}});
+    let retry = call_with(
+        &url,
+        Some("alice"),
+        "provision",
+        arguments,
+        json!({"requestState": token, "inputResponses": answers}),
+        &[],
+    )
+    .await;
+    assert_eq!(retry.status, 200, "{}", retry.text());
+    assert_eq!(
+        retry.message()["result"]["content"][0]["text"],
+        json!("PLAIN imp-9")
+    );
+    for request in fake.requests() {
+        assert_eq!(
+            request.json()["params"]["arguments"]["importId"],
+            json!("imp-9")
+        );
+    }
+    sidecar.stop().await;
+}
