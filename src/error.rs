@@ -7,7 +7,7 @@
 
 use crate::auth::AuthFailure;
 use crate::jsonrpc::{self, Id, ParseError};
-use crate::token::Reject;
+use crate::token::{HandleReject, Reject};
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::json;
@@ -57,6 +57,16 @@ pub enum ProxyError {
     MissingCapability { required: serde_json::Value },
     #[error("the upstream asked past mrtr.max_rounds")]
     RoundLimit,
+    #[error("handle refused: {}", .0.as_str())]
+    InvalidHandle(HandleReject),
+    #[error("idempotency key refused: {0}")]
+    IdempotencyKey(&'static str),
+    #[error("idempotency key in use by a call still in flight")]
+    IdempotencyInProgress,
+    #[error("idempotency key reused with other arguments")]
+    IdempotencyConflict,
+    #[error("idempotency store unavailable")]
+    IdempotencyUnavailable,
     #[error("upstream unavailable")]
     UpstreamUnavailable(#[source] hyper_util::client::legacy::Error),
     #[error("upstream did not answer within {0} ms")]
@@ -85,13 +95,18 @@ pub enum ErrorKind {
     InvalidAnswer,
     MissingCapability,
     RoundLimit,
+    InvalidHandle,
+    IdempotencyKey,
+    IdempotencyInProgress,
+    IdempotencyConflict,
+    IdempotencyUnavailable,
     UpstreamUnavailable,
     UpstreamTimeout,
     UpstreamResponse,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 20] = [
+    pub const ALL: [ErrorKind; 25] = [
         ErrorKind::Parse,
         ErrorKind::HeaderMismatch,
         ErrorKind::ContentType,
@@ -109,6 +124,11 @@ impl ErrorKind {
         ErrorKind::InvalidAnswer,
         ErrorKind::MissingCapability,
         ErrorKind::RoundLimit,
+        ErrorKind::InvalidHandle,
+        ErrorKind::IdempotencyKey,
+        ErrorKind::IdempotencyInProgress,
+        ErrorKind::IdempotencyConflict,
+        ErrorKind::IdempotencyUnavailable,
         ErrorKind::UpstreamUnavailable,
         ErrorKind::UpstreamTimeout,
         ErrorKind::UpstreamResponse,
@@ -133,6 +153,11 @@ impl ErrorKind {
             ErrorKind::InvalidAnswer => "invalid_answer",
             ErrorKind::MissingCapability => "missing_capability",
             ErrorKind::RoundLimit => "round_limit",
+            ErrorKind::InvalidHandle => "invalid_handle",
+            ErrorKind::IdempotencyKey => "idempotency_key",
+            ErrorKind::IdempotencyInProgress => "idempotency_in_progress",
+            ErrorKind::IdempotencyConflict => "idempotency_conflict",
+            ErrorKind::IdempotencyUnavailable => "idempotency_unavailable",
             ErrorKind::UpstreamUnavailable => "upstream_unavailable",
             ErrorKind::UpstreamTimeout => "upstream_timeout",
             ErrorKind::UpstreamResponse => "upstream_response",
@@ -178,6 +203,11 @@ impl ProxyError {
             ProxyError::InvalidAnswer { .. } => ErrorKind::InvalidAnswer,
             ProxyError::MissingCapability { .. } => ErrorKind::MissingCapability,
             ProxyError::RoundLimit => ErrorKind::RoundLimit,
+            ProxyError::InvalidHandle(_) => ErrorKind::InvalidHandle,
+            ProxyError::IdempotencyKey(_) => ErrorKind::IdempotencyKey,
+            ProxyError::IdempotencyInProgress => ErrorKind::IdempotencyInProgress,
+            ProxyError::IdempotencyConflict => ErrorKind::IdempotencyConflict,
+            ProxyError::IdempotencyUnavailable => ErrorKind::IdempotencyUnavailable,
             ProxyError::UpstreamUnavailable(_) => ErrorKind::UpstreamUnavailable,
             ProxyError::UpstreamTimeout(_) => ErrorKind::UpstreamTimeout,
             ProxyError::UpstreamResponse(_) => ErrorKind::UpstreamResponse,
@@ -194,7 +224,10 @@ impl ProxyError {
             }
             ProxyError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ProxyError::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
+            ProxyError::IdempotencyInProgress => StatusCode::CONFLICT,
+            ProxyError::IdempotencyConflict => StatusCode::UNPROCESSABLE_ENTITY,
             ProxyError::Overloaded
+            | ProxyError::IdempotencyUnavailable
             | ProxyError::Unauthorized {
                 reason: AuthFailure::KeysUnavailable,
                 ..
@@ -240,6 +273,19 @@ impl ProxyError {
                 "Missing required client capability",
             ),
             ProxyError::RoundLimit => (jsonrpc::INTERNAL_ERROR, "Internal error"),
+            ProxyError::InvalidHandle(_) => (jsonrpc::INVALID_PARAMS, "Invalid or expired handle"),
+            ProxyError::IdempotencyKey(_) => (jsonrpc::INVALID_PARAMS, "Invalid idempotency key"),
+            ProxyError::IdempotencyInProgress => (
+                jsonrpc::INVALID_REQUEST,
+                "A request with this idempotency key is in progress",
+            ),
+            ProxyError::IdempotencyConflict => (
+                jsonrpc::INVALID_PARAMS,
+                "Idempotency key reused with different arguments",
+            ),
+            ProxyError::IdempotencyUnavailable => {
+                (jsonrpc::INTERNAL_ERROR, "Idempotency store unavailable")
+            }
             ProxyError::UpstreamUnavailable(_) => (jsonrpc::INTERNAL_ERROR, "Upstream unavailable"),
             ProxyError::UpstreamTimeout(_) => (jsonrpc::INTERNAL_ERROR, "Upstream timed out"),
             ProxyError::UpstreamResponse(_) => (jsonrpc::INTERNAL_ERROR, "Internal error"),
@@ -255,6 +301,13 @@ impl ProxyError {
                 Some(json!({"requiredCapabilities": required}))
             }
             ProxyError::RoundLimit => Some(json!({"reason": "round_limit"})),
+            // One answer for every cause: the cause is in the log and a metric label.
+            ProxyError::InvalidHandle(_) => Some(json!({"reason": "invalid_handle"})),
+            ProxyError::IdempotencyKey(_) => Some(json!({"reason": "invalid_idempotency_key"})),
+            ProxyError::IdempotencyInProgress => {
+                Some(json!({"type": "idempotency_key_in_progress"}))
+            }
+            ProxyError::IdempotencyConflict => Some(json!({"type": "idempotency_key_conflict"})),
             _ => None,
         };
         // A bad answer is the client's mistake: it is told which question and which
@@ -293,7 +346,12 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if matches!(self, ProxyError::Overloaded) {
+        if matches!(
+            self,
+            ProxyError::Overloaded
+                | ProxyError::IdempotencyInProgress
+                | ProxyError::IdempotencyUnavailable
+        ) {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

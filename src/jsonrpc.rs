@@ -25,6 +25,9 @@ const PARAMS_FIELDS: &[&str] = &[
     "_meta",
     // Checked against `Mcp-Name` on task methods: no look-alike may disagree with it.
     "taskId",
+    // An idempotency key ([`crate::tools::idempotency`]): a look-alike such as
+    // `IdempotencyKey` is refused rather than passed on unrecorded.
+    "idempotencyKey",
 ];
 const RESULT_FIELDS: &[&str] = &["requestState", "resultType", "inputRequests"];
 /// The members of a JSON-RPC error object.

@@ -29,18 +29,25 @@
 //!    refused); on success the upstream's own plaintext replaces it, and
 //!    `inputResponses` keys the round did not ask for are dropped. On any failure the
 //!    client gets the one frozen error and nothing is sent. The request's binding is
-//!    kept for step 7; the parsed body is not.
-//! 6. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
+//!    kept for step 8; the parsed body is not.
+//! 6. [`tools`], for a `tools/call`: handle arguments ([`tools::handles`]) must be sealed
+//!    handles of their kind that open for this caller and are replaced by the upstream's
+//!    raw handles (after step 5, so a state binds the arguments as the client sent
+//!    them); then an idempotency key ([`tools::idempotency`]) is reserved in the shared
+//!    [`store`], or a repeat is answered from it (replayed, in progress, or conflict)
+//!    without the upstream.
+//! 7. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
 //!    rewritten, hop-by-hop headers dropped, identity encoding, timeouts; TLS verified
 //!    for an `https://` upstream).
-//! 7. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
+//! 8. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
 //!    SSE, empty, or something a 2xx answer to an MCP request may not be) and
 //!    [`proxy::response`] seals every `requestState` in it, in a JSON body or event by
 //!    event in an SSE stream ([`sse`]), bound to the request of step 5, after checking
 //!    the round against the client's declared capabilities and the round limit; what
 //!    cannot be sealed becomes a JSON-RPC error instead (an upstream error status and
-//!    the headers a client needs are kept).
-//! 8. Failures become responses in one place ([`error`]); outcomes are counted in
+//!    the headers a client needs are kept); an issuing tool's handle is sealed, and the
+//!    answer to an idempotent call is recorded (or its key released).
+//! 9. Failures become responses in one place ([`error`]); outcomes are counted in
 //!    [`metrics`], served with health and readiness ([`health`]: the upstream reachable,
 //!    the key ring fresh) by [`admin`]; client text reaches logs only through
 //!    [`telemetry`], and the request's audit record is written when its response body
@@ -67,4 +74,5 @@ pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod token;
+pub mod tools;
 pub mod version;

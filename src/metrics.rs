@@ -8,9 +8,11 @@
 mod auth;
 mod labels;
 mod ops;
+mod tools;
 
 pub use labels::{Listener, MethodClass, Outcome, SseEvent, StatusClass};
 pub use ops::Held;
+pub use tools::{HandleResult, IdempotencyResult};
 
 use crate::error::ErrorKind;
 use crate::store::StoreKind;
@@ -230,6 +232,8 @@ pub struct Metrics {
     auth: auth::AuthMetrics,
     /// Latency, connections, streams, per-key tokens, build info ([`ops`]).
     ops: ops::OpsMetrics,
+    /// Handles and idempotency keys ([`tools`]).
+    tools: tools::ToolMetrics,
 }
 
 impl Metrics {
@@ -372,7 +376,9 @@ impl Metrics {
         }
         let auth = auth::AuthMetrics::new(&registry);
         let ops = ops::OpsMetrics::register(&registry);
+        let tools = tools::ToolMetrics::new(&registry);
         Self {
+            tools,
             auth,
             ops,
             registry,

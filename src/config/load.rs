@@ -100,6 +100,13 @@ pub(super) const LEAVES: &[(&str, Assign)] = &[
     leaf!("readyz.check_upstream" => readyz.check_upstream),
     leaf!("readyz.upstream_timeout_ms" => readyz.upstream_timeout_ms),
     leaf!("readyz.max_key_age_seconds" => readyz.max_key_age_seconds),
+    // An array of tables: one leaf, extracted whole.
+    leaf!("handles" => handles),
+    leaf!("idempotency.tools" => idempotency.tools),
+    leaf!("idempotency.require_key" => idempotency.require_key),
+    leaf!("idempotency.ttl_seconds" => idempotency.ttl_seconds),
+    leaf!("idempotency.max_result_bytes" => idempotency.max_result_bytes),
+    leaf!("idempotency.strip_key" => idempotency.strip_key),
 ];
 
 impl Config {

@@ -14,6 +14,7 @@ mod load;
 mod operations;
 pub mod reload;
 mod security;
+mod tools;
 mod validate;
 
 #[cfg(test)]
@@ -26,6 +27,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use security::{JwtConfig, MtlsConfig, MtlsIdentity, TlsConfig, UpstreamTlsConfig};
+pub use tools::{HandleConfig, IdempotencyConfig};
 pub use validate::parse_upstream;
 
 /// Prefix of every environment variable the configuration reads.
@@ -62,6 +64,9 @@ pub struct Config {
     pub timeouts: TimeoutsConfig,
     pub log: LogConfig,
     pub readyz: ReadyzConfig,
+    /// Handle kinds the sidecar seals on the way out and checks on the way in.
+    pub handles: Vec<HandleConfig>,
+    pub idempotency: IdempotencyConfig,
 }
 
 impl Default for Config {
@@ -83,6 +88,8 @@ impl Default for Config {
             timeouts: TimeoutsConfig::default(),
             log: LogConfig::default(),
             readyz: ReadyzConfig::default(),
+            handles: Vec::new(),
+            idempotency: IdempotencyConfig::default(),
         }
     }
 }

@@ -457,6 +457,18 @@ fn assembly_leaf_by_leaf_matches_serde() {
             check_upstream = false
             upstream_timeout_ms = 17
             max_key_age_seconds = 18
+            [idempotency]
+            tools = ["w"]
+            require_key = ["w2"]
+            ttl_seconds = 19
+            max_result_bytes = 20
+            strip_key = true
+            [[handles]]
+            kind = "import"
+            issued_by = ["start"]
+            result_pointer = "/structuredContent/id"
+            accepted_by = ["append"]
+            argument_pointer = "/id"
             "#,
         )?;
         let figment = Config::figment(Some(Path::new("all.toml")), &Overrides::default());

@@ -195,6 +195,7 @@ impl Config {
         }
 
         problems.extend(super::security::validate(self));
+        super::tools::validate(&self.handles, &self.idempotency, &mut problems);
         problems
     }
 }

@@ -119,6 +119,11 @@ impl SingleUse {
         &self.store
     }
 
+    /// The shared store itself, for the other features that record in it.
+    pub fn shared_store(&self) -> Arc<Store> {
+        self.store.clone()
+    }
+
     /// Whether a fail-closed store is the reason the sidecar cannot serve single-use
     /// retries now (readiness).
     pub async fn blocking_outage(&self) -> bool {

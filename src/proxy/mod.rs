@@ -9,10 +9,13 @@
 //!    size, time and [`budget`] limits.
 //! 4. [`state`]: a retry's `requestState` is opened and replaced by the upstream's
 //!    plaintext; unasked `inputResponses` are dropped.
-//! 5. [`upstream`]: the re-serialised message is forwarded.
-//! 6. [`outbound`] and [`response`]: the answer is classified and every state in it sealed,
+//! 5. [`crate::tools`]: a `tools/call`'s handle arguments are unwrapped and its
+//!    idempotency key reserved, or the call is answered from the store ([`tools`]).
+//! 6. [`upstream`]: the re-serialised message is forwarded.
+//! 7. [`outbound`] and [`response`]: the answer is classified and every state in it sealed,
 //!    bound to the request of step 4 (its binding was computed at admission, so nothing
-//!    of the request body is held while the upstream works).
+//!    of the request body is held while the upstream works), an issuing tool's handles
+//!    sealed, and an idempotent call's answer recorded.
 //!
 //! Invariant: [`Proxy::handle`] cannot fail; `Proxy::forward` can, and its error is
 //! turned into a response in exactly one place, with the request id when it is known.
@@ -23,6 +26,7 @@ pub mod ingress;
 pub mod outbound;
 pub mod response;
 pub mod state;
+pub mod tools;
 pub mod upstream;
 
 use crate::auth::PrincipalSource;
@@ -35,6 +39,7 @@ use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{Claim, SingleUse};
 use crate::telemetry::audit::Record;
 use crate::token::{RequestBinding, StateSealer};
+use crate::tools::{Handles, Idempotency, Inbound, ToolFeatures};
 use bytes::Bytes;
 use gate::Gate;
 use http::header::{self, HeaderValue};
@@ -86,6 +91,7 @@ pub struct Proxy {
     pub(crate) principal: PrincipalSource,
     pub(crate) gate: Gate,
     pub(crate) opener: StateOpener,
+    pub(crate) tools: ToolFeatures,
     pub(crate) upstream: Upstream,
     pub(crate) outbound: Outbound,
     pub(crate) passthrough_paths: HashSet<String>,
@@ -121,6 +127,16 @@ impl Proxy {
                 budget.clone(),
                 Duration::from_millis(config.timeouts.body_read_ms),
             ),
+            tools: ToolFeatures {
+                handles: Handles::new(&config.handles, sealer.clone(), metrics.clone()),
+                idempotency: Idempotency::new(
+                    &config.idempotency,
+                    config.state.audience.clone(),
+                    single_use.shared_store(),
+                    metrics.clone(),
+                    head_timeout,
+                ),
+            },
             opener: StateOpener {
                 sealer: sealer.clone(),
                 single_use: single_use.clone(),
@@ -260,7 +276,7 @@ impl Proxy {
             .uri
             .path_and_query()
             .map_or("/", http::uri::PathAndQuery::as_str);
-        let (method, binding, claim, flow) = match admitted.call_mut() {
+        let (method, binding, claim, flow, tools) = match admitted.call_mut() {
             Some((method, mut params)) => {
                 record.set_call(method, id.as_ref(), params.as_deref());
                 let opened = match params {
@@ -293,30 +309,65 @@ impl Proxy {
                         None,
                     ),
                 };
+                // After the binding: a state binds the arguments as the client sent them
+                // (sealed handles), and the upstream gets its own raw handles.
+                let tools = match self
+                    .tools
+                    .inbound(method, params, &mut parts.headers, principal.as_deref())
+                    .await
+                {
+                    Ok(tools) => tools,
+                    Err(error) => {
+                        // Refused before forwarding: a consumed state is given back.
+                        if let Some(claim) = claim {
+                            self.opener.release(claim).await;
+                        }
+                        return Err(Failure {
+                            id,
+                            error,
+                            upstream_head: None,
+                        });
+                    }
+                };
                 (
                     Some(method.to_owned()),
                     binding,
                     claim,
                     (capabilities, flow),
+                    tools,
                 )
             }
-            None => (None, None, None, (None, None)),
+            None => (None, None, None, (None, None), Inbound::default()),
         };
+        if let Some(answer) = tools.replay {
+            // A repeat of a completed write: the stored answer under this request's id,
+            // and the upstream is not called.
+            return Ok(tools::replayed(id.as_ref(), answer));
+        }
+        let ticket = tools.ticket.clone();
         // The parsed body ends here, before the upstream is awaited.
         let (forwarded, reservation) = admitted.into_forwarded();
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(forwarded.len()));
-        let context =
-            SealContext::new(id, method.as_deref(), binding, principal).with_flow(flow.0, flow.1);
-        self.exchange(
-            parts,
-            reservation.hold(upstream::full(forwarded)),
-            context,
-            claim,
-            record,
-        )
-        .await
+        let context = SealContext::new(id, method.as_deref(), binding, principal)
+            .with_flow(flow.0, flow.1)
+            .with_tools(tools);
+        let response = self
+            .exchange(
+                parts,
+                reservation.hold(upstream::full(forwarded)),
+                context,
+                claim,
+                record,
+            )
+            .await;
+        // A whole JSON answer is recorded before the client has it, so a repeat sent
+        // after it is replayed; a stream's is recorded when the stream ends.
+        if let Some(ticket) = ticket {
+            ticket.finish_if_complete().await;
+        }
+        response
     }
 
     /// Send to the upstream, timing the wait for its response head (the part of a

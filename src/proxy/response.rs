@@ -18,6 +18,7 @@ use crate::policy::{answers, capabilities};
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data};
 use crate::telemetry::Clipped;
 use crate::token::{Flow, RequestBinding, SealOptions, StateSealer};
+use crate::tools::{Issue, Ticket};
 use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -36,6 +37,10 @@ pub struct SealContext {
     client_capabilities: Option<Value>,
     /// Where the retry's token stood in its flow (`None`: a first call).
     flow: Option<Flow>,
+    /// The handles a complete result must seal ([`crate::tools::handles`]).
+    issue: Option<Issue>,
+    /// The idempotency reservation the answer completes ([`crate::tools::idempotency`]).
+    ticket: Option<Arc<Ticket>>,
 }
 
 impl SealContext {
@@ -52,7 +57,16 @@ impl SealContext {
             principal,
             client_capabilities: None,
             flow: None,
+            issue: None,
+            ticket: None,
         }
+    }
+
+    /// What the tool features decided at admission.
+    pub fn with_tools(mut self, inbound: crate::tools::Inbound) -> Self {
+        self.issue = inbound.issue;
+        self.ticket = inbound.ticket;
+        self
     }
 
     /// What the flow rules need: the client's declared capabilities, and the position
@@ -145,6 +159,19 @@ impl Sealer {
     }
 
     fn seal_message(&self, message: &mut Map<String, Value>) -> Result<bool, Withheld> {
+        let changed = self.seal_message_parts(message)?;
+        // Recorded as the client gets it (sealed), and only once it is safe: a withheld
+        // answer leaves the ticket without an outcome, which releases the key.
+        if let Some(ticket) = &self.context.ticket
+            && message.get("id").is_some()
+            && message.get("id") == self.context.id.as_ref()
+        {
+            ticket.complete(message);
+        }
+        Ok(changed)
+    }
+
+    fn seal_message_parts(&self, message: &mut Map<String, Value>) -> Result<bool, Withheld> {
         jsonrpc::check_reserved(message, jsonrpc::ENVELOPE_FIELDS)
             .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
         // A server→client request or notification carries no state of ours; one that
@@ -178,12 +205,21 @@ impl Sealer {
             .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
         let asks = result.get("resultType") == Some(&Value::from("input_required"))
             || result.get("inputRequests").is_some_and(|r| !r.is_null());
+        // A complete result: the handles it issues are sealed (a round asking for input
+        // issues none yet).
+        let issued = match &self.context.issue {
+            Some(issue) if !asks => {
+                issue.seal(result);
+                true
+            }
+            _ => false,
+        };
         let state = match result.get("requestState") {
             // A round without upstream state still gets a token: it is what binds the
             // client's `inputResponses` to the questions this round asked (a stateless
             // upstream would otherwise trust any answers it is sent).
             None | Some(Value::Null) if asks => None,
-            None | Some(Value::Null) => return Ok(false),
+            None | Some(Value::Null) => return Ok(issued),
             Some(Value::String(state)) => Some(state.as_str()),
             Some(_) => return Err(SealFailure::NonStringState.into()),
         };

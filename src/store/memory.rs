@@ -33,6 +33,12 @@ impl Deadline for (f64, Instant) {
     }
 }
 
+impl Deadline for (Arc<str>, Instant) {
+    fn deadline(&self) -> Instant {
+        self.1
+    }
+}
+
 impl<V: Deadline> Expiry<Arc<str>, V> for AtDeadline {
     fn expire_after_create(
         &self,
@@ -58,6 +64,10 @@ pub struct MemoryStore {
     ids: Cache<Arc<str>, Instant>,
     /// Principal digest → (not before, Unix seconds; kept until the deadline).
     revocations: Cache<Arc<str>, (f64, Instant)>,
+    /// Idempotency records: key → (value, deadline). Bounded by `max_entries` too
+    /// (moka's approximate count): a full store refuses new reservations, it never
+    /// evicts a record whose write could then be applied twice.
+    records: Cache<Arc<str>, (Arc<str>, Instant)>,
     /// Live ids (inserted and not yet removed by expiry or release).
     live: Arc<AtomicUsize>,
     max_entries: usize,
@@ -80,6 +90,7 @@ impl MemoryStore {
         Self {
             ids,
             revocations: Cache::builder().expire_after(AtDeadline).build(),
+            records: Cache::builder().expire_after(AtDeadline).build(),
             live,
             max_entries,
         }
@@ -126,6 +137,49 @@ impl MemoryStore {
         } else {
             Ok(Consumed::Replayed)
         }
+    }
+
+    /// Set `key` to `value` for `lease` unless it holds something: `None` when set now,
+    /// else what it holds. One atomic compute per key.
+    pub fn reserve_record(
+        &self,
+        key: &str,
+        value: &str,
+        lease: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        if self.records.entry_count() as usize >= self.max_entries {
+            self.records.run_pending_tasks();
+            if self.records.entry_count() as usize >= self.max_entries {
+                return Err(StoreError::Full);
+            }
+        }
+        let result =
+            self.records
+                .entry(Arc::from(key))
+                .and_compute_with(|existing| match existing {
+                    Some(_) => moka::ops::compute::Op::Nop,
+                    None => moka::ops::compute::Op::Put((Arc::from(value), Instant::now() + lease)),
+                });
+        Ok(match result {
+            moka::ops::compute::CompResult::Unchanged(entry) => Some(entry.value().0.to_string()),
+            _ => None,
+        })
+    }
+
+    /// Replace `key`'s value by `value` for `ttl`, or remove it (`None`), only while it
+    /// still holds `expected`: an expired lease taken over by another caller is left alone.
+    pub fn swap_record(&self, key: &str, expected: &str, value: Option<&str>, ttl: Duration) {
+        self.records
+            .entry(Arc::from(key))
+            .and_compute_with(|existing| match existing {
+                Some(entry) if &*entry.value().0 == expected => match value {
+                    Some(value) => {
+                        moka::ops::compute::Op::Put((Arc::from(value), Instant::now() + ttl))
+                    }
+                    None => moka::ops::compute::Op::Remove,
+                },
+                _ => moka::ops::compute::Op::Nop,
+            });
     }
 
     pub fn release(&self, id: &str) {
@@ -205,6 +259,54 @@ mod tests {
             store.consume("a", Duration::from_secs(60)),
             Ok(Consumed::Fresh)
         );
+    }
+
+    #[test]
+    fn records_are_reserved_once_and_swapped_only_from_what_was_expected() {
+        let store = MemoryStore::new(10);
+        let minute = Duration::from_secs(60);
+        assert_eq!(store.reserve_record("k", "p1", minute), Ok(None));
+        assert_eq!(
+            store.reserve_record("k", "p2", minute),
+            Ok(Some("p1".into()))
+        );
+        store.swap_record("k", "p2", Some("done"), minute);
+        assert_eq!(
+            store.reserve_record("k", "p3", minute),
+            Ok(Some("p1".into()))
+        );
+        store.swap_record("k", "p1", Some("done"), minute);
+        assert_eq!(
+            store.reserve_record("k", "p3", minute),
+            Ok(Some("done".into()))
+        );
+        store.swap_record("k", "done", None, minute);
+        assert_eq!(store.reserve_record("k", "p4", minute), Ok(None));
+        assert_eq!(
+            store.reserve_record("short", "p", Duration::from_millis(20)),
+            Ok(None)
+        );
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(
+            store.reserve_record("short", "q", minute),
+            Ok(None),
+            "expired"
+        );
+        let wins: usize = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..16)
+                .map(|i| {
+                    let store = &store;
+                    scope.spawn(move || {
+                        store.reserve_record("race", &format!("p{i}"), minute) == Ok(None)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap() as usize)
+                .sum()
+        });
+        assert_eq!(wins, 1);
     }
 
     #[test]

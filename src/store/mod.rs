@@ -1,10 +1,11 @@
-//! The one store shared by every replica: where consumed single-use states and
-//! revocations are recorded (and, as features arrive, idempotency records), in process
-//! memory ([`memory`], moka) or in Redis ([`redis`]).
+//! The one store shared by every replica: where consumed single-use states,
+//! revocations and idempotency records are kept, in process memory ([`memory`], moka)
+//! or in Redis ([`redis`]).
 //!
 //! Invariant: [`Store::consume`] records an id at most once for as long as it is asked to
 //! remember it: exactly one of any number of concurrent consumptions of one id, on any
-//! replica sharing the store, is [`Consumed::Fresh`]. A store that cannot answer says so
+//! replica sharing the store, is [`Consumed::Fresh`]; likewise exactly one
+//! [`Store::reserve_record`] of one key wins. A store that cannot answer says so
 //! ([`StoreError`]); it never guesses "fresh".
 
 pub mod memory;
@@ -121,6 +122,39 @@ impl Store {
         match self {
             Store::Memory(store) => Ok(store.revoked_since(digest)),
             Store::Redis(store) => store.revoked_since(digest).await,
+        }
+    }
+
+    /// Set the idempotency record `key` to `value` for `lease` unless it exists: `None`
+    /// when set now (exactly one caller anywhere), else the value it holds.
+    pub async fn reserve_record(
+        &self,
+        key: &str,
+        value: &str,
+        lease: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Memory(store) => store.reserve_record(key, value, lease),
+            Store::Redis(store) => store.reserve_record(key, value, lease).await,
+        }
+    }
+
+    /// Replace the record `key` by `value` for `ttl` (or delete it, with `None`), only
+    /// while it still holds `expected` (a lease that expired and was taken over by
+    /// another caller is not touched).
+    pub async fn swap_record(
+        &self,
+        key: &str,
+        expected: &str,
+        value: Option<&str>,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(store) => {
+                store.swap_record(key, expected, value, ttl);
+                Ok(())
+            }
+            Store::Redis(store) => store.swap_record(key, expected, value, ttl).await,
         }
     }
 

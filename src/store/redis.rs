@@ -2,7 +2,8 @@
 //! replica sees every consumption.
 //!
 //! Invariant: a consumption is one atomic `SET <prefix>c:<id> 1 NX PX <ttl>`: exactly one
-//! caller anywhere gets `OK`. Revocations live beside them under `<prefix>r:<digest>`. Every command has a deadline; a store that does not
+//! caller anywhere gets `OK`. Revocations live beside them under `<prefix>r:<digest>`,
+//! idempotency records under `<prefix>i:<key>` (reserved and swapped by Lua scripts). Every command has a deadline; a store that does not
 //! answer in time is unavailable, never "fresh". The URL (it may carry a password) is
 //! never logged or echoed: errors name their kind only.
 
@@ -178,6 +179,53 @@ impl RedisStore {
         get.arg(format!("{}r:{digest}", self.prefix));
         let value: Option<String> = self.run(get).await?;
         Ok(value.and_then(|v| v.parse().ok()))
+    }
+
+    /// `SET <prefix>i:<key> <value> NX PX <lease>`, returning what the key holds when it
+    /// was already set: one Lua script, so the check and the write are one step on the
+    /// server (every replica sees exactly one reservation win).
+    pub async fn reserve_record(
+        &self,
+        key: &str,
+        value: &str,
+        lease: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        const RESERVE: &str = r"
+            local current = redis.call('GET', KEYS[1])
+            if current then return current end
+            redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+            return false";
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(RESERVE)
+            .arg(1)
+            .arg(format!("{}i:{key}", self.prefix))
+            .arg(value)
+            .arg(lease.as_millis().max(1) as u64);
+        self.run(eval).await
+    }
+
+    /// Replace (or, with `None`, delete) `<prefix>i:<key>` only while it holds `expected`.
+    pub async fn swap_record(
+        &self,
+        key: &str,
+        expected: &str,
+        value: Option<&str>,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        const SWAP: &str = r"
+            if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+            if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end
+            redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+            return 1";
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(SWAP)
+            .arg(1)
+            .arg(format!("{}i:{key}", self.prefix))
+            .arg(expected)
+            .arg(value.unwrap_or(""))
+            .arg(ttl.as_millis().max(1) as u64);
+        let _: i64 = self.run(eval).await?;
+        Ok(())
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

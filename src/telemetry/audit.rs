@@ -32,6 +32,9 @@ pub enum Category {
     State,
     /// The single-use store: a replay, or a store that could not record the consumption.
     Store,
+    /// A tool-level rule ([`crate::tools`]): a handle refused, an idempotency key
+    /// missing, malformed, in progress, reused with other arguments, or unrecordable.
+    Tool,
 }
 
 impl Category {
@@ -41,6 +44,7 @@ impl Category {
             Category::Auth => "auth",
             Category::State => "state",
             Category::Store => "store",
+            Category::Tool => "tool",
         }
     }
 
@@ -59,6 +63,18 @@ impl Category {
                 _ => (Category::State, reason.as_str()),
             },
             ProxyError::Unauthorized { reason, .. } => (Category::Auth, reason.as_str()),
+            // The cause of a refused handle, which the client is not told.
+            ProxyError::InvalidHandle(reason) => (Category::Tool, reason.as_str()),
+            _ if matches!(
+                kind,
+                ErrorKind::IdempotencyKey
+                    | ErrorKind::IdempotencyInProgress
+                    | ErrorKind::IdempotencyConflict
+                    | ErrorKind::IdempotencyUnavailable
+            ) =>
+            {
+                (Category::Tool, kind.as_str())
+            }
             _ if kind == ErrorKind::PrincipalHeader => (Category::Auth, kind.as_str()),
             // The answers riding with a token, and the rounds an MRTR rule stopped.
             _ if matches!(
@@ -190,6 +206,7 @@ impl Record {
                 let detail = match error {
                     ProxyError::InvalidState { detail, .. } => Some(*detail),
                     ProxyError::PrincipalHeader(detail) => Some(*detail),
+                    ProxyError::IdempotencyKey(detail) => Some(*detail),
                     _ => None,
                 };
                 self.refusal = Some(Refusal {

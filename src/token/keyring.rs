@@ -18,6 +18,10 @@ use zeroize::{Zeroize, Zeroizing};
 const KDF_INFO: &[u8] = b"mcp/request-state/v1/aes-256-gcm";
 const KID_INFO: &[u8] = b"mcp/request-state/v1/kid:";
 pub(crate) const TOKEN_PREFIX: &str = "v1.";
+/// Sealed handles ([`super::handle`]): their own prefix, and the prefix is in the AAD,
+/// so a handle can never open as a `requestState` (nor one as the other) even with its
+/// prefix rewritten.
+pub(crate) const HANDLE_PREFIX: &str = "h1.";
 pub(crate) const KID_LEN: usize = 4;
 pub(crate) const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
@@ -216,6 +220,18 @@ impl KeyRing {
         len_hint: usize,
         write: impl FnOnce(&mut String),
     ) -> String {
+        self.seal_enveloped(TOKEN_PREFIX, nonce, len_hint, write)
+    }
+
+    /// Seal under `prefix` (one of [`TOKEN_PREFIX`], [`HANDLE_PREFIX`]), which the AAD
+    /// authenticates.
+    pub(crate) fn seal_enveloped(
+        &self,
+        prefix: &'static str,
+        nonce: [u8; NONCE_LEN],
+        len_hint: usize,
+        write: impl FnOnce(&mut String),
+    ) -> String {
         let key = &self.keys[0];
         // Room for the tag too, so appending it does not reallocate.
         let mut text = String::with_capacity(TOKEN_ID_LEN + len_hint + TAG_LEN);
@@ -228,23 +244,30 @@ impl KeyRing {
             .cipher
             .encrypt_inout_detached(
                 &Nonce::from(nonce),
-                &aad(&key.kid),
+                &aad(prefix, &key.kid),
                 (&mut raw[TOKEN_ID_LEN..]).into(),
             )
             .expect("AES-GCM accepts any in-memory message");
         raw.extend_from_slice(&tag);
         let mut token =
-            String::with_capacity(TOKEN_PREFIX.len() + URL_SAFE_NO_PAD.encoded_length(raw.len()));
-        token.push_str(TOKEN_PREFIX);
+            String::with_capacity(prefix.len() + URL_SAFE_NO_PAD.encoded_length(raw.len()));
+        token.push_str(prefix);
         URL_SAFE_NO_PAD.encode_append(&raw, &mut token);
         token
     }
 
     /// Open a token sealed by any key of this ring.
     pub fn open(&self, token: &str) -> Result<Unsealed, OpenError> {
-        let body = token
-            .strip_prefix(TOKEN_PREFIX)
-            .ok_or(OpenError::Malformed)?;
+        self.open_enveloped(TOKEN_PREFIX, token)
+    }
+
+    /// Open a token sealed under `prefix` by any key of this ring.
+    pub(crate) fn open_enveloped(
+        &self,
+        prefix: &'static str,
+        token: &str,
+    ) -> Result<Unsealed, OpenError> {
+        let body = token.strip_prefix(prefix).ok_or(OpenError::Malformed)?;
         // The decoder rejects padding, foreign characters and non-zero trailing bits, so
         // exactly one spelling of each byte string opens (the reference re-encodes to check).
         let mut raw = URL_SAFE_NO_PAD
@@ -266,7 +289,7 @@ impl KeyRing {
         key.cipher
             .decrypt_inout_detached(
                 &Nonce::from(nonce),
-                &aad(&key.kid),
+                &aad(prefix, &key.kid),
                 (&mut raw[TOKEN_ID_LEN..tag_at]).into(),
                 &tag.into(),
             )
@@ -306,9 +329,11 @@ fn key_id(key: &[u8; 32]) -> [u8; KID_LEN] {
         .expect("SHA-256 is longer than a key id")
 }
 
-fn aad(kid: &[u8; KID_LEN]) -> [u8; TOKEN_PREFIX.len() + KID_LEN] {
+/// `prefix ‖ kid`; both prefixes are three bytes (checked at compile time).
+fn aad(prefix: &'static str, kid: &[u8; KID_LEN]) -> [u8; TOKEN_PREFIX.len() + KID_LEN] {
+    const _: () = assert!(TOKEN_PREFIX.len() == HANDLE_PREFIX.len());
     let mut aad = [0u8; TOKEN_PREFIX.len() + KID_LEN];
-    aad[..TOKEN_PREFIX.len()].copy_from_slice(TOKEN_PREFIX.as_bytes());
+    aad[..TOKEN_PREFIX.len()].copy_from_slice(prefix.as_bytes());
     aad[TOKEN_PREFIX.len()..].copy_from_slice(kid);
     aad
 }

@@ -1,5 +1,6 @@
 //! The only place crypto lives: sealing an upstream's plaintext `requestState` into a
-//! `v1.` token bound to one request, caller, audience and time window, and opening it.
+//! `v1.` token bound to one request, caller, audience and time window, and opening it;
+//! and sealing upstream handles into `h1.` tokens ([`handle`]).
 //!
 //! Invariant: [`StateSealer::open`] returns a plaintext only for a token this key ring
 //! sealed, unmodified, unexpired, for the same method, target, arguments, audience and
@@ -12,6 +13,7 @@
 
 pub mod canonical;
 pub mod claims;
+pub mod handle;
 pub mod keyring;
 pub mod kid;
 
@@ -21,6 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use canonical::CanonicalError;
 pub use claims::{BindingError, Flow, RequestBinding, args_digest};
+pub use handle::HandleReject;
 pub use keyring::{KeyRing, KeyRingError, OpenError, TOKEN_ID_LEN, generate_secret};
 pub use kid::KeyId;
 

@@ -26,6 +26,10 @@ Scenarios:
                         works); through mcp-state-guard retry_error is the -32602 rejection.
     replay              provision round 1 answered twice with the same state.
                         -> {"first": {"text"|"error"}, "second": {"text"|"error"}}
+    import-flow         against tests/py/import_server.py: start_import, append_rows twice
+                        under one idempotency key (the `Idempotency-Key` header), then
+                        commit_import, each taking the handle start_import returned.
+                        -> {"handle": ..., "appends": [structuredContent, ...], "commit": {...}}
 
 --mode is passed to `Client(mode=...)` (auto | legacy | 2026-07-28); default "auto" probes
 server/discover like a real client would. `legacy-session` always uses "legacy".
@@ -167,7 +171,7 @@ def server_for(url: Any) -> Any:
     return streamable_http_client(url, http_client=http_client)
 
 
-def make_client(url: str, mode: str, **kwargs: Any) -> Client:
+def make_client(url: Any, mode: str, **kwargs: Any) -> Client:
     return Client(
         server_for(url),
         mode=mode,
@@ -364,6 +368,25 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
     return {"state": first.request_state, "first": outcomes[0], "second": outcomes[1]}
 
 
+async def import_flow(args: argparse.Namespace) -> dict[str, Any]:
+    # `Client.call_tool` has no idempotency-key parameter (and the request models drop
+    # unknown params), so the key rides in the `Idempotency-Key` header of the SDK's own
+    # transport: the sidecar reads it for idempotent tools and ignores it for the others.
+    http_client = httpx2.AsyncClient(
+        headers={"Idempotency-Key": "sdk-append-1"}, timeout=httpx2.Timeout(10.0, read=30.0)
+    )
+    transport = streamable_http_client(args.url, http_client=http_client)
+    async with make_client(transport, args.mode) as client:
+        started = await client.call_tool("start_import", {"name": "sdk"})
+        handle = (started.structured_content or {})["importId"]
+        appends = []
+        for _ in range(2):
+            appended = await client.call_tool("append_rows", {"importId": handle, "rows": [1, 2, 3]})
+            appends.append(appended.structured_content)
+        committed = await client.call_tool("commit_import", {"importId": handle})
+    return {"handle": handle, "appends": appends, "commit": committed.structured_content}
+
+
 SCENARIOS: dict[str, Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]] = {
     "auto-provision": auto_provision,
     "auto-all": auto_all,
@@ -371,6 +394,7 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]] 
     "legacy-session": legacy_session,
     "tamper": tamper,
     "replay": replay,
+    "import-flow": import_flow,
 }
 
 

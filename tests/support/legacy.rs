@@ -25,10 +25,13 @@ pub struct LegacyServer {
 
 impl LegacyServer {
     pub fn start(mode: Mode) -> Self {
+        Self::start_script("tests/py/legacy_server.py", mode)
+    }
+
+    /// Another server of the same shape (`LISTENING <port>`, stdin watchdog, `/debug/*`).
+    pub fn start_script(script: &str, mode: Mode) -> Self {
         let mut command = Command::new(interpreter());
-        command
-            .arg(repo_path("tests/py/legacy_server.py"))
-            .args(["--port", "0"]);
+        command.arg(repo_path(script)).args(["--port", "0"]);
         if mode == Mode::Json {
             command.arg("--json-response");
         }
@@ -93,6 +96,11 @@ impl LegacyServer {
 
     pub fn reset(&self) {
         self.debug("POST", "/debug/reset");
+    }
+
+    /// A debug endpoint's JSON answer.
+    pub fn debug_json(&self, method: &str, path: &str) -> Value {
+        serde_json::from_slice(&self.debug(method, path)).unwrap()
     }
 
     /// A tiny blocking HTTP/1.0 exchange for the debug endpoints.

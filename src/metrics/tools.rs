@@ -1,0 +1,167 @@
+//! The tool-feature families: handles sealed and presented (`handles_total{result}`)
+//! and idempotency-key outcomes (`idempotency_total{result}`).
+//!
+//! Invariant: as for every family, labels come from closed sets ([`HandleResult`],
+//! [`IdempotencyResult`]) and every series exists at zero from the first scrape.
+
+use super::Metrics;
+use crate::token::HandleReject;
+use prometheus::{IntCounterVec, Opts, Registry};
+
+/// What happened to a handle (`result` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandleResult {
+    /// An upstream handle was sealed on the way out.
+    Sealed,
+    /// A sealed handle opened for its caller and was unwrapped.
+    Ok,
+    /// A presented handle was refused, and why.
+    Refused(HandleReject),
+    /// An issuing tool's result had no handle at the pointer, or not one that could be
+    /// sealed: the result is withheld.
+    Missing,
+}
+
+impl HandleResult {
+    pub fn all() -> impl Iterator<Item = HandleResult> {
+        [
+            HandleResult::Sealed,
+            HandleResult::Ok,
+            HandleResult::Missing,
+        ]
+        .into_iter()
+        .chain(HandleReject::ALL.into_iter().map(HandleResult::Refused))
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandleResult::Sealed => "sealed",
+            HandleResult::Ok => "ok",
+            HandleResult::Missing => "missing",
+            HandleResult::Refused(reason) => reason.as_str(),
+        }
+    }
+}
+
+/// What an idempotency key met (`result` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdempotencyResult {
+    /// First use: reserved and forwarded.
+    Reserved,
+    /// The call's result (or JSON-RPC error) was recorded.
+    Recorded,
+    /// A repeat after completion: the stored answer was replayed.
+    Replayed,
+    /// A repeat while the first was in flight.
+    InProgress,
+    /// The key was reused with other arguments.
+    Conflict,
+    /// The reservation was given back (an `input_required` round, a transport failure,
+    /// an answer that could not be made safe).
+    Released,
+    /// The result was larger than `max_result_bytes`: delivered, not recorded.
+    TooLarge,
+    /// A key that is missing where required, malformed, or disagreeing with the header.
+    Invalid,
+    /// The store could not answer: the call was refused.
+    StoreUnavailable,
+}
+
+impl IdempotencyResult {
+    pub const ALL: [IdempotencyResult; 9] = [
+        IdempotencyResult::Reserved,
+        IdempotencyResult::Recorded,
+        IdempotencyResult::Replayed,
+        IdempotencyResult::InProgress,
+        IdempotencyResult::Conflict,
+        IdempotencyResult::Released,
+        IdempotencyResult::TooLarge,
+        IdempotencyResult::Invalid,
+        IdempotencyResult::StoreUnavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdempotencyResult::Reserved => "reserved",
+            IdempotencyResult::Recorded => "recorded",
+            IdempotencyResult::Replayed => "replayed",
+            IdempotencyResult::InProgress => "in_progress",
+            IdempotencyResult::Conflict => "conflict",
+            IdempotencyResult::Released => "released",
+            IdempotencyResult::TooLarge => "too_large",
+            IdempotencyResult::Invalid => "invalid",
+            IdempotencyResult::StoreUnavailable => "store_unavailable",
+        }
+    }
+}
+
+pub(super) struct ToolMetrics {
+    handles: IntCounterVec,
+    idempotency: IntCounterVec,
+}
+
+impl ToolMetrics {
+    pub(super) fn new(registry: &Registry) -> Self {
+        let handles = IntCounterVec::new(
+            Opts::new(
+                "handles_total",
+                "Handles sealed on the way out and presented on the way in, by result (refusals by reason).",
+            ),
+            &["result"],
+        )
+        .unwrap();
+        let idempotency = IntCounterVec::new(
+            Opts::new(
+                "idempotency_total",
+                "Idempotency-key outcomes of tools/call, by result.",
+            ),
+            &["result"],
+        )
+        .unwrap();
+        for result in HandleResult::all() {
+            handles.with_label_values(&[result.as_str()]);
+        }
+        for result in IdempotencyResult::ALL {
+            idempotency.with_label_values(&[result.as_str()]);
+        }
+        for collector in [handles.clone(), idempotency.clone()] {
+            registry
+                .register(Box::new(collector))
+                .expect("metric names are unique");
+        }
+        Self {
+            handles,
+            idempotency,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn handle(&self, result: HandleResult) {
+        self.tools
+            .handles
+            .with_label_values(&[result.as_str()])
+            .inc();
+    }
+
+    pub fn handle_count(&self, result: HandleResult) -> u64 {
+        self.tools
+            .handles
+            .with_label_values(&[result.as_str()])
+            .get()
+    }
+
+    pub fn idempotency(&self, result: IdempotencyResult) {
+        self.tools
+            .idempotency
+            .with_label_values(&[result.as_str()])
+            .inc();
+    }
+
+    pub fn idempotency_count(&self, result: IdempotencyResult) -> u64 {
+        self.tools
+            .idempotency
+            .with_label_values(&[result.as_str()])
+            .get()
+    }
+}

@@ -1,0 +1,127 @@
+//! Handle ownership: an issuing tool's handle is sealed on the way out, and an accepting
+//! tool's handle argument is opened (and replaced by the upstream's raw handle) on the
+//! way in.
+//!
+//! Invariant: an accepting tool's call is forwarded only when its handle argument is
+//! absent or a sealed handle of the configured kind that opens for this caller (this
+//! audience, unexpired); every refusal gets the one `invalid_handle` answer, its cause
+//! in the log and in `handles_total{result}`. No raw handle an issuing tool returns at
+//! its configured pointer reaches the client.
+
+use crate::config::HandleConfig;
+use crate::error::ProxyError;
+use crate::metrics::{HandleResult, Metrics};
+use crate::policy::single_use::glob_match;
+use crate::token::StateSealer;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// The configured kinds, and what sealing and opening them needs.
+pub struct Handles {
+    kinds: Vec<HandleConfig>,
+    sealer: Arc<StateSealer>,
+    metrics: Arc<Metrics>,
+}
+
+/// The kinds one response must seal: computed at admission from the tool name, so the
+/// response phase holds nothing of the request body.
+pub struct Issue {
+    /// `(kind, result pointer, ttl)` of each kind the called tool issues.
+    kinds: Vec<(String, String, u64)>,
+    principal: Option<String>,
+    sealer: Arc<StateSealer>,
+    metrics: Arc<Metrics>,
+}
+
+impl Handles {
+    pub fn new(kinds: &[HandleConfig], sealer: Arc<StateSealer>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            kinds: kinds.to_vec(),
+            sealer,
+            metrics,
+        }
+    }
+
+    /// Replace each accepted handle argument of a `tools/call` by the upstream's raw
+    /// handle, or refuse the call.
+    pub fn unwrap(
+        &self,
+        tool: &str,
+        params: &mut Map<String, Value>,
+        principal: Option<&str>,
+    ) -> Result<(), ProxyError> {
+        for kind in &self.kinds {
+            if !kind.accepted_by.iter().any(|g| glob_match(g, tool)) {
+                continue;
+            }
+            let Some(argument) = params
+                .get_mut("arguments")
+                .and_then(|a| a.pointer_mut(&kind.argument_pointer))
+            else {
+                // No handle given: nothing to check, nothing the upstream could misuse.
+                continue;
+            };
+            let opened = match argument {
+                Value::String(token) => self.sealer.open_handle(token, &kind.kind, principal),
+                _ => Err(crate::token::HandleReject::Malformed),
+            };
+            match opened {
+                Ok(raw) => {
+                    *argument = raw;
+                    self.metrics.handle(HandleResult::Ok);
+                }
+                Err(reason) => {
+                    self.metrics.handle(HandleResult::Refused(reason));
+                    tracing::info!(
+                        kind = %crate::telemetry::Clipped(&kind.kind),
+                        reason = reason.as_str(),
+                        "handle refused"
+                    );
+                    return Err(ProxyError::InvalidHandle(reason));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the response to a call of `tool` must seal, if anything.
+    pub fn issue(&self, tool: &str, principal: Option<&str>) -> Option<Issue> {
+        let kinds: Vec<_> = self
+            .kinds
+            .iter()
+            .filter(|k| k.issued_by.iter().any(|g| glob_match(g, tool)))
+            .map(|k| (k.kind.clone(), k.result_pointer.clone(), k.ttl_seconds))
+            .collect();
+        (!kinds.is_empty()).then(|| Issue {
+            kinds,
+            principal: principal.map(str::to_owned),
+            sealer: self.sealer.clone(),
+            metrics: self.metrics.clone(),
+        })
+    }
+}
+
+impl Issue {
+    /// Seal the handle at each configured pointer of a complete tool `result`. A result
+    /// without one (a tool error, say) passes, counted as `missing`.
+    pub fn seal(&self, result: &mut Map<String, Value>) {
+        for (kind, pointer, ttl) in &self.kinds {
+            // The pointer is into the result object; a `Value` view of it is needed for
+            // `pointer_mut`, so the object is moved in and back out.
+            let mut value = Value::Object(std::mem::take(result));
+            match value.pointer_mut(pointer) {
+                Some(raw) if !raw.is_null() => {
+                    let sealed =
+                        self.sealer
+                            .seal_handle(kind, raw, self.principal.as_deref(), *ttl);
+                    *raw = Value::String(sealed);
+                    self.metrics.handle(HandleResult::Sealed);
+                }
+                _ => self.metrics.handle(HandleResult::Missing),
+            }
+            if let Value::Object(map) = value {
+                *result = map;
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Tool-level features for unmodified servers, applied to `tools/call` after the state
+//! is opened and before the call is forwarded: [`handles`] (ownership of the handles a
+//! server issues) then [`idempotency`] (writes applied once). Each is a small phase type
+//! called in order from [`crate::proxy`].
+//!
+//! Invariant: a `tools/call` reaches the upstream only after every tool feature admitted
+//! it; what the response phase must do (handles to seal, an answer to record) is decided
+//! at admission ([`Inbound`]), so it holds nothing of the request body.
+
+pub mod handles;
+pub mod idempotency;
+
+use crate::error::ProxyError;
+use http::HeaderMap;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+pub use handles::{Handles, Issue};
+pub use idempotency::{Admitted, Idempotency, Ticket};
+
+/// The tool phase: what every configured feature needs.
+pub struct ToolFeatures {
+    pub handles: Handles,
+    pub idempotency: Idempotency,
+}
+
+/// What admission decided for the response phase.
+#[derive(Default)]
+pub struct Inbound {
+    /// Handles the response must seal.
+    pub issue: Option<Issue>,
+    /// The idempotency reservation the response completes.
+    pub ticket: Option<Arc<Ticket>>,
+    /// A repeat of a completed call: its stored `result` or `error` member, answered
+    /// without the upstream.
+    pub replay: Option<Map<String, Value>>,
+}
+
+impl ToolFeatures {
+    /// Apply the inbound rules to a `tools/call` (other methods pass): handle arguments
+    /// are unwrapped, then the idempotency key is reserved (over the arguments the
+    /// upstream will receive) or answered from the store. Runs after the state opener,
+    /// so a `requestState` binding is computed over the arguments as the client sent them.
+    pub async fn inbound(
+        &self,
+        method: &str,
+        params: Option<&mut Map<String, Value>>,
+        headers: &mut HeaderMap,
+        principal: Option<&str>,
+    ) -> Result<Inbound, ProxyError> {
+        let Some(params) = params else {
+            return Ok(Inbound::default());
+        };
+        if method != "tools/call" {
+            return Ok(Inbound::default());
+        }
+        let Some(tool) = params
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            return Ok(Inbound::default());
+        };
+        self.handles.unwrap(&tool, params, principal)?;
+        let mut inbound = Inbound {
+            issue: self.handles.issue(&tool, principal),
+            ..Inbound::default()
+        };
+        match self
+            .idempotency
+            .admit(&tool, params, headers, principal)
+            .await?
+        {
+            Admitted::Untracked => {}
+            Admitted::Reserved(ticket) => inbound.ticket = Some(ticket),
+            Admitted::Replay(answer) => inbound.replay = Some(answer),
+        }
+        Ok(inbound)
+    }
+}
