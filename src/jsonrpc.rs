@@ -428,7 +428,9 @@ pub fn check_result_fields(result: &Map<String, Value>) -> Result<(), ParseError
 /// Belt and braces: `check_reserved` refuses every non-ASCII key anyway; folding first
 /// makes a look-alike count as the ambiguous key it is, and keeps the gate sound should
 /// an ASCII-only level ever be relaxed.
-fn fold(key: &str) -> String {
+/// A key as the most lenient parsers compare it (case, punctuation and Unicode case
+/// folding ignored).
+pub fn fold(key: &str) -> String {
     let mut folded = String::with_capacity(key.len());
     for c in key.chars() {
         if c.is_ascii() {

@@ -313,7 +313,13 @@ impl Proxy {
                 // (sealed handles), and the upstream gets its own raw handles.
                 let tools = match self
                     .tools
-                    .inbound(method, params, &mut parts.headers, principal.as_deref())
+                    .inbound(
+                        method,
+                        path,
+                        params,
+                        &mut parts.headers,
+                        principal.as_deref(),
+                    )
                     .await
                 {
                     Ok(tools) => tools,

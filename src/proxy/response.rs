@@ -203,8 +203,7 @@ impl Sealer {
         };
         jsonrpc::check_result_fields(result)
             .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
-        let asks = result.get("resultType") == Some(&Value::from("input_required"))
-            || result.get("inputRequests").is_some_and(|r| !r.is_null());
+        let asks = asks_for_input(result);
         // A complete result: the handles it issues are sealed (a round asking for input
         // issues none yet).
         let issued = match &self.context.issue {
@@ -443,6 +442,13 @@ fn split_lines_inclusive(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
         rest = tail;
         Some(line)
     })
+}
+
+/// Whether a result asks the client for input: by `resultType`, or by carrying
+/// `inputRequests` (an older draft's shape).
+pub fn asks_for_input(result: &Map<String, Value>) -> bool {
+    result.get("resultType") == Some(&Value::from("input_required"))
+        || result.get("inputRequests").is_some_and(|r| !r.is_null())
 }
 
 /// Parse an upstream body as strictly as the gate parses a client's, but with no cap on

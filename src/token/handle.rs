@@ -29,16 +29,19 @@ pub enum HandleReject {
     Audience,
     /// Sealed for another caller (or bound/unbound differently than this request).
     Principal,
+    /// Sealed on another request path (another tenant of the same upstream).
+    Path,
 }
 
 impl HandleReject {
-    pub const ALL: [HandleReject; 6] = [
+    pub const ALL: [HandleReject; 7] = [
         HandleReject::Malformed,
         HandleReject::UnknownKey,
         HandleReject::Expired,
         HandleReject::Kind,
         HandleReject::Audience,
         HandleReject::Principal,
+        HandleReject::Path,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -49,6 +52,7 @@ impl HandleReject {
             HandleReject::Kind => "kind",
             HandleReject::Audience => "audience",
             HandleReject::Principal => "principal",
+            HandleReject::Path => "path",
         }
     }
 }
@@ -68,10 +72,14 @@ struct HandleClaims {
     aud: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     p: Option<String>,
+    /// The request path and query it was issued on (states bind theirs the same way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    u: Option<String>,
 }
 
 impl StateSealer {
-    /// Seal the upstream's `raw` handle of `kind` for `principal`, valid `ttl_seconds`.
+    /// Seal the upstream's `raw` handle of `kind` for `principal`, valid `ttl_seconds`,
+    /// on `path` (when given, it opens only on that path).
     pub fn seal_handle(
         &self,
         kind: &str,
@@ -79,7 +87,19 @@ impl StateSealer {
         principal: Option<&str>,
         ttl_seconds: u64,
     ) -> String {
-        self.seal_handle_at(super::now(), kind, raw, principal, ttl_seconds)
+        self.seal_handle_at(super::now(), kind, raw, principal, ttl_seconds, None)
+    }
+
+    /// [`StateSealer::seal_handle`] bound to the request `path` it was issued on.
+    pub fn seal_handle_on(
+        &self,
+        path: &str,
+        kind: &str,
+        raw: &Value,
+        principal: Option<&str>,
+        ttl_seconds: u64,
+    ) -> String {
+        self.seal_handle_at(super::now(), kind, raw, principal, ttl_seconds, Some(path))
     }
 
     pub fn seal_handle_at(
@@ -89,6 +109,7 @@ impl StateSealer {
         raw: &Value,
         principal: Option<&str>,
         ttl_seconds: u64,
+        path: Option<&str>,
     ) -> String {
         let claims = HandleClaims {
             hv: 1,
@@ -98,6 +119,7 @@ impl StateSealer {
             exp: now.ceil() + ttl_seconds as f64,
             aud: self.audience.clone(),
             p: principal.map(|p| principal_claim(p, keyring::fast_random_bytes::<8>())),
+            u: path.map(str::to_owned),
         };
         let text = serde_json::to_string(&claims).expect("claims serialise");
         self.ring.load().seal_enveloped(
@@ -115,7 +137,19 @@ impl StateSealer {
         kind: &str,
         principal: Option<&str>,
     ) -> Result<Value, HandleReject> {
-        self.open_handle_at(super::now(), token, kind, principal)
+        self.open_handle_at(super::now(), token, kind, principal, None)
+    }
+
+    /// [`StateSealer::open_handle`] on the request `path`: a handle issued on another
+    /// path is refused (one issued without a path opens on any).
+    pub fn open_handle_on(
+        &self,
+        path: &str,
+        token: &str,
+        kind: &str,
+        principal: Option<&str>,
+    ) -> Result<Value, HandleReject> {
+        self.open_handle_at(super::now(), token, kind, principal, Some(path))
     }
 
     pub fn open_handle_at(
@@ -124,6 +158,7 @@ impl StateSealer {
         token: &str,
         kind: &str,
         principal: Option<&str>,
+        path: Option<&str>,
     ) -> Result<Value, HandleReject> {
         let unsealed = self
             .ring
@@ -153,6 +188,11 @@ impl StateSealer {
             (Some(claim), Some(principal)) if principal_matches(claim, principal) => {}
             _ => return Err(HandleReject::Principal),
         }
+        if let (Some(issued_on), Some(path)) = (claims.u.as_deref(), path)
+            && issued_on != path
+        {
+            return Err(HandleReject::Path);
+        }
         Ok(claims.h)
     }
 }
@@ -169,6 +209,23 @@ mod tests {
     }
 
     const KEY: &str = "0123456789abcdef0123456789abcdef-handles";
+
+    #[test]
+    fn a_handle_issued_on_a_path_opens_only_there() {
+        let s = sealer(KEY, "aud");
+        let raw = json!("imp-1");
+        let token = s.seal_handle_on("/tenants/a/mcp", "import", &raw, Some("alice"), 60);
+        let open = |path| s.open_handle_on(path, &token, "import", Some("alice"));
+        assert_eq!(open("/tenants/a/mcp"), Ok(raw.clone()));
+        assert_eq!(open("/tenants/b/mcp"), Err(HandleReject::Path));
+        assert_eq!(open("/tenants/a/mcp?x=1"), Err(HandleReject::Path));
+        // Issued without a path (an older sidecar): opens on any.
+        let unbound = s.seal_handle("import", &raw, Some("alice"), 60);
+        assert_eq!(
+            s.open_handle_on("/anywhere", &unbound, "import", Some("alice")),
+            Ok(raw)
+        );
+    }
 
     #[test]
     fn round_trip_restores_the_raw_handle() {
@@ -201,7 +258,14 @@ mod tests {
             other_key.open_handle(&token, "import", Some("alice")),
             Err(HandleReject::UnknownKey)
         );
-        let expired = s.seal_handle_at(crate::token::now() - 120.0, "import", &json!(1), None, 60);
+        let expired = s.seal_handle_at(
+            crate::token::now() - 120.0,
+            "import",
+            &json!(1),
+            None,
+            60,
+            None,
+        );
         assert_eq!(r(&expired, "import", None), HandleReject::Expired);
         // Any flipped character fails.
         let mut bytes = token.clone().into_bytes();

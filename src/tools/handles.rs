@@ -4,9 +4,11 @@
 //!
 //! Invariant: an accepting tool's call is forwarded only when its handle argument is
 //! absent or a sealed handle of the configured kind that opens for this caller (this
-//! audience, unexpired); every refusal gets the one `invalid_handle` answer, its cause
-//! in the log and in `handles_total{result}`. No raw handle an issuing tool returns at
-//! its configured pointer reaches the client.
+//! audience, this request path, unexpired), and no key beside it reads like it to a
+//! case-folding upstream (`ImportId` next to `importId`: Go's `encoding/json` would take
+//! either); every refusal gets the one `invalid_handle` answer, its cause in the log and
+//! in `handles_total{result}`. No raw handle an issuing tool returns at its configured
+//! pointer in a complete result reaches the client.
 
 use crate::config::HandleConfig;
 use crate::error::ProxyError;
@@ -29,6 +31,8 @@ pub struct Issue {
     /// `(kind, result pointer, ttl)` of each kind the called tool issues.
     kinds: Vec<(String, String, u64)>,
     principal: Option<String>,
+    /// The request path and query the handle is issued on.
+    path: String,
     sealer: Arc<StateSealer>,
     metrics: Arc<Metrics>,
 }
@@ -47,6 +51,7 @@ impl Handles {
     pub fn unwrap(
         &self,
         tool: &str,
+        path: &str,
         params: &mut Map<String, Value>,
         principal: Option<&str>,
     ) -> Result<(), ProxyError> {
@@ -54,15 +59,23 @@ impl Handles {
             if !kind.accepted_by.iter().any(|g| glob_match(g, tool)) {
                 continue;
             }
+            if let Some(arguments) = params.get("arguments")
+                && let Err(reason) = no_look_alike(arguments, &kind.argument_pointer)
+            {
+                return Err(self.refuse(&kind.kind, reason));
+            }
             let Some(argument) = params
                 .get_mut("arguments")
                 .and_then(|a| a.pointer_mut(&kind.argument_pointer))
             else {
-                // No handle given: nothing to check, nothing the upstream could misuse.
+                // No handle given (and nothing that reads like one): nothing to check,
+                // nothing the upstream could misuse.
                 continue;
             };
             let opened = match argument {
-                Value::String(token) => self.sealer.open_handle(token, &kind.kind, principal),
+                Value::String(token) => self
+                    .sealer
+                    .open_handle_on(path, token, &kind.kind, principal),
                 _ => Err(crate::token::HandleReject::Malformed),
             };
             match opened {
@@ -70,22 +83,24 @@ impl Handles {
                     *argument = raw;
                     self.metrics.handle(HandleResult::Ok);
                 }
-                Err(reason) => {
-                    self.metrics.handle(HandleResult::Refused(reason));
-                    tracing::info!(
-                        kind = %crate::telemetry::Clipped(&kind.kind),
-                        reason = reason.as_str(),
-                        "handle refused"
-                    );
-                    return Err(ProxyError::InvalidHandle(reason));
-                }
+                Err(reason) => return Err(self.refuse(&kind.kind, reason)),
             }
         }
         Ok(())
     }
 
-    /// What the response to a call of `tool` must seal, if anything.
-    pub fn issue(&self, tool: &str, principal: Option<&str>) -> Option<Issue> {
+    fn refuse(&self, kind: &str, reason: crate::token::HandleReject) -> ProxyError {
+        self.metrics.handle(HandleResult::Refused(reason));
+        tracing::info!(
+            kind = %crate::telemetry::Clipped(kind),
+            reason = reason.as_str(),
+            "handle refused"
+        );
+        ProxyError::InvalidHandle(reason)
+    }
+
+    /// What the response to a call of `tool` on `path` must seal, if anything.
+    pub fn issue(&self, tool: &str, path: &str, principal: Option<&str>) -> Option<Issue> {
         let kinds: Vec<_> = self
             .kinds
             .iter()
@@ -95,9 +110,40 @@ impl Handles {
         (!kinds.is_empty()).then(|| Issue {
             kinds,
             principal: principal.map(str::to_owned),
+            path: path.to_owned(),
             sealer: self.sealer.clone(),
             metrics: self.metrics.clone(),
         })
+    }
+}
+
+/// Refuse arguments in which the handle's place is ambiguous to a lenient upstream: a
+/// step of the pointer that exists but is not an object or array, or a key beside the
+/// handle's that differs from it only in case, `_`/`-` or Unicode case folding.
+fn no_look_alike(arguments: &Value, pointer: &str) -> Result<(), crate::token::HandleReject> {
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return Ok(());
+    };
+    let last = last.replace("~1", "/").replace("~0", "~");
+    let parent = if parent.is_empty() {
+        Some(arguments)
+    } else {
+        arguments.pointer(parent)
+    };
+    match parent {
+        None | Some(Value::Array(_)) => Ok(()),
+        Some(Value::Object(siblings)) => {
+            let folded = crate::jsonrpc::fold(&last);
+            let ambiguous = siblings
+                .keys()
+                .any(|key| *key != last && crate::jsonrpc::fold(key) == folded);
+            if ambiguous {
+                Err(crate::token::HandleReject::Malformed)
+            } else {
+                Ok(())
+            }
+        }
+        Some(_) => Err(crate::token::HandleReject::Malformed),
     }
 }
 
@@ -111,9 +157,13 @@ impl Issue {
             let mut value = Value::Object(std::mem::take(result));
             match value.pointer_mut(pointer) {
                 Some(raw) if !raw.is_null() => {
-                    let sealed =
-                        self.sealer
-                            .seal_handle(kind, raw, self.principal.as_deref(), *ttl);
+                    let sealed = self.sealer.seal_handle_on(
+                        &self.path,
+                        kind,
+                        raw,
+                        self.principal.as_deref(),
+                        *ttl,
+                    );
                     *raw = Value::String(sealed);
                     self.metrics.handle(HandleResult::Sealed);
                 }

@@ -99,6 +99,7 @@ impl Idempotency {
     pub async fn admit(
         &self,
         tool: &str,
+        path: &str,
         params: &mut Map<String, Value>,
         headers: &mut HeaderMap,
         principal: Option<&str>,
@@ -140,7 +141,7 @@ impl Idempotency {
         }
         let digest = crate::token::args_digest(params.get("arguments"))
             .map_err(|_| ProxyError::Parse(crate::jsonrpc::ParseError::Params))?;
-        let record = self.record_name(principal, tool, &key);
+        let record = self.record_name(principal, path, tool, &key);
         let reserved = format!(
             "p:{digest}:{}",
             hex::encode(crate::token::keyring::random_bytes::<8>())
@@ -165,7 +166,12 @@ impl Idempotency {
                 outcome: Mutex::new(None),
             })));
         };
-        let (state, rest) = held.split_at(held.len().min(2));
+        // A value of another program under a shared prefix must not panic the parse.
+        let (state, rest) = match (held.strip_prefix("p:"), held.strip_prefix("d:")) {
+            (Some(rest), _) => ("p:", rest),
+            (_, Some(rest)) => ("d:", rest),
+            _ => ("", held.as_str()),
+        };
         let (held_digest, stored) = rest.split_once(':').unwrap_or((rest, ""));
         if held_digest != digest {
             self.metrics.idempotency(IdempotencyResult::Conflict);
@@ -194,11 +200,18 @@ impl Idempotency {
         ProxyError::IdempotencyUnavailable
     }
 
-    /// The record's name: a digest of who, for which audience, which tool, which key, so
-    /// the store holds none of them.
-    fn record_name(&self, principal: Option<&str>, tool: &str, key: &str) -> String {
+    /// The record's name: a digest of who, for which audience, on which path (tenant),
+    /// which tool, which key, so the store holds none of them.
+    fn record_name(&self, principal: Option<&str>, path: &str, tool: &str, key: &str) -> String {
         let mut hash = Sha256::new().chain_update(b"mcp-state-guard/idempotency/v1:");
-        for part in [principal, self.audience.as_deref(), Some(tool), Some(key)] {
+        let parts = [
+            principal,
+            self.audience.as_deref(),
+            Some(path),
+            Some(tool),
+            Some(key),
+        ];
+        for part in parts {
             match part {
                 // Length-prefixed, and absent distinct from empty.
                 Some(part) => {
@@ -218,9 +231,9 @@ impl Ticket {
     /// error is kept for recording; an `input_required` round releases the key.
     pub fn complete(&self, message: &Map<String, Value>) {
         let outcome = match (message.get("result"), message.get("error")) {
-            (Some(Value::Object(result)), _)
-                if result.get("resultType") == Some(&Value::from("input_required")) =>
-            {
+            // A round that asks (by `resultType` or by `inputRequests`, as the sealer
+            // decides) is no final answer.
+            (Some(Value::Object(result)), _) if crate::proxy::response::asks_for_input(result) => {
                 Outcome::Release(IdempotencyResult::Released)
             }
             (Some(result), _) => Self::stored("result", result),

@@ -44,6 +44,7 @@ impl ToolFeatures {
     pub async fn inbound(
         &self,
         method: &str,
+        path: &str,
         params: Option<&mut Map<String, Value>>,
         headers: &mut HeaderMap,
         principal: Option<&str>,
@@ -61,14 +62,14 @@ impl ToolFeatures {
         else {
             return Ok(Inbound::default());
         };
-        self.handles.unwrap(&tool, params, principal)?;
+        self.handles.unwrap(&tool, path, params, principal)?;
         let mut inbound = Inbound {
-            issue: self.handles.issue(&tool, principal),
+            issue: self.handles.issue(&tool, path, principal),
             ..Inbound::default()
         };
         match self
             .idempotency
-            .admit(&tool, params, headers, principal)
+            .admit(&tool, path, params, headers, principal)
             .await?
         {
             Admitted::Untracked => {}

@@ -139,7 +139,8 @@ async fn ownership(mode: Mode) {
                 "import",
                 &json!("imp-1"),
                 Some("alice"),
-                60
+                60,
+                None
             )),
             HandleReject::Expired,
         ),
@@ -183,6 +184,19 @@ async fn ownership(mode: Mode) {
             "{what} counted as {}",
             reason.as_str()
         );
+    }
+    // A raw id beside the sealed handle, under a key a case-folding upstream (Go's
+    // `encoding/json`) reads as `importId`, or under that key alone: refused too.
+    for arguments in [
+        json!({"importId": handle, "ImportId": "imp-2", "rows": [9]}),
+        json!({"IMPORTID": "imp-1", "rows": [9]}),
+        json!({"import_id": "imp-1", "rows": [9]}),
+    ] {
+        let reply = call(&url, Some("alice"), "append_rows", arguments.clone()).await;
+        assert_eq!(reply.status, 400, "{arguments}: {}", reply.text());
+        let body = reply.json();
+        assert_eq!(body["error"]["data"], json!({"reason": "invalid_handle"}));
+        bodies.push(body["error"].clone());
     }
     assert!(bodies.windows(2).all(|w| w[0] == w[1]), "one answer");
     let after = counts(&upstream);
