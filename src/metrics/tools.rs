@@ -65,10 +65,13 @@ pub enum IdempotencyResult {
     Invalid,
     /// The store could not answer: the call was refused.
     StoreUnavailable,
+    /// The reservation was gone when the answer came (its lease ended during a long
+    /// call): nothing recorded, and a repeat may have been applied meanwhile.
+    LeaseLost,
 }
 
 impl IdempotencyResult {
-    pub const ALL: [IdempotencyResult; 9] = [
+    pub const ALL: [IdempotencyResult; 10] = [
         IdempotencyResult::Reserved,
         IdempotencyResult::Recorded,
         IdempotencyResult::Replayed,
@@ -78,6 +81,7 @@ impl IdempotencyResult {
         IdempotencyResult::TooLarge,
         IdempotencyResult::Invalid,
         IdempotencyResult::StoreUnavailable,
+        IdempotencyResult::LeaseLost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -86,6 +90,7 @@ impl IdempotencyResult {
             IdempotencyResult::Recorded => "recorded",
             IdempotencyResult::Replayed => "replayed",
             IdempotencyResult::InProgress => "in_progress",
+            IdempotencyResult::LeaseLost => "lease_lost",
             IdempotencyResult::Conflict => "conflict",
             IdempotencyResult::Released => "released",
             IdempotencyResult::TooLarge => "too_large",

@@ -167,19 +167,32 @@ impl MemoryStore {
     }
 
     /// Replace `key`'s value by `value` for `ttl`, or remove it (`None`), only while it
-    /// still holds `expected`: an expired lease taken over by another caller is left alone.
-    pub fn swap_record(&self, key: &str, expected: &str, value: Option<&str>, ttl: Duration) {
-        self.records
-            .entry(Arc::from(key))
-            .and_compute_with(|existing| match existing {
-                Some(entry) if &*entry.value().0 == expected => match value {
-                    Some(value) => {
-                        moka::ops::compute::Op::Put((Arc::from(value), Instant::now() + ttl))
-                    }
-                    None => moka::ops::compute::Op::Remove,
-                },
-                _ => moka::ops::compute::Op::Nop,
-            });
+    /// still holds `expected`: an expired lease taken over by another caller is left
+    /// alone. Returns whether it still held `expected` (and was replaced or removed).
+    pub fn swap_record(
+        &self,
+        key: &str,
+        expected: &str,
+        value: Option<&str>,
+        ttl: Duration,
+    ) -> bool {
+        let result =
+            self.records
+                .entry(Arc::from(key))
+                .and_compute_with(|existing| match existing {
+                    Some(entry) if &*entry.value().0 == expected => match value {
+                        Some(value) => {
+                            moka::ops::compute::Op::Put((Arc::from(value), Instant::now() + ttl))
+                        }
+                        None => moka::ops::compute::Op::Remove,
+                    },
+                    _ => moka::ops::compute::Op::Nop,
+                });
+        !matches!(
+            result,
+            moka::ops::compute::CompResult::Unchanged(_)
+                | moka::ops::compute::CompResult::StillNone(_)
+        )
     }
 
     pub fn release(&self, id: &str) {
@@ -307,6 +320,26 @@ mod tests {
                 .sum()
         });
         assert_eq!(wins, 1);
+    }
+
+    #[test]
+    fn a_record_is_swapped_only_while_it_holds_the_reservation() {
+        let store = MemoryStore::new(10);
+        let minute = Duration::from_secs(60);
+        assert_eq!(store.reserve_record("k", "p:1", minute), Ok(None));
+        assert_eq!(
+            store.reserve_record("k", "p:2", minute),
+            Ok(Some("p:1".to_owned()))
+        );
+        assert!(
+            !store.swap_record("k", "p:2", Some("d:x"), minute),
+            "not ours"
+        );
+        assert!(store.swap_record("k", "p:1", Some("d:1"), minute));
+        // The first reservation's lease ended and another caller took the key.
+        assert!(!store.swap_record("k", "p:1", None, minute), "lease lost");
+        assert!(store.swap_record("k", "d:1", None, minute));
+        assert!(!store.swap_record("missing", "p:1", None, minute));
     }
 
     #[test]

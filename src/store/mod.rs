@@ -148,12 +148,9 @@ impl Store {
         expected: &str,
         value: Option<&str>,
         ttl: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         match self {
-            Store::Memory(store) => {
-                store.swap_record(key, expected, value, ttl);
-                Ok(())
-            }
+            Store::Memory(store) => Ok(store.swap_record(key, expected, value, ttl)),
             Store::Redis(store) => store.swap_record(key, expected, value, ttl).await,
         }
     }

@@ -211,7 +211,7 @@ impl RedisStore {
         expected: &str,
         value: Option<&str>,
         ttl: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         const SWAP: &str = r"
             if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
             if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end
@@ -224,8 +224,8 @@ impl RedisStore {
             .arg(expected)
             .arg(value.unwrap_or(""))
             .arg(ttl.as_millis().max(1) as u64);
-        let _: i64 = self.run(eval).await?;
-        Ok(())
+        let swapped: i64 = self.run(eval).await?;
+        Ok(swapped > 0)
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

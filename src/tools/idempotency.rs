@@ -258,7 +258,10 @@ impl Ticket {
         };
         let pending = self.pending.lock().expect("not poisoned").take();
         if let Some(pending) = pending {
-            pending.finish(Some(outcome)).await;
+            // A task of its own: if the caller's future is dropped while the store is
+            // written (the client went away), the record is still written, not stranded
+            // as a reservation until its lease ends.
+            let _ = tokio::spawn(pending.finish(Some(outcome))).await;
         }
         true
     }
@@ -304,7 +307,14 @@ impl Pending {
             .swap_record(&self.record, &self.reserved, value.as_deref(), self.ttl)
             .await
         {
-            Ok(()) => self.metrics.idempotency(result),
+            Ok(true) => self.metrics.idempotency(result),
+            Ok(false) => {
+                self.metrics.idempotency(IdempotencyResult::LeaseLost);
+                tracing::warn!(
+                    "idempotency reservation lost before the answer came (its lease ended): \
+                     not recorded; a repeat may have been applied meanwhile"
+                );
+            }
             Err(error) => {
                 self.metrics
                     .idempotency(IdempotencyResult::StoreUnavailable);
