@@ -3,8 +3,6 @@
 //! failure is one [`ConfigProblem`] naming its key, and every rule runs in the same pass.
 
 use super::Config;
-#[cfg(test)]
-use super::ConfigProblem;
 
 /// The largest `limits.max_connections` accepted.
 const MAX_CONNECTIONS: usize = 1 << 20;
@@ -66,13 +64,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::validate::tests::assert_only;
-
-    fn invalid(change: impl FnOnce(&mut Config)) -> Vec<ConfigProblem> {
-        let mut config = Config::default();
-        change(&mut config);
-        config.validate()
-    }
+    use crate::config::validate::tests::{assert_only, invalid};
 
     /// A key, what its problem says, and the change that causes it.
     type Case = (&'static str, &'static str, fn(&mut Config));

@@ -325,14 +325,8 @@ fn check_resource_metadata(url: &str) -> Result<(), &'static str> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::validate::tests::assert_only;
+    use super::super::validate::tests::{assert_only, invalid};
     use super::*;
-
-    fn invalid(change: impl FnOnce(&mut Config)) -> Vec<ConfigProblem> {
-        let mut config = Config::default();
-        change(&mut config);
-        config.validate()
-    }
 
     fn jwt(c: &mut Config) {
         c.principal.source = PrincipalSource::Jwt;

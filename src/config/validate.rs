@@ -268,7 +268,8 @@ pub(crate) mod tests {
     use super::parse_upstream;
     use crate::config::{Config, ConfigProblem, PrincipalSource, SingleUseStore};
 
-    fn invalid(change: impl FnOnce(&mut Config)) -> Vec<ConfigProblem> {
+    /// The problems of the defaults changed by `change`.
+    pub(crate) fn invalid(change: impl FnOnce(&mut Config)) -> Vec<ConfigProblem> {
         let mut config = Config::default();
         change(&mut config);
         config.validate()
