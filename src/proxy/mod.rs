@@ -266,7 +266,14 @@ impl Proxy {
                 Asked::Other
             };
             return self
-                .exchange_unclaimed(parts, upstream::full(Bytes::new()), context, asked, record)
+                .exchange(
+                    parts,
+                    upstream::full(Bytes::new()),
+                    context,
+                    asked,
+                    None,
+                    record,
+                )
                 .await;
         }
         let mut admitted = self.gate.admit(&parts.headers, body).await?;
@@ -276,7 +283,7 @@ impl Proxy {
             .uri
             .path_and_query()
             .map_or("/", http::uri::PathAndQuery::as_str);
-        let (method, binding, claim, flow, tools) = match admitted.call_mut() {
+        let (binding, claim, flow, tools) = match admitted.call_mut() {
             Some((method, mut params)) => {
                 record.set_call(method, id.as_ref(), params.as_deref());
                 let opened = match params {
@@ -335,15 +342,9 @@ impl Proxy {
                         });
                     }
                 };
-                (
-                    Some(method.to_owned()),
-                    binding,
-                    claim,
-                    (capabilities, flow),
-                    tools,
-                )
+                (binding, claim, (capabilities, flow), tools)
             }
-            None => (None, None, None, (None, None), Inbound::default()),
+            None => (None, None, (None, None), Inbound::default()),
         };
         if let Some(answer) = tools.replay {
             // A repeat of a completed write: the stored answer under this request's id,
@@ -356,14 +357,21 @@ impl Proxy {
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(forwarded.len()));
-        let context = SealContext::new(id, method.as_deref(), binding, principal)
+        // The method as the audit record already escaped it, for the sealer's log lines.
+        let context = SealContext::new(id, record.method(), binding, principal)
             .with_flow(flow.0, flow.1)
             .with_tools(tools);
+        let asked = if context.request_id().is_some() {
+            Asked::Call
+        } else {
+            Asked::Notification
+        };
         let response = self
             .exchange(
                 parts,
                 reservation.hold(upstream::full(forwarded)),
                 context,
+                asked,
                 claim,
                 record,
             )
@@ -411,33 +419,14 @@ impl Proxy {
         ))
     }
 
-    /// A body-less request (GET stream, DELETE): nothing was consumed.
-    async fn exchange_unclaimed(
-        &self,
-        mut parts: http::request::Parts,
-        body: ProxyBody,
-        context: SealContext,
-        asked: Asked,
-        record: &mut Record,
-    ) -> Result<Response<ProxyBody>, Failure> {
-        self.upstream.prepare(&mut parts);
-        let response = self
-            .send(Request::from_parts(parts, body), record)
-            .await
-            .map_err(|error| Failure {
-                id: context.request_id().cloned(),
-                error,
-                upstream_head: None,
-            })?;
-        self.outbound.respond(response, context, asked).await
-    }
-
-    /// Send a gated message to the upstream and make its response safe for the client.
+    /// Send to the upstream and make its response safe for the client. `asked`: what
+    /// the request was; `claim`: the single-use consumption it made, if any.
     async fn exchange(
         &self,
         mut parts: http::request::Parts,
         body: ProxyBody,
         context: SealContext,
+        asked: Asked,
         claim: Option<Claim>,
         record: &mut Record,
     ) -> Result<Response<ProxyBody>, Failure> {
@@ -457,11 +446,6 @@ impl Proxy {
                     upstream_head: None,
                 });
             }
-        };
-        let asked = if context.request_id().is_some() {
-            Asked::Call
-        } else {
-            Asked::Notification
         };
         self.outbound.respond(response, context, asked).await
     }

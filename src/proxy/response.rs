@@ -16,7 +16,6 @@ use crate::policy::flow::FlowLimits;
 use crate::policy::single_use::SingleUsePolicy;
 use crate::policy::{answers, capabilities};
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data};
-use crate::telemetry::Clipped;
 use crate::token::{Flow, RequestBinding, SealOptions, StateSealer};
 use crate::tools::{Issue, Ticket};
 use bytes::{Bytes, BytesMut};
@@ -30,7 +29,7 @@ pub struct SealContext {
     /// The request's binding; `None` for a request that cannot bind a state (a GET
     /// stream, a client's response, arguments the reference could not digest).
     binding: Option<RequestBinding>,
-    /// The request's method, bounded, for the log.
+    /// The request's method, escaped and bounded (`telemetry::printable`), for the log.
     method: Option<String>,
     principal: Option<String>,
     /// What the client declared it can answer (`_meta` client capabilities).
@@ -44,6 +43,7 @@ pub struct SealContext {
 }
 
 impl SealContext {
+    /// `method`: already escaped for logs (the audit record's copy).
     pub fn new(
         id: Option<Id>,
         method: Option<&str>,
@@ -53,7 +53,7 @@ impl SealContext {
         Self {
             id,
             binding,
-            method: method.map(|m| Clipped(m).to_string()),
+            method: method.map(str::to_owned),
             principal,
             client_capabilities: None,
             flow: None,

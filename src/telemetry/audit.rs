@@ -179,6 +179,11 @@ impl Record {
     }
 
     /// The key id named by the request's token, if it carried one.
+    /// The request's method, escaped and bounded for logs.
+    pub fn method(&self) -> Option<&str> {
+        self.method.as_deref()
+    }
+
     pub fn kid(&self) -> Option<KeyId> {
         self.kid
     }
