@@ -454,3 +454,50 @@ async fn an_unanswerable_revocation_check_follows_the_store_error_policy() {
     strict.stop().await;
     lenient.stop().await;
 }
+
+/// `POST /admin/revoke` with the right secret but a body it cannot read: refused, and no
+/// revocation recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_revoke_endpoint_refuses_what_it_cannot_read() {
+    const SECRET: &str = "admin-secret-0123456789";
+    let fake = FakeUpstream::start(asking).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, SECRET).unwrap();
+    let mut c = config(&fake.base_url());
+    c.principal.source = PrincipalSource::Header;
+    c.admin.token_file = Some(token_file);
+    let sidecar = Sidecar::with_keys(c, &[KEY], "svc").await;
+    let caps = json!({"elicitation": {}});
+    let erin = [("x-forwarded-user", "erin")];
+    let first = post(
+        &sidecar.mcp_url(),
+        &call(caps.clone(), None, Value::Null),
+        &erin,
+    )
+    .await;
+    let token = sealed(&first.json()["result"]);
+    let url = format!("http://{}/admin/revoke", sidecar.admin_addr);
+    let headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("authorization".to_owned(), format!("Bearer {SECRET}")),
+    ];
+    let oversized = format!(r#"{{"principal":"{}"}}"#, "e".repeat(70 * 1024));
+    for body in [
+        "not json".to_owned(),
+        r#"{"principal":""}"#.to_owned(),
+        r#"{"principal":5}"#.to_owned(),
+        r#"{"who":"erin"}"#.to_owned(),
+        oversized,
+    ] {
+        let reply = send(Method::POST, &url, &headers, body.clone(), T).await;
+        assert_eq!(reply.status, 400, "{}", &body[..body.len().min(40)]);
+    }
+    let get = send(Method::GET, &url, &headers, "", T).await;
+    assert_eq!(get.status, 405);
+    // Nothing was revoked: erin's flow goes on.
+    let answer = json!({"form": {"action": "accept", "content": {"region": "eu"}}});
+    let reply = post(&sidecar.mcp_url(), &call(caps, Some(&token), answer), &erin).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    sidecar.stop().await;
+}
