@@ -76,15 +76,15 @@ pub enum IdempotencyResult {
     Full,
     /// The caller held `max_records_per_principal` records: the call was refused.
     Quota,
-    /// Reserving timed out (Redis may have applied it all the same): the call was
-    /// refused and the possible reservation deleted, best effort.
-    ReserveTimeout,
-    /// That delete found and removed a reservation the timed-out attempt had made.
-    PhantomReleased,
+    /// Reserving failed after the command may have reached the store (a timeout, a
+    /// broken connection: Redis may have applied it all the same): the call was
+    /// refused and the reservation it may have left deleted, best effort, by a
+    /// conditional delete retried until the store answers (its outcome is logged).
+    ReserveUnconfirmed,
 }
 
 impl IdempotencyResult {
-    pub const ALL: [IdempotencyResult; 15] = [
+    pub const ALL: [IdempotencyResult; 14] = [
         IdempotencyResult::Reserved,
         IdempotencyResult::Recorded,
         IdempotencyResult::Replayed,
@@ -98,8 +98,7 @@ impl IdempotencyResult {
         IdempotencyResult::UpstreamFailed,
         IdempotencyResult::Full,
         IdempotencyResult::Quota,
-        IdempotencyResult::ReserveTimeout,
-        IdempotencyResult::PhantomReleased,
+        IdempotencyResult::ReserveUnconfirmed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -117,8 +116,7 @@ impl IdempotencyResult {
             IdempotencyResult::UpstreamFailed => "upstream_failed",
             IdempotencyResult::Full => "full",
             IdempotencyResult::Quota => "quota",
-            IdempotencyResult::ReserveTimeout => "reserve_timeout",
-            IdempotencyResult::PhantomReleased => "phantom_released",
+            IdempotencyResult::ReserveUnconfirmed => "reserve_unconfirmed",
         }
     }
 }

@@ -294,7 +294,12 @@ impl RedisStore {
 /// the kind is all an operator needs next to the store metrics).
 fn report(error: RedisError) -> StoreError {
     tracing::debug!(kind = ?error.kind(), "redis command failed");
-    StoreError::Unavailable
+    // The client's own response timeout (set to the same deadline) may fire first.
+    if error.is_timeout() {
+        StoreError::Timeout
+    } else {
+        StoreError::Unavailable
+    }
 }
 
 #[cfg(test)]

@@ -198,22 +198,22 @@ impl Idempotency {
             .await
         {
             Ok(held) => held,
-            Err(StoreError::Timeout) => {
-                // Redis may have applied the SET all the same: a key reserved by nobody
-                // until its lease ends. Ours is the only value that can be there.
-                self.metrics.idempotency(IdempotencyResult::ReserveTimeout);
+            Err(error @ (StoreError::Timeout | StoreError::Unavailable)) => {
+                // The command may have reached Redis and been applied all the same: a
+                // key reserved by nobody until its lease ends. Ours is the only value
+                // that can be there.
+                self.metrics
+                    .idempotency(IdempotencyResult::ReserveUnconfirmed);
                 tokio::spawn(release_phantom(
                     self.store.clone(),
-                    self.metrics.clone(),
                     record,
                     reserved,
                     self.lease,
                 ));
-                return Err(self.unavailable(StoreError::Timeout));
+                return Err(self.unavailable(error));
             }
             Err(StoreError::Full) => return Err(self.full(false)),
             Err(StoreError::OwnerFull) => return Err(self.full(true)),
-            Err(error) => return Err(self.unavailable(error)),
         };
         let Some(held) = held else {
             self.metrics.idempotency(IdempotencyResult::Reserved);
@@ -369,22 +369,16 @@ async fn renew(store: Arc<Store>, record: String, reserved: String, lease: Durat
     }
 }
 
-/// After a reservation timed out: delete it if the store applied it after all, trying
-/// until the store answers or the lease would have freed the key anyway.
-async fn release_phantom(
-    store: Arc<Store>,
-    metrics: Arc<Metrics>,
-    record: String,
-    reserved: String,
-    lease: Duration,
-) {
+/// After a reservation timed out: delete it if the store applied it after all (only
+/// while it holds our value), trying until the store answers or the lease would have
+/// freed the key anyway. A delete that itself timed out may still be applied (Redis
+/// runs one connection's commands in order), so `removed = false` at the end can also
+/// mean an earlier attempt removed it.
+async fn release_phantom(store: Arc<Store>, record: String, reserved: String, lease: Duration) {
     let give_up = tokio::time::Instant::now() + lease;
     while tokio::time::Instant::now() < give_up {
         match store.swap_record(&record, &reserved, None, lease).await {
             Ok(removed) => {
-                if removed {
-                    metrics.idempotency(IdempotencyResult::PhantomReleased);
-                }
                 tracing::info!(
                     removed,
                     "idempotency reservation that timed out cleaned up (removed: the store had applied it)"
@@ -394,6 +388,9 @@ async fn release_phantom(
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+    tracing::warn!(
+        "idempotency reservation that timed out could not be cleaned up: it ends with its lease"
+    );
 }
 
 impl Ticket {
