@@ -338,23 +338,24 @@ impl Metrics {
 
     /// Read a per-kid handle counter back (tests).
     pub fn handles_count(&self, minted: bool, kid: KeyId) -> Option<u64> {
-        let family = if minted {
-            &self.ops.handles_minted
-        } else {
-            &self.ops.handles_opened
-        };
-        let kids = self.ops.kids.read().expect("not poisoned");
-        kids.contains(&kid)
-            .then(|| family.with_label_values(&[kid.hex().as_str()]).get())
+        let [_, _, handles_minted, handles_opened] = self.per_kid_families();
+        self.per_kid_count(
+            if minted {
+                handles_minted
+            } else {
+                handles_opened
+            },
+            kid,
+        )
     }
 
     /// Read a per-kid counter back (tests, the runbook's arithmetic).
     pub fn tokens_count(&self, minted: bool, kid: KeyId) -> Option<u64> {
-        let family = if minted {
-            &self.ops.minted
-        } else {
-            &self.ops.opened
-        };
+        let [tokens_minted, tokens_opened, _, _] = self.per_kid_families();
+        self.per_kid_count(if minted { tokens_minted } else { tokens_opened }, kid)
+    }
+
+    fn per_kid_count(&self, family: &IntCounterVec, kid: KeyId) -> Option<u64> {
         let kids = self.ops.kids.read().expect("not poisoned");
         kids.contains(&kid)
             .then(|| family.with_label_values(&[kid.hex().as_str()]).get())

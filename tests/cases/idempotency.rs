@@ -468,7 +468,7 @@ async fn memory_records_are_bounded_without_evicting_one() {
     let mut config = idempotent_config(&upstream.base_url());
     config.idempotency.max_records_per_principal = 2;
     config.idempotency.max_result_bytes = 1000;
-    config.idempotency.memory_max_bytes = 4000;
+    config.idempotency.memory_max_bytes = 6000;
     let sidecar = Sidecar::start(config).await;
     let url = sidecar.mcp_url();
     let import = start_import(&url, "alice").await;
