@@ -1,9 +1,16 @@
-//! The embedded store: consumed ids in process memory (moka), for one replica.
+//! The embedded store: consumed ids, revocations and idempotency records in process
+//! memory (moka), for one replica.
 //!
-//! Invariant: an id is never forgotten before its time to live ends. moka would evict
-//! entries to stay under a capacity, so the store keeps no moka capacity at all and
-//! counts live ids itself: at `max_entries` it refuses new consumptions ([`StoreError::Full`])
-//! instead of evicting one whose token could then be replayed.
+//! Invariant: an id or an idempotency record is never forgotten before its time to live
+//! ends. moka would evict entries to stay under a capacity, so the store keeps no moka
+//! capacity at all and counts itself: at `max_entries` live ids it refuses new
+//! consumptions ([`StoreError::Full`]) instead of evicting one whose token could then be
+//! replayed; records are charged their bytes ([`RecordBounds::max_bytes`], a reservation
+//! its largest answer ahead) and counted per owner ([`RecordBounds::per_owner`]), and a
+//! reservation past either bound is refused ([`StoreError::Full`],
+//! [`StoreError::OwnerFull`]) instead of evicting a record whose write could then be
+//! applied twice. A charge is taken before an entry is written and given back when moka
+//! removes or replaces it.
 
 use super::{Consumed, StoreError};
 use moka::Expiry;
