@@ -8,11 +8,17 @@
 //! times `consume` on that full store: a fresh id (released again, untimed, after each
 //! sample, so the store stays at 1,000,000) and a replayed one.
 //!
+//! Then idempotency records (`idempotency.*`): 100,000 of them, each a 32-hex-character
+//! key and a recorded answer of about 300 bytes, held by 1,000 callers, in the same
+//! store: resident memory added per record against what the store charges for it
+//! (`RECORD_OVERHEAD_BYTES` plus its key and value), to check that the byte budget
+//! (`idempotency.memory_max_bytes`) does not under-count.
+//!
 //! `cargo bench --bench store [-- --quick]`
 
 use criterion::{Criterion, Throughput};
 use mcp_state_guard::store::Consumed;
-use mcp_state_guard::store::memory::MemoryStore;
+use mcp_state_guard::store::memory::{MemoryStore, RECORD_OVERHEAD_BYTES, RecordBounds};
 use sha2::{Digest, Sha256};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -45,7 +51,13 @@ fn resident() -> (u64, u64) {
 /// Returns it, full, for the timing. Its own bound is twice the default so that the
 /// fresh consumptions timed afterwards are never refused.
 fn fill_and_measure() -> MemoryStore {
-    let store = MemoryStore::new(2 * DEFAULT_BOUND);
+    let store = MemoryStore::with_record_bounds(
+        2 * DEFAULT_BOUND,
+        RecordBounds {
+            max_bytes: 1 << 40,
+            per_owner: 1_000_000,
+        },
+    );
     let (before, _) = resident();
     println!(
         "Memory store, resident memory per live id (VmRSS from /proc/self/status, \
@@ -80,6 +92,41 @@ fn fill_and_measure() -> MemoryStore {
         }
     }
     store
+}
+
+/// Fill `store` with 100,000 recorded answers and print what they cost resident
+/// against what the store charges for them.
+fn measure_records(store: &MemoryStore) {
+    const RECORDS: u64 = 100_000;
+    let answer = format!(
+        "a:{}:200:{{\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{}\"}}],\"isError\":false}}}}",
+        "d".repeat(64),
+        "x".repeat(170)
+    );
+    let (before, _) = resident();
+    for n in 0..RECORDS {
+        let key = id(u64::MAX - n);
+        let reserved = format!("p:{}:{}", "d".repeat(64), "0".repeat(32));
+        let owner = id(n % 1000);
+        assert_eq!(
+            store.reserve_record(&key, &reserved, TTL, &owner, 1_048_576),
+            Ok(None)
+        );
+        assert!(store.swap_record(&key, &reserved, Some(&answer), TTL));
+    }
+    let charged = store.record_bytes();
+    let (rss, _) = resident();
+    let added = rss.saturating_sub(before);
+    println!(
+        "Idempotency records ({} bytes of answer each, {RECORDS} of them): resident added \
+         {:.1} MiB, {:.0} B per record; charged {:.1} MiB, {:.0} B per record \
+         (RECORD_OVERHEAD_BYTES = {RECORD_OVERHEAD_BYTES}).\n",
+        answer.len(),
+        added as f64 / MIB,
+        added as f64 / RECORDS as f64,
+        charged as f64 / MIB,
+        charged as f64 / RECORDS as f64,
+    );
 }
 
 fn consume(c: &mut Criterion, store: &MemoryStore) {
@@ -128,6 +175,7 @@ fn consume(c: &mut Criterion, store: &MemoryStore) {
 fn main() {
     // Before criterion allocates anything, so the baseline is this process at rest.
     let store = fill_and_measure();
+    measure_records(&store);
     let mut criterion = Criterion::default().configure_from_args();
     consume(&mut criterion, &store);
     criterion.final_summary();

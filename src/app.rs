@@ -180,7 +180,7 @@ pub async fn start_from(
             max_idle: config.limits.upstream_max_idle_per_host,
         },
     );
-    let store = Store::from_config(&config.single_use)
+    let store = Store::from_config(config)
         .map(Arc::new)
         .map_err(|e| StartError::Config(format!("single_use: {e}")))?;
     let single_use = Arc::new(SingleUse::new(
@@ -188,7 +188,7 @@ pub async fn start_from(
         store.clone(),
         metrics.clone(),
     ));
-    let revocations = Arc::new(Revocations::new(store, config.state.ttl_seconds));
+    let revocations = Arc::new(Revocations::new(store, config.longest_token_seconds()));
     let admin_token = match &config.admin.token_file {
         Some(path) => Some(admin::read_token(path).map_err(StartError::Config)?),
         None => None,

@@ -67,6 +67,10 @@ pub enum ProxyError {
     IdempotencyConflict,
     #[error("idempotency store unavailable")]
     IdempotencyUnavailable,
+    /// The memory store's idempotency records are at a bound: its byte budget
+    /// (`per_principal: false`) or this caller's record count (`true`).
+    #[error("idempotency records full (per caller: {per_principal})")]
+    IdempotencyFull { per_principal: bool },
     #[error("upstream unavailable")]
     UpstreamUnavailable(#[source] hyper_util::client::legacy::Error),
     #[error("upstream did not answer within {0} ms")]
@@ -100,13 +104,14 @@ pub enum ErrorKind {
     IdempotencyInProgress,
     IdempotencyConflict,
     IdempotencyUnavailable,
+    IdempotencyFull,
     UpstreamUnavailable,
     UpstreamTimeout,
     UpstreamResponse,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 25] = [
+    pub const ALL: [ErrorKind; 26] = [
         ErrorKind::Parse,
         ErrorKind::HeaderMismatch,
         ErrorKind::ContentType,
@@ -129,6 +134,7 @@ impl ErrorKind {
         ErrorKind::IdempotencyInProgress,
         ErrorKind::IdempotencyConflict,
         ErrorKind::IdempotencyUnavailable,
+        ErrorKind::IdempotencyFull,
         ErrorKind::UpstreamUnavailable,
         ErrorKind::UpstreamTimeout,
         ErrorKind::UpstreamResponse,
@@ -158,6 +164,7 @@ impl ErrorKind {
             ErrorKind::IdempotencyInProgress => "idempotency_in_progress",
             ErrorKind::IdempotencyConflict => "idempotency_conflict",
             ErrorKind::IdempotencyUnavailable => "idempotency_unavailable",
+            ErrorKind::IdempotencyFull => "idempotency_full",
             ErrorKind::UpstreamUnavailable => "upstream_unavailable",
             ErrorKind::UpstreamTimeout => "upstream_timeout",
             ErrorKind::UpstreamResponse => "upstream_response",
@@ -208,6 +215,7 @@ impl ProxyError {
             ProxyError::IdempotencyInProgress => ErrorKind::IdempotencyInProgress,
             ProxyError::IdempotencyConflict => ErrorKind::IdempotencyConflict,
             ProxyError::IdempotencyUnavailable => ErrorKind::IdempotencyUnavailable,
+            ProxyError::IdempotencyFull { .. } => ErrorKind::IdempotencyFull,
             ProxyError::UpstreamUnavailable(_) => ErrorKind::UpstreamUnavailable,
             ProxyError::UpstreamTimeout(_) => ErrorKind::UpstreamTimeout,
             ProxyError::UpstreamResponse(_) => ErrorKind::UpstreamResponse,
@@ -226,8 +234,12 @@ impl ProxyError {
             ProxyError::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
             ProxyError::IdempotencyInProgress => StatusCode::CONFLICT,
             ProxyError::IdempotencyConflict => StatusCode::UNPROCESSABLE_ENTITY,
+            ProxyError::IdempotencyFull {
+                per_principal: true,
+            } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::Overloaded
             | ProxyError::IdempotencyUnavailable
+            | ProxyError::IdempotencyFull { .. }
             | ProxyError::Unauthorized {
                 reason: AuthFailure::KeysUnavailable,
                 ..
@@ -286,6 +298,15 @@ impl ProxyError {
             ProxyError::IdempotencyUnavailable => {
                 (jsonrpc::INTERNAL_ERROR, "Idempotency store unavailable")
             }
+            ProxyError::IdempotencyFull {
+                per_principal: false,
+            } => (jsonrpc::INTERNAL_ERROR, "Idempotency store full"),
+            ProxyError::IdempotencyFull {
+                per_principal: true,
+            } => (
+                jsonrpc::INVALID_REQUEST,
+                "Too many idempotency records held for this caller",
+            ),
             ProxyError::UpstreamUnavailable(_) => (jsonrpc::INTERNAL_ERROR, "Upstream unavailable"),
             ProxyError::UpstreamTimeout(_) => (jsonrpc::INTERNAL_ERROR, "Upstream timed out"),
             ProxyError::UpstreamResponse(_) => (jsonrpc::INTERNAL_ERROR, "Internal error"),
@@ -308,6 +329,12 @@ impl ProxyError {
                 Some(json!({"type": "idempotency_key_in_progress"}))
             }
             ProxyError::IdempotencyConflict => Some(json!({"type": "idempotency_key_conflict"})),
+            ProxyError::IdempotencyFull {
+                per_principal: false,
+            } => Some(json!({"type": "idempotency_store_full"})),
+            ProxyError::IdempotencyFull {
+                per_principal: true,
+            } => Some(json!({"type": "idempotency_quota_exceeded"})),
             _ => None,
         };
         // A bad answer is the client's mistake: it is told which question and which
@@ -355,6 +382,12 @@ impl ProxyError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if matches!(self, ProxyError::IdempotencyFull { .. }) {
+            // Records leave only as they expire: not worth retrying every second.
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
         }
         response
     }

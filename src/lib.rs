@@ -31,11 +31,12 @@
 //!    client gets the one frozen error and nothing is sent. The request's binding is
 //!    kept for step 8; the parsed body is not.
 //! 6. [`tools`], for a `tools/call`: handle arguments ([`tools::handles`]) must be sealed
-//!    handles of their kind that open for this caller and are replaced by the upstream's
-//!    raw handles (after step 5, so a state binds the arguments as the client sent
-//!    them); then an idempotency key ([`tools::idempotency`]) is reserved in the shared
-//!    [`store`], or a repeat is answered from it (replayed, in progress, or conflict)
-//!    without the upstream.
+//!    handles of their kind that open for this caller, issued after any revocation of
+//!    it, and are replaced by the upstream's raw handles (after step 5, so a state binds
+//!    the arguments as the client sent them); then an idempotency key
+//!    ([`tools::idempotency`]) is reserved in the shared [`store`] (an owned lease,
+//!    renewed while the call is in flight), or a repeat is answered from it (replayed
+//!    with its handles sealed afresh, in progress, or conflict) without the upstream.
 //! 7. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
 //!    rewritten, hop-by-hop headers dropped, identity encoding, timeouts; TLS verified
 //!    for an `https://` upstream).
@@ -45,8 +46,9 @@
 //!    event in an SSE stream ([`sse`]), bound to the request of step 5, after checking
 //!    the round against the client's declared capabilities and the round limit; what
 //!    cannot be sealed becomes a JSON-RPC error instead (an upstream error status and
-//!    the headers a client needs are kept); an issuing tool's handle is sealed, and the
-//!    answer to an idempotent call is recorded (or its key released).
+//!    the headers a client needs are kept); an issuing tool's handle is sealed in every
+//!    result (rounds too), and a complete answer in a 2xx response to an idempotent call
+//!    is recorded with its status and raw handles (anything else releases its key).
 //! 9. Failures become responses in one place ([`error`]); outcomes are counted in
 //!    [`metrics`], served with health and readiness ([`health`]: the upstream reachable,
 //!    the key ring fresh) by [`admin`]; client text reaches logs only through

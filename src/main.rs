@@ -118,14 +118,14 @@ fn revoke(file: Option<PathBuf>, principal: &str) -> ExitCode {
         .build()
         .expect("build the tokio runtime");
     runtime.block_on(async {
-        let store = match Store::from_config(&config.single_use) {
+        let store = match Store::from_config(&config) {
             Ok(store) => Arc::new(store),
             Err(e) => {
                 eprintln!("single_use: {e}");
                 return ExitCode::FAILURE;
             }
         };
-        let revocations = Revocations::new(store, config.state.ttl_seconds);
+        let revocations = Revocations::new(store, config.longest_token_seconds());
         match revocations.revoke(principal).await {
             Ok(at) => {
                 println!("revoked: tokens of this principal minted before {at:.3} are refused");

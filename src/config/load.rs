@@ -107,6 +107,9 @@ pub(super) const LEAVES: &[(&str, Assign)] = &[
     leaf!("idempotency.ttl_seconds" => idempotency.ttl_seconds),
     leaf!("idempotency.max_result_bytes" => idempotency.max_result_bytes),
     leaf!("idempotency.strip_key" => idempotency.strip_key),
+    leaf!("idempotency.lease_ms" => idempotency.lease_ms),
+    leaf!("idempotency.memory_max_bytes" => idempotency.memory_max_bytes),
+    leaf!("idempotency.max_records_per_principal" => idempotency.max_records_per_principal),
 ];
 
 impl Config {

@@ -463,6 +463,9 @@ fn assembly_leaf_by_leaf_matches_serde() {
             ttl_seconds = 19
             max_result_bytes = 20
             strip_key = true
+            lease_ms = 21
+            memory_max_bytes = 22
+            max_records_per_principal = 23
             [[handles]]
             kind = "import"
             issued_by = ["start"]

@@ -45,6 +45,16 @@ pub struct IdempotencyConfig {
     pub max_result_bytes: usize,
     /// Remove `params.idempotencyKey` and the `Idempotency-Key` header before forwarding.
     pub strip_key: bool,
+    /// How long a reservation holds without renewal, 1000..=600000 ms: the replica
+    /// forwarding the call renews it every third of this while the answer is in
+    /// progress, so it bounds how long a key stays reserved after that replica dies.
+    pub lease_ms: u64,
+    /// Memory store only: bytes all idempotency records and reservations together may
+    /// be charged (a reservation is charged `max_result_bytes` ahead, so a completed
+    /// write always fits); past it new keys are refused, none is evicted.
+    pub memory_max_bytes: u64,
+    /// Memory store only: records and reservations one caller may hold at once.
+    pub max_records_per_principal: usize,
 }
 
 impl Default for IdempotencyConfig {
@@ -55,6 +65,9 @@ impl Default for IdempotencyConfig {
             ttl_seconds: 86_400,
             max_result_bytes: 1_048_576,
             strip_key: false,
+            lease_ms: 30_000,
+            memory_max_bytes: 268_435_456,
+            max_records_per_principal: 10_000,
         }
     }
 }
@@ -140,6 +153,38 @@ pub(super) fn validate(
             "idempotency.max_result_bytes",
             "must be 1 to 67108864",
         ));
+    }
+    if !(1_000..=600_000).contains(&idempotency.lease_ms) {
+        problems.push(ConfigProblem::new(
+            "idempotency.lease_ms",
+            "must be 1000 to 600000",
+        ));
+    }
+    // Room for at least a few writes in flight, each charged a whole answer ahead.
+    let least = 4 * idempotency.max_result_bytes as u64;
+    if !(least..=1 << 40).contains(&idempotency.memory_max_bytes) {
+        problems.push(ConfigProblem::new(
+            "idempotency.memory_max_bytes",
+            format!("must be 4 times idempotency.max_result_bytes ({least}) to 1099511627776"),
+        ));
+    }
+    if !(1..=10_000_000).contains(&idempotency.max_records_per_principal) {
+        problems.push(ConfigProblem::new(
+            "idempotency.max_records_per_principal",
+            "must be 1 to 10000000",
+        ));
+    }
+}
+
+impl super::Config {
+    /// The longest any token of this sidecar can stay valid: a `requestState`
+    /// (`state.ttl_seconds`) or a sealed handle (the longest `[[handles]] ttl_seconds`).
+    /// A revocation must be kept, and a retired key stay in the ring, at least this long.
+    pub fn longest_token_seconds(&self) -> u64 {
+        self.handles
+            .iter()
+            .map(|h| h.ttl_seconds)
+            .fold(self.state.ttl_seconds, u64::max)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The families operators alert on: request latency by method class and outcome, the
 //! time the sidecar itself adds, upstream status classes, SSE events and streams, client
-//! connections, tokens minted and opened per key id, the key ring's age, build info.
+//! connections, tokens and sealed handles minted and opened per key id, the key ring's
+//! age, build info.
 //!
 //! Invariant: every label value comes from a closed enum, except `kid`, which comes only
 //! from the key ring in use: a series exists for each key of the ring (created at zero
@@ -57,6 +58,8 @@ pub(super) struct OpsMetrics {
     connection_limit_waits: IntCounterVec,
     minted: IntCounterVec,
     opened: IntCounterVec,
+    handles_minted: IntCounterVec,
+    handles_opened: IntCounterVec,
     minting: IntGaugeVec,
     ring_age: prometheus::Gauge,
     /// The ring's key ids, minting key first. Read-locked around every per-kid
@@ -127,6 +130,16 @@ impl OpsMetrics {
                 "Tokens that verified, by the key id that opened them; zero for an old key means it can be retired.",
                 &["kid"],
             ),
+            handles_minted: counter(
+                "handles_minted_total",
+                "Sealed handles minted, by the key id of the ring's minting key.",
+                &["kid"],
+            ),
+            handles_opened: counter(
+                "handles_opened_total",
+                "Sealed handles that opened for their caller, by the key id that opened them; with tokens_opened_total, zero for an old key means it can be retired.",
+                &["kid"],
+            ),
             minting: gauge_vec(
                 "key_ring_minting",
                 "1 for the ring's minting key, 0 for the keys that only open, by key id.",
@@ -176,6 +189,8 @@ impl OpsMetrics {
             Box::new(ops.connection_limit_waits.clone()),
             Box::new(ops.minted.clone()),
             Box::new(ops.opened.clone()),
+            Box::new(ops.handles_minted.clone()),
+            Box::new(ops.handles_opened.clone()),
             Box::new(ops.minting.clone()),
             Box::new(ops.ring_age.clone()),
             Box::new(build_info),
@@ -256,6 +271,16 @@ impl Metrics {
         self.per_kid(&self.ops.opened, kid);
     }
 
+    /// A sealed handle was minted under `kid`.
+    pub fn handle_minted(&self, kid: KeyId) {
+        self.per_kid(&self.ops.handles_minted, kid);
+    }
+
+    /// A sealed handle opened under `kid`.
+    pub fn handle_opened(&self, kid: KeyId) {
+        self.per_kid(&self.ops.handles_opened, kid);
+    }
+
     fn per_kid(&self, family: &IntCounterVec, kid: KeyId) {
         let kids = self.ops.kids.read().expect("not poisoned");
         if kids.contains(&kid) {
@@ -270,15 +295,16 @@ impl Metrics {
         let mut kids = self.ops.kids.write().expect("not poisoned");
         for gone in kids.iter().filter(|kid| !ring.contains(kid)) {
             let label = gone.hex();
-            for family in [&self.ops.minted, &self.ops.opened] {
+            for family in self.per_kid_families() {
                 let _ = family.remove_label_values(&[label.as_str()]);
             }
             let _ = self.ops.minting.remove_label_values(&[label.as_str()]);
         }
         for (position, kid) in ring.iter().enumerate() {
             let label = kid.hex();
-            self.ops.minted.with_label_values(&[label.as_str()]);
-            self.ops.opened.with_label_values(&[label.as_str()]);
+            for family in self.per_kid_families() {
+                family.with_label_values(&[label.as_str()]);
+            }
             self.ops
                 .minting
                 .with_label_values(&[label.as_str()])
@@ -301,13 +327,35 @@ impl Metrics {
         confirmed.map(|at| at.elapsed())
     }
 
+    fn per_kid_families(&self) -> [&IntCounterVec; 4] {
+        [
+            &self.ops.minted,
+            &self.ops.opened,
+            &self.ops.handles_minted,
+            &self.ops.handles_opened,
+        ]
+    }
+
+    /// Read a per-kid handle counter back (tests).
+    pub fn handles_count(&self, minted: bool, kid: KeyId) -> Option<u64> {
+        let [_, _, handles_minted, handles_opened] = self.per_kid_families();
+        self.per_kid_count(
+            if minted {
+                handles_minted
+            } else {
+                handles_opened
+            },
+            kid,
+        )
+    }
+
     /// Read a per-kid counter back (tests, the runbook's arithmetic).
     pub fn tokens_count(&self, minted: bool, kid: KeyId) -> Option<u64> {
-        let family = if minted {
-            &self.ops.minted
-        } else {
-            &self.ops.opened
-        };
+        let [tokens_minted, tokens_opened, _, _] = self.per_kid_families();
+        self.per_kid_count(if minted { tokens_minted } else { tokens_opened }, kid)
+    }
+
+    fn per_kid_count(&self, family: &IntCounterVec, kid: KeyId) -> Option<u64> {
         let kids = self.ops.kids.read().expect("not poisoned");
         kids.contains(&kid)
             .then(|| family.with_label_values(&[kid.hex().as_str()]).get())

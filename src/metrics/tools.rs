@@ -66,12 +66,25 @@ pub enum IdempotencyResult {
     /// The store could not answer: the call was refused.
     StoreUnavailable,
     /// The reservation was gone when the answer came (its lease ended during a long
-    /// call): nothing recorded, and a repeat may have been applied meanwhile.
+    /// call, its renewals failing): nothing recorded, and a repeat may have been
+    /// applied meanwhile.
     LeaseLost,
+    /// The upstream answered with an HTTP failure (a status other than 2xx): the key
+    /// was released, nothing recorded.
+    UpstreamFailed,
+    /// The memory store's byte budget for records was spent: the call was refused.
+    Full,
+    /// The caller held `max_records_per_principal` records: the call was refused.
+    Quota,
+    /// Reserving failed after the command may have reached the store (a timeout, a
+    /// broken connection: Redis may have applied it all the same): the call was
+    /// refused and the reservation it may have left deleted, best effort, by a
+    /// conditional delete retried until the store answers (its outcome is logged).
+    ReserveUnconfirmed,
 }
 
 impl IdempotencyResult {
-    pub const ALL: [IdempotencyResult; 10] = [
+    pub const ALL: [IdempotencyResult; 14] = [
         IdempotencyResult::Reserved,
         IdempotencyResult::Recorded,
         IdempotencyResult::Replayed,
@@ -82,6 +95,10 @@ impl IdempotencyResult {
         IdempotencyResult::Invalid,
         IdempotencyResult::StoreUnavailable,
         IdempotencyResult::LeaseLost,
+        IdempotencyResult::UpstreamFailed,
+        IdempotencyResult::Full,
+        IdempotencyResult::Quota,
+        IdempotencyResult::ReserveUnconfirmed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -96,6 +113,10 @@ impl IdempotencyResult {
             IdempotencyResult::TooLarge => "too_large",
             IdempotencyResult::Invalid => "invalid",
             IdempotencyResult::StoreUnavailable => "store_unavailable",
+            IdempotencyResult::UpstreamFailed => "upstream_failed",
+            IdempotencyResult::Full => "full",
+            IdempotencyResult::Quota => "quota",
+            IdempotencyResult::ReserveUnconfirmed => "reserve_unconfirmed",
         }
     }
 }

@@ -2,8 +2,10 @@
 //!
 //! Invariant: a revocation records "not before now" for a digest of the principal (the
 //! string a token binds) in the shared store, kept for as long as any token minted
-//! before it could still open; from then on, a retry bound to that principal whose token
-//! was minted before the record is refused (`state_verified_total{result="revoked"}`).
+//! before it could still open (a `requestState` or a sealed handle, whichever lives
+//! longer); from then on, a retry bound to that principal whose token was minted before
+//! the record is refused (`state_verified_total{result="revoked"}`), and so is a sealed
+//! handle of that principal issued before it (`handles_total{result="revoked"}`).
 //! The store holds digests, never principals.
 
 use crate::store::{Store, StoreError};
@@ -20,7 +22,7 @@ pub struct Revocations {
 }
 
 impl Revocations {
-    /// `ttl_seconds`: the longest a token lives (`state.ttl_seconds`).
+    /// `ttl_seconds`: the longest a token lives ([`crate::config::Config::longest_token_seconds`]).
     pub fn new(store: Arc<Store>, ttl_seconds: u64) -> Self {
         Self {
             store,

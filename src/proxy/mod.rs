@@ -128,13 +128,18 @@ impl Proxy {
                 Duration::from_millis(config.timeouts.body_read_ms),
             ),
             tools: ToolFeatures {
-                handles: Handles::new(&config.handles, sealer.clone(), metrics.clone()),
+                handles: Handles::new(
+                    &config.handles,
+                    sealer.clone(),
+                    metrics.clone(),
+                    revocations.clone(),
+                    single_use.clone(),
+                ),
                 idempotency: Idempotency::new(
                     &config.idempotency,
                     config.state.audience.clone(),
                     single_use.shared_store(),
                     metrics.clone(),
-                    head_timeout,
                 ),
             },
             opener: StateOpener {

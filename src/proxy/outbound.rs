@@ -90,6 +90,7 @@ impl Outbound {
         asked: Asked,
     ) -> Result<Response<ProxyBody>, Failure> {
         let (mut parts, body) = response.into_parts();
+        context.upstream_status(parts.status);
         let chunked_only = chunked_only(&parts.headers);
         upstream::strip_hop_by_hop(&mut parts.headers);
         // The client's connection has its own version; an HTTP/1.0 upstream's must not leak.

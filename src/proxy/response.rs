@@ -77,6 +77,14 @@ impl SealContext {
         self
     }
 
+    /// The upstream's response head came with `status` (an idempotent call records
+    /// only a 2xx answer).
+    pub fn upstream_status(&self, status: http::StatusCode) {
+        if let Some(ticket) = &self.ticket {
+            ticket.upstream_status(status);
+        }
+    }
+
     /// The id of the request.
     pub fn request_id(&self) -> Option<&Id> {
         self.id.as_ref()
@@ -159,14 +167,23 @@ impl Sealer {
     }
 
     fn seal_message(&self, message: &mut Map<String, Value>) -> Result<bool, Withheld> {
-        let changed = self.seal_message_parts(message)?;
-        // Recorded as the client gets it (sealed), and only once it is safe: a withheld
-        // answer leaves the ticket without an outcome, which releases the key.
+        let mut changed = self.seal_message_parts(message)?;
+        // Recorded with its states sealed, and only once it is safe (a withheld answer
+        // leaves the ticket without an outcome, which releases the key); its issued
+        // handles raw, sealed afresh for each replay.
         if let Some(ticket) = &self.context.ticket
             && message.get("id").is_some()
             && message.get("id") == self.context.id.as_ref()
         {
             ticket.complete(message);
+        }
+        // Every result of an issuing tool, a complete one or a round asking for input:
+        // no raw handle at its pointer reaches the client.
+        if let (Some(issue), Some(Value::Object(result))) =
+            (&self.context.issue, message.get_mut("result"))
+        {
+            issue.seal(result);
+            changed = true;
         }
         Ok(changed)
     }
@@ -204,21 +221,12 @@ impl Sealer {
         jsonrpc::check_result_fields(result)
             .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
         let asks = asks_for_input(result);
-        // A complete result: the handles it issues are sealed (a round asking for input
-        // issues none yet).
-        let issued = match &self.context.issue {
-            Some(issue) if !asks => {
-                issue.seal(result);
-                true
-            }
-            _ => false,
-        };
         let state = match result.get("requestState") {
             // A round without upstream state still gets a token: it is what binds the
             // client's `inputResponses` to the questions this round asked (a stateless
             // upstream would otherwise trust any answers it is sent).
             None | Some(Value::Null) if asks => None,
-            None | Some(Value::Null) => return Ok(issued),
+            None | Some(Value::Null) => return Ok(false),
             Some(Value::String(state)) => Some(state.as_str()),
             Some(_) => return Err(SealFailure::NonStringState.into()),
         };

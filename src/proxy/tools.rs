@@ -1,23 +1,27 @@
 //! The response the tool phase answers itself: a replayed idempotent write.
 //!
-//! Invariant: a replay is the stored `result` or `error` member verbatim under the new
-//! request's id, marked `Idempotent-Replayed: true`; nothing else is added.
+//! Invariant: a replay is the stored `result` or `error` member (its issued handles
+//! sealed for this caller by [`crate::tools`]) under the new request's id, with the
+//! upstream's original HTTP status, marked `Idempotent-Replayed: true`; nothing else is
+//! added.
 
 use super::upstream::{self, ProxyBody};
 use crate::jsonrpc::Id;
+use crate::tools::Replay;
 use crate::tools::idempotency::REPLAYED_HEADER;
 use http::Response;
 use http::header::{self, HeaderValue};
 use serde_json::{Map, Value};
 
 /// The stored answer under `id`.
-pub fn replayed(id: Option<&Id>, answer: Map<String, Value>) -> Response<ProxyBody> {
+pub fn replayed(id: Option<&Id>, Replay { status, answer, .. }: Replay) -> Response<ProxyBody> {
     let mut message = Map::new();
     message.insert("jsonrpc".into(), Value::from("2.0"));
     message.insert("id".into(), id.cloned().unwrap_or(Value::Null));
     message.extend(answer);
     let body = serde_json::to_vec(&Value::Object(message)).expect("a JSON value serialises");
     let mut response = Response::new(upstream::full(body));
+    *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

@@ -1,16 +1,24 @@
-//! The embedded store: consumed ids in process memory (moka), for one replica.
+//! The embedded store: consumed ids, revocations and idempotency records in process
+//! memory (moka), for one replica.
 //!
-//! Invariant: an id is never forgotten before its time to live ends. moka would evict
-//! entries to stay under a capacity, so the store keeps no moka capacity at all and
-//! counts live ids itself: at `max_entries` it refuses new consumptions ([`StoreError::Full`])
-//! instead of evicting one whose token could then be replayed.
+//! Invariant: an id or an idempotency record is never forgotten before its time to live
+//! ends. moka would evict entries to stay under a capacity, so the store keeps no moka
+//! capacity at all and counts itself: at `max_entries` live ids it refuses new
+//! consumptions ([`StoreError::Full`]) instead of evicting one whose token could then be
+//! replayed; records are charged their bytes ([`RecordBounds::max_bytes`], a reservation
+//! its largest answer ahead) and counted per owner ([`RecordBounds::per_owner`]), and a
+//! reservation past either bound is refused ([`StoreError::Full`],
+//! [`StoreError::OwnerFull`]) instead of evicting a record whose write could then be
+//! applied twice. A charge is taken before an entry is written and given back when moka
+//! removes or replaces it.
 
 use super::{Consumed, StoreError};
 use moka::Expiry;
 use moka::notification::RemovalCause;
 use moka::sync::Cache;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Each entry expires at the deadline stored in it.
@@ -33,9 +41,110 @@ impl Deadline for (f64, Instant) {
     }
 }
 
-impl Deadline for (Arc<str>, Instant) {
+impl Deadline for Record {
     fn deadline(&self) -> Instant {
-        self.1
+        self.deadline
+    }
+}
+
+/// What a record is charged beyond any headroom.
+fn record_weight(key: &str, value: &str) -> u64 {
+    (key.len() + value.len()) as u64 + RECORD_OVERHEAD_BYTES
+}
+
+/// An idempotency record (or reservation) as the memory store keeps it.
+#[derive(Clone)]
+struct Record {
+    value: Arc<str>,
+    deadline: Instant,
+    /// Who it counts against ([`RecordBounds::per_owner`]).
+    owner: Arc<str>,
+    /// The bytes it is charged ([`RecordBounds::max_bytes`]).
+    weight: u64,
+}
+
+/// What an entry costs beyond its key and value bytes: moka's entry (key and value
+/// `Arc`s, the deadline, its access-order and timer-wheel nodes), the owner and the
+/// allocator's share. `cargo bench --bench store` measured 1004 bytes resident per
+/// record of a 32-byte key and a 307-byte value (665 beyond them): rounded up.
+pub const RECORD_OVERHEAD_BYTES: u64 = 768;
+
+/// The bounds of the idempotency records the memory store holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordBounds {
+    /// Bytes charged for every record and reservation together (keys, values, the
+    /// [`RECORD_OVERHEAD_BYTES`] of each, and for a reservation the largest answer it
+    /// may become, so that a completed write always fits).
+    pub max_bytes: u64,
+    /// Records and reservations one owner (a principal digest) may hold.
+    pub per_owner: usize,
+}
+
+impl Default for RecordBounds {
+    fn default() -> Self {
+        Self {
+            max_bytes: 256 * 1024 * 1024,
+            per_owner: 10_000,
+        }
+    }
+}
+
+/// What the memory store charges its records against: bytes and per-owner counts,
+/// taken before an entry is written and given back when moka removes it.
+struct Charges {
+    bounds: RecordBounds,
+    bytes: AtomicI64,
+    owners: Mutex<HashMap<Arc<str>, usize>>,
+}
+
+impl Charges {
+    /// Take `weight` bytes and, with `owner`, one of its records; `Err` when a bound
+    /// would be passed (nothing is taken then).
+    fn take(&self, weight: u64, owner: Option<&Arc<str>>) -> Result<(), StoreError> {
+        let before = self.bytes.fetch_add(weight as i64, Ordering::AcqRel);
+        if before + weight as i64 > self.bounds.max_bytes as i64 {
+            self.bytes.fetch_sub(weight as i64, Ordering::AcqRel);
+            return Err(StoreError::Full);
+        }
+        if let Some(owner) = owner {
+            let mut owners = self.owners.lock().expect("not poisoned");
+            let held = owners.entry(owner.clone()).or_insert(0);
+            if *held >= self.bounds.per_owner {
+                if *held == 0 {
+                    owners.remove(owner);
+                }
+                drop(owners);
+                self.bytes.fetch_sub(weight as i64, Ordering::AcqRel);
+                return Err(StoreError::OwnerFull);
+            }
+            *held += 1;
+        }
+        Ok(())
+    }
+
+    /// Charge `weight` bytes and one record of `owner` without a check.
+    fn charge(&self, weight: u64, owner: &Arc<str>) {
+        self.bytes.fetch_add(weight as i64, Ordering::AcqRel);
+        *self
+            .owners
+            .lock()
+            .expect("not poisoned")
+            .entry(owner.clone())
+            .or_insert(0) += 1;
+    }
+
+    /// Give back what [`Charges::take`] took (`owner`: and the record count).
+    fn give(&self, weight: u64, owner: Option<&Arc<str>>) {
+        self.bytes.fetch_sub(weight as i64, Ordering::AcqRel);
+        if let Some(owner) = owner {
+            let mut owners = self.owners.lock().expect("not poisoned");
+            if let Some(held) = owners.get_mut(owner) {
+                *held = held.saturating_sub(1);
+                if *held == 0 {
+                    owners.remove(owner);
+                }
+            }
+        }
     }
 }
 
@@ -64,10 +173,12 @@ pub struct MemoryStore {
     ids: Cache<Arc<str>, Instant>,
     /// Principal digest → (not before, Unix seconds; kept until the deadline).
     revocations: Cache<Arc<str>, (f64, Instant)>,
-    /// Idempotency records: key → (value, deadline). Bounded by `max_entries` too
-    /// (moka's approximate count): a full store refuses new reservations, it never
-    /// evicts a record whose write could then be applied twice.
-    records: Cache<Arc<str>, (Arc<str>, Instant)>,
+    /// Idempotency records: key → value, deadline, owner and charge. Bounded by
+    /// [`RecordBounds`], counted by the store itself (moka has no capacity here): a
+    /// full store refuses new reservations, it never evicts a record whose write could
+    /// then be applied twice.
+    records: Cache<Arc<str>, Record>,
+    charges: Arc<Charges>,
     /// Live ids (inserted and not yet removed by expiry or release).
     live: Arc<AtomicUsize>,
     max_entries: usize,
@@ -75,6 +186,27 @@ pub struct MemoryStore {
 
 impl MemoryStore {
     pub fn new(max_entries: usize) -> Self {
+        Self::with_record_bounds(max_entries, RecordBounds::default())
+    }
+
+    /// A store of at most `max_entries` consumed ids and idempotency records within
+    /// `bounds`.
+    pub fn with_record_bounds(max_entries: usize, bounds: RecordBounds) -> Self {
+        let charges = Arc::new(Charges {
+            bounds,
+            bytes: AtomicI64::new(0),
+            owners: Mutex::new(HashMap::new()),
+        });
+        let given = charges.clone();
+        let records = Cache::builder()
+            .expire_after(AtDeadline)
+            .eviction_listener(move |_key, record: Record, _cause| {
+                // Every value that leaves gives its charge back, a replaced one too (an
+                // expired reservation taken over by a new one is "replaced" as well):
+                // whatever replaces a value was charged when it was put.
+                given.give(record.weight, Some(&record.owner));
+            })
+            .build();
         let live = Arc::new(AtomicUsize::new(0));
         let removed = live.clone();
         let ids = Cache::builder()
@@ -90,7 +222,8 @@ impl MemoryStore {
         Self {
             ids,
             revocations: Cache::builder().expire_after(AtDeadline).build(),
-            records: Cache::builder().expire_after(AtDeadline).build(),
+            records,
+            charges,
             live,
             max_entries,
         }
@@ -140,28 +273,46 @@ impl MemoryStore {
     }
 
     /// Set `key` to `value` for `lease` unless it holds something: `None` when set now,
-    /// else what it holds. One atomic compute per key.
+    /// else what it holds. One atomic compute per key. The reservation is charged to
+    /// `owner` and for its bytes plus `headroom` (the largest answer it may become);
+    /// past a bound it is refused ([`StoreError::Full`], [`StoreError::OwnerFull`]).
     pub fn reserve_record(
         &self,
         key: &str,
         value: &str,
         lease: Duration,
+        owner: &str,
+        headroom: u64,
     ) -> Result<Option<String>, StoreError> {
-        if self.records.entry_count() as usize >= self.max_entries {
+        let owner: Arc<str> = Arc::from(owner);
+        let weight = record_weight(key, value) + headroom;
+        if let Err(full) = self.charges.take(weight, Some(&owner)) {
+            // Expired records leave the count only when moka runs its maintenance.
             self.records.run_pending_tasks();
-            if self.records.entry_count() as usize >= self.max_entries {
-                return Err(StoreError::Full);
+            if let Some(held) = self.records.get(key) {
+                // A repeat is answered whatever the bounds: it adds nothing.
+                return Ok(Some(held.value.to_string()));
             }
+            self.charges.take(weight, Some(&owner)).map_err(|_| full)?;
         }
+        let record = Record {
+            value: Arc::from(value),
+            deadline: Instant::now() + lease,
+            owner: owner.clone(),
+            weight,
+        };
         let result =
             self.records
                 .entry(Arc::from(key))
                 .and_compute_with(|existing| match existing {
                     Some(_) => moka::ops::compute::Op::Nop,
-                    None => moka::ops::compute::Op::Put((Arc::from(value), Instant::now() + lease)),
+                    None => moka::ops::compute::Op::Put(record),
                 });
         Ok(match result {
-            moka::ops::compute::CompResult::Unchanged(entry) => Some(entry.value().0.to_string()),
+            moka::ops::compute::CompResult::Unchanged(entry) => {
+                self.charges.give(weight, Some(&owner));
+                Some(entry.value().value.to_string())
+            }
             _ => None,
         })
     }
@@ -169,6 +320,7 @@ impl MemoryStore {
     /// Replace `key`'s value by `value` for `ttl`, or remove it (`None`), only while it
     /// still holds `expected`: an expired lease taken over by another caller is left
     /// alone. Returns whether it still held `expected` (and was replaced or removed).
+    /// A record is charged its own bytes (less than the reservation it replaces).
     pub fn swap_record(
         &self,
         key: &str,
@@ -176,13 +328,48 @@ impl MemoryStore {
         value: Option<&str>,
         ttl: Duration,
     ) -> bool {
+        self.replace_if(key, expected, |held| {
+            value.map(|value| {
+                let weight = record_weight(key, value);
+                Record {
+                    value: Arc::from(value),
+                    deadline: Instant::now() + ttl,
+                    owner: held.owner.clone(),
+                    weight,
+                }
+            })
+        })
+    }
+
+    /// Extend `key`'s lease to `lease` from now, only while it holds `expected`.
+    pub fn renew_record(&self, key: &str, expected: &str, lease: Duration) -> bool {
+        self.replace_if(key, expected, |held| {
+            Some(Record {
+                deadline: Instant::now() + lease,
+                ..held.clone()
+            })
+        })
+    }
+
+    /// While `key` holds `expected`: put what `next` makes of it (charged for its
+    /// weight), or remove it (`None`). Returns whether it held `expected`.
+    fn replace_if(
+        &self,
+        key: &str,
+        expected: &str,
+        next: impl FnOnce(&Record) -> Option<Record>,
+    ) -> bool {
         let result =
             self.records
                 .entry(Arc::from(key))
                 .and_compute_with(|existing| match existing {
-                    Some(entry) if &*entry.value().0 == expected => match value {
-                        Some(value) => {
-                            moka::ops::compute::Op::Put((Arc::from(value), Instant::now() + ttl))
+                    Some(entry) if &*entry.value().value == expected => match next(entry.value()) {
+                        Some(record) => {
+                            // Charged now, whatever the bounds (it replaces a value
+                            // charged as much or more, which gives its charge back as
+                            // it leaves).
+                            self.charges.charge(record.weight, &record.owner);
+                            moka::ops::compute::Op::Put(record)
                         }
                         None => moka::ops::compute::Op::Remove,
                     },
@@ -193,6 +380,12 @@ impl MemoryStore {
             moka::ops::compute::CompResult::Unchanged(_)
                 | moka::ops::compute::CompResult::StillNone(_)
         )
+    }
+
+    /// Bytes charged to idempotency records now (for tests and the measurement).
+    pub fn record_bytes(&self) -> u64 {
+        self.records.run_pending_tasks();
+        self.charges.bytes.load(Ordering::Acquire).max(0) as u64
     }
 
     pub fn release(&self, id: &str) {
@@ -213,6 +406,15 @@ impl MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reserve(
+        store: &MemoryStore,
+        key: &str,
+        value: &str,
+        lease: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        store.reserve_record(key, value, lease, "owner", 0)
+    }
 
     #[test]
     fn an_id_is_consumed_once_until_it_expires() {
@@ -278,40 +480,26 @@ mod tests {
     fn records_are_reserved_once_and_swapped_only_from_what_was_expected() {
         let store = MemoryStore::new(10);
         let minute = Duration::from_secs(60);
-        assert_eq!(store.reserve_record("k", "p1", minute), Ok(None));
-        assert_eq!(
-            store.reserve_record("k", "p2", minute),
-            Ok(Some("p1".into()))
-        );
+        assert_eq!(reserve(&store, "k", "p1", minute), Ok(None));
+        assert_eq!(reserve(&store, "k", "p2", minute), Ok(Some("p1".into())));
         store.swap_record("k", "p2", Some("done"), minute);
-        assert_eq!(
-            store.reserve_record("k", "p3", minute),
-            Ok(Some("p1".into()))
-        );
+        assert_eq!(reserve(&store, "k", "p3", minute), Ok(Some("p1".into())));
         store.swap_record("k", "p1", Some("done"), minute);
-        assert_eq!(
-            store.reserve_record("k", "p3", minute),
-            Ok(Some("done".into()))
-        );
+        assert_eq!(reserve(&store, "k", "p3", minute), Ok(Some("done".into())));
         store.swap_record("k", "done", None, minute);
-        assert_eq!(store.reserve_record("k", "p4", minute), Ok(None));
+        assert_eq!(reserve(&store, "k", "p4", minute), Ok(None));
         assert_eq!(
-            store.reserve_record("short", "p", Duration::from_millis(20)),
+            reserve(&store, "short", "p", Duration::from_millis(20)),
             Ok(None)
         );
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(
-            store.reserve_record("short", "q", minute),
-            Ok(None),
-            "expired"
-        );
+        assert_eq!(reserve(&store, "short", "q", minute), Ok(None), "expired");
         let wins: usize = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..16)
                 .map(|i| {
                     let store = &store;
-                    scope.spawn(move || {
-                        store.reserve_record("race", &format!("p{i}"), minute) == Ok(None)
-                    })
+                    scope
+                        .spawn(move || reserve(store, "race", &format!("p{i}"), minute) == Ok(None))
                 })
                 .collect();
             handles
@@ -326,9 +514,9 @@ mod tests {
     fn a_record_is_swapped_only_while_it_holds_the_reservation() {
         let store = MemoryStore::new(10);
         let minute = Duration::from_secs(60);
-        assert_eq!(store.reserve_record("k", "p:1", minute), Ok(None));
+        assert_eq!(reserve(&store, "k", "p:1", minute), Ok(None));
         assert_eq!(
-            store.reserve_record("k", "p:2", minute),
+            reserve(&store, "k", "p:2", minute),
             Ok(Some("p:1".to_owned()))
         );
         assert!(
@@ -340,6 +528,112 @@ mod tests {
         assert!(!store.swap_record("k", "p:1", None, minute), "lease lost");
         assert!(store.swap_record("k", "d:1", None, minute));
         assert!(!store.swap_record("missing", "p:1", None, minute));
+    }
+
+    #[test]
+    fn records_are_bounded_in_bytes_and_per_owner_without_evicting_one() {
+        let minute = Duration::from_secs(60);
+        let store = MemoryStore::with_record_bounds(
+            10,
+            RecordBounds {
+                max_bytes: 3 * (record_weight("k1", "p") + 1000) + record_weight("k1", "done"),
+                per_owner: 2,
+            },
+        );
+        let weight = record_weight("k1", "p") + 1000;
+        assert_eq!(
+            store.reserve_record("k1", "p", minute, "alice", 1000),
+            Ok(None)
+        );
+        assert_eq!(
+            store.reserve_record("k2", "p", minute, "alice", 1000),
+            Ok(None)
+        );
+        assert_eq!(store.record_bytes(), 2 * weight);
+        // Alice's third is refused, not one of hers evicted; a repeat is still answered.
+        assert_eq!(
+            store.reserve_record("k3", "p", minute, "alice", 1000),
+            Err(StoreError::OwnerFull)
+        );
+        assert_eq!(
+            store.reserve_record("k1", "q", minute, "alice", 1000),
+            Ok(Some("p".into()))
+        );
+        assert_eq!(
+            store.reserve_record("k3", "p", minute, "bob", 1000),
+            Ok(None)
+        );
+        // The byte budget is spent: bob's second is refused.
+        assert_eq!(
+            store.reserve_record("k4", "p", minute, "bob", 1000),
+            Err(StoreError::Full)
+        );
+        assert_eq!(store.record_bytes(), 3 * weight);
+        // A reservation that becomes a small record gives its headroom back.
+        assert!(store.swap_record("k1", "p", Some("done"), minute));
+        assert_eq!(
+            store.record_bytes(),
+            2 * weight + record_weight("k1", "done")
+        );
+        assert_eq!(
+            store.reserve_record("k4", "p", minute, "bob", 1000),
+            Ok(None)
+        );
+        // Renewing charges nothing more; releasing gives everything back, owner counts too.
+        assert!(store.renew_record("k4", "p", minute));
+        assert!(!store.renew_record("k4", "other", minute));
+        for (key, value) in [("k1", "done"), ("k2", "p"), ("k3", "p"), ("k4", "p")] {
+            assert!(store.swap_record(key, value, None, minute), "{key}");
+        }
+        assert_eq!(store.record_bytes(), 0);
+        assert_eq!(
+            store.reserve_record("k5", "p", minute, "alice", 0),
+            Ok(None)
+        );
+        assert_eq!(
+            store.reserve_record("k6", "p", minute, "alice", 0),
+            Ok(None)
+        );
+        assert_eq!(
+            store.reserve_record("k7", "p", minute, "alice", 0),
+            Err(StoreError::OwnerFull)
+        );
+    }
+
+    #[test]
+    fn an_expired_record_gives_its_charge_back() {
+        let store = MemoryStore::with_record_bounds(
+            10,
+            RecordBounds {
+                max_bytes: 1 << 20,
+                per_owner: 1,
+            },
+        );
+        let (short, minute) = (Duration::from_millis(30), Duration::from_secs(60));
+        // Retried until moka's timer wheel (about a second's granularity) has removed
+        // the expired record: until then it still counts, erring on the side of refusing.
+        let eventually = |key: &str, value: &str, lease: Duration| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match store.reserve_record(key, value, lease, "alice", 100) {
+                    Ok(None) => return,
+                    Err(StoreError::OwnerFull) => {}
+                    other => panic!("{other:?}"),
+                }
+                assert!(Instant::now() < deadline, "the expired record still counts");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        };
+        eventually("k", "p", short);
+        std::thread::sleep(Duration::from_millis(60));
+        // Taken over after expiry by the same owner: still one record, one charge.
+        eventually("k", "q", minute);
+        assert_eq!(store.record_bytes(), record_weight("k", "q") + 100);
+        assert!(!store.renew_record("k", "p", short), "not ours any more");
+        assert!(store.renew_record("k", "q", short));
+        std::thread::sleep(Duration::from_millis(60));
+        eventually("j", "p", minute);
+        assert_eq!(store.record_bytes(), record_weight("j", "p") + 100);
     }
 
     #[test]

@@ -29,9 +29,13 @@ pub enum StoreError {
     Unavailable,
     #[error("store did not answer in time")]
     Timeout,
-    /// The memory store holds `memory_max_entries` live ids and will not forget one.
+    /// The memory store holds `memory_max_entries` live ids (or its idempotency
+    /// records their byte budget) and will not forget one.
     #[error("store full")]
     Full,
+    /// The caller holds as many idempotency records as one caller may.
+    #[error("caller's record quota reached")]
+    OwnerFull,
 }
 
 /// Which store, for metric labels.
@@ -58,10 +62,18 @@ pub enum Store {
 
 impl Store {
     /// The store `single_use.store` names (validated configuration).
-    pub fn from_config(config: &crate::config::SingleUseConfig) -> Result<Self, &'static str> {
+    pub fn from_config(config: &crate::config::Config) -> Result<Self, &'static str> {
+        let idempotency = &config.idempotency;
+        let config = &config.single_use;
         Ok(match config.store {
             crate::config::SingleUseStore::Memory => {
-                Store::Memory(memory::MemoryStore::new(config.memory_max_entries))
+                Store::Memory(memory::MemoryStore::with_record_bounds(
+                    config.memory_max_entries,
+                    memory::RecordBounds {
+                        max_bytes: idempotency.memory_max_bytes,
+                        per_owner: idempotency.max_records_per_principal,
+                    },
+                ))
             }
             crate::config::SingleUseStore::Redis => Store::Redis(Box::new(redis::RedisStore::new(
                 config
@@ -126,15 +138,19 @@ impl Store {
     }
 
     /// Set the idempotency record `key` to `value` for `lease` unless it exists: `None`
-    /// when set now (exactly one caller anywhere), else the value it holds.
+    /// when set now (exactly one caller anywhere), else the value it holds. The memory
+    /// store charges it to `owner` and for `headroom` more bytes (the largest answer it
+    /// may become) and refuses past its bounds; Redis is bounded by its own `maxmemory`.
     pub async fn reserve_record(
         &self,
         key: &str,
         value: &str,
         lease: Duration,
+        owner: &str,
+        headroom: u64,
     ) -> Result<Option<String>, StoreError> {
         match self {
-            Store::Memory(store) => store.reserve_record(key, value, lease),
+            Store::Memory(store) => store.reserve_record(key, value, lease, owner, headroom),
             Store::Redis(store) => store.reserve_record(key, value, lease).await,
         }
     }
@@ -152,6 +168,20 @@ impl Store {
         match self {
             Store::Memory(store) => Ok(store.swap_record(key, expected, value, ttl)),
             Store::Redis(store) => store.swap_record(key, expected, value, ttl).await,
+        }
+    }
+
+    /// Extend the record `key`'s lease to `lease` from now, only while it holds
+    /// `expected` (its owner's reservation). Returns whether it did.
+    pub async fn renew_record(
+        &self,
+        key: &str,
+        expected: &str,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        match self {
+            Store::Memory(store) => Ok(store.renew_record(key, expected, lease)),
+            Store::Redis(store) => store.renew_record(key, expected, lease).await,
         }
     }
 

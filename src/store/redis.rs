@@ -3,7 +3,8 @@
 //!
 //! Invariant: a consumption is one atomic `SET <prefix>c:<id> 1 NX PX <ttl>`: exactly one
 //! caller anywhere gets `OK`. Revocations live beside them under `<prefix>r:<digest>`,
-//! idempotency records under `<prefix>i:<key>` (reserved and swapped by Lua scripts). Every command has a deadline; a store that does not
+//! idempotency records under `<prefix>i:<key>` (reserved, renewed and swapped by Lua
+//! scripts, each conditional on the value it expects). Every command has a deadline; a store that does not
 //! answer in time is unavailable, never "fresh". The URL (it may carry a password) is
 //! never logged or echoed: errors name their kind only.
 
@@ -228,6 +229,28 @@ impl RedisStore {
         Ok(swapped > 0)
     }
 
+    /// `PEXPIRE <prefix>i:<key> <lease>` only while it holds `expected`: one Lua script,
+    /// so a reservation taken over by another caller after its lease ended is not
+    /// extended.
+    pub async fn renew_record(
+        &self,
+        key: &str,
+        expected: &str,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        const RENEW: &str = r"
+            if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+            return redis.call('PEXPIRE', KEYS[1], ARGV[2])";
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(RENEW)
+            .arg(1)
+            .arg(format!("{}i:{key}", self.prefix))
+            .arg(expected)
+            .arg(lease.as_millis().max(1) as u64);
+        let renewed: i64 = self.run(eval).await?;
+        Ok(renewed > 0)
+    }
+
     pub async fn ping(&self) -> Result<(), StoreError> {
         let _: String = self.run(redis::cmd("PING")).await?;
         Ok(())
@@ -271,7 +294,12 @@ impl RedisStore {
 /// the kind is all an operator needs next to the store metrics).
 fn report(error: RedisError) -> StoreError {
     tracing::debug!(kind = ?error.kind(), "redis command failed");
-    StoreError::Unavailable
+    // The client's own response timeout (set to the same deadline) may fire first.
+    if error.is_timeout() {
+        StoreError::Timeout
+    } else {
+        StoreError::Unavailable
+    }
 }
 
 #[cfg(test)]

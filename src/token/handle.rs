@@ -31,10 +31,14 @@ pub enum HandleReject {
     Principal,
     /// Sealed on another request path (another tenant of the same upstream).
     Path,
+    /// Issued before its principal was revoked (`mcp-state-guard revoke`).
+    Revoked,
+    /// The revocation list could not be read (and `single_use.on_store_error = "reject"`).
+    StoreUnavailable,
 }
 
 impl HandleReject {
-    pub const ALL: [HandleReject; 7] = [
+    pub const ALL: [HandleReject; 9] = [
         HandleReject::Malformed,
         HandleReject::UnknownKey,
         HandleReject::Expired,
@@ -42,6 +46,8 @@ impl HandleReject {
         HandleReject::Audience,
         HandleReject::Principal,
         HandleReject::Path,
+        HandleReject::Revoked,
+        HandleReject::StoreUnavailable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -53,8 +59,19 @@ impl HandleReject {
             HandleReject::Audience => "audience",
             HandleReject::Principal => "principal",
             HandleReject::Path => "path",
+            HandleReject::Revoked => "revoked",
+            HandleReject::StoreUnavailable => "store_unavailable",
         }
     }
+}
+
+/// A sealed handle that opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenedHandle {
+    /// The upstream's raw handle.
+    pub raw: Value,
+    /// When it was sealed (Unix seconds), for the revocation check.
+    pub issued_at: f64,
 }
 
 /// What a handle token carries (compact JSON, short names like the state claims).
@@ -148,8 +165,8 @@ impl StateSealer {
         token: &str,
         kind: &str,
         principal: Option<&str>,
-    ) -> Result<Value, HandleReject> {
-        self.open_handle_at(super::now(), token, kind, principal, Some(path))
+    ) -> Result<OpenedHandle, HandleReject> {
+        self.open_handle_claims(super::now(), token, kind, principal, Some(path))
     }
 
     pub fn open_handle_at(
@@ -160,6 +177,18 @@ impl StateSealer {
         principal: Option<&str>,
         path: Option<&str>,
     ) -> Result<Value, HandleReject> {
+        self.open_handle_claims(now, token, kind, principal, path)
+            .map(|opened| opened.raw)
+    }
+
+    fn open_handle_claims(
+        &self,
+        now: f64,
+        token: &str,
+        kind: &str,
+        principal: Option<&str>,
+        path: Option<&str>,
+    ) -> Result<OpenedHandle, HandleReject> {
         let unsealed = self
             .ring
             .load()
@@ -193,7 +222,10 @@ impl StateSealer {
         {
             return Err(HandleReject::Path);
         }
-        Ok(claims.h)
+        Ok(OpenedHandle {
+            raw: claims.h,
+            issued_at: claims.iat,
+        })
     }
 }
 
@@ -215,14 +247,18 @@ mod tests {
         let s = sealer(KEY, "aud");
         let raw = json!("imp-1");
         let token = s.seal_handle_on("/tenants/a/mcp", "import", &raw, Some("alice"), 60);
-        let open = |path| s.open_handle_on(path, &token, "import", Some("alice"));
+        let open = |path| {
+            s.open_handle_on(path, &token, "import", Some("alice"))
+                .map(|opened| opened.raw)
+        };
         assert_eq!(open("/tenants/a/mcp"), Ok(raw.clone()));
         assert_eq!(open("/tenants/b/mcp"), Err(HandleReject::Path));
         assert_eq!(open("/tenants/a/mcp?x=1"), Err(HandleReject::Path));
         // Issued without a path (an older sidecar): opens on any.
         let unbound = s.seal_handle("import", &raw, Some("alice"), 60);
         assert_eq!(
-            s.open_handle_on("/anywhere", &unbound, "import", Some("alice")),
+            s.open_handle_on("/anywhere", &unbound, "import", Some("alice"))
+                .map(|opened| opened.raw),
             Ok(raw)
         );
     }

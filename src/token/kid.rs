@@ -5,7 +5,7 @@
 //! Invariant: a [`KeyId`] is 4 bytes shown as 8 lowercase hex digits, nothing else: it
 //! never carries token, state or key bytes beyond the id itself.
 
-use super::keyring::{KID_LEN, TOKEN_PREFIX};
+use super::keyring::{HANDLE_PREFIX, KID_LEN, TOKEN_PREFIX};
 use super::{KeyRing, Opened};
 use base64_simd::URL_SAFE_NO_PAD;
 use std::fmt;
@@ -40,8 +40,17 @@ impl KeyId {
     /// token's key id tells an operator which key, or which foreign deployment, it came
     /// from). `None` when it does not begin like a `v1.` token.
     pub fn of_token(token: &str) -> Option<KeyId> {
+        Self::after_prefix(token, TOKEN_PREFIX)
+    }
+
+    /// The key id a sealed handle (`h1.`) names, as [`KeyId::of_token`] for states.
+    pub fn of_handle(token: &str) -> Option<KeyId> {
+        Self::after_prefix(token, HANDLE_PREFIX)
+    }
+
+    fn after_prefix(token: &str, prefix: &str) -> Option<KeyId> {
         // 8 base64url characters are 6 bytes, the first 4 of which are the key id.
-        let head = token.strip_prefix(TOKEN_PREFIX)?.get(..8)?;
+        let head = token.strip_prefix(prefix)?.get(..8)?;
         let bytes = URL_SAFE_NO_PAD.decode_to_vec(head).ok()?;
         bytes[..KID_LEN].try_into().ok().map(KeyId)
     }
@@ -113,5 +122,8 @@ mod tests {
             assert_eq!(KeyId::of_token(text), None, "{text:?}");
         }
         assert!(KeyId::of_token("v1.AAAAAAAA").is_some());
+        assert!(KeyId::of_token("h1.AAAAAAAA").is_none());
+        assert!(KeyId::of_handle("h1.AAAAAAAA").is_some());
+        assert!(KeyId::of_handle("v1.AAAAAAAA").is_none());
     }
 }

@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use canonical::CanonicalError;
 pub use claims::{BindingError, Flow, RequestBinding, args_digest};
-pub use handle::HandleReject;
+pub use handle::{HandleReject, OpenedHandle};
 pub use keyring::{KeyRing, KeyRingError, OpenError, TOKEN_ID_LEN, generate_secret};
 pub use kid::KeyId;
 

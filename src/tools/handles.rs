@@ -4,17 +4,20 @@
 //!
 //! Invariant: an accepting tool's call is forwarded only when its handle argument is
 //! absent or a sealed handle of the configured kind that opens for this caller (this
-//! audience, this request path, unexpired), and no key beside it reads like it to a
-//! case-folding upstream (`ImportId` next to `importId`: Go's `encoding/json` would take
-//! either); every refusal gets the one `invalid_handle` answer, its cause in the log and
-//! in `handles_total{result}`. No raw handle an issuing tool returns at its configured
-//! pointer in a complete result reaches the client.
+//! audience, this request path, unexpired, issued after any revocation of the caller),
+//! and no key beside it reads like it to a case-folding upstream (`ImportId` next to
+//! `importId`: Go's `encoding/json` would take either); every refusal gets the one
+//! `invalid_handle` answer, its cause in the log and in `handles_total{result}`. No raw
+//! handle an issuing tool returns at its configured pointer reaches the client: in a
+//! complete result, an `input_required` round, JSON or SSE, or a replayed answer (whose
+//! record holds the raw handle, sealed afresh for each replay).
 
 use crate::config::HandleConfig;
 use crate::error::ProxyError;
 use crate::metrics::{HandleResult, Metrics};
-use crate::policy::single_use::glob_match;
-use crate::token::StateSealer;
+use crate::policy::revocation::Revocations;
+use crate::policy::single_use::{SingleUse, glob_match};
+use crate::token::{HandleReject, KeyId, StateSealer};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -23,6 +26,9 @@ pub struct Handles {
     kinds: Vec<HandleConfig>,
     sealer: Arc<StateSealer>,
     metrics: Arc<Metrics>,
+    revocations: Arc<Revocations>,
+    /// Its store-failure policy (`single_use.on_store_error`) applies to revocations.
+    single_use: Arc<SingleUse>,
 }
 
 /// The kinds one response must seal: computed at admission from the tool name, so the
@@ -38,17 +44,25 @@ pub struct Issue {
 }
 
 impl Handles {
-    pub fn new(kinds: &[HandleConfig], sealer: Arc<StateSealer>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        kinds: &[HandleConfig],
+        sealer: Arc<StateSealer>,
+        metrics: Arc<Metrics>,
+        revocations: Arc<Revocations>,
+        single_use: Arc<SingleUse>,
+    ) -> Self {
         Self {
             kinds: kinds.to_vec(),
             sealer,
             metrics,
+            revocations,
+            single_use,
         }
     }
 
     /// Replace each accepted handle argument of a `tools/call` by the upstream's raw
     /// handle, or refuse the call.
-    pub fn unwrap(
+    pub async fn unwrap(
         &self,
         tool: &str,
         path: &str,
@@ -75,21 +89,51 @@ impl Handles {
             let opened = match argument {
                 Value::String(token) => self
                     .sealer
-                    .open_handle_on(path, token, &kind.kind, principal),
-                _ => Err(crate::token::HandleReject::Malformed),
+                    .open_handle_on(path, token, &kind.kind, principal)
+                    .map(|opened| (opened, KeyId::of_handle(token))),
+                _ => Err(HandleReject::Malformed),
             };
-            match opened {
-                Ok(raw) => {
-                    *argument = raw;
-                    self.metrics.handle(HandleResult::Ok);
-                }
+            let (opened, kid) = match opened {
+                Ok(opened) => opened,
                 Err(reason) => return Err(self.refuse(&kind.kind, reason)),
+            };
+            if let Err(reason) = self.not_revoked(principal, opened.issued_at).await {
+                return Err(self.refuse(&kind.kind, reason));
+            }
+            *argument = opened.raw;
+            self.metrics.handle(HandleResult::Ok);
+            if let Some(kid) = kid {
+                self.metrics.handle_opened(kid);
             }
         }
         Ok(())
     }
 
-    fn refuse(&self, kind: &str, reason: crate::token::HandleReject) -> ProxyError {
+    /// A handle of a revoked principal issued before the revocation is refused, as a
+    /// `requestState` is; a store that cannot say follows `single_use.on_store_error`.
+    async fn not_revoked(
+        &self,
+        principal: Option<&str>,
+        issued_at: f64,
+    ) -> Result<(), HandleReject> {
+        let Some(principal) = principal else {
+            return Ok(());
+        };
+        match self.revocations.revoked(principal, issued_at).await {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(HandleReject::Revoked),
+            Err(error) if self.single_use.fails_open() => {
+                tracing::warn!(error = %error, "revocations could not be checked for a handle; let through (on_store_error = allow)");
+                Ok(())
+            }
+            Err(error) => {
+                tracing::error!(error = %error, "revocations could not be checked for a handle");
+                Err(HandleReject::StoreUnavailable)
+            }
+        }
+    }
+
+    fn refuse(&self, kind: &str, reason: HandleReject) -> ProxyError {
         self.metrics.handle(HandleResult::Refused(reason));
         tracing::info!(
             kind = %crate::telemetry::Clipped(kind),
@@ -120,7 +164,7 @@ impl Handles {
 /// Refuse arguments in which the handle's place is ambiguous to a lenient upstream: a
 /// step of the pointer that exists but is not an object or array, or a key beside the
 /// handle's that differs from it only in case, `_`/`-` or Unicode case folding.
-fn no_look_alike(arguments: &Value, pointer: &str) -> Result<(), crate::token::HandleReject> {
+fn no_look_alike(arguments: &Value, pointer: &str) -> Result<(), HandleReject> {
     let Some((parent, last)) = pointer.rsplit_once('/') else {
         return Ok(());
     };
@@ -138,17 +182,18 @@ fn no_look_alike(arguments: &Value, pointer: &str) -> Result<(), crate::token::H
                 .keys()
                 .any(|key| *key != last && crate::jsonrpc::fold(key) == folded);
             if ambiguous {
-                Err(crate::token::HandleReject::Malformed)
+                Err(HandleReject::Malformed)
             } else {
                 Ok(())
             }
         }
-        Some(_) => Err(crate::token::HandleReject::Malformed),
+        Some(_) => Err(HandleReject::Malformed),
     }
 }
 
 impl Issue {
-    /// Seal the handle at each configured pointer of a complete tool `result`. A result
+    /// Seal the handle at each configured pointer of a tool `result` (complete or an
+    /// `input_required` round, from the upstream or replayed from a record). A result
     /// without one (a tool error, say) passes, counted as `missing`.
     pub fn seal(&self, result: &mut Map<String, Value>) {
         for (kind, pointer, ttl) in &self.kinds {
@@ -164,6 +209,9 @@ impl Issue {
                         self.principal.as_deref(),
                         *ttl,
                     );
+                    if let Some(kid) = KeyId::of_handle(&sealed) {
+                        self.metrics.handle_minted(kid);
+                    }
                     *raw = Value::String(sealed);
                     self.metrics.handle(HandleResult::Sealed);
                 }

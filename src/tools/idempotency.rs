@@ -4,22 +4,32 @@
 //!
 //! Invariant: of any number of calls with one record key, on any replica sharing the
 //! store, exactly one is forwarded until its reservation is released (an `input_required`
-//! round, a transport failure, an answer that could not be made safe or stored) or its
-//! record expires; every other call gets the stored answer (same arguments, completed),
-//! `idempotency_key_in_progress` (still in flight) or `idempotency_key_conflict` (other
-//! arguments). A store that cannot answer refuses the call: a write is never forwarded
-//! unrecorded.
+//! round, an HTTP failure of the upstream, a body that is no complete answer, an answer
+//! that could not be made safe or stored) or its record expires; every other call gets
+//! the stored answer (same arguments, completed), `idempotency_key_in_progress` (still in
+//! flight) or `idempotency_key_conflict` (other arguments). A reservation is owned (a
+//! random nonce in its value: only its owner renews, records or deletes it) and renewed
+//! every third of `idempotency.lease_ms` while its answer is in progress, so it outlives
+//! a long stream but not the replica that held it. A store that cannot answer refuses
+//! the call: a write is never forwarded unrecorded.
+//!
+//! A record holds the upstream's answer as the client got it except for the handles an
+//! issuing tool returns, which it holds raw: each replay seals them afresh for the
+//! replaying caller (the same principal, by the record's key), so a replay never hands
+//! out a handle that expired while the record lived.
 
 use crate::config::IdempotencyConfig;
 use crate::error::ProxyError;
 use crate::metrics::{IdempotencyResult, Metrics};
 use crate::policy::single_use::glob_match;
 use crate::store::{Store, StoreError};
-use http::HeaderMap;
+use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::task::AbortHandle;
 
 /// The header a client may carry the key in instead of `params.idempotencyKey`.
 pub const HEADER: &str = "idempotency-key";
@@ -33,8 +43,7 @@ pub struct Idempotency {
     audience: Option<String>,
     store: Arc<Store>,
     metrics: Arc<Metrics>,
-    /// How long a reservation holds when nobody completes or releases it (a replica
-    /// that died mid-call): the upstream's answer deadline plus five minutes.
+    /// How long a reservation holds unless renewed (`idempotency.lease_ms`).
     lease: Duration,
 }
 
@@ -44,33 +53,65 @@ pub enum Admitted {
     Untracked,
     /// Reserved: forward, then record what comes back through the ticket.
     Reserved(Arc<Ticket>),
-    /// Completed before with the same arguments: the stored `result` or `error` member.
-    Replay(Map<String, Value>),
+    /// Completed before with the same arguments: the stored answer.
+    Replay(Replay),
+}
+
+/// A recorded answer, replayed.
+pub struct Replay {
+    /// The upstream's HTTP status when it answered.
+    pub status: StatusCode,
+    /// The stored `result` or `error` member.
+    pub answer: Map<String, Value>,
+    /// Whether the issuing tool's handles in it are raw (sealed at replay), as this
+    /// version records them; a record of an older version holds them sealed already.
+    pub raw_handles: bool,
 }
 
 /// A reservation in flight, completed by the response phase or released when dropped.
 pub struct Ticket {
     pending: Mutex<Option<Pending>>,
     outcome: Mutex<Option<Outcome>>,
+    /// The upstream's HTTP status (0 until its response head came).
+    status: AtomicU16,
 }
 
 struct Pending {
     store: Arc<Store>,
     metrics: Arc<Metrics>,
     record: String,
-    /// The exact value reserved: only it is replaced or deleted.
+    /// The exact value reserved (its nonce makes it ours): only it is renewed,
+    /// replaced or deleted.
     reserved: String,
     digest: String,
     ttl: Duration,
     max_result_bytes: usize,
+    /// The task renewing the lease; stopped when the ticket finishes or is dropped.
+    _renewal: Renewal,
+}
+
+/// Aborts the renewal task when dropped.
+struct Renewal(AbortHandle);
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 enum Outcome {
-    /// The stored JSON of a complete answer (`{"result":…}` or `{"error":…}`).
-    Record(String),
+    /// The stored JSON of a complete answer (`{"result":…}` or `{"error":…}`) and the
+    /// HTTP status it came with.
+    Record(StatusCode, String),
     /// Give the key back.
     Release(IdempotencyResult),
 }
+
+/// The value prefixes: a reservation, a record of this version, one of the previous
+/// (its handles sealed, its status 200).
+const RESERVED: &str = "p:";
+const ANSWERED: &str = "a:";
+const ANSWERED_V1: &str = "d:";
 
 impl Idempotency {
     pub fn new(
@@ -78,14 +119,13 @@ impl Idempotency {
         audience: Option<String>,
         store: Arc<Store>,
         metrics: Arc<Metrics>,
-        answer_deadline: Duration,
     ) -> Self {
         Self {
             config: config.clone(),
             audience,
             store,
             metrics,
-            lease: answer_deadline + Duration::from_secs(300),
+            lease: Duration::from_millis(config.lease_ms),
         }
     }
 
@@ -143,16 +183,46 @@ impl Idempotency {
             .map_err(|_| ProxyError::Parse(crate::jsonrpc::ParseError::Params))?;
         let record = self.record_name(principal, path, tool, &key);
         let reserved = format!(
-            "p:{digest}:{}",
-            hex::encode(crate::token::keyring::random_bytes::<8>())
+            "{RESERVED}{digest}:{}",
+            hex::encode(crate::token::keyring::random_bytes::<16>())
         );
-        let held = self
+        let held = match self
             .store
-            .reserve_record(&record, &reserved, self.lease)
+            .reserve_record(
+                &record,
+                &reserved,
+                self.lease,
+                &owner_name(principal),
+                self.config.max_result_bytes as u64,
+            )
             .await
-            .map_err(|error| self.unavailable(error))?;
+        {
+            Ok(held) => held,
+            Err(error @ (StoreError::Timeout | StoreError::Unavailable)) => {
+                // The command may have reached Redis and been applied all the same: a
+                // key reserved by nobody until its lease ends. Ours is the only value
+                // that can be there.
+                self.metrics
+                    .idempotency(IdempotencyResult::ReserveUnconfirmed);
+                tokio::spawn(release_phantom(
+                    self.store.clone(),
+                    record,
+                    reserved,
+                    self.lease,
+                ));
+                return Err(self.unavailable(error));
+            }
+            Err(StoreError::Full) => return Err(self.full(false)),
+            Err(StoreError::OwnerFull) => return Err(self.full(true)),
+        };
         let Some(held) = held else {
             self.metrics.idempotency(IdempotencyResult::Reserved);
+            let renewal = tokio::spawn(renew(
+                self.store.clone(),
+                record.clone(),
+                reserved.clone(),
+                self.lease,
+            ));
             return Ok(Admitted::Reserved(Arc::new(Ticket {
                 pending: Mutex::new(Some(Pending {
                     store: self.store.clone(),
@@ -162,34 +232,50 @@ impl Idempotency {
                     digest,
                     ttl: Duration::from_secs(self.config.ttl_seconds),
                     max_result_bytes: self.config.max_result_bytes,
+                    _renewal: Renewal(renewal.abort_handle()),
                 })),
                 outcome: Mutex::new(None),
+                status: AtomicU16::new(0),
             })));
         };
         // A value of another program under a shared prefix must not panic the parse.
-        let (state, rest) = match (held.strip_prefix("p:"), held.strip_prefix("d:")) {
-            (Some(rest), _) => ("p:", rest),
-            (_, Some(rest)) => ("d:", rest),
-            _ => ("", held.as_str()),
-        };
+        let (state, rest) = [RESERVED, ANSWERED, ANSWERED_V1]
+            .into_iter()
+            .find_map(|prefix| held.strip_prefix(prefix).map(|rest| (prefix, rest)))
+            .unwrap_or(("", held.as_str()));
         let (held_digest, stored) = rest.split_once(':').unwrap_or((rest, ""));
         if held_digest != digest {
             self.metrics.idempotency(IdempotencyResult::Conflict);
             return Err(ProxyError::IdempotencyConflict);
         }
-        match state {
-            "p:" => {
+        let replay = match state {
+            RESERVED => {
                 self.metrics.idempotency(IdempotencyResult::InProgress);
-                Err(ProxyError::IdempotencyInProgress)
+                return Err(ProxyError::IdempotencyInProgress);
             }
-            "d:" => match serde_json::from_str::<Map<String, Value>>(stored) {
-                Ok(answer) => {
-                    self.metrics.idempotency(IdempotencyResult::Replayed);
-                    Ok(Admitted::Replay(answer))
-                }
-                Err(_) => Err(self.unavailable(StoreError::Unavailable)),
-            },
-            _ => Err(self.unavailable(StoreError::Unavailable)),
+            ANSWERED => stored.split_once(':').and_then(|(status, answer)| {
+                Some(Replay {
+                    status: status
+                        .parse::<u16>()
+                        .ok()
+                        .and_then(|s| StatusCode::from_u16(s).ok())?,
+                    answer: serde_json::from_str(answer).ok()?,
+                    raw_handles: true,
+                })
+            }),
+            ANSWERED_V1 => serde_json::from_str(stored).ok().map(|answer| Replay {
+                status: StatusCode::OK,
+                answer,
+                raw_handles: false,
+            }),
+            _ => None,
+        };
+        match replay {
+            Some(replay) => {
+                self.metrics.idempotency(IdempotencyResult::Replayed);
+                Ok(Admitted::Replay(replay))
+            }
+            None => Err(self.unavailable(StoreError::Unavailable)),
         }
     }
 
@@ -198,6 +284,23 @@ impl Idempotency {
             .idempotency(IdempotencyResult::StoreUnavailable);
         tracing::error!(store = self.store.kind().as_str(), error = %error, "idempotency store failed");
         ProxyError::IdempotencyUnavailable
+    }
+
+    fn full(&self, per_principal: bool) -> ProxyError {
+        if per_principal {
+            self.metrics.idempotency(IdempotencyResult::Quota);
+            tracing::warn!(
+                limit = self.config.max_records_per_principal,
+                "idempotent call refused: the caller holds idempotency.max_records_per_principal records"
+            );
+        } else {
+            self.metrics.idempotency(IdempotencyResult::Full);
+            tracing::error!(
+                limit = self.config.memory_max_bytes,
+                "idempotent call refused: the memory store's records use idempotency.memory_max_bytes"
+            );
+        }
+        ProxyError::IdempotencyFull { per_principal }
     }
 
     /// The record's name: a digest of who, for which audience, on which path (tenant),
@@ -226,27 +329,109 @@ impl Idempotency {
     }
 }
 
+/// Who a record counts against in the memory store's per-caller bound: a digest, so
+/// the store holds no principal.
+fn owner_name(principal: Option<&str>) -> String {
+    let mut hash = Sha256::new().chain_update(b"mcp-state-guard/idempotency-owner/v1:");
+    if let Some(principal) = principal {
+        hash.update([1]);
+        hash.update(principal.as_bytes());
+    }
+    hex::encode(&hash.finalize()[..16])
+}
+
+/// Keep a reservation while its answer is in progress: every third of the lease, extend
+/// it to a whole lease from now, only while it still holds our value. Runs until
+/// aborted (the ticket finished or was dropped) or the reservation is no longer ours.
+async fn renew(store: Arc<Store>, record: String, reserved: String, lease: Duration) {
+    let period = lease / 3;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match store.renew_record(&record, &reserved, lease).await {
+            Ok(true) => {}
+            Ok(false) => {
+                // Counted as `lease_lost` when the answer comes and cannot be recorded.
+                tracing::warn!(
+                    "idempotency reservation gone while its call is in progress (its lease \
+                     ended before a renewal reached the store): a repeat may be applied"
+                );
+                return;
+            }
+            // The next period tries again; two more failures in a row lose the lease.
+            Err(error) => tracing::warn!(
+                store = store.kind().as_str(),
+                error = %error,
+                "idempotency reservation could not be renewed"
+            ),
+        }
+    }
+}
+
+/// After a reservation timed out: delete it if the store applied it after all (only
+/// while it holds our value), trying until the store answers or the lease would have
+/// freed the key anyway. A delete that itself timed out may still be applied (Redis
+/// runs one connection's commands in order), so `removed = false` at the end can also
+/// mean an earlier attempt removed it.
+async fn release_phantom(store: Arc<Store>, record: String, reserved: String, lease: Duration) {
+    let give_up = tokio::time::Instant::now() + lease;
+    while tokio::time::Instant::now() < give_up {
+        match store.swap_record(&record, &reserved, None, lease).await {
+            Ok(removed) => {
+                tracing::info!(
+                    removed,
+                    "idempotency reservation that timed out cleaned up (removed: the store had applied it)"
+                );
+                return;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    tracing::warn!(
+        "idempotency reservation that timed out could not be cleaned up: it ends with its lease"
+    );
+}
+
 impl Ticket {
-    /// The response phase saw the answer to the call: a complete result or a JSON-RPC
-    /// error is kept for recording; an `input_required` round releases the key.
+    /// The upstream's response head came with `status`: only a 2xx answer is recorded.
+    pub fn upstream_status(&self, status: StatusCode) {
+        self.status.store(status.as_u16(), Ordering::Release);
+    }
+
+    /// The response phase saw the answer to the call, its states sealed and its issued
+    /// handles still raw: a complete result or a JSON-RPC error in a 2xx response is
+    /// kept for recording; an `input_required` round, or any answer of an HTTP failure
+    /// (5xx, 429, any status but 2xx), releases the key.
     pub fn complete(&self, message: &Map<String, Value>) {
+        let status = StatusCode::from_u16(self.status.load(Ordering::Acquire)).ok();
         let outcome = match (message.get("result"), message.get("error")) {
+            (None, None) => return,
+            _ if !status.is_some_and(|s| s.is_success()) => {
+                tracing::info!(
+                    status = status.map_or(0, |s| s.as_u16()),
+                    "idempotent call answered with an HTTP failure: key released, not recorded"
+                );
+                Outcome::Release(IdempotencyResult::UpstreamFailed)
+            }
             // A round that asks (by `resultType` or by `inputRequests`, as the sealer
             // decides) is no final answer.
             (Some(Value::Object(result)), _) if crate::proxy::response::asks_for_input(result) => {
                 Outcome::Release(IdempotencyResult::Released)
             }
-            (Some(result), _) => Self::stored("result", result),
-            (None, Some(error)) => Self::stored("error", error),
-            (None, None) => return,
+            (Some(result), _) => Self::stored(status, "result", result),
+            (None, Some(error)) => Self::stored(status, "error", error),
         };
         *self.outcome.lock().expect("not poisoned") = Some(outcome);
     }
 
-    fn stored(member: &str, value: &Value) -> Outcome {
+    fn stored(status: Option<StatusCode>, member: &str, value: &Value) -> Outcome {
         let mut answer = Map::new();
         answer.insert(member.into(), value.clone());
-        Outcome::Record(serde_json::to_string(&answer).expect("a JSON value serialises"))
+        Outcome::Record(
+            status.unwrap_or(StatusCode::OK),
+            serde_json::to_string(&answer).expect("a JSON value serialises"),
+        )
     }
 
     /// Record (or release) now, when the answer is known; `false` while it is not (a
@@ -281,10 +466,23 @@ impl Drop for Ticket {
 
 impl Pending {
     /// Store the answer for `ttl`, or give the key back (no answer: the upstream was
-    /// unreachable, the stream broke, or the answer was withheld).
+    /// unreachable, timed out, the stream broke, or the answer was withheld).
     async fn finish(self, outcome: Option<Outcome>) {
+        let Pending {
+            store,
+            metrics,
+            record,
+            reserved,
+            digest,
+            ttl,
+            max_result_bytes,
+            _renewal,
+        } = self;
+        // No renewal may land after the record (it would not: it is conditional on
+        // the reservation), nor keep running after a release.
+        drop(_renewal);
         let outcome = match outcome {
-            Some(Outcome::Record(answer)) if answer.len() > self.max_result_bytes => {
+            Some(Outcome::Record(_, answer)) if answer.len() > max_result_bytes => {
                 tracing::warn!(
                     bytes = answer.len(),
                     "idempotent result larger than idempotency.max_result_bytes: not recorded, \
@@ -296,28 +494,26 @@ impl Pending {
             None => Outcome::Release(IdempotencyResult::Released),
         };
         let (value, result) = match &outcome {
-            Outcome::Record(answer) => (
-                Some(format!("d:{}:{answer}", self.digest)),
+            Outcome::Record(status, answer) => (
+                Some(format!("{ANSWERED}{digest}:{}:{answer}", status.as_u16())),
                 IdempotencyResult::Recorded,
             ),
             Outcome::Release(result) => (None, *result),
         };
-        match self
-            .store
-            .swap_record(&self.record, &self.reserved, value.as_deref(), self.ttl)
+        match store
+            .swap_record(&record, &reserved, value.as_deref(), ttl)
             .await
         {
-            Ok(true) => self.metrics.idempotency(result),
+            Ok(true) => metrics.idempotency(result),
             Ok(false) => {
-                self.metrics.idempotency(IdempotencyResult::LeaseLost);
+                metrics.idempotency(IdempotencyResult::LeaseLost);
                 tracing::warn!(
                     "idempotency reservation lost before the answer came (its lease ended): \
                      not recorded; a repeat may have been applied meanwhile"
                 );
             }
             Err(error) => {
-                self.metrics
-                    .idempotency(IdempotencyResult::StoreUnavailable);
+                metrics.idempotency(IdempotencyResult::StoreUnavailable);
                 tracing::error!(
                     error = %error,
                     "idempotency record could not be written; the key stays reserved until its lease ends"

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 pub use handles::{Handles, Issue};
-pub use idempotency::{Admitted, Idempotency, Ticket};
+pub use idempotency::{Admitted, Idempotency, Replay, Ticket};
 
 /// The tool phase: what every configured feature needs.
 pub struct ToolFeatures {
@@ -31,9 +31,9 @@ pub struct Inbound {
     pub issue: Option<Issue>,
     /// The idempotency reservation the response completes.
     pub ticket: Option<Arc<Ticket>>,
-    /// A repeat of a completed call: its stored `result` or `error` member, answered
-    /// without the upstream.
-    pub replay: Option<Map<String, Value>>,
+    /// A repeat of a completed call: its stored answer (its issued handles sealed for
+    /// this caller now), answered without the upstream.
+    pub replay: Option<Replay>,
 }
 
 impl ToolFeatures {
@@ -62,7 +62,7 @@ impl ToolFeatures {
         else {
             return Ok(Inbound::default());
         };
-        self.handles.unwrap(&tool, path, params, principal)?;
+        self.handles.unwrap(&tool, path, params, principal).await?;
         let mut inbound = Inbound {
             issue: self.handles.issue(&tool, path, principal),
             ..Inbound::default()
@@ -74,7 +74,16 @@ impl ToolFeatures {
         {
             Admitted::Untracked => {}
             Admitted::Reserved(ticket) => inbound.ticket = Some(ticket),
-            Admitted::Replay(answer) => inbound.replay = Some(answer),
+            Admitted::Replay(mut replay) => {
+                if let (Some(issue), Some(Value::Object(result)), true) = (
+                    &inbound.issue,
+                    replay.answer.get_mut("result"),
+                    replay.raw_handles,
+                ) {
+                    issue.seal(result);
+                }
+                inbound.replay = Some(replay);
+            }
         }
         Ok(inbound)
     }

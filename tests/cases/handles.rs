@@ -340,3 +340,191 @@ async fn a_state_binds_the_sealed_handle_the_client_sent() {
     }
     sidecar.stop().await;
 }
+
+/// A revocation stops a caller's handles as it stops its states: a handle issued before
+/// `POST /admin/revoke` gets the one `invalid_handle` answer (cause `revoked`) and
+/// nothing is forwarded; another caller's handle, and the caller's handles issued after,
+/// open. Mints and opens are counted per key id.
+#[tokio::test]
+async fn a_revoked_callers_handles_are_refused() {
+    use crate::support::http::send;
+    use mcp_state_guard::token::KeyId;
+    const SECRET: &str = "admin-secret-for-handles-0123";
+    let upstream = LegacyServer::start_script("tests/py/import_server.py", Mode::Json);
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, SECRET).unwrap();
+    let mut config = import_config(&upstream.base_url());
+    config.admin.token_file = Some(token_file);
+    let sidecar = Sidecar::with_keys(config, &[KEY], AUDIENCE).await;
+    let url = sidecar.mcp_url();
+    let start = |who: &'static str| {
+        let url = url.clone();
+        async move {
+            let started = call(&url, Some(who), "start_import", json!({})).await;
+            structured(&started)["importId"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let append = |who: &'static str, handle: String| {
+        let url = url.clone();
+        async move {
+            call(
+                &url,
+                Some(who),
+                "append_rows",
+                json!({"importId": handle, "rows": [1]}),
+            )
+            .await
+        }
+    };
+    let alices = start("alice").await;
+    let bobs = start("bob").await;
+    assert_eq!(append("alice", alices.clone()).await.status, 200);
+
+    let revoked = send(
+        http::Method::POST,
+        &format!("http://{}/admin/revoke", sidecar.admin_addr),
+        &[
+            ("content-type".into(), "application/json".into()),
+            ("authorization".into(), format!("Bearer {SECRET}")),
+        ],
+        json!({"principal": "alice"}).to_string(),
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(revoked.status, 200, "{}", revoked.text());
+    let refused = append("alice", alices.clone()).await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert_eq!(
+        refused.json()["error"]["data"],
+        json!({"reason": "invalid_handle"})
+    );
+    assert_eq!(
+        sidecar
+            .metrics()
+            .handle_count(HandleResult::Refused(HandleReject::Revoked)),
+        1
+    );
+    assert_eq!(counts(&upstream)["imp-1"]["rows"], json!(1), "not applied");
+    assert_eq!(append("bob", bobs).await.status, 200, "bob is not revoked");
+    // Handles carry whole seconds: one issued in the second of the revocation is
+    // refused too, so the next is issued a second later.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let fresh = start("alice").await;
+    assert_eq!(append("alice", fresh.clone()).await.status, 200);
+
+    let kid = KeyId::of_handle(&fresh).expect("a handle names its key");
+    assert_eq!(KeyId::of_handle(&alices), Some(kid));
+    let metrics = sidecar.metrics();
+    assert_eq!(metrics.handles_count(true, kid), Some(3), "three minted");
+    assert_eq!(metrics.handles_count(false, kid), Some(3), "three opened");
+    assert_eq!(metrics.tokens_count(false, kid), Some(0), "no state opened");
+    sidecar.stop().await;
+}
+
+/// A recorded answer outlives the handle sealed in it (a day against an hour): the
+/// record holds the upstream's raw handle and each replay seals it afresh, so a replay
+/// after the first handle expired hands out one that works (for the same caller only).
+#[tokio::test]
+async fn a_replay_seals_its_handles_afresh() {
+    let upstream = LegacyServer::start_script("tests/py/import_server.py", Mode::Json);
+    let mut config = import_config(&upstream.base_url());
+    config.handles = vec![import_kind(1)];
+    config.idempotency.tools = vec!["start_import".into()];
+    let sidecar = Sidecar::with_keys(config, &[KEY], AUDIENCE).await;
+    let url = sidecar.mcp_url();
+    let start = || {
+        call_with(
+            &url,
+            Some("alice"),
+            "start_import",
+            json!({}),
+            json!({"idempotencyKey": "start-1"}),
+            &[],
+        )
+    };
+    let first = start().await;
+    let first_handle = structured(&first)["importId"].clone();
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let replay = start().await;
+    assert_eq!(replay.headers["idempotent-replayed"], "true");
+    let handle = structured(&replay)["importId"].clone();
+    assert!(handle.as_str().unwrap().starts_with("h1."), "{handle}");
+    assert_ne!(handle, first_handle, "sealed again");
+    for (what, presented, status) in [("expired", first_handle, 400), ("replayed", handle, 200)] {
+        let reply = call(
+            &url,
+            Some("alice"),
+            "append_rows",
+            json!({"importId": presented, "rows": [1]}),
+        )
+        .await;
+        assert_eq!(reply.status, status, "{what}: {}", reply.text());
+    }
+    assert_eq!(counts(&upstream)["imp-1"]["rows"], json!(1));
+    let calls = upstream.debug_json("GET", "/debug/calls");
+    let starts = calls
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["name"] == json!("start_import"))
+        .count();
+    assert_eq!(starts, 1, "the replay did not reach the upstream");
+    sidecar.stop().await;
+}
+
+/// An issuing tool's handle in an `input_required` round (JSON, or an SSE event) is
+/// sealed like one in a complete result: no raw handle at the pointer reaches the
+/// client. A fake upstream, because a real server does not issue handles in a round.
+#[tokio::test]
+async fn a_handle_in_an_input_required_round_is_sealed() {
+    use crate::support::fake::{
+        FakeUpstream, Reply as FakeReply, Step, contains, event, input_required,
+    };
+    let fake = FakeUpstream::start(|request| {
+        let message = request.json();
+        let mut round = input_required(message["id"].clone(), json!("PLAIN"));
+        round["result"]["structuredContent"] = json!({"importId": "imp-raw-7"});
+        match request.header("x-mode") {
+            Some("sse") => FakeReply::sse(vec![Step::Data(event("\r\n", &round).into())]),
+            _ => FakeReply::json(round.to_string()),
+        }
+    })
+    .await;
+    let config = import_config(&fake.base_url());
+    let sidecar = Sidecar::with_keys(config, &[KEY], AUDIENCE).await;
+    let sealer = StateSealer::new(
+        KeyRing::from_secrets(&[KEY], "test").unwrap(),
+        Some(AUDIENCE.into()),
+        60,
+    );
+    for mode in ["json", "sse"] {
+        let reply = call_with(
+            &sidecar.mcp_url(),
+            Some("alice"),
+            "start_import",
+            json!({}),
+            json!({}),
+            &[("x-mode", mode)],
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{mode}: {}", reply.text());
+        assert!(
+            !contains(&reply.body, "imp-raw-7"),
+            "{mode}: {}",
+            reply.text()
+        );
+        let result = &reply.message()["result"];
+        assert_eq!(result["resultType"], json!("input_required"), "{mode}");
+        let handle = result["structuredContent"]["importId"].as_str().unwrap();
+        assert_eq!(
+            sealer.open_handle(handle, "import", Some("alice")),
+            Ok(json!("imp-raw-7")),
+            "{mode}"
+        );
+    }
+    sidecar.stop().await;
+}

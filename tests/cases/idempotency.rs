@@ -369,3 +369,245 @@ async fn the_python_sdk_client_drives_the_import_flow() {
     assert_eq!(rows(&upstream, "imp-1"), (json!(3), json!(1)));
     sidecar.stop().await;
 }
+
+/// A call longer than its lease keeps its key: the forwarding sidecar renews the
+/// reservation while the answer streams, so every repeat meanwhile is told to wait,
+/// the write is applied once, and its answer is recorded and replayed.
+async fn a_long_call_outlives_its_lease(redis: Option<&RedisServer>) {
+    let upstream = start_upstream(Mode::Sse);
+    let mut config = idempotent_config(&upstream.base_url());
+    config.idempotency.lease_ms = 1000;
+    if let Some(redis) = redis {
+        config.single_use.store = SingleUseStore::Redis;
+        config.single_use.redis_url = Some(redis.url());
+    }
+    let sidecar = Sidecar::start(config).await;
+    let url = sidecar.mcp_url();
+    let import = start_import(&url, "alice").await;
+    let slow = {
+        let (url, import) = (url.clone(), import.clone());
+        tokio::spawn(
+            async move { append_slow(&url, "alice", &import, json!([1]), "long", 3500).await },
+        )
+    };
+    // Three leases long: without renewal the key would be free again after the first.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let waiting = append_slow(&url, "alice", &import, json!([1]), "long", 3500).await;
+        assert_eq!(waiting.status, 409, "{}", waiting.text());
+        assert_eq!(
+            waiting.json()["error"]["data"]["type"],
+            json!("idempotency_key_in_progress")
+        );
+    }
+    let first = slow.await.unwrap();
+    assert_eq!(structured(&first)["total"], json!(1));
+    let again = settled(|| append_slow(&url, "alice", &import, json!([1]), "long", 3500)).await;
+    assert!(replayed(&again), "{}", again.text());
+    assert_eq!(result_of(&again), result_of(&first));
+    assert_eq!(rows(&upstream, &import), (json!(1), json!(1)));
+    let metrics = sidecar.metrics();
+    assert_eq!(metrics.idempotency_count(IdempotencyResult::LeaseLost), 0);
+    assert_eq!(metrics.idempotency_count(IdempotencyResult::Recorded), 1);
+    sidecar.stop().await;
+}
+
+#[tokio::test]
+async fn a_long_call_outlives_its_lease_memory() {
+    a_long_call_outlives_its_lease(None).await;
+}
+
+#[tokio::test]
+async fn a_long_call_outlives_its_lease_redis() {
+    let redis = RedisServer::start();
+    a_long_call_outlives_its_lease(Some(&redis)).await;
+}
+
+/// Redis paused past the store deadline while a key is reserved: the call is refused
+/// (nothing forwarded), and the reservation Redis applies once it resumes is deleted
+/// by its owner, so a retry is applied at once instead of waiting out the lease.
+#[tokio::test]
+async fn a_reservation_that_timed_out_is_deleted_when_redis_resumes() {
+    let redis = RedisServer::start();
+    let upstream = start_upstream(Mode::Json);
+    let mut config = idempotent_config(&upstream.base_url());
+    config.single_use.store = SingleUseStore::Redis;
+    config.single_use.redis_url = Some(redis.url());
+    config.single_use.redis_timeout_ms = 300;
+    let sidecar = Sidecar::start(config).await;
+    let url = sidecar.mcp_url();
+    let import = start_import(&url, "alice").await;
+    assert_eq!(
+        redis.command("CLIENT PAUSE 1500 ALL").as_deref(),
+        Some("+OK")
+    );
+    let paused = std::time::Instant::now();
+    let refused = append(&url, "alice", &import, json!([1]), "paused").await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(
+        sidecar
+            .metrics()
+            .idempotency_count(IdempotencyResult::ReserveUnconfirmed),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(1700).saturating_sub(paused.elapsed())).await;
+    // The lease (30 s by default) would hold the key far longer than `settled` waits.
+    let retry = settled(|| append(&url, "alice", &import, json!([1]), "paused")).await;
+    assert_eq!(structured(&retry)["total"], json!(1), "{}", retry.text());
+    assert!(!replayed(&retry));
+    assert_eq!(rows(&upstream, &import), (json!(1), json!(1)));
+    sidecar.stop().await;
+}
+
+/// The memory store's records are bounded per caller and in bytes: past either bound a
+/// new key is refused with its own error (nothing forwarded), and no record is evicted
+/// to make room (every earlier one still replays).
+#[tokio::test]
+async fn memory_records_are_bounded_without_evicting_one() {
+    let upstream = start_upstream(Mode::Json);
+    let mut config = idempotent_config(&upstream.base_url());
+    config.idempotency.max_records_per_principal = 2;
+    config.idempotency.max_result_bytes = 1000;
+    config.idempotency.memory_max_bytes = 6000;
+    let sidecar = Sidecar::start(config).await;
+    let url = sidecar.mcp_url();
+    let import = start_import(&url, "alice").await;
+    for key in ["q1", "q2"] {
+        assert!(!replayed(
+            &append(&url, "alice", &import, json!([1]), key).await
+        ));
+    }
+    let over = append(&url, "alice", &import, json!([1]), "q3").await;
+    assert_eq!(over.status, 429, "{}", over.text());
+    assert_eq!(
+        over.json()["error"]["data"]["type"],
+        json!("idempotency_quota_exceeded")
+    );
+    assert_eq!(over.headers["retry-after"], "60");
+    assert_eq!(rows(&upstream, &import), (json!(2), json!(2)));
+    // Other callers fill the byte budget; one is refused, none is evicted.
+    let mut written = vec![("alice", "q1"), ("alice", "q2")];
+    let full = loop {
+        let who = ["bob", "carol", "dave", "erin", "frank", "grace", "heidi"][written.len() - 2];
+        let reply = append(&url, who, &import, json!([1]), "b").await;
+        if reply.status != 200 {
+            break reply;
+        }
+        written.push((who, "b"));
+        assert!(written.len() < 8, "the byte budget was never reached");
+    };
+    assert_eq!(full.status, 503, "{}", full.text());
+    assert_eq!(
+        full.json()["error"]["data"]["type"],
+        json!("idempotency_store_full")
+    );
+    let applied = written.len();
+    assert_eq!(
+        rows(&upstream, &import).1,
+        json!(applied),
+        "nothing forwarded"
+    );
+    for (who, key) in written {
+        let again = append(&url, who, &import, json!([1]), key).await;
+        assert!(replayed(&again), "{who}/{key} evicted: {}", again.text());
+    }
+    let metrics = sidecar.metrics();
+    assert_eq!(metrics.idempotency_count(IdempotencyResult::Quota), 1);
+    assert_eq!(metrics.idempotency_count(IdempotencyResult::Full), 1);
+    sidecar.stop().await;
+}
+
+/// What is recorded: a complete answer (a result, or a JSON-RPC error) in a 2xx
+/// response, replayed with its status. What releases the key: an HTTP failure (a 5xx
+/// or 429 status, whatever its body), a body that is no answer, a stream that ends
+/// without one, a timeout; the repeat is forwarded again. A fake upstream, because a
+/// real server cannot be made to fail this way on demand.
+#[tokio::test]
+async fn only_a_complete_2xx_answer_is_recorded() {
+    use crate::support::fake::{FakeUpstream, Reply as FakeReply, Step, event};
+    use crate::support::http::post_mcp_with;
+    let fake = FakeUpstream::start(|request| {
+        let message = request.json();
+        let id = message["id"].clone();
+        let error = json!({"jsonrpc": "2.0", "id": id,
+            "error": {"code": -32000, "message": "busy"}});
+        let result = json!({"jsonrpc": "2.0", "id": id,
+            "result": {"content": [{"type": "text", "text": "done"}], "isError": false}});
+        let json = |status: u16, body: &Value| {
+            FakeReply::new(
+                status,
+                crate::support::fake::FakeBody::whole(body.to_string()),
+            )
+            .header("content-type", "application/json")
+        };
+        match request.header("x-case").unwrap_or_default() {
+            "unavailable" => json(503, &error),
+            "limited" => json(429, &error).header("retry-after", "3"),
+            "no-answer" => json(200, &json!({"jsonrpc": "2.0", "id": id})),
+            "cut-stream" => FakeReply::sse(vec![Step::Data(
+                event(
+                    "\r\n",
+                    &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": 1, "progress": 1}}),
+                )
+                .into(),
+            )]),
+            "hang" => FakeReply::hang(),
+            "error" => json(200, &error),
+            "accepted" => json(202, &result),
+            "streamed" => FakeReply::sse(vec![Step::Data(event("\r\n", &result).into())]),
+            other => panic!("unknown case {other}"),
+        }
+    })
+    .await;
+    let mut config = crate::support::sidecar::config(&fake.base_url());
+    config.idempotency.tools = vec!["*".into()];
+    config.timeouts.response_head_ms = 500;
+    let sidecar = Sidecar::start(config).await;
+    let url = sidecar.mcp_url();
+    static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let send = |case: &'static str| {
+        let url = url.clone();
+        async move {
+            let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "write", "arguments": {"case": case},
+                    "idempotencyKey": format!("key-{case}"),
+                    "_meta": crate::support::http::meta()}});
+            post_mcp_with(&url, &message, &[("x-case", case)]).await
+        }
+    };
+    for (case, status) in [
+        ("unavailable", 503),
+        ("limited", 429),
+        ("no-answer", 200),
+        ("cut-stream", 200),
+        ("hang", 504),
+    ] {
+        let before = fake.count();
+        // A stream's key is released when it ends, just after the client has it.
+        for reply in [send(case).await, settled(|| send(case)).await] {
+            assert_eq!(reply.status, status, "{case}: {}", reply.text());
+            assert!(!replayed(&reply), "{case} was recorded");
+        }
+        assert_eq!(fake.count(), before + 2, "{case}: the repeat was forwarded");
+    }
+    for (case, status) in [("error", 200), ("accepted", 202), ("streamed", 200)] {
+        let before = fake.count();
+        let first = send(case).await;
+        assert_eq!(first.status, status, "{case}: {}", first.text());
+        let again = settled(|| send(case)).await;
+        assert!(replayed(&again), "{case}: {}", again.text());
+        assert_eq!(again.status, status, "{case}: the original status");
+        assert_eq!(again.json()["result"], first.message()["result"], "{case}");
+        assert_eq!(again.json()["error"], first.message()["error"], "{case}");
+        assert_eq!(fake.count(), before + 1, "{case}: replayed, not forwarded");
+    }
+    let metrics = sidecar.metrics();
+    assert_eq!(
+        metrics.idempotency_count(IdempotencyResult::UpstreamFailed),
+        4
+    );
+    assert_eq!(metrics.idempotency_count(IdempotencyResult::Recorded), 3);
+    sidecar.stop().await;
+}
