@@ -29,7 +29,17 @@ pub fn repo_path(relative: &str) -> PathBuf {
 /// Run `tests/py/<script>` with `input` as JSON on stdin and parse its JSON stdout.
 /// Bounded: a script that runs longer than `timeout` is killed and the test fails.
 pub fn run_json(script: &str, input: &Value, timeout: Duration) -> Value {
-    let mut child = Command::new(interpreter())
+    run_json_with(&interpreter(), script, input, timeout)
+}
+
+/// [`run_json`] with another venv's interpreter.
+pub fn run_json_with(
+    interpreter: &std::path::Path,
+    script: &str,
+    input: &Value,
+    timeout: Duration,
+) -> Value {
+    let mut child = Command::new(interpreter)
         .arg(repo_path(&format!("tests/py/{script}")))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
