@@ -4,22 +4,18 @@
 //!
 //! A missing venv is a hard failure, never a skip.
 
-use super::python::{repo_path, run_json_with};
+use super::python::{run_json_with, venv_interpreter};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The venv interpreter: `STATE_GUARD_TEST_HELM_PYTHON`, else `target/helmvenv/bin/python`.
 pub fn interpreter() -> PathBuf {
-    let path = std::env::var_os("STATE_GUARD_TEST_HELM_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_path("target/helmvenv/bin/python"));
-    assert!(
-        path.exists(),
-        "{} does not exist: run `tests/run.sh` (it creates the venv from tests/py/helm-requirements.txt)",
-        path.display()
-    );
-    path
+    venv_interpreter(
+        "STATE_GUARD_TEST_HELM_PYTHON",
+        "target/helmvenv",
+        "the venv from tests/py/helm-requirements.txt",
+    )
 }
 
 /// Run one command of `helm_chart.py` (writing under `out`) and return its answer,
