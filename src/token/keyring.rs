@@ -150,13 +150,18 @@ impl KeyRing {
 
     /// Read and parse a key file.
     pub fn load(path: &Path) -> Result<Self, KeyRingError> {
-        let origin = path.display().to_string();
-        let contents =
-            Zeroizing::new(std::fs::read(path).map_err(|e| KeyRingError::Unreadable {
-                origin: origin.clone(),
+        Self::parse(&Self::read(path)?, &path.display().to_string())
+    }
+
+    /// A key file's bytes, in a zeroizing buffer (for a caller that also needs them,
+    /// such as the reload watcher's baseline digest).
+    pub fn read(path: &Path) -> Result<Zeroizing<Vec<u8>>, KeyRingError> {
+        std::fs::read(path)
+            .map(Zeroizing::new)
+            .map_err(|e| KeyRingError::Unreadable {
+                origin: path.display().to_string(),
                 reason: e.to_string(),
-            })?);
-        Self::parse(&contents, &origin)
+            })
     }
 
     /// A ring of one random key that only this process holds.

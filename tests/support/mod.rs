@@ -4,6 +4,7 @@
 
 pub mod conformance;
 pub mod fake;
+pub mod helm;
 pub mod http;
 pub mod interop;
 pub mod legacy;

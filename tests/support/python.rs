@@ -11,12 +11,22 @@ use std::time::{Duration, Instant};
 
 /// The venv interpreter: `STATE_GUARD_TEST_PYTHON`, else `target/pyvenv/bin/python`.
 pub fn interpreter() -> PathBuf {
-    let path = std::env::var_os("STATE_GUARD_TEST_PYTHON")
+    venv_interpreter(
+        "STATE_GUARD_TEST_PYTHON",
+        "target/pyvenv",
+        "the venv with mcp==2.3.0",
+    )
+}
+
+/// A venv's interpreter: the variable `var`, else `<venv>/bin/python` in the repository;
+/// `tests/run.sh` creates `what`.
+pub fn venv_interpreter(var: &str, venv: &str, what: &str) -> PathBuf {
+    let path = std::env::var_os(var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_path("target/pyvenv/bin/python"));
+        .unwrap_or_else(|| repo_path(&format!("{venv}/bin/python")));
     assert!(
         path.exists(),
-        "{} does not exist: run `tests/run.sh` (it creates the venv with mcp==2.3.0)",
+        "{} does not exist: run `tests/run.sh` (it creates {what})",
         path.display()
     );
     path
@@ -29,7 +39,17 @@ pub fn repo_path(relative: &str) -> PathBuf {
 /// Run `tests/py/<script>` with `input` as JSON on stdin and parse its JSON stdout.
 /// Bounded: a script that runs longer than `timeout` is killed and the test fails.
 pub fn run_json(script: &str, input: &Value, timeout: Duration) -> Value {
-    let mut child = Command::new(interpreter())
+    run_json_with(&interpreter(), script, input, timeout)
+}
+
+/// [`run_json`] with another venv's interpreter.
+pub fn run_json_with(
+    interpreter: &std::path::Path,
+    script: &str,
+    input: &Value,
+    timeout: Duration,
+) -> Value {
+    let mut child = Command::new(interpreter)
         .arg(repo_path(&format!("tests/py/{script}")))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
