@@ -10,6 +10,7 @@ mod hygiene;
 mod idempotency;
 mod ingress;
 mod interop;
+mod json_corpus;
 mod jwt;
 mod jwt_interop;
 mod mrtr_rules;
