@@ -33,6 +33,8 @@ pub enum ProxyError {
     BodyTimeout,
     #[error("host not in allowed_hosts")]
     MisdirectedRequest,
+    #[error("request framing refused: {0}")]
+    Framing(&'static str),
     #[error("buffered bodies would exceed limits.max_buffered_bytes")]
     Overloaded,
     #[error("principal header refused: {0}")]
@@ -87,6 +89,7 @@ pub enum ErrorKind {
     BodyRead,
     BodyTimeout,
     MisdirectedRequest,
+    Framing,
     Overloaded,
     PrincipalHeader,
     Unauthorized,
@@ -106,7 +109,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 25] = [
+    pub const ALL: [ErrorKind; 26] = [
         ErrorKind::Parse,
         ErrorKind::HeaderMismatch,
         ErrorKind::ContentType,
@@ -116,6 +119,7 @@ impl ErrorKind {
         ErrorKind::BodyRead,
         ErrorKind::BodyTimeout,
         ErrorKind::MisdirectedRequest,
+        ErrorKind::Framing,
         ErrorKind::Overloaded,
         ErrorKind::PrincipalHeader,
         ErrorKind::Unauthorized,
@@ -145,6 +149,7 @@ impl ErrorKind {
             ErrorKind::BodyRead => "body_read",
             ErrorKind::BodyTimeout => "body_timeout",
             ErrorKind::MisdirectedRequest => "misdirected_request",
+            ErrorKind::Framing => "framing",
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::PrincipalHeader => "principal_header",
             ErrorKind::Unauthorized => "unauthorized",
@@ -195,6 +200,7 @@ impl ProxyError {
             ProxyError::BodyRead => ErrorKind::BodyRead,
             ProxyError::BodyTimeout => ErrorKind::BodyTimeout,
             ProxyError::MisdirectedRequest => ErrorKind::MisdirectedRequest,
+            ProxyError::Framing(_) => ErrorKind::Framing,
             ProxyError::Overloaded => ErrorKind::Overloaded,
             ProxyError::PrincipalHeader(_) => ErrorKind::PrincipalHeader,
             ProxyError::Unauthorized { .. } => ErrorKind::Unauthorized,
@@ -262,6 +268,7 @@ impl ProxyError {
             ProxyError::BodyRead => (jsonrpc::INVALID_REQUEST, "Request body could not be read"),
             ProxyError::BodyTimeout => (jsonrpc::INVALID_REQUEST, "Request body timed out"),
             ProxyError::MisdirectedRequest => (jsonrpc::INVALID_REQUEST, "Misdirected request"),
+            ProxyError::Framing(_) => (jsonrpc::INVALID_REQUEST, "Invalid request framing"),
             ProxyError::Overloaded => (jsonrpc::INTERNAL_ERROR, "Server overloaded"),
             ProxyError::PrincipalHeader(_) => (jsonrpc::INVALID_REQUEST, "Invalid identity"),
             ProxyError::Unauthorized { .. } => (jsonrpc::INVALID_REQUEST, "Unauthorized"),

@@ -14,7 +14,7 @@ pub mod deadline;
 
 use crate::auth::mtls::PeerIdentity;
 use crate::metrics::{Listener, Metrics};
-use crate::proxy::ingress::Peer;
+use crate::proxy::ingress::{FramingScan, MixedFraming, Peer};
 use crate::proxy::upstream::{self, ProxyBody};
 use deadline::{Clock, Expired, Watched};
 use http::{Request, Response};
@@ -126,9 +126,12 @@ pub async fn serve<H, F>(
         let clock = Clock::new(options.header_read_timeout, options.idle_timeout);
         let handler = handler.clone();
         let in_requests = clock.clone();
+        let mixed_framing = MixedFraming::default();
+        let framing = FramingScan::new(mixed_framing.clone());
         let service = move |identity: Option<PeerIdentity>| {
             service_fn(move |mut request: Request<Incoming>| {
                 request.extensions_mut().insert(Peer(peer));
+                request.extensions_mut().insert(mixed_framing.clone());
                 if let Some(identity) = &identity {
                     request.extensions_mut().insert(identity.clone());
                 }
@@ -155,7 +158,7 @@ pub async fn serve<H, F>(
                     }
                 },
             };
-            let io = TokioIo::new(Watched::new(stream, clock.clone()));
+            let io = TokioIo::new(Watched::new(stream, clock.clone(), framing));
             let connection = builder.serve_connection(io, service(identity)).into_owned();
             let mut stop = stop;
             // Run the connection to its end: closed at a missed deadline, asked to finish

@@ -23,6 +23,7 @@ mod response_classes;
 mod response_edges;
 mod single_use;
 mod smoke;
+mod smuggling;
 mod tls;
 mod token_interop;
 mod ts_conformance;
