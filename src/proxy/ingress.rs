@@ -244,7 +244,13 @@ impl FramingScan {
 /// `Transfer-Encoding` both become `HTTP_TRANSFER_ENCODING`). hyper itself refuses the
 /// rest with 400: a `chunked` that is not last, differing or malformed lengths, HTTP/1.0
 /// with a coding.
+///
+/// A target must be a path (origin- or absolute-form): the asterisk-form (`POST *`) and
+/// authority-form (`CONNECT host:port`) name no resource under the upstream's base path.
 pub fn check_framing(parts: &http::request::Parts) -> Result<(), ProxyError> {
+    if !parts.uri.path().starts_with('/') {
+        return Err(ProxyError::Framing("request target is not a path"));
+    }
     if parts
         .extensions
         .get::<MixedFraming>()
@@ -510,6 +516,9 @@ mod tests {
             builder.extension(seen).body(()).unwrap().into_parts().0
         };
         assert!(check_framing(&parts(&[], false)).is_ok());
+        let mut asterisk = parts(&[], false);
+        asterisk.uri = http::Uri::from_static("*");
+        assert!(check_framing(&asterisk).is_err());
         assert!(check_framing(&parts(&["chunked"], false)).is_ok());
         assert!(check_framing(&parts(&["Chunked "], false)).is_ok());
         for codings in [

@@ -12,25 +12,26 @@
 //! | class | outcome |
 //! |---|---|
 //! | CL and TE together, either order, with or without a smuggled tail | 400 (the sidecar: `framing`) |
-//! | two equal `Content-Length` | normalised (one request) |
+//! | two equal `Content-Length`, or with leading zeros | normalised (one request) |
 //! | two different, comma-joined, signed, hex or empty `Content-Length` | 400 (hyper) |
-//! | TE `chunked` not last, unknown, quoted, `xchunked`, vertical tab | 400 (hyper) |
+//! | `Content-Length: 0` with a body after it | 400 -32700 (the body is empty; the rest is not a request) |
+//! | TE `chunked` not last, unknown, quoted, empty, `xchunked`, vertical tab | 400 (hyper) |
 //! | TE `gzip, chunked`, `chunked, chunked`, two TE fields | 400 (the sidecar: `framing`) |
 //! | TE `Chunked`, `chunked ` with trailing space or leading tab | normalised |
 //! | obs-fold, space before the colon, space or `(` in a name, NUL or bare CR in a value | 400 (hyper) |
 //! | `Transfer_Encoding` / `Content_Length` look-alikes | 400 (the sidecar: `framing`) |
-//! | chunk extensions, chunk size with trailing whitespace | normalised |
-//! | chunk size with leading whitespace, `0x`, `+`, overflowing | 400 |
-//! | no final CRLF after the last chunk | 408 (body read deadline) |
-//! | HTTP/1.0 with TE | 400 (hyper) |
-//! | `Expect: 100-continue`, `100-Continue` | 100 then normalised; `Expect` not forwarded |
-//! | `Expect` with an unknown expectation | normalised; `Expect` not forwarded |
-//! | absolute-form target naming another host | 421 |
-//! | absolute-form target naming this host | normalised (origin-form upstream) |
+//! | `Connection` naming `Content-Length` / `Transfer-Encoding` | normalised |
+//! | chunk extensions, chunk size with trailing whitespace, trailer fields | normalised (trailers dropped) |
+//! | chunk size with leading whitespace, `0x`, `+`, overflowing; chunk longer than its size; LF-only chunk lines; a 20 KiB extension | 400 (`body_read`) |
+//! | no CRLF after the last chunk | 408 (`body_timeout`) |
+//! | HTTP/1.0 with TE, `http/1.1` in lowercase, `HTTP/1.2`, extra spaces in the request line | 400 (hyper) |
+//! | `Expect: 100-continue`, `100-Continue`, an unknown expectation | normalised; `Expect` not forwarded |
+//! | absolute-form naming another host, or with userinfo | 421 (`misdirected_request`) |
+//! | absolute-form naming this host; two allowed `Host` fields | normalised (origin-form, one `Host`) |
+//! | asterisk-form (`POST *`, `OPTIONS *`), authority-form (`CONNECT`) | 400 (the sidecar: `framing`) |
 //! | GET with a body and a Content-Length | 400 (`body_not_allowed`) |
 //! | two requests pipelined after a body | normalised (two requests, two answers) |
-//! | extra spaces in the request line | 400 (hyper) |
-//! | `\n`-only line endings | normalised (CRLF upstream) |
+//! | empty lines before the request line, `\n`-only line endings | normalised (CRLF upstream) |
 
 use crate::support::capture::{Capture, Exchange, exchange};
 use crate::support::sidecar::{self, Sidecar};
@@ -321,6 +322,82 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Expect)> {
             hyper(400),
         ),
         (
+            "empty lines before the request line",
+            "\r\n\r\n".to_owned() + &head(&cl(n)) + BODY,
+            Normalised(1),
+        ),
+        (
+            "lowercase version",
+            head_with("POST /mcp http/1.1", &cl(n)) + BODY,
+            hyper(400),
+        ),
+        (
+            "HTTP/1.2",
+            head_with("POST /mcp HTTP/1.2", &cl(n)) + BODY,
+            hyper(400),
+        ),
+        (
+            "two Host fields",
+            head(&(cl(n) + "Host: localhost\r\n")) + BODY,
+            Normalised(1),
+        ),
+        (
+            "Content-Length with leading zeros",
+            head(&format!("Content-Length: 000{n}\r\n")) + BODY,
+            Normalised(1),
+        ),
+        (
+            "Content-Length: 0 with the body after it",
+            head(&cl(0)) + BODY,
+            Refused(400, Some(ErrorKind::Parse)),
+        ),
+        (
+            "chunk longer than its size",
+            head(&te("chunked")) + &chunked_as(&format!("{:x}", n - 1), BODY),
+            Refused(400, Some(ErrorKind::BodyRead)),
+        ),
+        (
+            "LF-only chunk lines",
+            head(&te("chunked")) + &chunked(BODY).replace("\r\n", "\n"),
+            Refused(400, Some(ErrorKind::BodyRead)),
+        ),
+        (
+            "trailer fields after the last chunk",
+            head(&te("chunked"))
+                + &format!("{n:x}\r\n{BODY}\r\n0\r\nX-Trailer: 1\r\nContent-Length: 4\r\n\r\n"),
+            Normalised(1),
+        ),
+        (
+            "a 20 KiB chunk extension",
+            head(&te("chunked")) + &chunked_as(&format!("{n:x};x={}", "a".repeat(20 * 1024)), BODY),
+            Refused(400, Some(ErrorKind::BodyRead)),
+        ),
+        (
+            "Connection naming Content-Length",
+            head(&(cl(n) + "Connection: content-length, transfer-encoding\r\n")) + BODY,
+            Normalised(1),
+        ),
+        (
+            "absolute-form with userinfo",
+            head_with("POST http://a@127.0.0.1/mcp HTTP/1.1", &cl(n)) + BODY,
+            Refused(421, Some(ErrorKind::MisdirectedRequest)),
+        ),
+        (
+            "asterisk-form target",
+            head_with("POST * HTTP/1.1", &cl(n)) + BODY,
+            framing(),
+        ),
+        (
+            "OPTIONS asterisk-form",
+            head_with("OPTIONS * HTTP/1.1", ""),
+            framing(),
+        ),
+        (
+            "CONNECT authority-form",
+            head_with("CONNECT 127.0.0.1:80 HTTP/1.1", ""),
+            framing(),
+        ),
+        (
             "LF-only line endings",
             (head(&cl(n)) + BODY).replace("\r\n", "\n"),
             Normalised(1),
@@ -342,7 +419,7 @@ async fn framing_attacks_are_refused_or_normalised() {
     let metrics = sidecar.metrics().clone();
     let sent: Value = serde_json::from_str(BODY).unwrap();
     let cases = cases();
-    assert!(cases.len() >= 45, "{}", cases.len());
+    assert_eq!(cases.len(), 64, "the table above counts them");
     let mut failures = Vec::new();
     for (name, bytes, expect) in cases {
         let (before, refused) = (capture.count(), total(&metrics));
