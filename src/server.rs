@@ -13,6 +13,7 @@
 pub mod deadline;
 
 use crate::auth::mtls::PeerIdentity;
+use crate::error::ErrorKind;
 use crate::metrics::{Listener, Metrics};
 use crate::proxy::ingress::{FramingScan, MixedFraming, Peer};
 use crate::proxy::upstream::{self, ProxyBody};
@@ -146,6 +147,7 @@ pub async fn serve<H, F>(
             })
         };
         let (builder, stop, tls) = (builder.clone(), shutdown.clone(), tls.clone());
+        let metrics = options.metrics.clone();
         connections.spawn(async move {
             let _held = (permit, open);
             let (stream, identity): (Box<dyn Io>, Option<PeerIdentity>) = match tls {
@@ -170,7 +172,15 @@ pub async fn serve<H, F>(
                 tokio::select! {
                     ended = connection.as_mut() => {
                         if let Err(e) = ended {
-                            tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
+                            let parse = e.downcast_ref::<hyper::Error>();
+                            if parse.is_some_and(|e| e.is_parse() || e.is_parse_too_large()) {
+                                // hyper answered 400 (431, 414) to bytes that are not one
+                                // HTTP/1.1 request, and closed: a refusal like the gate's.
+                                metrics.refused(ErrorKind::Framing);
+                                tracing::info!(listener = name, %peer, error = %e, "request refused: not a well-framed HTTP/1.1 request");
+                            } else {
+                                tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
+                            }
                         }
                         return;
                     }

@@ -3,8 +3,9 @@
 //! (written here from their public descriptions), sent as raw bytes to the sidecar's
 //! listener, with a raw capture at the upstream.
 //!
-//! Each case is either refused (the client reads the stated status and the upstream
-//! receives nothing) or normalised: the upstream receives exactly the stated number of
+//! Each case is either refused (the client reads the stated status, the upstream
+//! receives nothing, and the refusal is counted once under its reason, hyper's own
+//! refusals included) or normalised: the upstream receives exactly the stated number of
 //! requests, each framed by one `Content-Length` that matches its body, no
 //! `Transfer-Encoding` or look-alike, the gate's re-serialised JSON as the body, and no
 //! byte the capture cannot account for (so no second request hides in the stream).
@@ -13,18 +14,18 @@
 //! |---|---|
 //! | CL and TE together, either order, with or without a smuggled tail | 400 (the sidecar: `framing`) |
 //! | two equal `Content-Length`, or with leading zeros | normalised (one request) |
-//! | two different, comma-joined, signed, hex or empty `Content-Length` | 400 (hyper) |
-//! | `Content-Length: 0` with a body after it | 400 -32700 (the body is empty; the rest is not a request) |
-//! | TE `chunked` not last, unknown, quoted, empty, `xchunked`, vertical tab | 400 (hyper) |
+//! | two different, comma-joined, signed, hex or empty `Content-Length` | 400 (hyper; counted as `framing`) |
+//! | `Content-Length: 0` with a body after it | 400 -32700 (the body is empty), then 400 (hyper: the rest is no request) |
+//! | TE `chunked` not last, unknown, quoted, empty, `xchunked`, vertical tab | 400 (hyper; counted as `framing`) |
 //! | TE `gzip, chunked`, `chunked, chunked`, two TE fields | 400 (the sidecar: `framing`) |
 //! | TE `Chunked`, `chunked ` with trailing space or leading tab | normalised |
-//! | obs-fold, space before the colon, space or `(` in a name, NUL or bare CR in a value | 400 (hyper) |
+//! | obs-fold, space before the colon, space or `(` in a name, NUL or bare CR in a value | 400 (hyper; counted as `framing`) |
 //! | `Transfer_Encoding` / `Content_Length` look-alikes | 400 (the sidecar: `framing`) |
 //! | `Connection` naming `Content-Length` / `Transfer-Encoding` | normalised |
 //! | chunk extensions, chunk size with trailing whitespace, trailer fields | normalised (trailers dropped) |
 //! | chunk size with leading whitespace, `0x`, `+`, overflowing; chunk longer than its size; LF-only chunk lines; a 20 KiB extension | 400 (`body_read`) |
 //! | no CRLF after the last chunk | 408 (`body_timeout`) |
-//! | HTTP/1.0 with TE, `http/1.1` in lowercase, `HTTP/1.2`, extra spaces in the request line | 400 (hyper) |
+//! | HTTP/1.0 with TE, `http/1.1` in lowercase, `HTTP/1.2`, extra spaces in the request line | 400 (hyper; counted as `framing`) |
 //! | `Expect: 100-continue`, `100-Continue`, an unknown expectation | normalised; `Expect` not forwarded |
 //! | absolute-form naming another host, or with userinfo | 421 (`misdirected_request`) |
 //! | absolute-form naming this host; two allowed `Host` fields | normalised (origin-form, one `Host`) |
@@ -48,21 +49,37 @@ const LIMIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Expect {
-    /// The client reads this status first and the upstream receives nothing; the
-    /// sidecar's refusal metric moves for this reason (`None`: hyper refuses the bytes
-    /// before the sidecar sees a request).
-    Refused(u16, Option<ErrorKind>),
+    /// The client reads this status first, the upstream receives nothing, and the
+    /// refusal is counted once under this reason.
+    Refused(u16, ErrorKind),
+    /// As `Refused`; then hyper reads the bytes left after the refused request as the
+    /// next request and refuses them too (400, `framing`).
+    RefusedThenRest(u16, ErrorKind),
     /// The client reads this many 200s and the upstream frames exactly as many requests.
     Normalised(usize),
 }
-use Expect::{Normalised, Refused};
+use Expect::{Normalised, Refused, RefusedThenRest};
 
-fn hyper(status: u16) -> Expect {
-    Refused(status, None)
+impl Expect {
+    /// The refusals the client reads, in order.
+    fn refusals(self) -> Vec<(u16, ErrorKind)> {
+        match self {
+            Refused(status, kind) => vec![(status, kind)],
+            RefusedThenRest(status, kind) => vec![(status, kind), (400, ErrorKind::Framing)],
+            Normalised(_) => Vec::new(),
+        }
+    }
 }
 
+/// Refused by hyper's parser before a request exists (counted as `framing` when hyper
+/// closes the connection).
+fn hyper(status: u16) -> Expect {
+    Refused(status, ErrorKind::Framing)
+}
+
+/// Parsed by hyper, refused by the sidecar's ingress phase.
 fn framing() -> Expect {
-    Refused(400, Some(ErrorKind::Framing))
+    Refused(400, ErrorKind::Framing)
 }
 
 /// The request line and the MCP headers, then `extra` header lines (each ending CRLF),
@@ -252,27 +269,27 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Expect)> {
         (
             "chunk size with leading whitespace",
             head(&te("chunked")) + &chunked_as(&format!(" {:x}", n), BODY),
-            Refused(400, Some(ErrorKind::BodyRead)),
+            Refused(400, ErrorKind::BodyRead),
         ),
         (
             "chunk size with 0x",
             head(&te("chunked")) + &chunked_as(&format!("0x{:x}", n), BODY),
-            Refused(400, Some(ErrorKind::BodyRead)),
+            Refused(400, ErrorKind::BodyRead),
         ),
         (
             "chunk size with +",
             head(&te("chunked")) + &chunked_as(&format!("+{:x}", n), BODY),
-            Refused(400, Some(ErrorKind::BodyRead)),
+            Refused(400, ErrorKind::BodyRead),
         ),
         (
             "chunk size overflowing 64 bits",
             head(&te("chunked")) + &chunked_as(&format!("1{:016x}", n), BODY),
-            Refused(400, Some(ErrorKind::BodyRead)),
+            Refused(400, ErrorKind::BodyRead),
         ),
         (
             "no CRLF after the last chunk",
             head(&te("chunked")) + &format!("{:x}\r\n{BODY}\r\n0\r\n", n),
-            Refused(408, Some(ErrorKind::BodyTimeout)),
+            Refused(408, ErrorKind::BodyTimeout),
         ),
         (
             "HTTP/1.0 with TE",
@@ -299,7 +316,7 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Expect)> {
         (
             "absolute-form naming another host",
             head_with("POST http://evil.example/mcp HTTP/1.1", &cl(n)) + BODY,
-            Refused(421, Some(ErrorKind::MisdirectedRequest)),
+            Refused(421, ErrorKind::MisdirectedRequest),
         ),
         (
             "absolute-form naming this host",
@@ -309,7 +326,7 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Expect)> {
         (
             "GET with a body and a Content-Length",
             head_with("GET /mcp HTTP/1.1", &cl(n)) + BODY,
-            Refused(400, Some(ErrorKind::BodyNotAllowed)),
+            Refused(400, ErrorKind::BodyNotAllowed),
         ),
         (
             "two requests pipelined after a body",
@@ -349,17 +366,17 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Expect)> {
         (
             "Content-Length: 0 with the body after it",
             head(&cl(0)) + BODY,
-            Refused(400, Some(ErrorKind::Parse)),
+            RefusedThenRest(400, ErrorKind::Parse),
         ),
         (
             "chunk longer than its size",
             head(&te("chunked")) + &chunked_as(&format!("{:x}", n - 1), BODY),
-            Refused(400, Some(ErrorKind::BodyRead)),
+            Refused(400, ErrorKind::BodyRead),
         ),
         (
             "LF-only chunk lines",
             head(&te("chunked")) + &chunked(BODY).replace("\r\n", "\n"),
-            Refused(400, Some(ErrorKind::BodyRead)),
+            Refused(400, ErrorKind::BodyRead),
         ),
         (
             "trailer fields after the last chunk",
@@ -370,7 +387,7 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Expect)> {
         (
             "a 20 KiB chunk extension",
             head(&te("chunked")) + &chunked_as(&format!("{n:x};x={}", "a".repeat(20 * 1024)), BODY),
-            Refused(400, Some(ErrorKind::BodyRead)),
+            Refused(400, ErrorKind::BodyRead),
         ),
         (
             "Connection naming Content-Length",
@@ -380,7 +397,7 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Expect)> {
         (
             "absolute-form with userinfo",
             head_with("POST http://a@127.0.0.1/mcp HTTP/1.1", &cl(n)) + BODY,
-            Refused(421, Some(ErrorKind::MisdirectedRequest)),
+            Refused(421, ErrorKind::MisdirectedRequest),
         ),
         (
             "asterisk-form target",
@@ -423,15 +440,24 @@ async fn framing_attacks_are_refused_or_normalised() {
     let mut failures = Vec::new();
     for (name, bytes, expect) in cases {
         let (before, refused) = (capture.count(), total(&metrics));
-        let kind_before = match expect {
-            Refused(_, Some(kind)) => metrics.refused_count(kind),
-            _ => 0,
-        };
+        let refusals = expect.refusals();
+        let kinds_before: Vec<u64> = refusals
+            .iter()
+            .map(|(_, kind)| metrics.refused_count(*kind))
+            .collect();
         let expected_answers = match expect {
-            Refused(..) => 1,
             Normalised(n) => n,
+            _ => refusals.len(),
         };
         let got = exchange(sidecar.addr, &bytes, expected_answers, QUIET, LIMIT).await;
+        // hyper's own refusals are counted when the connection task ends, just after the
+        // client read the close.
+        for _ in 0..100 {
+            if total(&metrics) >= refused + refusals.len() as u64 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let check = || -> Result<(), String> {
             let framed = capture.requests().split_off(before);
             if capture.leftover() != 0 || !capture.violations().is_empty() {
@@ -442,23 +468,24 @@ async fn framing_attacks_are_refused_or_normalised() {
                 ));
             }
             match expect {
-                Refused(status, kind) => {
-                    if got.statuses.first() != Some(&status) {
-                        return Err(format!("expected {status}, got {}", show(&got)));
+                Refused(..) | RefusedThenRest(..) => {
+                    let statuses: Vec<u16> = refusals.iter().map(|(status, _)| *status).collect();
+                    if got.statuses != statuses {
+                        return Err(format!("expected {statuses:?}, got {}", show(&got)));
                     }
                     if !framed.is_empty() {
                         return Err(format!("refused, yet forwarded {framed:?}"));
                     }
                     let counted = total(&metrics) - refused;
-                    match kind {
-                        None if counted != 0 => Err(format!("hyper's refusal counted {counted}")),
-                        Some(kind)
-                            if counted != 1 || metrics.refused_count(kind) != kind_before + 1 =>
+                    for ((_, kind), before) in refusals.iter().zip(&kinds_before) {
+                        let times = refusals.iter().filter(|(_, k)| k == kind).count() as u64;
+                        if counted != refusals.len() as u64
+                            || metrics.refused_count(*kind) != before + times
                         {
-                            Err(format!("not counted once as {kind:?}"))
+                            return Err(format!("counted {counted}, expected {refusals:?}"));
                         }
-                        _ => Ok(()),
                     }
+                    Ok(())
                 }
                 Normalised(n) => {
                     if got.statuses != vec![200; n] {
