@@ -5,8 +5,9 @@
 //! Invariant: a request whose `Host` / `:authority` is not allowed is refused with 421
 //! before any other work (the upstream's own DNS-rebinding check is defeated once the
 //! sidecar rewrites `Host`, so the sidecar must do it); a request whose head named both
-//! `Content-Length` and `Transfer-Encoding`, or a transfer coding other than one
-//! `chunked`, is refused with 400 before its body is read; `Forwarded`, `X-Forwarded-*`
+//! `Content-Length` and `Transfer-Encoding`, a transfer coding other than one `chunked`,
+//! a `Transfer_Encoding` / `Content_Length` look-alike or a target that is not a path is
+//! refused with 400 before its body is read; `Forwarded`, `X-Forwarded-*`
 //! and `X-Real-IP` reach the upstream only from a peer in `principal.trusted_proxies`,
 //! and `X-Forwarded-For` / `X-Forwarded-Proto` always say what the sidecar itself saw.
 
@@ -146,7 +147,9 @@ fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
 /// no trace of the `Content-Length` in the request the sidecar sees; a front proxy that
 /// framed the same bytes by `Content-Length` disagrees about where the body ends, the
 /// classic CL.TE / TE.CL desync. The sidecar refuses the request instead (nginx does
-/// since 1.21.1), so it learns of the head from [`FramingScan`].
+/// since 1.21.1), so it learns of the head from [`FramingScan`]. hyper reads ahead, so a
+/// request whose check runs after a head pipelined behind it tripped the scan is refused
+/// too: failing closed, on the connection of the client that sent the ambiguous head.
 #[derive(Debug, Clone, Default)]
 pub struct MixedFraming(Arc<AtomicBool>);
 
