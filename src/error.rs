@@ -33,6 +33,8 @@ pub enum ProxyError {
     BodyTimeout,
     #[error("host not in allowed_hosts")]
     MisdirectedRequest,
+    #[error("request framing refused: {0}")]
+    Framing(&'static str),
     #[error("buffered bodies would exceed limits.max_buffered_bytes")]
     Overloaded,
     #[error("principal header refused: {0}")]
@@ -91,6 +93,7 @@ pub enum ErrorKind {
     BodyRead,
     BodyTimeout,
     MisdirectedRequest,
+    Framing,
     Overloaded,
     PrincipalHeader,
     Unauthorized,
@@ -121,6 +124,7 @@ impl ErrorKind {
         ErrorKind::BodyRead,
         ErrorKind::BodyTimeout,
         ErrorKind::MisdirectedRequest,
+        ErrorKind::Framing,
         ErrorKind::Overloaded,
         ErrorKind::PrincipalHeader,
         ErrorKind::Unauthorized,
@@ -151,6 +155,7 @@ impl ErrorKind {
             ErrorKind::BodyRead => "body_read",
             ErrorKind::BodyTimeout => "body_timeout",
             ErrorKind::MisdirectedRequest => "misdirected_request",
+            ErrorKind::Framing => "framing",
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::PrincipalHeader => "principal_header",
             ErrorKind::Unauthorized => "unauthorized",
@@ -202,6 +207,7 @@ impl ProxyError {
             ProxyError::BodyRead => ErrorKind::BodyRead,
             ProxyError::BodyTimeout => ErrorKind::BodyTimeout,
             ProxyError::MisdirectedRequest => ErrorKind::MisdirectedRequest,
+            ProxyError::Framing(_) => ErrorKind::Framing,
             ProxyError::Overloaded => ErrorKind::Overloaded,
             ProxyError::PrincipalHeader(_) => ErrorKind::PrincipalHeader,
             ProxyError::Unauthorized { .. } => ErrorKind::Unauthorized,
@@ -274,6 +280,7 @@ impl ProxyError {
             ProxyError::BodyRead => (jsonrpc::INVALID_REQUEST, "Request body could not be read"),
             ProxyError::BodyTimeout => (jsonrpc::INVALID_REQUEST, "Request body timed out"),
             ProxyError::MisdirectedRequest => (jsonrpc::INVALID_REQUEST, "Misdirected request"),
+            ProxyError::Framing(_) => (jsonrpc::INVALID_REQUEST, "Invalid request framing"),
             ProxyError::Overloaded => (jsonrpc::INTERNAL_ERROR, "Server overloaded"),
             ProxyError::PrincipalHeader(_) => (jsonrpc::INVALID_REQUEST, "Invalid identity"),
             ProxyError::Unauthorized { .. } => (jsonrpc::INVALID_REQUEST, "Unauthorized"),

@@ -10,7 +10,10 @@
 //!    the peer's address and verified identity and hands it to [`proxy::Proxy::handle`],
 //!    which opens the request's one audit record ([`telemetry::audit`]); [`app`] wired
 //!    everything from a validated [`config`].
-//! 2. [`proxy::ingress`]: a `Host` outside `allowed_hosts` gets 421; `Forwarded` /
+//! 2. [`proxy::ingress`]: a `Host` outside `allowed_hosts` gets 421; an HTTP/1.1 head
+//!    naming both `Content-Length` and `Transfer-Encoding` (seen by a scan of the
+//!    connection's bytes, as hyper drops one), a coding other than one `chunked`, a
+//!    `Transfer_Encoding` look-alike or a target that is not a path gets 400; `Forwarded` /
 //!    `X-Forwarded-*` survive only from `principal.trusted_proxies`, and
 //!    `X-Forwarded-For` / `-Proto` are set from what the sidecar saw.
 //! 3. [`auth`] reads who is calling: nothing, a header a trusted front proxy set, a

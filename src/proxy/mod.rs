@@ -238,6 +238,7 @@ impl Proxy {
         // Ingress and identity get the same treatment on every route, before the body is
         // read: a foreign `Host` or an ambiguous identity is refused outright.
         self.hosts.check(&parts)?;
+        ingress::check_framing(&parts)?;
         let peer = parts.extensions.get::<Peer>().copied();
         let trusted_peer = self.trusted_proxies.is_empty() || self.trusted_proxies.trusts(peer);
         let principal = if passthrough && !self.principal.required_on_passthrough() {

@@ -182,6 +182,9 @@ impl Upstream {
     /// Rewrite client headers for the upstream hop (in place).
     pub fn prepare_headers(&self, headers: &mut HeaderMap) {
         strip_hop_by_hop(headers);
+        // The sidecar holds the whole body before it forwards: a client's expectation
+        // (`100-continue`) was met or ignored at this hop, as Envoy does by default.
+        headers.remove(header::EXPECT);
         headers.insert(header::HOST, self.host.clone());
         headers.insert(
             header::ACCEPT_ENCODING,

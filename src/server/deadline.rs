@@ -9,6 +9,7 @@
 //! deadline (no request in progress and nothing read since the last one ended), or none
 //! (a request in progress: its body and its response have their own limits).
 
+use crate::proxy::ingress::FramingScan;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -184,17 +185,23 @@ impl Drop for InRequest {
 }
 
 pin_project_lite::pin_project! {
-    /// The client's stream, telling the [`Clock`] when bytes arrive.
+    /// The client's stream, telling the [`Clock`] when bytes arrive, and showing them to
+    /// the connection's [`FramingScan`].
     pub struct Watched<I> {
         #[pin]
         inner: I,
         clock: Arc<Clock>,
+        framing: FramingScan,
     }
 }
 
 impl<I> Watched<I> {
-    pub fn new(inner: I, clock: Arc<Clock>) -> Self {
-        Self { inner, clock }
+    pub fn new(inner: I, clock: Arc<Clock>, framing: FramingScan) -> Self {
+        Self {
+            inner,
+            clock,
+            framing,
+        }
     }
 }
 
@@ -211,6 +218,7 @@ impl<I: AsyncRead> AsyncRead for Watched<I> {
             && buf.filled().len() > before
         {
             this.clock.read(&buf.filled()[before..]);
+            this.framing.read(&buf.filled()[before..]);
         }
         poll
     }

@@ -2,6 +2,7 @@
 //! Redis, a small HTTP client.
 #![allow(dead_code)]
 
+pub mod capture;
 pub mod conformance;
 pub mod fake;
 pub mod helm;

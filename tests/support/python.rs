@@ -118,3 +118,21 @@ pub async fn client_flows(url: &str, args: &[&str]) -> Value {
     assert!(ok, "client_flows {args:?} failed:\n{stdout}\n{stderr}");
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
+
+/// The reference SDK's argument digest (`RequestStateBoundary`'s `_request_identity`) of
+/// each `params.arguments` JSON text, through `tests/py/token_interop.py`.
+pub fn reference_digests(texts: &[String], timeout: Duration) -> Vec<String> {
+    let answer = run_json(
+        "token_interop.py",
+        &serde_json::json!({"op": "digest", "texts": texts}),
+        timeout,
+    );
+    let digests: Vec<String> = answer["digests"]
+        .as_array()
+        .expect("a list of digests")
+        .iter()
+        .map(|d| d.as_str().expect("a digest").to_owned())
+        .collect();
+    assert_eq!(digests.len(), texts.len());
+    digests
+}
