@@ -273,12 +273,13 @@ pub async fn closed_loop(
 
 /// Open `count` idle SSE streams (`GET path`) to `addr` and keep them: each is held
 /// once its response head and first event arrived. Dropping the result closes them.
+/// Stops at the first failure: the streams held so far, and the failure.
 pub async fn hold_streams(
     addr: SocketAddr,
     path: &str,
     count: usize,
-) -> Result<Vec<TcpStream>, String> {
-    const AT_ONCE: usize = 256;
+) -> (Vec<TcpStream>, Option<String>) {
+    const AT_ONCE: usize = 64;
     let mut held = Vec::with_capacity(count);
     while held.len() < count {
         let batch = AT_ONCE.min(count - held.len());
@@ -314,12 +315,20 @@ pub async fn hold_streams(
                 Ok(stream)
             });
         }
-        let opened = tokio::time::timeout(Duration::from_secs(30), opening.join_all())
-            .await
-            .map_err(|_| format!("streams not open after 30 s ({} held)", held.len()))?;
+        let Ok(opened) = tokio::time::timeout(Duration::from_secs(30), opening.join_all()).await
+        else {
+            let e = format!("streams not open after 30 s ({} held)", held.len());
+            return (held, Some(e));
+        };
         for stream in opened {
-            held.push(stream?);
+            match stream {
+                Ok(stream) => held.push(stream),
+                Err(e) => {
+                    let e = format!("after {} streams: {e}", held.len());
+                    return (held, Some(e));
+                }
+            }
         }
     }
-    Ok(held)
+    (held, None)
 }

@@ -17,7 +17,8 @@
 //! core 1 (`taskset`), as the servers of a sidecar pod would share its CPU. Every process
 //! started is killed on exit, on error or on panic. Prints Markdown tables.
 //!
-//! `cargo bench --bench harness [-- --quick] [-- --rate N]`
+//! `cargo bench --bench harness [-- --quick] [-- --rate N]`; `HARNESS_SIDECAR_BIN=path`
+//! measures another build of the sidecar as B.
 //! Linux, 2+ cores; installs nginx, wrk and redis-server with apt when missing (root).
 
 mod allocs;
@@ -71,9 +72,10 @@ fn main() -> ExitCode {
         warmup: Duration::from_secs(1),
         measure: Duration::from_secs(if quick { 2 } else { 5 }),
         rate,
-        // Two sockets per stream in the proxy (client and upstream), within its limit.
+        // Two sockets per stream in the proxy (client and upstream), within its limit of
+        // open files with room to spare (the pools, the listeners, the logs).
         streams: STREAMS
-            .min((procs::nofile() as usize).saturating_sub(200) / 2)
+            .min((procs::nofile() as usize).saturating_sub(2000) / 2)
             .min(if quick { 2000 } else { STREAMS }),
     };
     let wall = Instant::now();
@@ -124,7 +126,11 @@ fn run(settings: &Settings) -> Result<String, String> {
 
 fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
     let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    let sidecar_bin = PathBuf::from(env!("CARGO_BIN_EXE_mcp-state-guard"));
+    // Another build can be measured in its place (an allocator A/B, a branch).
+    let sidecar_bin = std::env::var_os("HARNESS_SIDECAR_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_mcp-state-guard")),
+        PathBuf::from,
+    );
     let upstream_port = procs::free_port();
     children.spawn(
         "upstream",
@@ -305,6 +311,25 @@ struct Row {
 }
 
 async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<String, String> {
+    // Every server warm (pages touched, pools filled, caches hot) before any row counts:
+    // without this the first row measured start-up.
+    let file = dir.join("body.json");
+    std::fs::write(&file, request_body(None)).map_err(|e| format!("body file: {e}"))?;
+    for addr in [setup.direct, setup.sidecar, setup.nginx] {
+        let target = Target {
+            addr,
+            path: WORKLOADS[0].1,
+            expect: Phase::First.expect(),
+            forbid: None,
+        };
+        let script = dir.join("wrk.lua");
+        wrk::run(
+            &target,
+            wrk::WrkBody::Same(&file),
+            2 * settings.warmup,
+            &script,
+        )?;
+    }
     let mut rows = Vec::new();
     for (workload, path) in WORKLOADS {
         for phase in [Phase::First, Phase::Retry] {
@@ -377,7 +402,8 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
         single_use.push((name, single_use_row(settings, addr, retry_rps, dir).await?));
     }
     let after_load_rss = procs::rss(setup.sidecar_pid)?;
-    let streams = hold_streams(settings, setup).await?;
+    // A failure here (a proxy out of sockets) is reported with the tables, not instead.
+    let streams = hold_streams(settings, setup).await;
     Ok(report(
         settings,
         &mut rows,
@@ -454,26 +480,36 @@ async fn single_use_row(
     Ok((throughput, latency))
 }
 
+/// One proxy's memory with idle SSE streams held through it.
+struct Streams {
+    before: u64,
+    with: u64,
+    held: usize,
+    error: Option<String>,
+}
+
 /// RSS of the sidecar and of nginx with `settings.streams` idle SSE streams open
-/// through each, in turn: (sidecar before, sidecar with, nginx before, nginx with).
-async fn hold_streams(settings: &Settings, setup: &Setup) -> Result<[u64; 4], String> {
-    let mut measured = [0u64; 4];
-    for (i, (addr, pid)) in [
-        (setup.sidecar, setup.sidecar_pid),
-        (setup.nginx, setup.nginx_pid),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        measured[2 * i] = procs::rss(pid)?;
-        let held = generator::hold_streams(addr, "/mcp", settings.streams).await?;
+/// through each, in turn (or as many as opened before a failure).
+async fn hold_streams(settings: &Settings, setup: &Setup) -> Result<[Streams; 2], String> {
+    let measure = async |addr, pid| {
+        let before = procs::rss(pid)?;
+        let (held, error) = generator::hold_streams(addr, "/mcp", settings.streams).await;
         // Let the proxy settle (its buffers grown, nothing pending) before reading.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        measured[2 * i + 1] = procs::rss(pid)?;
+        let with = procs::rss(pid)?;
+        let count = held.len();
         drop(held);
         tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    Ok(measured)
+        Ok::<_, String>(Streams {
+            before,
+            with,
+            held: count,
+            error,
+        })
+    };
+    let sidecar = measure(setup.sidecar, setup.sidecar_pid).await?;
+    let nginx = measure(setup.nginx, setup.nginx_pid).await?;
+    Ok([sidecar, nginx])
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -484,7 +520,7 @@ fn report(
     single_use: &mut [(&str, (wrk::Throughput, Outcome))],
     setup: &Setup,
     after_load_rss: u64,
-    streams: &[u64; 4],
+    streams: &Result<[Streams; 2], String>,
 ) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -610,7 +646,6 @@ fn report(
             o.first_error.as_deref(),
         );
     }
-    let per = |before: u64, with: u64| with.saturating_sub(before) as f64 / settings.streams as f64;
     let _ = writeln!(out, "\n### Memory (VmRSS)\n");
     let _ = writeln!(out, "| | sidecar | nginx |");
     let _ = writeln!(out, "| --- | ---: | ---: |");
@@ -621,23 +656,40 @@ fn report(
     );
     let _ = writeln!(
         out,
-        "| idle, after the load above | {:.1} MiB | {:.1} MiB |",
+        "| idle, after the load above | {:.1} MiB | {} |",
         after_load_rss as f64 / MIB,
-        streams[2] as f64 / MIB
+        streams.as_ref().map_or("".into(), |[_, n]| format!(
+            "{:.1} MiB",
+            n.before as f64 / MIB
+        ))
     );
-    let _ = writeln!(
-        out,
-        "| with {} idle SSE streams open | {:.1} MiB | {:.1} MiB |",
-        settings.streams,
-        streams[1] as f64 / MIB,
-        streams[3] as f64 / MIB
-    );
-    let _ = writeln!(
-        out,
-        "| per open stream | {:.1} KiB | {:.1} KiB |",
-        per(streams[0], streams[1]) / 1024.0,
-        per(streams[2], streams[3]) / 1024.0
-    );
+    match streams {
+        Ok([b, c]) => {
+            let with = |s: &Streams| format!("{:.1} MiB ({} streams)", s.with as f64 / MIB, s.held);
+            let per = |s: &Streams| {
+                s.with.saturating_sub(s.before) as f64 / s.held.max(1) as f64 / 1024.0
+            };
+            let _ = writeln!(
+                out,
+                "| with idle SSE streams open (asked for {}) | {} | {} |",
+                settings.streams,
+                with(b),
+                with(c)
+            );
+            let _ = writeln!(
+                out,
+                "| per open stream | {:.1} KiB | {:.1} KiB |",
+                per(b),
+                per(c)
+            );
+            for (name, s) in [("sidecar", b), ("nginx", c)] {
+                if let Some(e) = &s.error {
+                    errors.push(format!("holding streams through {name}: {e}"));
+                }
+            }
+        }
+        Err(e) => errors.push(e.clone()),
+    }
     if !errors.is_empty() {
         let _ = writeln!(out, "\nERRORS:");
         for e in errors {
