@@ -271,7 +271,9 @@ pub async fn start_from(
     tasks.push(tokio::spawn(server::serve(
         listener,
         server_tls.clone(),
-        move |request| proxy.clone().handle(request),
+        // Boxed where it is made: the request future is large, and hyper moves the one
+        // it is given into its dispatcher (a copy of every byte of it per request).
+        move |request| Box::pin(proxy.clone().handle(request)),
         stop.clone(),
         options("proxy", Listener::Proxy),
     )));

@@ -121,6 +121,16 @@ pub fn parse_strict(bytes: &[u8]) -> Result<Value, ParseError> {
     parse_bounded(bytes, usize::MAX)
 }
 
+/// A parsed message written back as compact JSON (what the other side receives instead
+/// of the bytes that were parsed), into a buffer of `capacity` bytes: sized from the
+/// original, it is written without regrowing (serde_json's own `to_vec` starts at 128
+/// bytes and reallocates a handful of times for a typical MCP message).
+pub fn serialize(value: &Value, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity);
+    serde_json::to_writer(&mut out, value).expect("a parsed value serialises");
+    out
+}
+
 /// [`parse_strict`], refusing a body that holds more than `max_values` JSON values
 /// (every scalar, array and object counts, keys do not).
 ///

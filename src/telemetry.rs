@@ -25,7 +25,8 @@ pub fn printable(text: &str, max_bytes: usize) -> String {
 
 /// The escaped prefix of `text` within `max_bytes`, and whether anything was cut.
 fn escape(text: &str, max_bytes: usize) -> (String, bool) {
-    let mut out = String::new();
+    // Most client text is short and printable: one allocation of its own size.
+    let mut out = String::with_capacity(text.len().min(max_bytes) + 8);
     for c in text.chars() {
         let start = out.len();
         if c.is_ascii_graphic() && c != '\\' || c == ' ' {

@@ -54,10 +54,27 @@ pub fn record(requests: &Map<String, Value>) -> Result<Value, QuestionsTooLarge>
         questions.insert(key.clone(), Value::Object(question));
     }
     let questions = Value::Object(questions);
-    if questions.to_string().len() > MAX_QUESTIONS_BYTES {
+    if serialized_len(&questions) > MAX_QUESTIONS_BYTES {
         return Err(QuestionsTooLarge);
     }
     Ok(questions)
+}
+
+/// The length of `value` as compact JSON, counted without keeping the text.
+fn serialized_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).expect("a value serialises to a counter");
+    count.0
 }
 
 /// An answer that does not answer its question.

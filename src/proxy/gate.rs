@@ -60,7 +60,8 @@ impl Admitted {
     /// bytes. Consumes the parsed form: it must not outlive the gate's phases (a tree of
     /// 100,000 values is ~10 MB that no budget counts).
     pub fn into_forwarded(self) -> (Bytes, Reservation) {
-        let bytes = serde_json::to_vec(&self.value).expect("a parsed value serialises");
+        // About the client's length: a state that replaced a token is shorter.
+        let bytes = jsonrpc::serialize(&self.value, self.reservation.bytes() + 64);
         (Bytes::from(bytes), self.reservation)
     }
 }

@@ -304,9 +304,10 @@ impl Sealer {
     pub fn seal_json(&self, body: &[u8]) -> Result<Option<Bytes>, Withheld> {
         let mut value = parse(body)?;
         if self.seal_value(&mut value)? {
-            Ok(Some(Bytes::from(
-                serde_json::to_vec(&value).expect("a parsed value serialises"),
-            )))
+            Ok(Some(Bytes::from(jsonrpc::serialize(
+                &value,
+                sealed_len_hint(body.len()),
+            ))))
         } else {
             Ok(None)
         }
@@ -388,7 +389,7 @@ impl EventRewriter for Sealer {
         match self.seal_value(&mut value) {
             Ok(false) => Rewrite::Keep,
             Ok(true) => {
-                let data = serde_json::to_vec(&value).expect("a parsed value serialises");
+                let data = jsonrpc::serialize(&value, sealed_len_hint(data.len()));
                 Rewrite::Replace(replace_data(event, &data))
             }
             Err(failure) => Rewrite::ReplaceAndEnd(self.error_event(failure)),
@@ -463,6 +464,12 @@ pub fn asks_for_input(result: &Map<String, Value>) -> bool {
 /// its values: it comes from the operator's own server, bounded by
 /// `limits.max_body_bytes` / `max_event_bytes`, and a large legitimate result (150,000
 /// numbers) must not become an internal error.
+/// Room for a sealed copy of a `len`-byte message: a token is longer than the state it
+/// replaces (claims, tag, base64).
+fn sealed_len_hint(len: usize) -> usize {
+    len + len / 2 + 1024
+}
+
 fn parse(body: &[u8]) -> Result<Value, SealFailure> {
     jsonrpc::parse_bounded(body, usize::MAX).map_err(|_| SealFailure::UnparseableBody)
 }

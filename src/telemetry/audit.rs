@@ -7,6 +7,10 @@
 //! (method, target, JSON-RPC id) goes through [`printable`]; the caller appears only as
 //! a digest; the trace id only as the 32 hex digits a valid `traceparent` carries; a
 //! presented token only as the key id it names.
+//!
+//! What only the written line needs (the caller's digest, the client address as text,
+//! the key id in hex) is computed when the line is written, and not at all when the log
+//! level leaves it out: most requests' access lines are at `debug`.
 
 use super::{MAX_LOGGED_BYTES, printable};
 use crate::error::{ErrorKind, ProxyError};
@@ -110,6 +114,7 @@ pub struct Record {
     target: Option<String>,
     request_id: Option<String>,
     kid: Option<KeyId>,
+    /// The caller as identified; written only as its [`principal_digest`].
     principal: Option<String>,
     client: Option<SocketAddr>,
     trace_id: Option<String>,
@@ -188,9 +193,9 @@ impl Record {
         self.kid
     }
 
-    /// The caller, kept only as [`principal_digest`].
+    /// The caller, written only as [`principal_digest`].
     pub fn set_principal(&mut self, principal: Option<&str>) {
-        self.principal = principal.map(principal_digest);
+        self.principal = principal.map(str::to_owned);
     }
 
     /// Time spent waiting for the upstream's response head, and its status.
@@ -236,10 +241,18 @@ impl Record {
 
 impl Drop for Record {
     fn drop(&mut self) {
+        let written = match self.refusal {
+            Some(_) => tracing::enabled!(target: TARGET, tracing::Level::INFO),
+            None => tracing::enabled!(target: TARGET, tracing::Level::DEBUG),
+        };
+        if !written {
+            return;
+        }
         let elapsed_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         let kid = self.kid.map(KeyId::hex);
         let kid = kid.as_ref().map(|k| k.as_str());
         let client = self.client.map(|c| c.to_string());
+        let principal = self.principal.as_deref().map(principal_digest);
         match self.refusal {
             Some(refusal) => tracing::info!(
                 target: TARGET,
@@ -252,7 +265,7 @@ impl Drop for Record {
                 target = self.target.as_deref(),
                 request_id = self.request_id.as_deref(),
                 kid,
-                principal = self.principal.as_deref(),
+                principal = principal.as_deref(),
                 client = client.as_deref(),
                 trace_id = self.trace_id.as_deref(),
                 elapsed_ms,
@@ -268,7 +281,7 @@ impl Drop for Record {
                 target = self.target.as_deref(),
                 request_id = self.request_id.as_deref(),
                 kid,
-                principal = self.principal.as_deref(),
+                principal = principal.as_deref(),
                 client = client.as_deref(),
                 trace_id = self.trace_id.as_deref(),
                 upstream_wait_ms = self.upstream_wait.as_secs_f64() * 1000.0,

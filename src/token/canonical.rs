@@ -65,6 +65,27 @@ pub fn write_python_json(
     Ok(())
 }
 
+/// About how many bytes [`write_python_json`] writes for `value`, for reserving capacity
+/// without encoding it: exact for ASCII text that needs no escape, with an eighth more
+/// for escapes, and numbers counted at their usual width. Walking the tree costs a few
+/// instructions per value; encoding it to measure cost as much as the encoding itself.
+pub fn len_hint(value: &Value) -> usize {
+    const NUMBER: usize = 24;
+    let text = |s: &str| s.len() + s.len() / 8 + 2;
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => NUMBER,
+        Value::String(s) => text(s),
+        Value::Array(items) => 2 + items.iter().map(|v| len_hint(v) + 1).sum::<usize>(),
+        Value::Object(map) => {
+            2 + map
+                .iter()
+                .map(|(k, v)| text(k) + 2 + len_hint(v))
+                .sum::<usize>()
+        }
+    }
+}
+
 /// `json.dumps` default `ensure_ascii=True`: printable ASCII verbatim, everything else
 /// escaped with lowercase hex, astral characters as surrogate pairs, DEL escaped too.
 pub fn write_string(s: &str, out: &mut String) {
@@ -301,6 +322,24 @@ mod tests {
         let mut out = String::new();
         write_python_json(&value, true, &mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn length_hints_cover_plain_text_and_stay_close() {
+        for json in [
+            r#"{"region":{"m":"elicitation/create","k":"form","s":{"type":"object","properties":{"region":{"type":"string"}},"required":["region"]}}}"#,
+            r#"[1,2.5,-3e7,true,false,null,"",{},[]]"#,
+            r#"{"a":"x\"y","b":[{"c":12345678901234567890}]}"#,
+        ] {
+            let value: Value = serde_json::from_str(json).unwrap();
+            let written = canon(json).len();
+            let hint = len_hint(&value);
+            assert!(hint >= written, "{hint} < {written} for {json}");
+            assert!(
+                hint <= 2 * written + 64,
+                "{hint} far above {written} for {json}"
+            );
+        }
     }
 
     #[test]

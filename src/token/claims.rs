@@ -189,7 +189,7 @@ impl MintClaims<'_> {
                 .asked
                 .map_or(0, |a| a.iter().map(|k| k.len() + 3).sum())
             + self.binding.path.as_ref().map_or(0, String::len)
-            + self.questions.map_or(0, |q| q.to_string().len() * 9 / 8)
+            + self.questions.map_or(0, super::canonical::len_hint)
     }
 
     pub fn encode_into(&self, out: &mut String) {

@@ -1,0 +1,334 @@
+//! The harness's own load generator, for what wrk cannot do: an open loop (requests
+//! sent on a fixed schedule whatever the answers do, each timed from the moment it was
+//! due, so a stall shows as the latency of every request it delayed instead of hiding as
+//! a pause in sending: no coordinated omission), a closed loop that collects answers
+//! (minting single-use tokens), and holding many idle streams open.
+//!
+//! It runs on one thread of a pinned core. The scheduler spins (yielding to the runtime,
+//! which polls the sockets on every turn) rather than sleeping, because tokio's timer
+//! has a 1 ms grain and the gaps between requests are shorter than that.
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Mutex, mpsc};
+
+/// Who the harness says the caller is (`principal.source = "header"`).
+pub const PRINCIPAL_HEADER: &str = "x-forwarded-user";
+pub const PRINCIPAL: &str = "alice@example.com";
+
+/// Where requests go, and what a good answer looks like.
+#[derive(Clone)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub path: &'static str,
+    /// A good answer is a 200 whose body holds this (`"resultType":"complete"`, ...).
+    pub expect: &'static str,
+    /// ... and not this (the plaintext state, through the sidecar).
+    pub forbid: Option<&'static str>,
+}
+
+/// What each request carries: the same body every time, or a body of its own (a fresh
+/// single-use token each).
+#[derive(Clone)]
+pub enum Bodies {
+    Same(Bytes),
+    Each(Arc<Vec<Bytes>>),
+}
+
+impl Bodies {
+    fn get(&self, i: usize) -> Bytes {
+        match self {
+            Bodies::Same(b) => b.clone(),
+            Bodies::Each(all) => all[i].clone(),
+        }
+    }
+}
+
+/// Latencies inside the measured window, and every failure.
+#[derive(Default)]
+pub struct Outcome {
+    pub latencies: Vec<Duration>,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+impl Outcome {
+    fn failed(&mut self, e: String) {
+        self.errors += 1;
+        self.first_error.get_or_insert(e);
+    }
+
+    /// The `q` quantile in microseconds (nearest rank).
+    pub fn quantile_us(&mut self, q: f64) -> f64 {
+        self.latencies.sort_unstable();
+        let n = self.latencies.len();
+        if n == 0 {
+            return f64::NAN;
+        }
+        let i = ((n as f64 * q).ceil() as usize).clamp(1, n) - 1;
+        self.latencies[i].as_secs_f64() * 1e6
+    }
+}
+
+/// A request as every client of the harness sends it.
+pub fn request(target: &Target, body: Bytes) -> Request<Full<Bytes>> {
+    Request::builder()
+        .method(Method::POST)
+        .uri(target.path)
+        .header(header::HOST, target.addr.to_string())
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .header(
+            HeaderName::from_static("mcp-protocol-version"),
+            "2026-07-28",
+        )
+        .header(HeaderName::from_static("mcp-method"), "tools/call")
+        .header(HeaderName::from_static("mcp-name"), "provision")
+        .header(
+            HeaderName::from_static(PRINCIPAL_HEADER),
+            HeaderValue::from_static(PRINCIPAL),
+        )
+        .body(Full::new(body))
+        .expect("a valid request")
+}
+
+async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (send, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(connection);
+    Ok(send)
+}
+
+/// One exchange on `send`: the body of a good answer.
+async fn exchange(
+    send: &mut SendRequest<Full<Bytes>>,
+    target: &Target,
+    body: Bytes,
+) -> Result<Bytes, String> {
+    send.ready().await.map_err(|e| format!("connection: {e}"))?;
+    let response = send
+        .send_request(request(target, body))
+        .await
+        .map_err(|e| format!("send: {e}"))?;
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("body: {e}"))?
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    let excerpt = || text.chars().take(300).collect::<String>();
+    if status != StatusCode::OK || !text.contains(target.expect) {
+        return Err(format!("HTTP {status}: {}", excerpt()));
+    }
+    if target.forbid.is_some_and(|f| text.contains(f)) {
+        return Err(format!("plaintext state leaked: {}", excerpt()));
+    }
+    Ok(bytes)
+}
+
+/// Send `rate` requests a second for `warmup + measure` over `connections` connections,
+/// each due at its slot on the schedule; latencies (due → whole answer read) of requests
+/// due inside the measured window. A request still unanswered 10 s after the schedule
+/// ends counts as an error.
+pub async fn open_loop(
+    target: &Target,
+    bodies: &Bodies,
+    rate: u32,
+    warmup: Duration,
+    measure: Duration,
+    connections: usize,
+) -> Result<Outcome, String> {
+    let total = (f64::from(rate) * (warmup + measure).as_secs_f64()) as usize;
+    if let Bodies::Each(all) = bodies
+        && all.len() < total
+    {
+        return Err(format!("{} bodies for {total} requests", all.len()));
+    }
+    let mut senders = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        senders.push(connect(target.addr).await?);
+    }
+    let (due_tx, due_rx) = mpsc::unbounded_channel::<(usize, Instant)>();
+    let due_rx = Arc::new(Mutex::new(due_rx));
+    let start = Instant::now() + Duration::from_millis(20);
+    let window = start + warmup;
+    let mut workers = tokio::task::JoinSet::new();
+    for mut send in senders {
+        let (due_rx, target, bodies) = (due_rx.clone(), target.clone(), bodies.clone());
+        workers.spawn(async move {
+            let mut outcome = Outcome::default();
+            loop {
+                let next = due_rx.lock().await.recv().await;
+                let Some((i, due)) = next else { break };
+                let result = exchange(&mut send, &target, bodies.get(i)).await;
+                let done = Instant::now();
+                match result {
+                    Ok(_) if due >= window => outcome.latencies.push(done - due),
+                    Ok(_) => {}
+                    Err(e) => {
+                        outcome.failed(e);
+                        // A broken connection is replaced; the next request waits for it.
+                        if send.is_closed() {
+                            match connect(target.addr).await {
+                                Ok(fresh) => send = fresh,
+                                Err(e) => {
+                                    outcome.failed(e);
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            outcome
+        });
+    }
+    let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
+    for i in 0..total {
+        let due = start + interval * i as u32;
+        pace_until(due).await;
+        if due_tx.send((i, due)).is_err() {
+            break;
+        }
+    }
+    drop(due_tx);
+    let mut outcome = Outcome::default();
+    let collected = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(done) = workers.join_next().await {
+            let part = done.map_err(|e| format!("worker: {e}"))?;
+            outcome.latencies.extend(part.latencies);
+            outcome.errors += part.errors;
+            outcome.first_error = outcome.first_error.take().or(part.first_error);
+        }
+        Ok::<_, String>(())
+    })
+    .await;
+    match collected {
+        Ok(result) => result?,
+        Err(_) => outcome.failed("requests still unanswered 10 s after the schedule".into()),
+    }
+    Ok(outcome)
+}
+
+/// Wait until `at`, sleeping while more than 2 ms remain and spinning (yielding) after.
+async fn pace_until(at: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= at {
+            return;
+        }
+        let left = at - now;
+        if left > Duration::from_millis(2) {
+            tokio::time::sleep(left - Duration::from_millis(1)).await;
+        } else {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// `count` exchanges as fast as `connections` connections go; the answers' bodies in
+/// any order.
+pub async fn closed_loop(
+    target: &Target,
+    body: Bytes,
+    count: usize,
+    connections: usize,
+) -> Result<Vec<Bytes>, String> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        let mut send = connect(target.addr).await?;
+        let (next, target, body) = (next.clone(), target.clone(), body.clone());
+        workers.spawn(async move {
+            let mut answers = Vec::new();
+            while next.fetch_add(1, Ordering::Relaxed) < count {
+                answers.push(exchange(&mut send, &target, body.clone()).await?);
+            }
+            Ok::<_, String>(answers)
+        });
+    }
+    let mut answers = Vec::with_capacity(count);
+    while let Some(done) = workers.join_next().await {
+        answers.extend(done.map_err(|e| format!("worker: {e}"))??);
+    }
+    Ok(answers)
+}
+
+/// Open `count` idle SSE streams (`GET path`) to `addr` and keep them: each is held
+/// once its response head and first event arrived. Dropping the result closes them.
+/// Stops at the first failure: the streams held so far, and the failure.
+pub async fn hold_streams(
+    addr: SocketAddr,
+    path: &str,
+    count: usize,
+) -> (Vec<TcpStream>, Option<String>) {
+    const AT_ONCE: usize = 64;
+    let mut held = Vec::with_capacity(count);
+    while held.len() < count {
+        let batch = AT_ONCE.min(count - held.len());
+        let mut opening = tokio::task::JoinSet::new();
+        for _ in 0..batch {
+            let request = format!(
+                "GET {path} HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n\
+                 mcp-protocol-version: 2025-11-25\r\n{PRINCIPAL_HEADER}: {PRINCIPAL}\r\n\r\n"
+            );
+            opening.spawn(async move {
+                let mut stream = TcpStream::connect(addr)
+                    .await
+                    .map_err(|e| format!("connect: {e}"))?;
+                stream
+                    .write_all(request.as_bytes())
+                    .await
+                    .map_err(|e| format!("write: {e}"))?;
+                let mut seen = Vec::new();
+                let mut buffer = [0u8; 1024];
+                while !seen.windows(8).any(|w| w == b": open\n\n") {
+                    let n = stream
+                        .read(&mut buffer)
+                        .await
+                        .map_err(|e| format!("read: {e}"))?;
+                    if n == 0 {
+                        return Err(format!("stream closed: {}", String::from_utf8_lossy(&seen)));
+                    }
+                    seen.extend_from_slice(&buffer[..n]);
+                }
+                if !seen.starts_with(b"HTTP/1.1 200") {
+                    return Err(format!("not a 200: {}", String::from_utf8_lossy(&seen)));
+                }
+                Ok(stream)
+            });
+        }
+        let Ok(opened) = tokio::time::timeout(Duration::from_secs(30), opening.join_all()).await
+        else {
+            let e = format!("streams not open after 30 s ({} held)", held.len());
+            return (held, Some(e));
+        };
+        for stream in opened {
+            match stream {
+                Ok(stream) => held.push(stream),
+                Err(e) => {
+                    let e = format!("after {} streams: {e}", held.len());
+                    return (held, Some(e));
+                }
+            }
+        }
+    }
+    (held, None)
+}

@@ -1,0 +1,700 @@
+//! The performance harness: the same MRTR workload (a `tools/call` first call whose
+//! ~200-byte state gets sealed; its retry, whose token gets opened and checked) sent
+//! (A) to a fast upstream directly, (B) through mcp-state-guard (this build, keys, an
+//! audience, a header principal) and (C) through nginx as a plain reverse proxy with
+//! upstream keep-alive, in one run, JSON and SSE answers:
+//!
+//! - throughput: wrk, one thread, 64 connections, 5 s after a 1 s warm-up;
+//! - latency: the harness's own open-loop generator at a fixed rate (2 000 req/s by
+//!   default, 16 connections, 5 s after 1 s), each request timed from when it was due,
+//!   p50 / p99 / p99.9;
+//! - single-use on (memory and Redis stores): the retry with a fresh token each time;
+//! - memory: the sidecar's idle RSS, and per open idle SSE stream with 10 000 of them
+//!   held through it (nginx beside it);
+//! - allocations per request in the sidecar, counted in-process.
+//!
+//! The generator (this process, and wrk) runs on core 0; upstream, proxy and redis share
+//! core 1 (`taskset`), as the servers of a sidecar pod would share its CPU. Every process
+//! started is killed on exit, on error or on panic. Prints Markdown tables.
+//!
+//! `cargo bench --bench harness [-- --quick] [-- --rate N]`; `HARNESS_SIDECAR_BIN=path`
+//! measures another build of the sidecar as B.
+//! Linux, 2+ cores; installs nginx, wrk and redis-server with apt when missing (root).
+
+mod allocs;
+mod generator;
+mod procs;
+mod upstream;
+mod wrk;
+
+use bytes::Bytes;
+use generator::{Bodies, Outcome, Target};
+use procs::Children;
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static ALLOCATOR: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
+
+/// The open streams held through each proxy for the memory row.
+const STREAMS: usize = 10_000;
+/// Connections of the open-loop generator.
+const OPEN_LOOP_CONNECTIONS: usize = 16;
+
+struct Settings {
+    warmup: Duration,
+    measure: Duration,
+    rate: u32,
+    streams: usize,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--role-upstream") {
+        let port = args
+            .get(i + 1)
+            .and_then(|p| p.parse().ok())
+            .expect("a port");
+        upstream::run(port);
+        return ExitCode::SUCCESS;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let rate = args
+        .iter()
+        .position(|a| a == "--rate")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(2000);
+    let settings = Settings {
+        warmup: Duration::from_secs(1),
+        measure: Duration::from_secs(if quick { 2 } else { 5 }),
+        rate,
+        // Two sockets per stream in the proxy (client and upstream), within its limit of
+        // open files with room to spare (the pools, the listeners, the logs).
+        streams: STREAMS
+            .min((procs::nofile() as usize).saturating_sub(2000) / 2)
+            .min(if quick { 2000 } else { STREAMS }),
+    };
+    let wall = Instant::now();
+    match run(&settings) {
+        Ok(report) => {
+            println!("{report}");
+            println!("wall time: {:.0} s", wall.elapsed().as_secs_f64());
+            if report.contains("ERRORS") {
+                eprintln!("harness: some requests failed (see the tables)");
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("harness: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The three ways to the upstream, plus the single-use sidecars.
+struct Setup {
+    direct: SocketAddr,
+    sidecar: SocketAddr,
+    sidecar_pid: u32,
+    memory: SocketAddr,
+    redis: SocketAddr,
+    nginx: SocketAddr,
+    nginx_pid: u32,
+    idle_rss: u64,
+}
+
+fn run(settings: &Settings) -> Result<String, String> {
+    procs::ensure_tools()?;
+    procs::pin_self()?;
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let mut children = Children::default();
+    let setup = start(&mut children, dir.path())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let report = runtime.block_on(measure(settings, &setup, dir.path()))?;
+    children.check_alive()?;
+    let allocations = runtime.block_on(allocs::per_request(dir.path()))?;
+    Ok(format!("{report}\n{allocations}"))
+}
+
+fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
+    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    // Another build can be measured in its place (an allocator A/B, a branch).
+    let sidecar_bin = std::env::var_os("HARNESS_SIDECAR_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_mcp-state-guard")),
+        PathBuf::from,
+    );
+    let upstream_port = procs::free_port();
+    children.spawn(
+        "upstream",
+        &me,
+        &["--role-upstream", &upstream_port.to_string()],
+        &dir.join("upstream.log"),
+    )?;
+    let redis_port = procs::free_port();
+    let redis = procs::which("redis-server").ok_or("redis-server not found")?;
+    children.spawn(
+        "redis-server",
+        &redis,
+        &[
+            "--port",
+            &redis_port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--maxclients",
+            "1000",
+        ],
+        &dir.join("redis.log"),
+    )?;
+    std::fs::write(dir.join("keys"), format!("{}\n", "5e".repeat(32)))
+        .map_err(|e| format!("keys: {e}"))?;
+    let mut start_sidecar = |name: &'static str, single_use: &str| {
+        let (port, admin) = (procs::free_port(), procs::free_port());
+        let config = sidecar_config(dir, port, admin, upstream_port, single_use);
+        let file = dir.join(format!("{name}.toml"));
+        std::fs::write(&file, config).map_err(|e| format!("{name}: {e}"))?;
+        let pid = children.spawn(
+            name,
+            &sidecar_bin,
+            &["run", "--config", file.to_str().expect("a UTF-8 temp path")],
+            &dir.join(format!("{name}.log")),
+        )?;
+        Ok::<_, String>((loopback(port), loopback(admin), pid))
+    };
+    let (sidecar, sidecar_admin, sidecar_pid) = start_sidecar("sidecar", "")?;
+    let (memory, memory_admin, _) = start_sidecar(
+        "sidecar-memory",
+        "[single_use]\ntools = [\"provision\"]\nstore = \"memory\"\n",
+    )?;
+    let (redis, redis_admin, _) = start_sidecar(
+        "sidecar-redis",
+        &format!(
+            "[single_use]\ntools = [\"provision\"]\nstore = \"redis\"\n\
+             redis_url = \"redis://127.0.0.1:{redis_port}\"\n"
+        ),
+    )?;
+    let nginx_port = procs::free_port();
+    std::fs::write(
+        dir.join("nginx.conf"),
+        procs::nginx_config(dir, nginx_port, upstream_port),
+    )
+    .map_err(|e| format!("nginx.conf: {e}"))?;
+    let nginx_bin = procs::which("nginx").ok_or("nginx not found")?;
+    let conf = dir.join("nginx.conf");
+    let nginx_pid = children.spawn(
+        "nginx",
+        &nginx_bin,
+        &[
+            "-c",
+            conf.to_str().expect("a UTF-8 temp path"),
+            "-p",
+            dir.to_str().expect("a UTF-8 temp path"),
+            "-e",
+            "stderr",
+        ],
+        &dir.join("nginx.log"),
+    )?;
+    procs::wait_ready(children, loopback(upstream_port), "/")?;
+    for admin in [sidecar_admin, memory_admin, redis_admin] {
+        procs::wait_ready(children, admin, "/readyz")?;
+    }
+    procs::wait_ready(children, loopback(nginx_port), "/")?;
+    let idle_rss = procs::rss(sidecar_pid)?;
+    Ok(Setup {
+        direct: loopback(upstream_port),
+        sidecar,
+        sidecar_pid,
+        memory,
+        redis,
+        nginx: loopback(nginx_port),
+        nginx_pid,
+        idle_rss,
+    })
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A sidecar as a deployment would run it: keys, an audience, a header principal from
+/// a trusted front proxy, warnings only in the log.
+fn sidecar_config(dir: &Path, port: u16, admin: u16, upstream: u16, extra: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
+         upstream = \"http://127.0.0.1:{upstream}\"\n\
+         [state]\nkeys_file = \"{}\"\naudience = \"bench.example\"\n\
+         [principal]\nsource = \"header\"\nheader = \"{}\"\n\
+         trusted_proxies = [\"127.0.0.1/32\"]\n\
+         [limits]\nmax_connections = 30000\n[log]\nlevel = \"warn\"\n{extra}",
+        dir.join("keys").display(),
+        generator::PRINCIPAL_HEADER,
+    )
+}
+
+/// The `tools/call provision` a 2026-07-28 client sends; with a state, its retry.
+pub fn request_body(state: Option<&str>) -> Bytes {
+    let mut params = json!({
+        "name": "provision",
+        "arguments": {"name": "web-1"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+            "io.modelcontextprotocol/clientInfo": {"name": "mcp-state-guard-harness", "version": "0"}
+        }
+    });
+    if let Some(state) = state {
+        params["requestState"] = json!(state);
+        params["inputResponses"] =
+            json!({"region": {"action": "accept", "content": {"region": "eu-west-1"}}});
+    }
+    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    Bytes::from(serde_json::to_vec(&message).expect("serialises"))
+}
+
+/// The `requestState` of a first call's answer (JSON, or the `data:` of an SSE event).
+fn state_of(answer: &[u8]) -> Result<String, String> {
+    let text = std::str::from_utf8(answer).map_err(|_| "answer not UTF-8")?;
+    let json = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap_or(text);
+    let message: Value = serde_json::from_str(json).map_err(|e| format!("answer: {e}"))?;
+    message["result"]["requestState"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no requestState in {json}"))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Phase {
+    First,
+    Retry,
+}
+
+impl Phase {
+    fn label(self) -> &'static str {
+        match self {
+            Phase::First => "first call (seal)",
+            Phase::Retry => "retry (verify)",
+        }
+    }
+
+    fn expect(self) -> &'static str {
+        match self {
+            Phase::First => "\"resultType\":\"input_required\"",
+            Phase::Retry => "\"resultType\":\"complete\"",
+        }
+    }
+}
+
+const WORKLOADS: [(&str, &str); 2] = [("JSON", "/mcp"), ("SSE", "/mcp/sse")];
+/// The upstream's plaintext state holds this; a sealed answer must not.
+const PLAINTEXT_MARK: &str = "team-a";
+
+struct Row {
+    workload: &'static str,
+    phase: Phase,
+    /// Direct, sidecar, nginx (None where a row has no nginx column).
+    rps: [Option<wrk::Throughput>; 3],
+    latency: [Option<Outcome>; 3],
+}
+
+async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<String, String> {
+    // Every server warm (pages touched, pools filled, caches hot) before any row counts:
+    // without this the first row measured start-up.
+    let file = dir.join("body.json");
+    std::fs::write(&file, request_body(None)).map_err(|e| format!("body file: {e}"))?;
+    for addr in [setup.direct, setup.sidecar, setup.nginx] {
+        let target = Target {
+            addr,
+            path: WORKLOADS[0].1,
+            expect: Phase::First.expect(),
+            forbid: None,
+        };
+        let script = dir.join("wrk.lua");
+        wrk::run(
+            &target,
+            wrk::WrkBody::Same(&file),
+            2 * settings.warmup,
+            &script,
+        )?;
+    }
+    let mut rows = Vec::new();
+    for (workload, path) in WORKLOADS {
+        for phase in [Phase::First, Phase::Retry] {
+            let mut row = Row {
+                workload,
+                phase,
+                rps: [None, None, None],
+                latency: [None, None, None],
+            };
+            for (i, addr) in [setup.direct, setup.sidecar, setup.nginx]
+                .into_iter()
+                .enumerate()
+            {
+                let target = Target {
+                    addr,
+                    path,
+                    expect: phase.expect(),
+                    forbid: (i == 1 && phase == Phase::First).then_some(PLAINTEXT_MARK),
+                };
+                let body = match phase {
+                    Phase::First => request_body(None),
+                    // A and C forward the upstream's own plaintext; B needs its token.
+                    Phase::Retry if i == 1 => {
+                        let first = Target {
+                            expect: Phase::First.expect(),
+                            ..target.clone()
+                        };
+                        let answers =
+                            generator::closed_loop(&first, request_body(None), 1, 1).await?;
+                        request_body(Some(&state_of(&answers[0])?))
+                    }
+                    Phase::Retry => request_body(Some(upstream::STATE)),
+                };
+                // One checked exchange first: a wrong answer fails the run, not a row.
+                generator::closed_loop(&target, body.clone(), 1, 1)
+                    .await
+                    .map_err(|e| format!("{workload} {}: {e}", phase.label()))?;
+                let file = dir.join("body.json");
+                std::fs::write(&file, &body).map_err(|e| format!("body file: {e}"))?;
+                let script = dir.join("wrk.lua");
+                wrk::run(&target, wrk::WrkBody::Same(&file), settings.warmup, &script)?;
+                row.rps[i] = Some(wrk::run(
+                    &target,
+                    wrk::WrkBody::Same(&file),
+                    settings.measure,
+                    &script,
+                )?);
+                row.latency[i] = Some(
+                    generator::open_loop(
+                        &target,
+                        &Bodies::Same(body),
+                        settings.rate,
+                        settings.warmup,
+                        settings.measure,
+                        OPEN_LOOP_CONNECTIONS,
+                    )
+                    .await?,
+                );
+            }
+            rows.push(row);
+        }
+    }
+    let retry_rps = rows
+        .iter()
+        .find(|r| r.workload == "JSON" && r.phase == Phase::Retry)
+        .and_then(|r| r.rps[1].as_ref())
+        .map_or(10_000.0, |t| t.rps);
+    let mut single_use = Vec::new();
+    for (name, addr) in [("memory", setup.memory), ("Redis", setup.redis)] {
+        single_use.push((name, single_use_row(settings, addr, retry_rps, dir).await?));
+    }
+    let after_load_rss = procs::rss(setup.sidecar_pid)?;
+    // A failure here (a proxy out of sockets) is reported with the tables, not instead.
+    let streams = hold_streams(settings, setup).await;
+    Ok(report(
+        settings,
+        &mut rows,
+        &mut single_use,
+        setup,
+        after_load_rss,
+        &streams,
+    ))
+}
+
+/// A single-use sidecar's retries, each with a token of its own minted through it just
+/// before: wrk's throughput and the open loop's latency.
+async fn single_use_row(
+    settings: &Settings,
+    addr: SocketAddr,
+    retry_rps: f64,
+    dir: &Path,
+) -> Result<(wrk::Throughput, Outcome), String> {
+    let (_, path) = WORKLOADS[0];
+    let first = Target {
+        addr,
+        path,
+        expect: Phase::First.expect(),
+        forbid: Some(PLAINTEXT_MARK),
+    };
+    let retry = Target {
+        expect: Phase::Retry.expect(),
+        forbid: None,
+        ..first.clone()
+    };
+    let mint = |count: usize| {
+        let first = first.clone();
+        async move {
+            let answers = generator::closed_loop(&first, request_body(None), count, 32).await?;
+            answers
+                .iter()
+                .map(|a| Ok(request_body(Some(&state_of(a)?))))
+                .collect::<Result<Vec<_>, String>>()
+        }
+    };
+    // wrk: enough tokens for 1.5× the reusable retry's rate; one line each.
+    let needed = (retry_rps * 1.5 * settings.measure.as_secs_f64()) as usize + 1000;
+    let bodies = mint(needed).await?;
+    let file = dir.join("tokens.jsonl");
+    let mut lines = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum());
+    for body in &bodies {
+        lines.extend_from_slice(body);
+        lines.push(b'\n');
+    }
+    std::fs::write(&file, lines).map_err(|e| format!("token file: {e}"))?;
+    let mut throughput = wrk::run(
+        &retry,
+        wrk::WrkBody::Each(&file),
+        settings.measure,
+        &dir.join("wrk.lua"),
+    )?;
+    if throughput.requests > bodies.len() as u64 {
+        // The script ran out of tokens: what it sent after that was refused.
+        throughput.errors += throughput.requests - bodies.len() as u64;
+    }
+    let count = (f64::from(settings.rate) * (settings.warmup + settings.measure).as_secs_f64())
+        as usize
+        + 1;
+    let bodies = Bodies::Each(Arc::new(mint(count).await?));
+    let latency = generator::open_loop(
+        &retry,
+        &bodies,
+        settings.rate,
+        settings.warmup,
+        settings.measure,
+        OPEN_LOOP_CONNECTIONS,
+    )
+    .await?;
+    Ok((throughput, latency))
+}
+
+/// One proxy's memory with idle SSE streams held through it.
+struct Streams {
+    before: u64,
+    with: u64,
+    held: usize,
+    error: Option<String>,
+}
+
+/// RSS of the sidecar and of nginx with `settings.streams` idle SSE streams open
+/// through each, in turn (or as many as opened before a failure).
+async fn hold_streams(settings: &Settings, setup: &Setup) -> Result<[Streams; 2], String> {
+    let measure = async |addr, pid| {
+        let before = procs::rss(pid)?;
+        let (held, error) = generator::hold_streams(addr, "/mcp", settings.streams).await;
+        // Let the proxy settle (its buffers grown, nothing pending) before reading.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let with = procs::rss(pid)?;
+        let count = held.len();
+        drop(held);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok::<_, String>(Streams {
+            before,
+            with,
+            held: count,
+            error,
+        })
+    };
+    let sidecar = measure(setup.sidecar, setup.sidecar_pid).await?;
+    let nginx = measure(setup.nginx, setup.nginx_pid).await?;
+    Ok([sidecar, nginx])
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn report(
+    settings: &Settings,
+    rows: &mut [Row],
+    single_use: &mut [(&str, (wrk::Throughput, Outcome))],
+    setup: &Setup,
+    after_load_rss: u64,
+    streams: &Result<[Streams; 2], String>,
+) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut errors = Vec::new();
+    let note = |errors: &mut Vec<String>, what: String, n: u64, first: Option<&str>| {
+        if n > 0 {
+            errors.push(format!("{what}: {n} failed ({})", first.unwrap_or("wrk")));
+        }
+    };
+    let _ = writeln!(
+        out,
+        "### Throughput (wrk, 1 thread, {} connections, {} s)\n",
+        wrk::CONNECTIONS,
+        settings.measure.as_secs()
+    );
+    let _ = writeln!(
+        out,
+        "| answer | phase | A direct req/s | B sidecar req/s | C nginx req/s | B/C |"
+    );
+    let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: |");
+    for row in rows.iter() {
+        let rps = row
+            .rps
+            .each_ref()
+            .map(|t| t.as_ref().map_or(f64::NAN, |t| t.rps));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.2} |",
+            row.workload,
+            row.phase.label(),
+            rps[0],
+            rps[1],
+            rps[2],
+            rps[1] / rps[2]
+        );
+        for (name, t) in ["direct", "sidecar", "nginx"].iter().zip(&row.rps) {
+            if let Some(t) = t {
+                note(
+                    &mut errors,
+                    format!("wrk {} {} {name}", row.workload, row.phase.label()),
+                    t.errors,
+                    None,
+                );
+            }
+        }
+    }
+    for (store, (t, _)) in single_use.iter() {
+        let _ = writeln!(
+            out,
+            "| JSON | retry, single-use ({store}) | | {:.0} | | |",
+            t.rps
+        );
+        note(
+            &mut errors,
+            format!("wrk single-use {store}"),
+            t.errors,
+            None,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n### Latency (open loop, {} req/s, {} connections, {} s; µs from the intended send)\n",
+        settings.rate,
+        OPEN_LOOP_CONNECTIONS,
+        settings.measure.as_secs()
+    );
+    let _ = writeln!(
+        out,
+        "| answer | phase | A direct p50 / p99 / p99.9 | B sidecar p50 / p99 / p99.9 | \
+         C nginx p50 / p99 / p99.9 | B−A p50 / p99 |"
+    );
+    let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: |");
+    let cell = |o: &mut Outcome| {
+        format!(
+            "{:.0} / {:.0} / {:.0}",
+            o.quantile_us(0.50),
+            o.quantile_us(0.99),
+            o.quantile_us(0.999)
+        )
+    };
+    let mut direct_retry_json = None;
+    for row in rows.iter_mut() {
+        let [a, b, c] = &mut row.latency;
+        let (Some(a), Some(b), Some(c)) = (a, b, c) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {:.0} / {:.0} |",
+            row.workload,
+            row.phase.label(),
+            cell(a),
+            cell(b),
+            cell(c),
+            b.quantile_us(0.50) - a.quantile_us(0.50),
+            b.quantile_us(0.99) - a.quantile_us(0.99),
+        );
+        for (name, o) in [("direct", &*a), ("sidecar", &*b), ("nginx", &*c)] {
+            note(
+                &mut errors,
+                format!("open loop {} {} {name}", row.workload, row.phase.label()),
+                o.errors,
+                o.first_error.as_deref(),
+            );
+        }
+        if row.workload == "JSON" && row.phase == Phase::Retry {
+            direct_retry_json = Some((a.quantile_us(0.50), a.quantile_us(0.99)));
+        }
+    }
+    for (store, (_, o)) in single_use.iter_mut() {
+        let (a50, a99) = direct_retry_json.unwrap_or((f64::NAN, f64::NAN));
+        let _ = writeln!(
+            out,
+            "| JSON | retry, single-use ({store}) | | {} | | {:.0} / {:.0} |",
+            cell(o),
+            o.quantile_us(0.50) - a50,
+            o.quantile_us(0.99) - a99,
+        );
+        note(
+            &mut errors,
+            format!("open loop single-use {store}"),
+            o.errors,
+            o.first_error.as_deref(),
+        );
+    }
+    let _ = writeln!(out, "\n### Memory (VmRSS)\n");
+    let _ = writeln!(out, "| | sidecar | nginx |");
+    let _ = writeln!(out, "| --- | ---: | ---: |");
+    let _ = writeln!(
+        out,
+        "| idle, after start | {:.1} MiB | |",
+        setup.idle_rss as f64 / MIB
+    );
+    let _ = writeln!(
+        out,
+        "| idle, after the load above | {:.1} MiB | {} |",
+        after_load_rss as f64 / MIB,
+        streams.as_ref().map_or("".into(), |[_, n]| format!(
+            "{:.1} MiB",
+            n.before as f64 / MIB
+        ))
+    );
+    match streams {
+        Ok([b, c]) => {
+            let with = |s: &Streams| format!("{:.1} MiB ({} streams)", s.with as f64 / MIB, s.held);
+            let per = |s: &Streams| {
+                s.with.saturating_sub(s.before) as f64 / s.held.max(1) as f64 / 1024.0
+            };
+            let _ = writeln!(
+                out,
+                "| with idle SSE streams open (asked for {}) | {} | {} |",
+                settings.streams,
+                with(b),
+                with(c)
+            );
+            let _ = writeln!(
+                out,
+                "| per open stream | {:.1} KiB | {:.1} KiB |",
+                per(b),
+                per(c)
+            );
+            for (name, s) in [("sidecar", b), ("nginx", c)] {
+                if let Some(e) = &s.error {
+                    errors.push(format!("holding streams through {name}: {e}"));
+                }
+            }
+        }
+        Err(e) => errors.push(e.clone()),
+    }
+    if !errors.is_empty() {
+        let _ = writeln!(out, "\nERRORS:");
+        for e in errors {
+            let _ = writeln!(out, "- {e}");
+        }
+    }
+    out
+}

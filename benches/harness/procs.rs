@@ -1,0 +1,206 @@
+//! The processes a run starts (upstream, sidecars, nginx, redis-server), each pinned to
+//! the server core with `taskset` and allowed many open files with `prlimit` (both exec
+//! the program, so the child's pid is the server's own). [`Children`] kills and reaps
+//! every one of them when dropped: at the end of a run, on an error, or on a panic.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The core the load generator (this process, and wrk) runs on.
+pub const GENERATOR_CORE: &str = "0";
+/// The core every server shares: upstream, sidecar or nginx, and redis.
+pub const SERVER_CORE: &str = "1";
+/// Open files every process may hold: as many as the hard limit allows (raising it needs
+/// `CAP_SYS_RESOURCE`, which a container may not have). Each held stream costs a proxy
+/// two: the client's connection and the upstream's.
+pub fn nofile() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|limits| {
+            let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+            let hard = line.split_whitespace().nth(4)?;
+            hard.parse().ok()
+        })
+        .unwrap_or(1024)
+}
+
+/// Every process started so far; killed and reaped on drop.
+#[derive(Default)]
+pub struct Children {
+    children: Vec<(&'static str, Child)>,
+}
+
+impl Children {
+    /// Start `program args` on the server core; `log` receives its stderr.
+    pub fn spawn(
+        &mut self,
+        name: &'static str,
+        program: &Path,
+        args: &[&str],
+        log: &Path,
+    ) -> Result<u32, String> {
+        let log = std::fs::File::create(log).map_err(|e| format!("{name}: log file: {e}"))?;
+        let child = Command::new("prlimit")
+            .arg(format!("--nofile={0}:{0}", nofile()))
+            .args(["taskset", "-c", SERVER_CORE])
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("{name}: cannot start {}: {e}", program.display()))?;
+        let pid = child.id();
+        self.children.push((name, child));
+        Ok(pid)
+    }
+
+    /// Fail when one of them already exited (a port taken, a bad config).
+    pub fn check_alive(&mut self) -> Result<(), String> {
+        for (name, child) in &mut self.children {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("{name} exited early: {status}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+        }
+        for (_, child) in &mut self.children {
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A loopback port free right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Wait until `addr` answers `GET path` with a 2xx (any 2xx: a readiness probe or an
+/// upstream's stream head), or fail after 15 s.
+pub fn wait_ready(children: &mut Children, addr: SocketAddr, path: &str) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        children.check_alive()?;
+        if http_get_ok(addr, path) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{addr}{path} not ready after 15 s"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn http_get_ok(addr: SocketAddr, path: &str) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 2")
+}
+
+/// Resident memory of a process (`VmRSS`), in bytes.
+pub fn rss(pid: u32) -> Result<u64, String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .ok_or_else(|| format!("no VmRSS for {pid}"))
+}
+
+/// Pin this process (every thread it has and will have) to the generator core and let it
+/// hold as many sockets as the servers.
+pub fn pin_self() -> Result<(), String> {
+    let pid = std::process::id().to_string();
+    run("taskset", &["-a", "-p", "-c", GENERATOR_CORE, &pid])?;
+    run(
+        "prlimit",
+        &["--pid", &pid, &format!("--nofile={0}:{0}", nofile())],
+    )
+}
+
+fn run(program: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// `nginx`, `wrk` and `redis-server`, installed with apt when one is missing.
+pub fn ensure_tools() -> Result<(), String> {
+    let missing: Vec<&str> = [
+        ("nginx", "nginx-light"),
+        ("wrk", "wrk"),
+        ("redis-server", "redis-server"),
+    ]
+    .into_iter()
+    .filter(|(tool, _)| which(tool).is_none())
+    .map(|(_, package)| package)
+    .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("installing with apt: {}", missing.join(" "));
+    run("apt-get", &["update", "-qq"])?;
+    let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
+    args.extend(&missing);
+    run("apt-get", &args)
+}
+
+pub fn which(tool: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .chain(["/usr/sbin", "/sbin"])
+        .map(|dir| Path::new(dir).join(tool))
+        .find(|p| p.is_file())
+}
+
+/// nginx as a plain reverse proxy: one worker, keep-alive to the upstream, no log.
+pub fn nginx_config(dir: &Path, port: u16, upstream_port: u16) -> String {
+    let d = dir.display();
+    format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+         error_log {d}/nginx.error.log warn;\nworker_rlimit_nofile {};\n\
+         events {{ worker_connections 20000; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  \
+         proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  \
+         uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
+         upstream mcp {{ server 127.0.0.1:{upstream_port}; keepalive 128; }}\n  \
+         server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      \
+         proxy_pass http://mcp;\n      proxy_http_version 1.1;\n      \
+         proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n",
+        nofile()
+    )
+}
