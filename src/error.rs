@@ -114,7 +114,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 26] = [
+    pub const ALL: [ErrorKind; 27] = [
         ErrorKind::Parse,
         ErrorKind::HeaderMismatch,
         ErrorKind::ContentType,
