@@ -131,7 +131,8 @@ pub fn serialize(value: &Value, capacity: usize) -> Vec<u8> {
     out
 }
 
-/// [`parse_strict`], refusing a body that holds more than `max_values` JSON values
+/// Parse one JSON value, refusing duplicate keys at any depth (numbers keep their literal
+/// spelling) and a body that holds more than `max_values` JSON values
 /// (every scalar, array and object counts, keys do not).
 ///
 /// A byte limit does not bound memory: each `0,` of an array becomes a `Value` plus the

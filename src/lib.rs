@@ -11,8 +11,8 @@
 //!    which opens the request's one audit record ([`telemetry::audit`]); [`app`] wired
 //!    everything from a validated [`config`].
 //! 2. [`proxy::ingress`]: a `Host` outside `allowed_hosts` gets 421; an HTTP/1.1 head
-//!    naming both `Content-Length` and `Transfer-Encoding` (seen by a scan of the
-//!    connection's bytes, as hyper drops one), a coding other than one `chunked`, a
+//!    naming both `Content-Length` and `Transfer-Encoding` (seen by a
+//!    [`proxy::ingress::FramingScan`] of the connection's bytes, as hyper drops one), a coding other than one `chunked`, a
 //!    `Transfer_Encoding` look-alike or a target that is not a path gets 400; `Forwarded` /
 //!    `X-Forwarded-*` survive only from `principal.trusted_proxies`, and
 //!    `X-Forwarded-For` / `-Proto` are set from what the sidecar saw.
