@@ -21,6 +21,10 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod records;
+use records::{Charges, Record, record_weight};
+pub use records::{RECORD_OVERHEAD_BYTES, RecordBounds};
+
 /// Each entry expires at the deadline stored in it.
 struct AtDeadline;
 
@@ -44,107 +48,6 @@ impl Deadline for (f64, Instant) {
 impl Deadline for Record {
     fn deadline(&self) -> Instant {
         self.deadline
-    }
-}
-
-/// What a record is charged beyond any headroom.
-fn record_weight(key: &str, value: &str) -> u64 {
-    (key.len() + value.len()) as u64 + RECORD_OVERHEAD_BYTES
-}
-
-/// An idempotency record (or reservation) as the memory store keeps it.
-#[derive(Clone)]
-struct Record {
-    value: Arc<str>,
-    deadline: Instant,
-    /// Who it counts against ([`RecordBounds::per_owner`]).
-    owner: Arc<str>,
-    /// The bytes it is charged ([`RecordBounds::max_bytes`]).
-    weight: u64,
-}
-
-/// What an entry costs beyond its key and value bytes: moka's entry (key and value
-/// `Arc`s, the deadline, its access-order and timer-wheel nodes), the owner and the
-/// allocator's share. `cargo bench --bench store` measured 1004 bytes resident per
-/// record of a 32-byte key and a 307-byte value (665 beyond them): rounded up.
-pub const RECORD_OVERHEAD_BYTES: u64 = 768;
-
-/// The bounds of the idempotency records the memory store holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordBounds {
-    /// Bytes charged for every record and reservation together (keys, values, the
-    /// [`RECORD_OVERHEAD_BYTES`] of each, and for a reservation the largest answer it
-    /// may become, so that a completed write always fits).
-    pub max_bytes: u64,
-    /// Records and reservations one owner (a principal digest) may hold.
-    pub per_owner: usize,
-}
-
-impl Default for RecordBounds {
-    fn default() -> Self {
-        Self {
-            max_bytes: 256 * 1024 * 1024,
-            per_owner: 10_000,
-        }
-    }
-}
-
-/// What the memory store charges its records against: bytes and per-owner counts,
-/// taken before an entry is written and given back when moka removes it.
-struct Charges {
-    bounds: RecordBounds,
-    bytes: AtomicI64,
-    owners: Mutex<HashMap<Arc<str>, usize>>,
-}
-
-impl Charges {
-    /// Take `weight` bytes and, with `owner`, one of its records; `Err` when a bound
-    /// would be passed (nothing is taken then).
-    fn take(&self, weight: u64, owner: Option<&Arc<str>>) -> Result<(), StoreError> {
-        let before = self.bytes.fetch_add(weight as i64, Ordering::AcqRel);
-        if before + weight as i64 > self.bounds.max_bytes as i64 {
-            self.bytes.fetch_sub(weight as i64, Ordering::AcqRel);
-            return Err(StoreError::Full);
-        }
-        if let Some(owner) = owner {
-            let mut owners = self.owners.lock().expect("not poisoned");
-            let held = owners.entry(owner.clone()).or_insert(0);
-            if *held >= self.bounds.per_owner {
-                if *held == 0 {
-                    owners.remove(owner);
-                }
-                drop(owners);
-                self.bytes.fetch_sub(weight as i64, Ordering::AcqRel);
-                return Err(StoreError::OwnerFull);
-            }
-            *held += 1;
-        }
-        Ok(())
-    }
-
-    /// Charge `weight` bytes and one record of `owner` without a check.
-    fn charge(&self, weight: u64, owner: &Arc<str>) {
-        self.bytes.fetch_add(weight as i64, Ordering::AcqRel);
-        *self
-            .owners
-            .lock()
-            .expect("not poisoned")
-            .entry(owner.clone())
-            .or_insert(0) += 1;
-    }
-
-    /// Give back what [`Charges::take`] took (`owner`: and the record count).
-    fn give(&self, weight: u64, owner: Option<&Arc<str>>) {
-        self.bytes.fetch_sub(weight as i64, Ordering::AcqRel);
-        if let Some(owner) = owner {
-            let mut owners = self.owners.lock().expect("not poisoned");
-            if let Some(held) = owners.get_mut(owner) {
-                *held = held.saturating_sub(1);
-                if *held == 0 {
-                    owners.remove(owner);
-                }
-            }
-        }
     }
 }
 
