@@ -480,10 +480,18 @@ pub fn error_body(id: Option<&Id>, code: i64, message: &str, data: Option<Value>
     if let Some(data) = data {
         error.insert("data".into(), data);
     }
+    let mut answer = Map::new();
+    answer.insert("error".into(), Value::Object(error));
+    answer_body(id, answer)
+}
+
+/// A JSON-RPC answer under `id` (`null` when unknown): `answer` holds its `result` or
+/// `error` member.
+pub fn answer_body(id: Option<&Id>, answer: Map<String, Value>) -> Vec<u8> {
     let mut body = Map::new();
     body.insert("jsonrpc".into(), Value::from("2.0"));
     body.insert("id".into(), id.cloned().unwrap_or(Value::Null));
-    body.insert("error".into(), Value::Object(error));
+    body.extend(answer);
     serde_json::to_vec(&Value::Object(body)).expect("a JSON value always serialises")
 }
 

@@ -6,21 +6,15 @@
 //! added.
 
 use super::upstream::{self, ProxyBody};
-use crate::jsonrpc::Id;
+use crate::jsonrpc::{self, Id};
 use crate::tools::Replay;
 use crate::tools::idempotency::REPLAYED_HEADER;
 use http::Response;
 use http::header::{self, HeaderValue};
-use serde_json::{Map, Value};
 
 /// The stored answer under `id`.
 pub fn replayed(id: Option<&Id>, Replay { status, answer, .. }: Replay) -> Response<ProxyBody> {
-    let mut message = Map::new();
-    message.insert("jsonrpc".into(), Value::from("2.0"));
-    message.insert("id".into(), id.cloned().unwrap_or(Value::Null));
-    message.extend(answer);
-    let body = serde_json::to_vec(&Value::Object(message)).expect("a JSON value serialises");
-    let mut response = Response::new(upstream::full(body));
+    let mut response = Response::new(upstream::full(jsonrpc::answer_body(id, answer)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(
