@@ -62,6 +62,7 @@ pub(super) struct OpsMetrics {
     handles_opened: IntCounterVec,
     minting: IntGaugeVec,
     ring_age: prometheus::Gauge,
+    tasks: IntGauge,
     /// The ring's key ids, minting key first. Read-locked around every per-kid
     /// increment and write-locked around a ring change, so an increment racing a reload
     /// can never bring back the series of a key the reload removed.
@@ -145,6 +146,11 @@ impl OpsMetrics {
                 "1 for the ring's minting key, 0 for the keys that only open, by key id.",
                 &["kid"],
             ),
+            tasks: IntGauge::new(
+                "runtime_alive_tasks",
+                "Tasks alive in the sidecar's runtime (connections, streams, pollers).",
+            )
+            .expect("valid gauge"),
             ring_age: prometheus::Gauge::new(
                 "key_ring_age_seconds",
                 "Seconds since the key file was last read back valid (grows only while it is unreadable or invalid; 0 without a key file).",
@@ -193,6 +199,7 @@ impl OpsMetrics {
             Box::new(ops.handles_opened.clone()),
             Box::new(ops.minting.clone()),
             Box::new(ops.ring_age.clone()),
+            Box::new(ops.tasks.clone()),
             Box::new(build_info),
         ] {
             registry
@@ -202,11 +209,15 @@ impl OpsMetrics {
         ops
     }
 
-    /// Bring the key-age gauge up to date; called before every exposition.
+    /// Bring the key-age and task gauges up to date; called before every exposition.
     pub(super) fn refresh(&self) {
         let confirmed = *self.ring_confirmed.lock().expect("not poisoned");
         self.ring_age
             .set(confirmed.map_or(0.0, |at| at.elapsed().as_secs_f64()));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let alive = runtime.metrics().num_alive_tasks();
+            self.tasks.set(i64::try_from(alive).unwrap_or(i64::MAX));
+        }
     }
 }
 
@@ -414,6 +425,26 @@ mod tests {
     const A: &str = "0123456789abcdef0123456789abcdef-ops-metrics-a";
     const B: &str = "0123456789abcdef0123456789abcdef-ops-metrics-b";
 
+    #[tokio::test]
+    async fn alive_tasks_are_counted_at_each_scrape() {
+        let m = Metrics::new();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = stopped.await;
+        });
+        assert!(
+            m.render()
+                .contains("mcp_state_guard_runtime_alive_tasks 1\n"),
+            "the waiting task is alive"
+        );
+        stop.send(()).unwrap();
+        task.await.unwrap();
+        assert!(
+            m.render()
+                .contains("mcp_state_guard_runtime_alive_tasks 0\n")
+        );
+    }
+
     #[test]
     fn every_series_exists_from_the_first_scrape() {
         let m = Metrics::new();
@@ -436,6 +467,7 @@ mod tests {
             "mcp_state_guard_client_connections_open{listener=\"proxy\"} 0",
             "mcp_state_guard_connection_limit_waits_total{listener=\"admin\"} 0",
             "mcp_state_guard_key_ring_age_seconds 0",
+            "mcp_state_guard_runtime_alive_tasks 0",
         ] {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }
