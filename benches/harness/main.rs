@@ -30,7 +30,7 @@ mod wrk;
 use bytes::Bytes;
 use generator::{Bodies, Outcome, Target};
 use procs::Children;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -244,36 +244,17 @@ fn sidecar_config(dir: &Path, port: u16, admin: u16, upstream: u16, extra: &str)
 
 /// The `tools/call provision` a 2026-07-28 client sends; with a state, its retry.
 pub fn request_body(state: Option<&str>) -> Bytes {
-    let mut params = json!({
-        "name": "provision",
-        "arguments": {"name": "web-1"},
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-            "io.modelcontextprotocol/clientInfo": {"name": "mcp-state-guard-harness", "version": "0"}
-        }
-    });
-    if let Some(state) = state {
-        params["requestState"] = json!(state);
-        params["inputResponses"] =
-            json!({"region": {"action": "accept", "content": {"region": "eu-west-1"}}});
-    }
-    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    Bytes::from(serde_json::to_vec(&message).expect("serialises"))
+    let extra = state.map_or_else(|| json!({}), generator::retry_params);
+    generator::call_body(&json!(1), "provision", json!({"name": "web-1"}), extra)
 }
 
 /// The `requestState` of a first call's answer (JSON, or the `data:` of an SSE event).
 fn state_of(answer: &[u8]) -> Result<String, String> {
-    let text = std::str::from_utf8(answer).map_err(|_| "answer not UTF-8")?;
-    let json = text
-        .lines()
-        .find_map(|l| l.strip_prefix("data: "))
-        .unwrap_or(text);
-    let message: Value = serde_json::from_str(json).map_err(|e| format!("answer: {e}"))?;
+    let message = generator::message_of(answer)?;
     message["result"]["requestState"]
         .as_str()
         .map(str::to_owned)
-        .ok_or_else(|| format!("no requestState in {json}"))
+        .ok_or_else(|| format!("no requestState in {message}"))
 }
 
 #[derive(Clone, Copy, PartialEq)]
