@@ -223,16 +223,13 @@ impl Mix {
             &step.principal,
             step.body(),
         );
-        let result = match generator::send(send, request).await {
-            Ok((head, body)) => match check(&step, &head, &body) {
-                Ok(found) => {
-                    self.follow(&step, found).await;
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
+        let result = async {
+            let (head, body) = generator::send(send, request).await?;
+            let found = check(&step, &head, &body)?;
+            self.follow(&step, found).await;
+            Ok::<_, String>(())
+        }
+        .await;
         self.done.fetch_add(1, Ordering::Relaxed);
         let mut tally = self.tally.lock().expect("not poisoned");
         match result {
