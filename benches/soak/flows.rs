@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The upstream's plaintext state holds this; no answer through the sidecar may.
-const PLAINTEXT_MARK: &str = "team-a";
+pub const PLAINTEXT_MARK: &str = "team-a";
 /// A revocation flow replaces every this-many-th new flow.
 const REVOKE_EVERY: u64 = 1000;
 /// Unexpected answers quoted in the report.
