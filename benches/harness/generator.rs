@@ -1,8 +1,9 @@
-//! The harness's own load generator, for what wrk cannot do: an open loop (requests
-//! sent on a fixed schedule whatever the answers do, each timed from the moment it was
-//! due, so a stall shows as the latency of every request it delayed instead of hiding as
-//! a pause in sending: no coordinated omission), a closed loop that collects answers
-//! (minting single-use tokens), and holding many idle streams open.
+//! The harness's own load generator (the soak's too), for what wrk cannot do: an open
+//! loop (requests sent on a fixed schedule whatever the answers do, each timed from the
+//! moment it was due, so a stall shows as the latency of every request it delayed
+//! instead of hiding as a pause in sending: no coordinated omission; [`Schedule`] runs
+//! any work per slot, [`open_loop`] the harness's one request), a closed loop that
+//! collects answers (minting single-use tokens), and holding many idle streams open.
 //!
 //! It runs on one thread of a pinned core. The scheduler spins (yielding to the runtime,
 //! which polls the sockets on every turn) rather than sleeping, because tokio's timer
@@ -154,7 +155,7 @@ pub fn request_as(
 /// One connection's sending half.
 pub type Sender = SendRequest<Full<Bytes>>;
 
-pub async fn connect(addr: SocketAddr) -> Result<Sender, String> {
+async fn connect(addr: SocketAddr) -> Result<Sender, String> {
     let stream = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
