@@ -32,7 +32,7 @@ use generator::{Bodies, Outcome, Target};
 use procs::Children;
 use serde_json::json;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,12 +54,7 @@ struct Settings {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(i) = args.iter().position(|a| a == "--role-upstream") {
-        let port = args
-            .get(i + 1)
-            .and_then(|p| p.parse().ok())
-            .expect("a port");
-        upstream::run(port);
+    if upstream::run_if_asked(&args) {
         return ExitCode::SUCCESS;
     }
     let quick = args.iter().any(|a| a == "--quick");
@@ -125,38 +120,9 @@ fn run(settings: &Settings) -> Result<String, String> {
 }
 
 fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
-    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    // Another build can be measured in its place (an allocator A/B, a branch).
-    let sidecar_bin = std::env::var_os("HARNESS_SIDECAR_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_mcp-state-guard")),
-        PathBuf::from,
-    );
-    let upstream_port = procs::free_port();
-    children.spawn(
-        "upstream",
-        &me,
-        &["--role-upstream", &upstream_port.to_string()],
-        &dir.join("upstream.log"),
-    )?;
-    let redis_port = procs::free_port();
-    let redis = procs::which("redis-server").ok_or("redis-server not found")?;
-    children.spawn(
-        "redis-server",
-        &redis,
-        &[
-            "--port",
-            &redis_port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--maxclients",
-            "1000",
-        ],
-        &dir.join("redis.log"),
-    )?;
+    let sidecar_bin = procs::sidecar_bin("HARNESS_SIDECAR_BIN");
+    let upstream_port = children.spawn_upstream(dir)?;
+    let redis_port = children.spawn_redis(dir)?;
     std::fs::write(dir.join("keys"), format!("{}\n", "5e".repeat(32)))
         .map_err(|e| format!("keys: {e}"))?;
     let mut start_sidecar = |name: &'static str, single_use: &str| {

@@ -58,8 +58,23 @@ fn sse(json: &str) -> Bytes {
     Bytes::from(format!("event: message\ndata: {json}\n\n"))
 }
 
+/// When `args` (the process's, after its name) say this process is the upstream
+/// (`--role-upstream PORT`, as [`crate::procs::Children::spawn_upstream`] starts it),
+/// serve until killed; `false` otherwise.
+pub fn run_if_asked(args: &[String]) -> bool {
+    let Some(i) = args.iter().position(|a| a == "--role-upstream") else {
+        return false;
+    };
+    let port = args
+        .get(i + 1)
+        .and_then(|p| p.parse().ok())
+        .expect("a port");
+    run(port);
+    true
+}
+
 /// Serve on 127.0.0.1:`port` until killed (the harness runs this in a child process).
-pub fn run(port: u16) {
+fn run(port: u16) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -421,6 +421,18 @@ fn check(step: &Step, head: &http::response::Parts, body: &[u8]) -> Result<Optio
     let result = &message["result"];
     let structured = &result["structuredContent"];
     let status_ok = head.status == StatusCode::OK;
+    // The sidecar's refusal: HTTP 400, `-32602`, its fixed message and reason.
+    let refused = |text: &str, reason: &str| {
+        let error = &message["error"];
+        if head.status != StatusCode::BAD_REQUEST
+            || error["code"] != -32602
+            || error["message"] != text
+            || error["data"]["reason"] != reason
+        {
+            return Err(fail(&format!("not the {reason} refusal")));
+        }
+        Ok(None)
+    };
     match step.class.expect() {
         Expect::Sealed { sse } | Expect::Complete { sse }
             if sse != content_type.starts_with("text/event-stream") =>
@@ -443,17 +455,7 @@ fn check(step: &Step, head: &http::response::Parts, body: &[u8]) -> Result<Optio
             }
             Ok(None)
         }
-        Expect::Frozen => {
-            let error = &message["error"];
-            if head.status != StatusCode::BAD_REQUEST
-                || error["code"] != -32602
-                || error["message"] != "Invalid or expired requestState"
-                || error["data"]["reason"] != "invalid_request_state"
-            {
-                return Err(fail("not the frozen requestState error"));
-            }
-            Ok(None)
-        }
+        Expect::Frozen => refused("Invalid or expired requestState", "invalid_request_state"),
         Expect::HandleSealed => {
             let handle = structured["importId"].as_str().unwrap_or_default();
             if !status_ok || !handle.starts_with("h1.") {
@@ -468,16 +470,7 @@ fn check(step: &Step, head: &http::response::Parts, body: &[u8]) -> Result<Optio
             }
             Ok(None)
         }
-        Expect::HandleRefused => {
-            let error = &message["error"];
-            if head.status != StatusCode::BAD_REQUEST
-                || error["code"] != -32602
-                || error["data"]["reason"] != "invalid_handle"
-            {
-                return Err(fail("not the invalid_handle error"));
-            }
-            Ok(None)
-        }
+        Expect::HandleRefused => refused("Invalid or expired handle", "invalid_handle"),
         Expect::AppliedOnce { replayed } => {
             let header = head
                 .headers

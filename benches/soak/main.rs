@@ -50,7 +50,7 @@ use generator::Schedule;
 use procs::Children;
 use samples::{Sample, Sampler};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -104,12 +104,7 @@ fn settings() -> Result<Settings, String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(i) = args.iter().position(|a| a == "--role-upstream") {
-        let port = args
-            .get(i + 1)
-            .and_then(|p| p.parse().ok())
-            .expect("a port");
-        upstream::run(port);
+    if upstream::run_if_asked(&args) {
         return ExitCode::SUCCESS;
     }
     let result = settings().and_then(|s| run(&s));
@@ -154,37 +149,10 @@ fn run(settings: &Settings) -> Result<(String, bool), String> {
 }
 
 fn start(children: &mut Children, dir: &Path, redis: bool) -> Result<Sidecar, String> {
-    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    let sidecar_bin = std::env::var_os("SOAK_SIDECAR_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_mcp-state-guard")),
-        PathBuf::from,
-    );
-    let upstream_port = procs::free_port();
-    children.spawn(
-        "upstream",
-        &me,
-        &["--role-upstream", &upstream_port.to_string()],
-        &dir.join("upstream.log"),
-    )?;
+    let sidecar_bin = procs::sidecar_bin("SOAK_SIDECAR_BIN");
+    let upstream_port = children.spawn_upstream(dir)?;
     let store = if redis {
-        let port = procs::free_port();
-        let redis = procs::which("redis-server")
-            .ok_or("redis-server not found (apt-get install redis-server)")?;
-        children.spawn(
-            "redis-server",
-            &redis,
-            &[
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            &dir.join("redis.log"),
-        )?;
+        let port = children.spawn_redis(dir)?;
         format!("store = \"redis\"\nredis_url = \"redis://127.0.0.1:{port}\"\n")
     } else {
         "store = \"memory\"\n".to_owned()
