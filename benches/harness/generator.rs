@@ -10,7 +10,7 @@
 //! has a 1 ms grain and the gaps between requests are shorter than that.
 
 use bytes::Bytes;
-use http::header::{self, HeaderName};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
@@ -124,7 +124,9 @@ pub fn message_of(answer: &[u8]) -> Result<Value, String> {
 
 /// A request as every client of the harness sends it.
 pub fn request(target: &Target, body: Bytes) -> Request<Full<Bytes>> {
-    request_as(target.addr, target.path, "provision", PRINCIPAL, body)
+    // A static header value: the harness counts the client's allocations too.
+    let principal = HeaderValue::from_static(PRINCIPAL);
+    request_as(target.addr, target.path, "provision", principal, body)
 }
 
 /// A `tools/call` of `tool` to `path` on `addr`, on behalf of `principal`.
@@ -132,7 +134,7 @@ pub fn request_as(
     addr: SocketAddr,
     path: &str,
     tool: &str,
-    principal: &str,
+    principal: HeaderValue,
     body: Bytes,
 ) -> Request<Full<Bytes>> {
     Request::builder()

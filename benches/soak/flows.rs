@@ -220,7 +220,7 @@ impl Mix {
             self.addr,
             step.path,
             step.tool,
-            &step.principal,
+            http::HeaderValue::from_str(&step.principal).expect("a header value"),
             step.body(),
         );
         let result = async {
