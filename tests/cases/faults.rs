@@ -339,6 +339,15 @@ async fn a_slow_redis_fails_closed_within_the_store_timeout_and_heals() {
         assert!(Instant::now() < deadline, "not healed: {}", retry.text());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The consumption that timed out was queued, and Redis applied it once it woke: a
+    // write's outcome is unknown after a timeout, so the paused token is spent (refused
+    // as a replay, never forwarded); the client starts that flow again.
+    let forwarded = fake.count();
+    let replays = sidecar.metrics().verified_count("replayed");
+    let late = call(&url, 5, "approve_payment", Some(&token)).await;
+    assert_eq!(late.status, 400, "{}", late.text());
+    assert_eq!(sidecar.metrics().verified_count("replayed"), replays + 1);
+    assert_eq!(fake.count(), forwarded);
     sidecar.stop().await;
 }
 
