@@ -26,8 +26,8 @@
 
 use crate::support::fake::{
     FakeBody, FakeUpstream, Reply, SECRET, Step, assert_internal_error, complete, event,
-    input_required, next_data, one_byte_chunks, open, plaintext, progress, sealed, tools_call,
-    wait_until,
+    input_required, next_data, one_byte_chunks, open, plaintext, progress, sealed,
+    sse_cut_in_the_result, tools_call, wait_until,
 };
 use crate::support::http::{Reply as ClientReply, mcp_headers, meta, post_mcp, send};
 use crate::support::pki::{Ca, Files, client_config};
@@ -237,16 +237,7 @@ async fn a_byte_by_byte_upstream_is_sealed_in_time_and_cut_beyond_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_resets_mid_stream_under_load_end_every_stream_once() {
-    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                transfer-encoding: chunked\r\n\r\n";
-    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len());
-    let partial =
-        format!("event: message\ndata: {{\"id\":9,\"result\":{{\"requestState\":\"{SECRET}");
-    let steps = vec![
-        Step::Data(format!("{head}{}", chunk(&event("\n", &progress(1)))).into()),
-        Step::Data(chunk(&partial).into()),
-        Step::Sleep(Duration::from_millis(200)),
-    ];
+    let steps = sse_cut_in_the_result(9);
     let raw = FakeUpstream::raw(steps, true).await;
     let sidecar = Sidecar::in_front_of(&raw.base_url()).await;
     let idle = held(sidecar.admin_addr).await;
@@ -257,7 +248,7 @@ async fn upstream_resets_mid_stream_under_load_end_every_stream_once() {
         assert_eq!(reply.status, 200);
         // The notification that made it, then exactly one error for the cut result.
         assert!(
-            reply.text().starts_with(&event("\n", &progress(1))),
+            reply.text().starts_with(&event("\r\n", &progress(1))),
             "{}",
             reply.text()
         );
@@ -432,6 +423,15 @@ async fn the_key_file_emptied_corrupted_or_removed_under_traffic_keeps_the_last_
     sidecar.stop().await;
 }
 
+/// A `tools/call` over HTTPS trusting `ca`: its status, or why it failed.
+async fn shown(url: &str, ca: &Ca) -> Result<http::StatusCode, String> {
+    let body = serde_json::to_vec(&tools_call(1, None)).unwrap();
+    let headers = mcp_headers("tools/call", Some("provision"));
+    let config = client_config(ca, None);
+    let reply = crate::support::tls::send(config, false, Method::POST, url, &headers, body);
+    reply.await.map(|r| r.status)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_files_replaced_with_garbage_keep_the_last_good_certificate() {
     let ca = Ca::new("faults");
@@ -446,21 +446,7 @@ async fn tls_files_replaced_with_garbage_keep_the_last_good_certificate() {
     config.tls.reload_interval_ms = 100;
     let sidecar = Sidecar::start(config).await;
     let url = format!("https://127.0.0.1:{}/mcp", sidecar.addr.port());
-    let served = || async {
-        let body = serde_json::to_vec(&tools_call(1, None)).unwrap();
-        let headers = mcp_headers("tools/call", Some("provision"));
-        crate::support::tls::send(
-            client_config(&ca, None),
-            false,
-            Method::POST,
-            &url,
-            &headers,
-            body,
-        )
-        .await
-        .map(|r| r.status)
-    };
-    assert_eq!(served().await.unwrap(), 200);
+    assert_eq!(shown(&url, &ca).await.unwrap(), 200);
     let metrics = sidecar.metrics();
     let garbage: [(&str, Option<&str>, Option<&str>); 3] = [
         (
@@ -496,7 +482,7 @@ async fn tls_files_replaced_with_garbage_keep_the_last_good_certificate() {
         )
         .await;
         assert_eq!(
-            served().await.unwrap(),
+            shown(&url, &ca).await.unwrap(),
             200,
             "{what}: the last good certificate serves"
         );
@@ -507,21 +493,9 @@ async fn tls_files_replaced_with_garbage_keep_the_last_good_certificate() {
     std::fs::write(&key, &renewed.key_pem).unwrap();
     std::fs::write(&cert, &renewed.cert_pem).unwrap();
     wait_until(|| metrics.tls_reload_count(true) >= 1, "the renewed pair").await;
-    let body = serde_json::to_vec(&tools_call(1, None)).unwrap();
-    let headers = mcp_headers("tools/call", Some("provision"));
-    let reply = crate::support::tls::send(
-        client_config(&other, None),
-        false,
-        Method::POST,
-        &url,
-        &headers,
-        body,
-    )
-    .await
-    .unwrap();
-    assert_eq!(reply.status, 200);
+    assert_eq!(shown(&url, &other).await.unwrap(), 200);
     assert!(
-        served().await.is_err(),
+        shown(&url, &ca).await.is_err(),
         "the old certificate is no longer shown"
     );
     sidecar.stop().await;
