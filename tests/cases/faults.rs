@@ -35,6 +35,7 @@ use crate::support::process::Process;
 use crate::support::redis::RedisServer;
 use crate::support::sidecar::{self, Sidecar};
 use http::Method;
+use http_body_util::BodyExt;
 use mcp_state_guard::config::{Config, SingleUseStore};
 use mcp_state_guard::error::ErrorKind;
 use mcp_state_guard::metrics::SealFailure;
@@ -93,16 +94,18 @@ async fn flow(url: &str, id: u64) {
 /// `tools/call`s with ids 1..=n sent at once; their replies in id order.
 async fn at_once(url: &str, n: u64) -> Vec<ClientReply> {
     let tasks: Vec<_> = (1..=n)
-        .map(|id| {
-            let url = url.to_owned();
-            tokio::spawn(async move { post_mcp(&url, &tools_call(id, None)).await })
-        })
+        .map(|id| tokio::spawn(post_mcp_owned(url.to_owned(), id)))
         .collect();
     let mut replies = Vec::new();
     for task in tasks {
         replies.push(task.await.expect("one answer per request"));
     }
     replies
+}
+
+/// A `tools/call` with `id`, as a task can own it.
+async fn post_mcp_owned(url: String, id: u64) -> ClientReply {
+    post_mcp(&url, &tools_call(id, None)).await
 }
 
 /// `/metrics` as an operator scrapes it.
@@ -160,19 +163,27 @@ async fn an_upstream_stalling_after_the_head_gets_a_gateway_error_in_time() {
         Step::Data(half.to_owned().into()),
         Step::Sleep(Duration::from_secs(30)),
     ];
-    let fake = FakeUpstream::always(move || {
-        Reply::new(200, FakeBody::steps(body.clone())).header("content-type", "application/json")
+    // SSE: a notification, then nothing.
+    let fake = FakeUpstream::start(move |request| match request.header("x-case") {
+        Some("sse") => Reply::sse(vec![
+            Step::Data(event("\n", &progress(1)).into()),
+            Step::Sleep(Duration::from_secs(30)),
+        ]),
+        _ => Reply::new(200, FakeBody::steps(body.clone()))
+            .header("content-type", "application/json"),
     })
     .await;
     let mut config = sidecar::config(&fake.base_url());
     config.timeouts.response_head_ms = 600;
+    config.timeouts.drain_ms = 500;
     let sidecar = Sidecar::start(config).await;
     let started = Instant::now();
     let replies = at_once(&sidecar.mcp_url(), 4).await;
     let took = started.elapsed();
     assert!(took < Duration::from_secs(3), "{took:?}");
     for (id, reply) in (1..=4).zip(&replies) {
-        // One answer each: the JSON-RPC error, the plaintext half never shown.
+        // One answer each: 504 with the JSON-RPC error, the plaintext half never shown.
+        assert_eq!(reply.status, 504);
         let body = reply.json();
         assert_eq!(
             (body["id"].clone(), body["error"]["code"].clone()),
@@ -184,7 +195,34 @@ async fn an_upstream_stalling_after_the_head_gets_a_gateway_error_in_time() {
     assert_eq!(metrics.refused_count(ErrorKind::UpstreamTimeout), 4);
     // The stalled bodies were let go: the upstream sees its responses abandoned.
     wait_until(|| fake.unfinished() == 4, "the stalled bodies are dropped").await;
-    sidecar.stop().await;
+
+    // A stream may stay quiet for as long as a tool runs, so the sidecar does not cut
+    // it: the client has what was sent, no error is invented, and the stream ends at the
+    // latest at the drain deadline when the sidecar stops.
+    let mut headers = mcp_headers("tools/call", Some("provision"));
+    headers.push(("x-case".into(), "sse".into()));
+    let body = FakeBody::whole(serde_json::to_vec(&tools_call(5, None)).unwrap());
+    let mut stream = open(Method::POST, &sidecar.mcp_url(), &headers, body, false).await;
+    let first = next_data(stream.body_mut(), T).await.unwrap();
+    assert_eq!(&first[..], event("\n", &progress(1)).as_bytes());
+    let quiet = tokio::time::timeout(Duration::from_millis(1_000), stream.body_mut().frame());
+    assert!(quiet.await.is_err(), "a quiet stream was ended");
+    let stopping = Instant::now();
+    let stop = tokio::spawn(sidecar.stop());
+    let ended = tokio::time::timeout(Duration::from_secs(3), async {
+        while let Some(Ok(_)) = stream.body_mut().frame().await {}
+    });
+    assert!(
+        ended.await.is_ok(),
+        "the stream outlived the drain deadline"
+    );
+    stop.await.unwrap();
+    assert!(stopping.elapsed() < Duration::from_secs(3));
+    wait_until(
+        || fake.unfinished() == 5,
+        "the quiet upstream stream is closed",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -220,6 +258,7 @@ async fn a_byte_by_byte_upstream_is_sealed_in_time_and_cut_beyond_it() {
     config.timeouts.response_head_ms = 100;
     let sidecar = Sidecar::start(config).await;
     let reply = post_mcp(&sidecar.mcp_url(), &tools_call(6, None)).await;
+    assert_eq!(reply.status, 504);
     assert_eq!(
         reply.json()["error"]["code"],
         json!(-32603),
@@ -538,7 +577,9 @@ async fn sigterm_under_load_answers_every_accepted_request_then_exits_zero() {
     .await;
     let signalled = Instant::now();
     process.signal("TERM");
-    process.wait_for_log("shutting down");
+    tokio::task::block_in_place(|| process.wait_for_log("shutting down"));
+    // Within the readiness grace the listener still accepts: that request is served too.
+    let late = tokio::spawn(post_mcp_owned(url.clone(), N + 1));
     // Past the readiness grace, before the answers: no new connection is accepted.
     tokio::time::sleep(Duration::from_millis(1_500).saturating_sub(signalled.elapsed())).await;
     assert_eq!(
@@ -558,7 +599,10 @@ async fn sigterm_under_load_answers_every_accepted_request_then_exits_zero() {
         assert_eq!(reply.json()["result"]["content"][0]["text"], "finished");
     }
     assert_eq!(answered.load(Ordering::SeqCst) as u64, N);
-    assert_eq!(fake.count() as u64, N, "nothing retried or duplicated");
+    let late = late.await.unwrap();
+    assert_eq!(late.status, 200, "{}", late.text());
+    assert_eq!(late.json()["id"], json!(N + 1));
+    assert_eq!(fake.count() as u64, N + 1, "nothing retried or duplicated");
     let status = tokio::task::block_in_place(|| process.wait_exit(Duration::from_secs(6)));
     let status = status.expect("exits within the drain deadline");
     assert_eq!(status.code(), Some(0));
