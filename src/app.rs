@@ -9,6 +9,7 @@ use crate::admin::{self, Readiness};
 use crate::auth::PrincipalSource;
 use crate::auth::jwks::{self, Jwks};
 use crate::auth::jwt::JwtVerifier;
+use crate::config::poll::{FilePoll, Seen};
 use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
 use crate::health;
@@ -22,7 +23,6 @@ use crate::server;
 use crate::store::Store;
 use crate::tls::{FileError, ServerTls};
 use crate::token::{KeyId, KeyRing, KeyRingError, StateSealer};
-use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -122,11 +122,11 @@ pub async fn start_from(
     let metrics = Arc::new(Metrics::new());
     // The ring and the reload watcher's baseline come from one read: a Secret update
     // landing between two reads would otherwise look like no change at all.
-    let mut key_file_digest = None;
+    let mut key_poll = None;
     let ring = match &config.state.keys_file {
         Some(path) => {
             let bytes = KeyRing::read(path)?;
-            key_file_digest = Some(Sha256::digest(&bytes[..]));
+            key_poll = Some(FilePoll::loaded(vec![path.clone()], &[&bytes[..]]));
             KeyRing::parse(&bytes, &path.display().to_string())?
         }
         None => {
@@ -202,13 +202,15 @@ pub async fn start_from(
     };
     let identity = (config.principal.source == config::PrincipalSource::Mtls)
         .then_some(config.principal.mtls.identity);
-    let server_tls = ServerTls::load(
+    let (server_tls, tls_poll) = match ServerTls::load(
         &config.tls,
         identity,
         Duration::from_millis(config.timeouts.header_read_ms),
         metrics.clone(),
-    )?
-    .map(Arc::new);
+    )? {
+        Some((tls, poll)) => (Some(Arc::new(tls)), Some(poll)),
+        None => (None, None),
+    };
     let mut proxy = Proxy::new(
         config,
         sealer.clone(),
@@ -290,19 +292,19 @@ pub async fn start_from(
         stop.clone(),
         options("admin", Listener::Admin),
     )));
-    if let Some(tls) = server_tls {
+    if let (Some(tls), Some(poll)) = (server_tls, tls_poll) {
         let interval = Duration::from_millis(config.tls.reload_interval_ms);
-        tasks.push(tokio::spawn(tls.watch(interval, stop.clone())));
+        tasks.push(tokio::spawn(tls.watch(poll, interval, stop.clone())));
     }
     if let Some(jwks) = jwks {
         let interval = Duration::from_secs(config.principal.jwt.jwks_refresh_seconds);
         tasks.push(tokio::spawn(jwks.run(interval, stop.clone())));
     }
     let reload_interval = Duration::from_millis(config.state.reload_interval_ms);
-    if let Some(path) = &config.state.keys_file {
+    if let (Some(path), Some(poll)) = (&config.state.keys_file, key_poll) {
         tasks.push(tokio::spawn(reload_keys(
             path.clone(),
-            key_file_digest,
+            poll,
             sealer.clone(),
             metrics.clone(),
             reload_interval,
@@ -455,48 +457,28 @@ async fn principal_source(
     })
 }
 
-/// Poll the key file's content hash and swap the ring when it changes. Kubernetes
-/// replaces Secret files through `..data` symlink swaps, which defeats naive inotify;
-/// a hash poll sees every change. A bad new file keeps the old keys, logs, and counts.
+/// Swap the ring when the key file changes ([`FilePoll`]). A bad new file keeps the old
+/// keys, logs, and counts.
 async fn reload_keys(
     path: PathBuf,
-    mut last: Option<sha2::digest::Output<Sha256>>,
+    poll: FilePoll,
     sealer: Arc<StateSealer>,
     metrics: Arc<Metrics>,
     interval: Duration,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let read =
-        |path: PathBuf| async move { tokio::fs::read(path).await.map(zeroize::Zeroizing::new) };
-    // Whether `last` is the content of the ring in use (a broken file's digest is
-    // remembered too, so that it is reported once, but it confirms nothing).
+    // Whether the file's content is the ring in use (a broken file is remembered too,
+    // so that it is reported once, but it confirms nothing).
     let mut in_use = true;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = server::stopped(&mut stop) => return,
+    poll.run(interval, None, stop, |seen| match seen {
+        // Read back valid: the ring's age (and its readiness check) restarts.
+        Seen::Unchanged if in_use => metrics.key_file_confirmed(),
+        Seen::Unchanged => {}
+        Seen::Unreadable { path, error } => {
+            tracing::error!(%error, path = %path.display(), "key file unreadable; keeping the previous keys");
+            metrics.key_reload(false);
         }
-        let bytes = match read(path.clone()).await {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                // Reported once per outage, not every poll; the keys in use stay.
-                if last.take().is_some() {
-                    tracing::error!(error = %e, path = %path.display(), "key file unreadable; keeping the previous keys");
-                    metrics.key_reload(false);
-                }
-                continue;
-            }
-        };
-        let digest = Sha256::digest(&bytes[..]);
-        if last.as_ref() == Some(&digest) {
-            if in_use {
-                // Read back valid: the ring's age (and its readiness check) restarts.
-                metrics.key_file_confirmed();
-            }
-            continue;
-        }
-        last = Some(digest);
-        match KeyRing::parse(&bytes, &path.display().to_string()) {
+        Seen::Changed(contents) => match KeyRing::parse(&contents[0], &path.display().to_string()) {
             Ok(ring) => {
                 tracing::info!(key_ids = ?ring.key_ids(), "key file changed; new key ring in use");
                 let kids = KeyId::of_ring(&ring);
@@ -510,6 +492,7 @@ async fn reload_keys(
                 metrics.key_reload(false);
                 in_use = false;
             }
-        }
-    }
+        },
+    })
+    .await
 }

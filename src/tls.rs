@@ -18,6 +18,7 @@
 //! in-cluster upstream) go in `upstream_tls.ca_file` / `principal.jwt.jwks_ca_file`.
 
 use crate::auth::mtls::{self, PeerIdentity};
+use crate::config::poll::{FilePoll, Seen};
 use crate::config::{ConfigProblem, MtlsIdentity, TlsConfig, env_var_for};
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
@@ -34,7 +35,6 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore,
     ServerConfig, SignatureScheme,
 };
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -203,14 +203,15 @@ pub struct ServerTls {
 }
 
 impl ServerTls {
-    /// From `tls`; `None` when the listener speaks plain HTTP. `identity`: the identity
-    /// every client certificate must name (`principal.source = "mtls"`).
+    /// From `tls`, with the watch of its files for [`ServerTls::watch`]; `None` when the
+    /// listener speaks plain HTTP. `identity`: the identity every client certificate
+    /// must name (`principal.source = "mtls"`).
     pub fn load(
         tls: &TlsConfig,
         identity: Option<MtlsIdentity>,
         handshake_timeout: Duration,
         metrics: Arc<Metrics>,
-    ) -> Result<Option<Self>, FileError> {
+    ) -> Result<Option<(Self, FilePoll)>, FileError> {
         let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) else {
             return Ok(None);
         };
@@ -219,14 +220,18 @@ impl ServerTls {
             key: key.clone(),
             client_ca: tls.client_ca_file.clone(),
         };
+        // The watch's baseline is read before the files are loaded: a change landing in
+        // between is seen at the first poll instead of being taken for the baseline.
+        let poll = FilePoll::now(files.paths().map(Path::to_owned).collect());
         let config = build(&files, identity)?;
-        Ok(Some(Self {
+        let tls = Self {
             files,
             identity,
             current: ArcSwap::from_pointee(config),
             handshake_timeout,
             metrics,
-        }))
+        };
+        Ok(Some((tls, poll)))
     }
 
     /// Whether clients must present a certificate.
@@ -262,34 +267,22 @@ impl ServerTls {
         Ok((stream, identity))
     }
 
-    /// Poll the files' content hash every `interval` until `stop`, and swap in a new
-    /// configuration when they change. cert-manager and Kubernetes Secret volumes swap
-    /// files through symlinks, which defeats naive inotify; a hash poll sees every
-    /// change, and a cert/key pair caught half-written simply fails and is retried when
-    /// the other half lands (its hash changes again).
-    pub async fn watch(self: Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
-        let mut last = self.fingerprint().ok();
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                _ = crate::server::stopped(&mut stop) => return,
+    /// Swap in a new configuration whenever `poll` (from [`ServerTls::load`]) sees the
+    /// files change, until `stop`. A cert/key pair caught half-written simply fails and
+    /// is retried when the other half lands (the content changes again).
+    pub async fn watch(
+        self: Arc<Self>,
+        poll: FilePoll,
+        interval: Duration,
+        stop: watch::Receiver<bool>,
+    ) {
+        poll.run(interval, None, stop, |seen| match seen {
+            Seen::Unchanged => {}
+            Seen::Unreadable { path, error } => {
+                tracing::error!(path = %path.display(), %error, "TLS file unreadable; keeping the current certificate");
+                self.metrics.tls_reload(false);
             }
-            let digest = match self.fingerprint() {
-                Ok(digest) => digest,
-                Err(e) => {
-                    // Reported once per outage, not every poll; the configuration stays.
-                    if last.take().is_some() {
-                        tracing::error!(error = %e, "TLS file unreadable; keeping the current certificate");
-                        self.metrics.tls_reload(false);
-                    }
-                    continue;
-                }
-            };
-            if last.as_ref() == Some(&digest) {
-                continue;
-            }
-            last = Some(digest);
-            match build(&self.files, self.identity) {
+            Seen::Changed(_) => match build(&self.files, self.identity) {
                 Ok(config) => {
                     self.current.store(Arc::new(config));
                     tracing::info!(cert = %self.files.cert.display(), "TLS files changed; new certificate in use");
@@ -299,22 +292,9 @@ impl ServerTls {
                     tracing::error!(error = %e, "TLS files changed but are not usable; keeping the current certificate");
                     self.metrics.tls_reload(false);
                 }
-            }
-        }
-    }
-
-    fn fingerprint(&self) -> Result<[u8; 32], FileError> {
-        let mut hash = Sha256::new();
-        for (path, key) in
-            self.files
-                .paths()
-                .zip(["tls.cert_file", "tls.key_file", "tls.client_ca_file"])
-        {
-            let bytes = zeroize::Zeroizing::new(read(key, path)?);
-            hash.update((bytes.len() as u64).to_be_bytes());
-            hash.update(&bytes[..]);
-        }
-        Ok(hash.finalize().into())
+            },
+        })
+        .await
     }
 }
 

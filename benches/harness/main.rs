@@ -1,8 +1,9 @@
 //! The performance harness: the same MRTR workload (a `tools/call` first call whose
 //! ~200-byte state gets sealed; its retry, whose token gets opened and checked) sent
 //! (A) to a fast upstream directly, (B) through mcp-state-guard (this build, keys, an
-//! audience, a header principal) and (C) through nginx as a plain reverse proxy with
-//! upstream keep-alive, in one run, JSON and SSE answers:
+//! audience, a header principal), (C) through nginx as a plain reverse proxy with
+//! upstream keep-alive and (D) through a bare hyper proxy built like the sidecar but
+//! only forwarding (the floor of its stack, `bare.rs`), in one run, JSON and SSE answers:
 //!
 //! - throughput: wrk, one thread, 64 connections, 5 s after a 1 s warm-up;
 //! - latency: the harness's own open-loop generator at a fixed rate (2 000 req/s by
@@ -10,7 +11,7 @@
 //!   p50 / p99 / p99.9;
 //! - single-use on (memory and Redis stores): the retry with a fresh token each time;
 //! - memory: the sidecar's idle RSS, and per open idle SSE stream with 10 000 of them
-//!   held through it (nginx beside it);
+//!   held through it (nginx and the bare hyper proxy beside it);
 //! - allocations per request in the sidecar, counted in-process.
 //!
 //! The generator (this process, and wrk) runs on core 0; upstream, proxy and redis share
@@ -22,6 +23,7 @@
 //! Linux, 2+ cores; installs nginx, wrk and redis-server with apt when missing (root).
 
 mod allocs;
+mod bare;
 mod generator;
 mod procs;
 mod upstream;
@@ -55,6 +57,15 @@ struct Settings {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if upstream::run_if_asked(&args) {
+        return ExitCode::SUCCESS;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--role-bare-proxy") {
+        let port = |k: usize| -> u16 {
+            args.get(i + k)
+                .and_then(|p| p.parse().ok())
+                .expect("two ports")
+        };
+        bare::run(port(1), port(2));
         return ExitCode::SUCCESS;
     }
     let quick = args.iter().any(|a| a == "--quick");
@@ -100,6 +111,8 @@ struct Setup {
     redis: SocketAddr,
     nginx: SocketAddr,
     nginx_pid: u32,
+    bare: SocketAddr,
+    bare_pid: u32,
     idle_rss: u64,
 }
 
@@ -171,11 +184,23 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         ],
         &dir.join("nginx.log"),
     )?;
+    let bare_port = procs::free_port();
+    let bare_pid = children.spawn(
+        "bare-proxy",
+        &me,
+        &[
+            "--role-bare-proxy",
+            &bare_port.to_string(),
+            &upstream_port.to_string(),
+        ],
+        &dir.join("bare.log"),
+    )?;
     procs::wait_ready(children, loopback(upstream_port), "/")?;
     for admin in [sidecar_admin, memory_admin, redis_admin] {
         procs::wait_ready(children, admin, "/readyz")?;
     }
     procs::wait_ready(children, loopback(nginx_port), "/")?;
+    procs::wait_ready(children, loopback(bare_port), "/")?;
     let idle_rss = procs::rss(sidecar_pid)?;
     Ok(Setup {
         direct: loopback(upstream_port),
@@ -185,6 +210,8 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         redis,
         nginx: loopback(nginx_port),
         nginx_pid,
+        bare: loopback(bare_port),
+        bare_pid,
         idle_rss,
     })
 }
@@ -252,9 +279,9 @@ const PLAINTEXT_MARK: &str = "team-a";
 struct Row {
     workload: &'static str,
     phase: Phase,
-    /// Direct, sidecar, nginx (None where a row has no nginx column).
-    rps: [Option<wrk::Throughput>; 3],
-    latency: [Option<Outcome>; 3],
+    /// Direct, sidecar, nginx, the hyper floor (None where a row has no such column).
+    rps: [Option<wrk::Throughput>; 4],
+    latency: [Option<Outcome>; 4],
 }
 
 async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<String, String> {
@@ -262,7 +289,7 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
     // without this the first row measured start-up.
     let file = dir.join("body.json");
     std::fs::write(&file, request_body(None)).map_err(|e| format!("body file: {e}"))?;
-    for addr in [setup.direct, setup.sidecar, setup.nginx] {
+    for addr in [setup.direct, setup.sidecar, setup.nginx, setup.bare] {
         let target = Target {
             addr,
             path: WORKLOADS[0].1,
@@ -283,10 +310,10 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
             let mut row = Row {
                 workload,
                 phase,
-                rps: [None, None, None],
-                latency: [None, None, None],
+                rps: [None, None, None, None],
+                latency: [None, None, None, None],
             };
-            for (i, addr) in [setup.direct, setup.sidecar, setup.nginx]
+            for (i, addr) in [setup.direct, setup.sidecar, setup.nginx, setup.bare]
                 .into_iter()
                 .enumerate()
             {
@@ -298,7 +325,7 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
                 };
                 let body = match phase {
                     Phase::First => request_body(None),
-                    // A and C forward the upstream's own plaintext; B needs its token.
+                    // A, C and D forward the upstream's own plaintext; B needs its token.
                     Phase::Retry if i == 1 => {
                         let first = Target {
                             expect: Phase::First.expect(),
@@ -435,9 +462,9 @@ struct Streams {
     error: Option<String>,
 }
 
-/// RSS of the sidecar and of nginx with `settings.streams` idle SSE streams open
-/// through each, in turn (or as many as opened before a failure).
-async fn hold_streams(settings: &Settings, setup: &Setup) -> Result<[Streams; 2], String> {
+/// RSS of the sidecar, of nginx and of the bare hyper proxy with `settings.streams` idle
+/// SSE streams open through each, in turn (or as many as opened before a failure).
+async fn hold_streams(settings: &Settings, setup: &Setup) -> Result<[Streams; 3], String> {
     let measure = async |addr, pid| {
         let before = procs::rss(pid)?;
         let (held, error) = generator::hold_streams(addr, "/mcp", settings.streams).await;
@@ -456,7 +483,8 @@ async fn hold_streams(settings: &Settings, setup: &Setup) -> Result<[Streams; 2]
     };
     let sidecar = measure(setup.sidecar, setup.sidecar_pid).await?;
     let nginx = measure(setup.nginx, setup.nginx_pid).await?;
-    Ok([sidecar, nginx])
+    let bare = measure(setup.bare, setup.bare_pid).await?;
+    Ok([sidecar, nginx, bare])
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -467,7 +495,7 @@ fn report(
     single_use: &mut [(&str, (wrk::Throughput, Outcome))],
     setup: &Setup,
     after_load_rss: u64,
-    streams: &Result<[Streams; 2], String>,
+    streams: &Result<[Streams; 3], String>,
 ) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -485,9 +513,12 @@ fn report(
     );
     let _ = writeln!(
         out,
-        "| answer | phase | A direct req/s | B sidecar req/s | C nginx req/s | B/C |"
+        "| answer | phase | A direct req/s | B sidecar req/s | C nginx req/s | D hyper floor req/s | B/C | D/C | B/D |"
     );
-    let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(
+        out,
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     for row in rows.iter() {
         let rps = row
             .rps
@@ -495,15 +526,21 @@ fn report(
             .map(|t| t.as_ref().map_or(f64::NAN, |t| t.rps));
         let _ = writeln!(
             out,
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.2} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
             row.workload,
             row.phase.label(),
             rps[0],
             rps[1],
             rps[2],
-            rps[1] / rps[2]
+            rps[3],
+            rps[1] / rps[2],
+            rps[3] / rps[2],
+            rps[1] / rps[3]
         );
-        for (name, t) in ["direct", "sidecar", "nginx"].iter().zip(&row.rps) {
+        for (name, t) in ["direct", "sidecar", "nginx", "hyper floor"]
+            .iter()
+            .zip(&row.rps)
+        {
             if let Some(t) = t {
                 note(
                     &mut errors,
@@ -517,7 +554,7 @@ fn report(
     for (store, (t, _)) in single_use.iter() {
         let _ = writeln!(
             out,
-            "| JSON | retry, single-use ({store}) | | {:.0} | | |",
+            "| JSON | retry, single-use ({store}) | | {:.0} | | | | | |",
             t.rps
         );
         note(
@@ -537,9 +574,12 @@ fn report(
     let _ = writeln!(
         out,
         "| answer | phase | A direct p50 / p99 / p99.9 | B sidecar p50 / p99 / p99.9 | \
-         C nginx p50 / p99 / p99.9 | B−A p50 / p99 |"
+         C nginx p50 / p99 / p99.9 | D hyper floor p50 / p99 / p99.9 | B−A p50 / p99 | D−A p50 / p99 |"
     );
-    let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(
+        out,
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     let cell = |o: &mut Outcome| {
         format!(
             "{:.0} / {:.0} / {:.0}",
@@ -550,22 +590,30 @@ fn report(
     };
     let mut direct_retry_json = None;
     for row in rows.iter_mut() {
-        let [a, b, c] = &mut row.latency;
-        let (Some(a), Some(b), Some(c)) = (a, b, c) else {
+        let [a, b, c, d] = &mut row.latency;
+        let (Some(a), Some(b), Some(c), Some(d)) = (a, b, c, d) else {
             continue;
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {:.0} / {:.0} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} |",
             row.workload,
             row.phase.label(),
             cell(a),
             cell(b),
             cell(c),
+            cell(d),
             b.quantile_us(0.50) - a.quantile_us(0.50),
             b.quantile_us(0.99) - a.quantile_us(0.99),
+            d.quantile_us(0.50) - a.quantile_us(0.50),
+            d.quantile_us(0.99) - a.quantile_us(0.99),
         );
-        for (name, o) in [("direct", &*a), ("sidecar", &*b), ("nginx", &*c)] {
+        for (name, o) in [
+            ("direct", &*a),
+            ("sidecar", &*b),
+            ("nginx", &*c),
+            ("hyper floor", &*d),
+        ] {
             note(
                 &mut errors,
                 format!("open loop {} {} {name}", row.workload, row.phase.label()),
@@ -581,7 +629,7 @@ fn report(
         let (a50, a99) = direct_retry_json.unwrap_or((f64::NAN, f64::NAN));
         let _ = writeln!(
             out,
-            "| JSON | retry, single-use ({store}) | | {} | | {:.0} / {:.0} |",
+            "| JSON | retry, single-use ({store}) | | {} | | | {:.0} / {:.0} | |",
             cell(o),
             o.quantile_us(0.50) - a50,
             o.quantile_us(0.99) - a99,
@@ -594,42 +642,48 @@ fn report(
         );
     }
     let _ = writeln!(out, "\n### Memory (VmRSS)\n");
-    let _ = writeln!(out, "| | sidecar | nginx |");
-    let _ = writeln!(out, "| --- | ---: | ---: |");
+    let _ = writeln!(out, "| | sidecar | nginx | hyper floor |");
+    let _ = writeln!(out, "| --- | ---: | ---: | ---: |");
     let _ = writeln!(
         out,
-        "| idle, after start | {:.1} MiB | |",
+        "| idle, after start | {:.1} MiB | | |",
         setup.idle_rss as f64 / MIB
     );
     let _ = writeln!(
         out,
-        "| idle, after the load above | {:.1} MiB | {} |",
+        "| idle, after the load above | {:.1} MiB | {} | {} |",
         after_load_rss as f64 / MIB,
-        streams.as_ref().map_or("".into(), |[_, n]| format!(
+        streams.as_ref().map_or("".into(), |[_, n, _]| format!(
             "{:.1} MiB",
             n.before as f64 / MIB
+        )),
+        streams.as_ref().map_or("".into(), |[_, _, d]| format!(
+            "{:.1} MiB",
+            d.before as f64 / MIB
         ))
     );
     match streams {
-        Ok([b, c]) => {
+        Ok([b, c, d]) => {
             let with = |s: &Streams| format!("{:.1} MiB ({} streams)", s.with as f64 / MIB, s.held);
             let per = |s: &Streams| {
                 s.with.saturating_sub(s.before) as f64 / s.held.max(1) as f64 / 1024.0
             };
             let _ = writeln!(
                 out,
-                "| with idle SSE streams open (asked for {}) | {} | {} |",
+                "| with idle SSE streams open (asked for {}) | {} | {} | {} |",
                 settings.streams,
                 with(b),
-                with(c)
+                with(c),
+                with(d)
             );
             let _ = writeln!(
                 out,
-                "| per open stream | {:.1} KiB | {:.1} KiB |",
+                "| per open stream | {:.1} KiB | {:.1} KiB | {:.1} KiB |",
                 per(b),
-                per(c)
+                per(c),
+                per(d)
             );
-            for (name, s) in [("sidecar", b), ("nginx", c)] {
+            for (name, s) in [("sidecar", b), ("nginx", c), ("hyper floor", d)] {
                 if let Some(e) = &s.error {
                     errors.push(format!("holding streams through {name}: {e}"));
                 }

@@ -12,6 +12,7 @@
 mod files;
 mod load;
 mod operations;
+pub mod poll;
 pub mod reload;
 mod security;
 mod tools;

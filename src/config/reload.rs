@@ -1,16 +1,15 @@
-//! Live reconfiguration: the configuration file is watched (its content hash polled,
-//! which survives Kubernetes' symlink swaps, and re-read at once on `SIGHUP`), and each
-//! new configuration that loads and validates is handed to the parts that can change
-//! without a restart.
+//! Live reconfiguration: the configuration file is watched (its content hash polled by
+//! [`super::poll`], which survives Kubernetes' symlink swaps, and re-read at once on
+//! `SIGHUP`), and each new configuration that loads and validates is handed to the
+//! parts that can change without a restart.
 //!
 //! Invariant: a configuration that fails to load or validate changes nothing: the
 //! previous one stays in force, the problems are logged once per change, and
 //! `config_reloads_total{result="error"}` counts it.
 
+use super::poll::{FilePoll, Seen};
 use super::{Config, Overrides};
 use crate::metrics::Metrics;
-use crate::server;
-use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,39 +43,14 @@ pub fn watch(
     stop: watch::Receiver<bool>,
     apply: impl Fn(&Config) + Send + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let last = std::fs::read(&source.file).ok().map(|b| Sha256::digest(&b));
-    watch_from(last, source, hangup, interval, metrics, stop, apply)
-}
-
-async fn watch_from(
-    mut last: Option<sha2::digest::Output<Sha256>>,
-    source: ConfigSource,
-    mut hangup: Option<Signal>,
-    interval: Duration,
-    metrics: Arc<Metrics>,
-    mut stop: watch::Receiver<bool>,
-    apply: impl Fn(&Config) + Send + 'static,
-) {
-    let digest = |bytes: &[u8]| Sha256::digest(bytes);
-    loop {
-        let forced = tokio::select! {
-            _ = tokio::time::sleep(interval) => false,
-            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => None } } => true,
-            _ = server::stopped(&mut stop) => return,
-        };
-        let Ok(bytes) = tokio::fs::read(&source.file).await else {
-            if last.take().is_some() {
-                tracing::error!(path = %source.file.display(), "configuration file unreadable; keeping the running configuration");
-                metrics.config_reload(false);
-            }
-            continue;
-        };
-        let now = digest(&bytes);
-        if !forced && last.as_ref() == Some(&now) {
-            continue;
+    let poll = FilePoll::now(vec![source.file.clone()]);
+    poll.run(interval, hangup, stop, move |seen| match seen {
+        Seen::Unchanged => {}
+        Seen::Unreadable { path, error } => {
+            tracing::error!(path = %path.display(), %error, "configuration file unreadable; keeping the running configuration");
+            metrics.config_reload(false);
         }
-        last = Some(now);
-        match Config::load(Some(&source.file), &source.overrides) {
+        Seen::Changed(_) => match Config::load(Some(&source.file), &source.overrides) {
             Ok(config) => {
                 apply(&config);
                 metrics.config_reload(true);
@@ -87,6 +61,6 @@ async fn watch_from(
                 }
                 metrics.config_reload(false);
             }
-        }
-    }
+        },
+    })
 }

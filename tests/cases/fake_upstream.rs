@@ -9,7 +9,7 @@
 use crate::support::fake::{
     FakeBody, FakeUpstream, Recorded, Reply, SECRET, Step, assert_internal_error, complete,
     contains, event, input_required, last_data, next_data, one_byte_chunks, open, pairs, plaintext,
-    progress, read_to_end, sealed as token, tools_call, wait_until,
+    progress, read_to_end, sealed as token, sse_cut_in_the_result, tools_call, wait_until,
 };
 use crate::support::http::{self as client, mcp_headers, post_mcp, send};
 use crate::support::sidecar::{self, Sidecar};
@@ -517,18 +517,8 @@ async fn upstream_failures_become_gateway_errors_with_the_request_id() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_connection_cut_mid_stream_ends_with_an_error_event() {
-    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                transfer-encoding: chunked\r\n\r\n";
-    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len());
-    let partial =
-        format!("event: message\r\ndata: {{\"id\":44,\"result\":{{\"requestState\":\"{SECRET}");
     for reset in [false, true] {
-        let steps = vec![
-            Step::Data(format!("{head}{}", chunk(&first_progress())).into()),
-            Step::Data(chunk(&partial).into()),
-            // Let the sidecar read what was sent before the connection goes away.
-            Step::Sleep(Duration::from_millis(300)),
-        ];
+        let steps = sse_cut_in_the_result(44);
         let raw = FakeUpstream::raw(steps, reset).await;
         let sidecar = Sidecar::in_front_of(&raw.base_url()).await;
         let reply = post_mcp(&sidecar.mcp_url(), &tools_call(44, None)).await;

@@ -611,3 +611,41 @@ async fn only_a_complete_2xx_answer_is_recorded() {
     assert_eq!(metrics.idempotency_count(IdempotencyResult::Recorded), 3);
     sidecar.stop().await;
 }
+
+/// The limit the README states: a client that leaves an SSE stream before its answer
+/// releases the key (there is no answer to record), so a repeat is forwarded again. The
+/// sidecar closes the upstream stream with the client's, which the Python SDK takes as a
+/// cancellation: here the abandoned write never ran. An upstream that finishes the work
+/// of a closed stream anyway applies it twice.
+#[tokio::test]
+async fn a_client_leaving_a_stream_mid_call_releases_the_key() {
+    let upstream = start_upstream(Mode::Sse);
+    let sidecar = Sidecar::start(idempotent_config(&upstream.base_url())).await;
+    let url = sidecar.mcp_url();
+    let import = start_import(&url, "alice").await;
+    let left = tokio::time::timeout(
+        Duration::from_millis(400),
+        append_slow(&url, "alice", &import, json!([1]), "left", 1500),
+    )
+    .await;
+    assert!(left.is_err(), "the client left before the answer");
+    let metrics = sidecar.metrics();
+    for _ in 0..100 {
+        if metrics.idempotency_count(IdempotencyResult::Released) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(metrics.idempotency_count(IdempotencyResult::Released), 1);
+    assert_eq!(metrics.idempotency_count(IdempotencyResult::Recorded), 0);
+    let repeat = append(&url, "alice", &import, json!([1]), "left").await;
+    assert_eq!(repeat.status, 200, "{}", repeat.text());
+    assert!(!replayed(&repeat), "nothing was recorded to replay");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        rows(&upstream, &import),
+        (json!(1), json!(1)),
+        "the abandoned call was cancelled upstream, the repeat applied"
+    );
+    sidecar.stop().await;
+}

@@ -4,6 +4,7 @@ mod cli;
 mod conformance;
 mod e2e;
 mod fake_upstream;
+mod faults;
 mod handles;
 mod helm;
 mod hostile;

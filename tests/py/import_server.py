@@ -31,23 +31,17 @@ Debug endpoints (outside the SDK's Host check):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import logging
-import os
-import socket
-import sys
-import threading
-import warnings
 from typing import Any
 
 import mcp_types as types
-import uvicorn
+import peer_server
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -167,58 +161,9 @@ def build_app(json_response: bool) -> ASGIApp:
     )
 
 
-class AnnouncingServer(uvicorn.Server):
-    """uvicorn server that announces its port once listening and exits 0 on signals."""
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started and not self.should_exit and sockets:
-            sys.stdout.write(f"LISTENING {sockets[0].getsockname()[1]}\n")
-            sys.stdout.flush()
-
-    def handle_exit(self, sig: int, frame: Any) -> None:
-        if self.should_exit:
-            self.force_exit = True
-        self.should_exit = True
-
-
-def watch_stdin(server: AnnouncingServer) -> None:
-    """Stop the server when stdin reaches EOF, i.e. when the parent that piped it has gone."""
-    try:
-        while os.read(0, 4096):
-            pass
-    except OSError:
-        pass
-    server.should_exit = True
-    timer = threading.Timer(5.0, lambda: os._exit(0))
-    timer.daemon = True
-    timer.start()
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--json-response", action="store_true")
-    parser.add_argument("--no-stdin-watchdog", action="store_true")
-    parser.add_argument("--log-level", default="warning")
-    args = parser.parse_args()
-    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper())
-    warnings.simplefilter("ignore", MCPDeprecationWarning)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
-    config = uvicorn.Config(
-        build_app(args.json_response),
-        log_config=None,
-        access_log=False,
-        log_level=args.log_level.lower(),
-        lifespan="on",
-        timeout_graceful_shutdown=2,
-    )
-    server = AnnouncingServer(config)
-    if not args.no_stdin_watchdog:
-        threading.Thread(target=watch_stdin, args=(server,), daemon=True).start()
-    server.run(sockets=[sock])
+    args = peer_server.arguments(__doc__).parse_args()
+    peer_server.serve(args, build_app(args.json_response))
 
 
 if __name__ == "__main__":

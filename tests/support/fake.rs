@@ -551,6 +551,22 @@ pub fn event(eol: &str, message: &Value) -> String {
     format!("event: message{eol}data: {message}{eol}{eol}")
 }
 
+/// For [`FakeUpstream::raw`]: an SSE answer cut inside its result. The head, one progress
+/// notification (CRLF line endings), then the start of the result event for `id` with a
+/// plaintext state; the socket closes after a pause that lets the sidecar read it all.
+pub fn sse_cut_in_the_result(id: u64) -> Vec<Step> {
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                transfer-encoding: chunked\r\n\r\n";
+    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len());
+    let partial =
+        format!("event: message\r\ndata: {{\"id\":{id},\"result\":{{\"requestState\":\"{SECRET}");
+    vec![
+        Step::Data(format!("{head}{}", chunk(&event("\r\n", &progress(1)))).into()),
+        Step::Data(chunk(&partial).into()),
+        Step::Sleep(Duration::from_millis(300)),
+    ]
+}
+
 // ---------------------------------------------------------------------------------------
 // Client side
 // ---------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ pub mod helm;
 pub mod http;
 pub mod interop;
 pub mod legacy;
+pub mod peer;
 pub mod pki;
 pub mod process;
 pub mod prometheus;

@@ -87,6 +87,29 @@ impl Process {
         self.child.id()
     }
 
+    /// Send `signal` (a name `kill` knows: `TERM`, `HUP`).
+    pub fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal}");
+    }
+
+    /// The exit status, once the process has exited within `timeout` (`None` if not).
+    pub fn wait_exit(&mut self, timeout: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Wait (up to 10 s) until the log contains `needle`.
     pub fn wait_for_log(&self, needle: &str) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

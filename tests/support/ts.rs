@@ -7,14 +7,12 @@
 //! `node --import tests/ts/register.mjs`, which resolves their imports from `target/ts`.
 
 use super::legacy::Mode;
+use super::peer::Peer;
 use super::python::repo_path;
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 /// The Node.js binary: `STATE_GUARD_TEST_NODE`, else `node` on `PATH`.
@@ -73,7 +71,7 @@ impl From<Mode> for ResponseMode {
 
 /// `tests/ts/legacy_server.mjs` on a free 127.0.0.1 port.
 pub struct TsServer {
-    child: Child,
+    peer: Peer,
     pub port: u16,
     pub mode: ResponseMode,
 }
@@ -89,38 +87,17 @@ impl TsServer {
         command
             .args(["--port", "0", "--response-mode", mode.as_arg()])
             .args(extra);
-        // stdin stays a pipe: the server exits when it closes (when this test process dies).
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the TypeScript legacy server");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Some(Ok(line)) = lines.next() {
-                if let Some(port) = line.strip_prefix("LISTENING ") {
-                    let _ = tx.send(port.trim().parse::<u16>().unwrap());
-                    break;
-                }
-            }
-            for _ in lines {}
-        });
-        let port = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(port) => port,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("the TypeScript legacy server did not start within 30 s");
-            }
-        };
-        Self { child, port, mode }
+        let peer = Peer::spawn(command, "the TypeScript legacy server");
+        Self {
+            port: peer.port,
+            peer,
+            mode,
+        }
     }
 
     /// Base URL (no path): the sidecar's `upstream`.
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.peer.base_url()
     }
 
     pub fn mcp_url(&self) -> String {
@@ -130,56 +107,17 @@ impl TsServer {
     /// Every JSON-RPC request POSTed to `/mcp`, recorded before the SDK parsed it:
     /// `[{era, id, method, name, requestState, inputResponses}]`.
     pub fn seen(&self) -> Vec<Value> {
-        debug_list(self.port, "/debug/seen")
+        self.peer.debug_list("/debug/seen")
     }
 
     /// Every HTTP request that reached `/mcp`, with headers and body.
     pub fn http_log(&self) -> Vec<Value> {
-        debug_list(self.port, "/debug/http")
+        self.peer.debug_list("/debug/http")
     }
 
     pub fn reset(&self) {
-        debug_exchange(self.port, "POST", "/debug/reset");
+        self.peer.debug("POST", "/debug/reset");
     }
-}
-
-impl Drop for TsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn debug_list(port: u16, path: &str) -> Vec<Value> {
-    let body = debug_exchange(port, "GET", path);
-    let value: Value = serde_json::from_slice(&body).unwrap();
-    value.as_array().cloned().unwrap_or_default()
-}
-
-/// A tiny blocking HTTP/1.0 exchange for the debug endpoints.
-fn debug_exchange(port: u16, method: &str, path: &str) -> Vec<u8> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).unwrap();
-    let split = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("an HTTP response")
-        + 4;
-    assert!(
-        response.starts_with(b"HTTP/1.1 200") || response.starts_with(b"HTTP/1.0 200"),
-        "{path}: {}",
-        String::from_utf8_lossy(&response[..split])
-    );
-    response[split..].to_vec()
 }
 
 /// Complete SSE events split off `buffer`, whichever line ending the server frames them

@@ -46,8 +46,8 @@ pub struct FramingScan {
     /// The current line's first bytes, lowercased, without `\r`.
     line: [u8; SCAN_LINE],
     kept: usize,
-    /// Bytes of the current line other than `\r`.
-    length: usize,
+    /// Whether the current line has a byte other than `\r` (a blank line ends a head).
+    content: bool,
     first_line: bool,
     content_length: bool,
     transfer_encoding: bool,
@@ -60,7 +60,7 @@ impl FramingScan {
             seen,
             line: [0; SCAN_LINE],
             kept: 0,
-            length: 0,
+            content: false,
             first_line: true,
             content_length: false,
             transfer_encoding: false,
@@ -68,22 +68,36 @@ impl FramingScan {
         }
     }
 
-    /// Bytes that arrived from the client, in order.
-    pub fn read(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            if self.done {
+    /// Bytes that arrived from the client, in order. Lines are found with `memchr`, and
+    /// only a line's first [`SCAN_LINE`] bytes are looked at: a body costs a scan for
+    /// newlines, not a step per byte.
+    pub fn read(&mut self, mut bytes: &[u8]) {
+        while !self.done && !bytes.is_empty() {
+            match memchr::memchr(b'\n', bytes) {
+                Some(end) => {
+                    self.take(&bytes[..end]);
+                    self.end_line();
+                    bytes = &bytes[end + 1..];
+                }
+                None => {
+                    self.take(bytes);
+                    bytes = &[];
+                }
+            }
+        }
+    }
+
+    /// A piece of the current line (no `\n` in it): its first bytes kept lowercased,
+    /// `\r` left out.
+    fn take(&mut self, piece: &[u8]) {
+        for &byte in piece {
+            if self.kept == SCAN_LINE {
                 return;
             }
-            match byte {
-                b'\n' => self.end_line(),
-                b'\r' => {}
-                _ => {
-                    if self.kept < SCAN_LINE {
-                        self.line[self.kept] = byte.to_ascii_lowercase();
-                        self.kept += 1;
-                    }
-                    self.length += 1;
-                }
+            if byte != b'\r' {
+                self.line[self.kept] = byte.to_ascii_lowercase();
+                self.kept += 1;
+                self.content = true;
             }
         }
     }
@@ -92,7 +106,7 @@ impl FramingScan {
         let line = &self.line[..self.kept];
         if std::mem::take(&mut self.first_line) && line.starts_with(b"pri * http/2.0") {
             self.done = true;
-        } else if self.length == 0 {
+        } else if !self.content {
             self.content_length = false;
             self.transfer_encoding = false;
         } else {
@@ -104,7 +118,7 @@ impl FramingScan {
             }
         }
         self.kept = 0;
-        self.length = 0;
+        self.content = false;
     }
 }
 

@@ -1,0 +1,171 @@
+//! The one way a file the sidecar loaded is watched for change: its content hash polled
+//! (the key file, the TLS listener's certificate, key and client CA, the configuration
+//! file). Kubernetes replaces Secret and ConfigMap files through `..data` symlink swaps,
+//! which defeats naive inotify; reading and hashing the content sees every change.
+//!
+//! Invariants: the baseline is the content that was actually loaded (taken before or
+//! with the load, never by the watching task once it first runs: a change landing in
+//! between would otherwise look like no change at all); a file that cannot be read is
+//! reported once per outage, not once per poll, and what is in use stays in use; when it
+//! can be read again it counts as changed, so it is loaded and checked afresh.
+
+use crate::server;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::signal::unix::Signal;
+use tokio::sync::watch;
+use zeroize::Zeroizing;
+
+/// A set of files watched together (a certificate and its key change as a pair).
+#[derive(Debug)]
+pub struct FilePoll {
+    paths: Vec<PathBuf>,
+    /// The digest of the content last seen; `None` before the first successful read
+    /// and after a failed one.
+    last: Option<[u8; 32]>,
+}
+
+/// What one poll saw.
+#[derive(Debug)]
+pub enum Seen {
+    /// The same content as last time.
+    Unchanged,
+    /// New content (or a forced re-read): every file's bytes, in the order given.
+    Changed(Vec<Zeroizing<Vec<u8>>>),
+    /// A file could not be read, for the first time since it last could.
+    Unreadable {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+impl FilePoll {
+    /// Watch `paths`, taking as baseline `loaded`: the content of each, as loaded.
+    pub fn loaded(paths: Vec<PathBuf>, loaded: &[&[u8]]) -> Self {
+        let last = Some(digest(loaded.iter().copied()));
+        Self { paths, last }
+    }
+
+    /// Watch `paths`, taking as baseline what they hold now (nothing if one cannot be
+    /// read). Call it before loading them: a change landing after this read is seen at
+    /// the next poll, at worst loading the same content twice.
+    pub fn now(paths: Vec<PathBuf>) -> Self {
+        let contents: Option<Vec<_>> = paths.iter().map(|p| read_sync(p).ok()).collect();
+        let last = contents.map(|c| digest(c.iter().map(|b| &b[..])));
+        Self { paths, last }
+    }
+
+    /// Read every file once. `forced`: report the content as changed even if it is not
+    /// (an operator's `SIGHUP`). `None`: still unreadable, already reported.
+    pub async fn poll(&mut self, forced: bool) -> Option<Seen> {
+        let mut contents = Vec::with_capacity(self.paths.len());
+        for path in &self.paths {
+            match tokio::fs::read(path).await {
+                Ok(bytes) => contents.push(Zeroizing::new(bytes)),
+                Err(error) => {
+                    let path = path.clone();
+                    return self.last.take().map(|_| Seen::Unreadable { path, error });
+                }
+            }
+        }
+        let now = digest(contents.iter().map(|b| &b[..]));
+        if !forced && self.last == Some(now) {
+            return Some(Seen::Unchanged);
+        }
+        self.last = Some(now);
+        Some(Seen::Changed(contents))
+    }
+
+    /// Poll every `interval`, and at once on each `hangup`, until `stop`; hand `on`
+    /// everything seen.
+    pub async fn run(
+        mut self,
+        interval: Duration,
+        mut hangup: Option<Signal>,
+        mut stop: watch::Receiver<bool>,
+        mut on: impl FnMut(Seen) + Send,
+    ) {
+        loop {
+            let forced = tokio::select! {
+                _ = tokio::time::sleep(interval) => false,
+                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => None } } => true,
+                _ = server::stopped(&mut stop) => return,
+            };
+            if let Some(seen) = self.poll(forced).await {
+                on(seen);
+            }
+        }
+    }
+}
+
+fn read_sync(path: &Path) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    std::fs::read(path).map(Zeroizing::new)
+}
+
+/// Each file's length and content: no two different sets of files hash alike.
+fn digest<'a>(contents: impl Iterator<Item = &'a [u8]>) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    for bytes in contents {
+        hash.update((bytes.len() as u64).to_be_bytes());
+        hash.update(bytes);
+    }
+    hash.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(seen: Option<Seen>) -> &'static str {
+        match seen {
+            None => "quiet",
+            Some(Seen::Unchanged) => "unchanged",
+            Some(Seen::Changed(_)) => "changed",
+            Some(Seen::Unreadable { .. }) => "unreadable",
+        }
+    }
+
+    #[tokio::test]
+    async fn changes_outages_and_returns_are_each_seen_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, "one").unwrap();
+        std::fs::write(&b, "two").unwrap();
+        let mut poll = FilePoll::loaded(vec![a.clone(), b.clone()], &[b"one", b"two"]);
+        assert_eq!(kinds(poll.poll(false).await), "unchanged");
+        assert_eq!(kinds(poll.poll(true).await), "changed", "a forced read");
+        // Moving bytes from one file to the other is a change.
+        std::fs::write(&a, "onet").unwrap();
+        std::fs::write(&b, "wo").unwrap();
+        match poll.poll(false).await {
+            Some(Seen::Changed(c)) => {
+                assert_eq!((&c[0][..], &c[1][..]), (&b"onet"[..], &b"wo"[..]))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(kinds(poll.poll(false).await), "unchanged");
+        std::fs::remove_file(&b).unwrap();
+        match poll.poll(false).await {
+            Some(Seen::Unreadable { path, .. }) => assert_eq!(path, b),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(kinds(poll.poll(false).await), "quiet", "reported once");
+        // Back with the very content it had: loaded afresh all the same.
+        std::fs::write(&b, "wo").unwrap();
+        assert_eq!(kinds(poll.poll(false).await), "changed");
+    }
+
+    #[tokio::test]
+    async fn the_baseline_is_what_was_read_before_loading() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::write(&a, "old").unwrap();
+        let mut poll = FilePoll::now(vec![a.clone()]);
+        // The file changes after the baseline, before the watcher first polls.
+        std::fs::write(&a, "new").unwrap();
+        assert_eq!(kinds(poll.poll(false).await), "changed");
+        let mut missing = FilePoll::now(vec![dir.path().join("missing")]);
+        assert_eq!(kinds(missing.poll(false).await), "quiet");
+    }
+}
