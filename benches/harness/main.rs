@@ -184,6 +184,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         ],
         &dir.join("nginx.log"),
     )?;
+    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let bare_port = procs::free_port();
     let bare_pid = children.spawn(
         "bare-proxy",
