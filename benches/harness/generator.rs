@@ -1,8 +1,9 @@
-//! The harness's own load generator, for what wrk cannot do: an open loop (requests
-//! sent on a fixed schedule whatever the answers do, each timed from the moment it was
-//! due, so a stall shows as the latency of every request it delayed instead of hiding as
-//! a pause in sending: no coordinated omission), a closed loop that collects answers
-//! (minting single-use tokens), and holding many idle streams open.
+//! The harness's own load generator (the soak's too), for what wrk cannot do: an open
+//! loop (requests sent on a fixed schedule whatever the answers do, each timed from the
+//! moment it was due, so a stall shows as the latency of every request it delayed
+//! instead of hiding as a pause in sending: no coordinated omission; [`Schedule`] runs
+//! any work per slot, [`open_loop`] the harness's one request), a closed loop that
+//! collects answers (minting single-use tokens), and holding many idle streams open.
 //!
 //! It runs on one thread of a pinned core. The scheduler spins (yielding to the runtime,
 //! which polls the sockets on every turn) rather than sleeping, because tokio's timer
@@ -14,6 +15,7 @@ use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -60,6 +62,8 @@ pub struct Outcome {
     pub latencies: Vec<Duration>,
     pub errors: u64,
     pub first_error: Option<String>,
+    /// From the first slot's due time until every slot finished.
+    pub elapsed: Duration,
 }
 
 impl Outcome {
@@ -80,12 +84,63 @@ impl Outcome {
     }
 }
 
+/// A `tools/call` of `tool` as a 2026-07-28 client sends it, `extra` members added to its
+/// `params` (a retry's state and answers, an idempotency key). `params.name` comes first:
+/// the upstream tells its tools apart by the first `"name":"`.
+pub fn call_body(id: &Value, tool: &str, arguments: Value, extra: Value) -> Bytes {
+    let mut params = json!({
+        "name": tool,
+        "arguments": arguments,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+            "io.modelcontextprotocol/clientInfo": {"name": "mcp-state-guard-harness", "version": "0"}
+        }
+    });
+    if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
+        params.extend(extra);
+    }
+    let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    Bytes::from(serde_json::to_vec(&message).expect("serialises"))
+}
+
+/// The `params` a retry adds: the state, and the answer to the upstream's question.
+pub fn retry_params(state: &str) -> Value {
+    json!({
+        "requestState": state,
+        "inputResponses": {"region": {"action": "accept", "content": {"region": "eu-west-1"}}}
+    })
+}
+
+/// The JSON-RPC message of an answer: a JSON body, or the first `data:` of an SSE event.
+pub fn message_of(answer: &[u8]) -> Result<Value, String> {
+    let text = std::str::from_utf8(answer).map_err(|_| "answer not UTF-8")?;
+    let json = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap_or(text);
+    serde_json::from_str(json).map_err(|e| format!("answer: {e}: {json}"))
+}
+
 /// A request as every client of the harness sends it.
 pub fn request(target: &Target, body: Bytes) -> Request<Full<Bytes>> {
+    // A static header value: the harness counts the client's allocations too.
+    let principal = HeaderValue::from_static(PRINCIPAL);
+    request_as(target.addr, target.path, "provision", principal, body)
+}
+
+/// A `tools/call` of `tool` to `path` on `addr`, on behalf of `principal`.
+pub fn request_as(
+    addr: SocketAddr,
+    path: &str,
+    tool: &str,
+    principal: HeaderValue,
+    body: Bytes,
+) -> Request<Full<Bytes>> {
     Request::builder()
         .method(Method::POST)
-        .uri(target.path)
-        .header(header::HOST, target.addr.to_string())
+        .uri(path)
+        .header(header::HOST, addr.to_string())
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
         .header(
@@ -93,16 +148,16 @@ pub fn request(target: &Target, body: Bytes) -> Request<Full<Bytes>> {
             "2026-07-28",
         )
         .header(HeaderName::from_static("mcp-method"), "tools/call")
-        .header(HeaderName::from_static("mcp-name"), "provision")
-        .header(
-            HeaderName::from_static(PRINCIPAL_HEADER),
-            HeaderValue::from_static(PRINCIPAL),
-        )
+        .header(HeaderName::from_static("mcp-name"), tool)
+        .header(HeaderName::from_static(PRINCIPAL_HEADER), principal)
         .body(Full::new(body))
         .expect("a valid request")
 }
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
+/// One connection's sending half.
+pub type Sender = SendRequest<Full<Bytes>>;
+
+async fn connect(addr: SocketAddr) -> Result<Sender, String> {
     let stream = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
@@ -114,24 +169,29 @@ async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
     Ok(send)
 }
 
-/// One exchange on `send`: the body of a good answer.
-async fn exchange(
-    send: &mut SendRequest<Full<Bytes>>,
-    target: &Target,
-    body: Bytes,
-) -> Result<Bytes, String> {
+/// Send `request` on `send` and read the whole answer.
+pub async fn send(
+    send: &mut Sender,
+    request: Request<Full<Bytes>>,
+) -> Result<(http::response::Parts, Bytes), String> {
     send.ready().await.map_err(|e| format!("connection: {e}"))?;
     let response = send
-        .send_request(request(target, body))
+        .send_request(request)
         .await
         .map_err(|e| format!("send: {e}"))?;
-    let status = response.status();
-    let bytes = response
-        .into_body()
+    let (head, body) = response.into_parts();
+    let bytes = body
         .collect()
         .await
         .map_err(|e| format!("body: {e}"))?
         .to_bytes();
+    Ok((head, bytes))
+}
+
+/// One exchange on `send`: the body of a good answer.
+async fn exchange(send: &mut Sender, target: &Target, body: Bytes) -> Result<Bytes, String> {
+    let (head, bytes) = self::send(send, request(target, body)).await?;
+    let status = head.status;
     let text = String::from_utf8_lossy(&bytes);
     let excerpt = || text.chars().take(300).collect::<String>();
     if status != StatusCode::OK || !text.contains(target.expect) {
@@ -161,70 +221,113 @@ pub async fn open_loop(
     {
         return Err(format!("{} bodies for {total} requests", all.len()));
     }
-    let mut senders = Vec::with_capacity(connections);
-    for _ in 0..connections {
-        senders.push(connect(target.addr).await?);
-    }
-    let (due_tx, due_rx) = mpsc::unbounded_channel::<(usize, Instant)>();
-    let due_rx = Arc::new(Mutex::new(due_rx));
-    let start = Instant::now() + Duration::from_millis(20);
-    let window = start + warmup;
-    let mut workers = tokio::task::JoinSet::new();
-    for mut send in senders {
-        let (due_rx, target, bodies) = (due_rx.clone(), target.clone(), bodies.clone());
-        workers.spawn(async move {
-            let mut outcome = Outcome::default();
-            loop {
-                let next = due_rx.lock().await.recv().await;
-                let Some((i, due)) = next else { break };
-                let result = exchange(&mut send, &target, bodies.get(i)).await;
-                let done = Instant::now();
-                match result {
-                    Ok(_) if due >= window => outcome.latencies.push(done - due),
-                    Ok(_) => {}
-                    Err(e) => {
-                        outcome.failed(e);
-                        // A broken connection is replaced; the next request waits for it.
-                        if send.is_closed() {
-                            match connect(target.addr).await {
-                                Ok(fresh) => send = fresh,
-                                Err(e) => {
-                                    outcome.failed(e);
-                                    break;
-                                }
+    let measured_from = (f64::from(rate) * warmup.as_secs_f64()) as usize;
+    let (target, bodies) = (target.clone(), bodies.clone());
+    let schedule = Schedule {
+        addr: target.addr,
+        rate,
+        total,
+        measured_from,
+        connections,
+    };
+    let outcome = schedule
+        .run(move |i, mut send| {
+            let (target, body) = (target.clone(), bodies.get(i));
+            async move {
+                let result = exchange(&mut send, &target, body).await.map(drop);
+                (send, result)
+            }
+        })
+        .await?;
+    Ok(outcome)
+}
+
+/// An open loop's schedule: `total` slots `1 / rate` apart, served by `connections`
+/// keep-alive connections to `addr`; slots from `measured_from` on are timed.
+pub struct Schedule {
+    pub addr: SocketAddr,
+    pub rate: u32,
+    pub total: usize,
+    pub measured_from: usize,
+    pub connections: usize,
+}
+
+impl Schedule {
+    /// Run `work(slot, connection)` for every slot, each on the next free connection once
+    /// it is due; `work` gives the connection back with its verdict. Latencies (due →
+    /// `work` done) of the measured slots, and every failure; a connection `work` left
+    /// closed is replaced. A slot still unfinished 10 s after the schedule ends counts as
+    /// an error.
+    pub async fn run<W, F>(&self, work: W) -> Result<Outcome, String>
+    where
+        W: Fn(usize, Sender) -> F + Clone + Send + 'static,
+        F: Future<Output = (Sender, Result<(), String>)> + Send,
+    {
+        let mut senders = Vec::with_capacity(self.connections);
+        for _ in 0..self.connections {
+            senders.push(connect(self.addr).await?);
+        }
+        let (due_tx, due_rx) = mpsc::unbounded_channel::<(usize, Instant)>();
+        let due_rx = Arc::new(Mutex::new(due_rx));
+        let start = Instant::now() + Duration::from_millis(20);
+        let (addr, measured_from) = (self.addr, self.measured_from);
+        let mut workers = tokio::task::JoinSet::new();
+        for mut send in senders {
+            let (due_rx, work) = (due_rx.clone(), work.clone());
+            workers.spawn(async move {
+                let mut outcome = Outcome::default();
+                loop {
+                    let next = due_rx.lock().await.recv().await;
+                    let Some((i, due)) = next else { break };
+                    let (back, result) = work(i, send).await;
+                    send = back;
+                    let done = Instant::now();
+                    match result {
+                        Ok(()) if i >= measured_from => outcome.latencies.push(done - due),
+                        Ok(()) => {}
+                        Err(e) => outcome.failed(e),
+                    }
+                    // A broken connection is replaced; the next request waits for it.
+                    if send.is_closed() {
+                        match connect(addr).await {
+                            Ok(fresh) => send = fresh,
+                            Err(e) => {
+                                outcome.failed(e);
+                                break;
                             }
                         }
                     }
                 }
+                outcome
+            });
+        }
+        let interval = Duration::from_secs_f64(1.0 / f64::from(self.rate));
+        for i in 0..self.total {
+            let due = start + interval * i as u32;
+            pace_until(due).await;
+            if due_tx.send((i, due)).is_err() {
+                break;
             }
-            outcome
-        });
-    }
-    let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
-    for i in 0..total {
-        let due = start + interval * i as u32;
-        pace_until(due).await;
-        if due_tx.send((i, due)).is_err() {
-            break;
         }
-    }
-    drop(due_tx);
-    let mut outcome = Outcome::default();
-    let collected = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(done) = workers.join_next().await {
-            let part = done.map_err(|e| format!("worker: {e}"))?;
-            outcome.latencies.extend(part.latencies);
-            outcome.errors += part.errors;
-            outcome.first_error = outcome.first_error.take().or(part.first_error);
+        drop(due_tx);
+        let mut outcome = Outcome::default();
+        let collected = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(done) = workers.join_next().await {
+                let part = done.map_err(|e| format!("worker: {e}"))?;
+                outcome.latencies.extend(part.latencies);
+                outcome.errors += part.errors;
+                outcome.first_error = outcome.first_error.take().or(part.first_error);
+            }
+            Ok::<_, String>(())
+        })
+        .await;
+        match collected {
+            Ok(result) => result?,
+            Err(_) => outcome.failed("requests still unanswered 10 s after the schedule".into()),
         }
-        Ok::<_, String>(())
-    })
-    .await;
-    match collected {
-        Ok(result) => result?,
-        Err(_) => outcome.failed("requests still unanswered 10 s after the schedule".into()),
+        outcome.elapsed = start.elapsed();
+        Ok(outcome)
     }
-    Ok(outcome)
 }
 
 /// Wait until `at`, sleeping while more than 2 ms remain and spinning (yielding) after.

@@ -32,9 +32,9 @@ mod wrk;
 use bytes::Bytes;
 use generator::{Bodies, Outcome, Target};
 use procs::Children;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,12 +56,7 @@ struct Settings {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(i) = args.iter().position(|a| a == "--role-upstream") {
-        let port = args
-            .get(i + 1)
-            .and_then(|p| p.parse().ok())
-            .expect("a port");
-        upstream::run(port);
+    if upstream::run_if_asked(&args) {
         return ExitCode::SUCCESS;
     }
     if let Some(i) = args.iter().position(|a| a == "--role-bare-proxy") {
@@ -138,38 +133,9 @@ fn run(settings: &Settings) -> Result<String, String> {
 }
 
 fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
-    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    // Another build can be measured in its place (an allocator A/B, a branch).
-    let sidecar_bin = std::env::var_os("HARNESS_SIDECAR_BIN").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_mcp-state-guard")),
-        PathBuf::from,
-    );
-    let upstream_port = procs::free_port();
-    children.spawn(
-        "upstream",
-        &me,
-        &["--role-upstream", &upstream_port.to_string()],
-        &dir.join("upstream.log"),
-    )?;
-    let redis_port = procs::free_port();
-    let redis = procs::which("redis-server").ok_or("redis-server not found")?;
-    children.spawn(
-        "redis-server",
-        &redis,
-        &[
-            "--port",
-            &redis_port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--maxclients",
-            "1000",
-        ],
-        &dir.join("redis.log"),
-    )?;
+    let sidecar_bin = procs::sidecar_bin("HARNESS_SIDECAR_BIN");
+    let upstream_port = children.spawn_upstream(dir)?;
+    let redis_port = children.spawn_redis(dir)?;
     std::fs::write(dir.join("keys"), format!("{}\n", "5e".repeat(32)))
         .map_err(|e| format!("keys: {e}"))?;
     let mut start_sidecar = |name: &'static str, single_use: &str| {
@@ -218,6 +184,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         ],
         &dir.join("nginx.log"),
     )?;
+    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let bare_port = procs::free_port();
     let bare_pid = children.spawn(
         "bare-proxy",
@@ -271,36 +238,17 @@ fn sidecar_config(dir: &Path, port: u16, admin: u16, upstream: u16, extra: &str)
 
 /// The `tools/call provision` a 2026-07-28 client sends; with a state, its retry.
 pub fn request_body(state: Option<&str>) -> Bytes {
-    let mut params = json!({
-        "name": "provision",
-        "arguments": {"name": "web-1"},
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-            "io.modelcontextprotocol/clientInfo": {"name": "mcp-state-guard-harness", "version": "0"}
-        }
-    });
-    if let Some(state) = state {
-        params["requestState"] = json!(state);
-        params["inputResponses"] =
-            json!({"region": {"action": "accept", "content": {"region": "eu-west-1"}}});
-    }
-    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    Bytes::from(serde_json::to_vec(&message).expect("serialises"))
+    let extra = state.map_or_else(|| json!({}), generator::retry_params);
+    generator::call_body(&json!(1), "provision", json!({"name": "web-1"}), extra)
 }
 
 /// The `requestState` of a first call's answer (JSON, or the `data:` of an SSE event).
 fn state_of(answer: &[u8]) -> Result<String, String> {
-    let text = std::str::from_utf8(answer).map_err(|_| "answer not UTF-8")?;
-    let json = text
-        .lines()
-        .find_map(|l| l.strip_prefix("data: "))
-        .unwrap_or(text);
-    let message: Value = serde_json::from_str(json).map_err(|e| format!("answer: {e}"))?;
+    let message = generator::message_of(answer)?;
     message["result"]["requestState"]
         .as_str()
         .map(str::to_owned)
-        .ok_or_else(|| format!("no requestState in {json}"))
+        .ok_or_else(|| format!("no requestState in {message}"))
 }
 
 #[derive(Clone, Copy, PartialEq)]

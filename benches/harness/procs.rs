@@ -58,6 +58,44 @@ impl Children {
         Ok(pid)
     }
 
+    /// The harness's upstream (`upstream.rs`): this executable again, with
+    /// `--role-upstream`, on a free loopback port, returned.
+    pub fn spawn_upstream(&mut self, dir: &Path) -> Result<u16, String> {
+        let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+        let port = free_port();
+        self.spawn(
+            "upstream",
+            &me,
+            &["--role-upstream", &port.to_string()],
+            &dir.join("upstream.log"),
+        )?;
+        Ok(port)
+    }
+
+    /// A throwaway `redis-server` (nothing saved) on a free loopback port, returned.
+    pub fn spawn_redis(&mut self, dir: &Path) -> Result<u16, String> {
+        let port = free_port();
+        let redis = which("redis-server").ok_or("redis-server not found")?;
+        self.spawn(
+            "redis-server",
+            &redis,
+            &[
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--maxclients",
+                "1000",
+            ],
+            &dir.join("redis.log"),
+        )?;
+        Ok(port)
+    }
+
     /// Fail when one of them already exited (a port taken, a bad config).
     pub fn check_alive(&mut self) -> Result<(), String> {
         for (name, child) in &mut self.children {
@@ -78,6 +116,15 @@ impl Drop for Children {
             let _ = child.wait();
         }
     }
+}
+
+/// The sidecar binary to run: this build's, or the one the environment variable `var`
+/// names (another build measured in its place: an allocator A/B, a branch).
+pub fn sidecar_bin(var: &str) -> std::path::PathBuf {
+    std::env::var_os(var).map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_BIN_EXE_mcp-state-guard")),
+        std::path::PathBuf::from,
+    )
 }
 
 /// A loopback port free right now.

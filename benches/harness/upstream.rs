@@ -5,6 +5,13 @@
 //! ending in `/sse` answers as one SSE event (`text/event-stream`), any other as JSON. A
 //! GET opens an SSE stream that sends one comment and then stays open and idle (what a
 //! 2025-era client holds), for the open-streams row.
+//!
+//! The soak adds three tools, told apart by the body's first `"name":"` (`params.name`
+//! as the clients and the sidecar write it) and then parsed: `start_import` issues an
+//! import id (`imp-N`) at `/structuredContent/importId`, `append_rows` echoes the import
+//! id it received (the raw one, when a sidecar unwrapped a sealed handle), and `record`
+//! answers how many times its `params.idempotencyKey` was applied, so that a write
+//! applied twice shows in the answer.
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -13,8 +20,12 @@ use http_body_util::{BodyExt, Either, Full};
 use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::net::TcpListener;
 
@@ -31,21 +42,39 @@ pub fn input_required() -> String {
     )
 }
 
-/// The four answers, built once.
+/// The four answers, built once, and the soak tools' state.
 #[derive(Clone)]
 struct Answers {
     first_json: Bytes,
     retry_json: Bytes,
     first_sse: Bytes,
     retry_sse: Bytes,
+    imports: Arc<AtomicU64>,
+    /// Applications per idempotency key (`record`).
+    applied: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 fn sse(json: &str) -> Bytes {
     Bytes::from(format!("event: message\ndata: {json}\n\n"))
 }
 
+/// When `args` (the process's, after its name) say this process is the upstream
+/// (`--role-upstream PORT`, as [`crate::procs::Children::spawn_upstream`] starts it),
+/// serve until killed; `false` otherwise.
+pub fn run_if_asked(args: &[String]) -> bool {
+    let Some(i) = args.iter().position(|a| a == "--role-upstream") else {
+        return false;
+    };
+    let port = args
+        .get(i + 1)
+        .and_then(|p| p.parse().ok())
+        .expect("a port");
+    run(port);
+    true
+}
+
 /// Serve on 127.0.0.1:`port` until killed (the harness runs this in a child process).
-pub fn run(port: u16) {
+fn run(port: u16) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -66,6 +95,8 @@ pub async fn serve(listener: TcpListener) {
         retry_json: Bytes::from_static(COMPLETE.as_bytes()),
         first_sse: sse(&first),
         retry_sse: sse(COMPLETE),
+        imports: Arc::default(),
+        applied: Arc::default(),
     };
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -103,6 +134,14 @@ async fn answer(
         .await
         .map(|c| c.to_bytes())
         .unwrap_or_default();
+    if let Some(answer) = soak_tool(&answers, &body) {
+        let mut response = Response::new(Either::Left(Full::new(answer)));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return Ok(response);
+    }
     let key = b"\"requestState\"";
     let retry = body.windows(key.len()).any(|w| w == key);
     let (bytes, content_type) = match (retry, sse) {
@@ -116,6 +155,43 @@ async fn answer(
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok(response)
+}
+
+/// The answer of a soak tool (see the module's doc), or `None` for any other call.
+fn soak_tool(answers: &Answers, body: &[u8]) -> Option<Bytes> {
+    const NAME: &[u8] = b"\"name\":\"";
+    let at = body.windows(NAME.len()).position(|w| w == NAME)? + NAME.len();
+    let tool = &body[at..];
+    let soak = [&b"start_import\""[..], b"append_rows\"", b"record\""];
+    if !soak.iter().any(|t| tool.starts_with(t)) {
+        return None;
+    }
+    let message: Value = serde_json::from_slice(body).ok()?;
+    let params = &message["params"];
+    let structured = match params["name"].as_str()? {
+        "start_import" => {
+            let n = answers.imports.fetch_add(1, Ordering::Relaxed) + 1;
+            json!({"importId": format!("imp-{n}")})
+        }
+        "append_rows" => json!({"importId": params["arguments"]["importId"]}),
+        _ => {
+            let key = params["idempotencyKey"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let mut applied = answers.applied.lock().expect("not poisoned");
+            let count = applied.entry(key).or_default();
+            *count += 1;
+            json!({"applied": *count})
+        }
+    };
+    let answer = json!({"jsonrpc": "2.0", "id": message["id"], "result": {
+        "content": [{"type": "text", "text": structured.to_string()}],
+        "structuredContent": structured,
+        "isError": false,
+        "resultType": "complete",
+    }});
+    Some(Bytes::from(answer.to_string()))
 }
 
 /// An idle stream's body: one SSE comment, then nothing, ever.
