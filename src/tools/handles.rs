@@ -135,7 +135,7 @@ impl Handles {
 
     fn refuse(&self, kind: &str, reason: HandleReject) -> ProxyError {
         self.metrics.handle(HandleResult::Refused(reason));
-        tracing::info!(
+        tracing::warn!(
             kind = %crate::telemetry::Clipped(kind),
             reason = reason.as_str(),
             "handle refused"
