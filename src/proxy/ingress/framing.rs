@@ -69,7 +69,7 @@ impl FramingScan {
     }
 
     /// Bytes that arrived from the client, in order. Lines are found with `memchr`, and
-    /// only a line's first [`SCAN_LINE`] bytes are looked at: a body costs a scan for
+    /// only a line's first `SCAN_LINE` bytes are looked at: a body costs a scan for
     /// newlines, not a step per byte.
     pub fn read(&mut self, mut bytes: &[u8]) {
         while !self.done && !bytes.is_empty() {
