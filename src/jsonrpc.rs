@@ -149,12 +149,18 @@ pub fn parse_bounded(bytes: &[u8], max_values: usize) -> Result<Value, ParseErro
     };
     let mut de = serde_json::Deserializer::from_slice(bytes);
     // serde_json's own errors (syntax, depth) carry no refusal; ours say why they failed.
-    let value = StrictSeed(&strict).deserialize(&mut de).map_err(|_| {
-        strict
-            .refusal
-            .get()
-            .map_or(ParseError::Syntax, Refusal::error)
-    })?;
+    // A refusal stops the parse where it stands, but a body that is not JSON further on
+    // is still a parse error (-32700, as JSON-RPC asks), whatever came first: a syntax
+    // pass that builds nothing (`IgnoredAny`) decides, so the cap's bound on memory holds.
+    let value =
+        StrictSeed(&strict)
+            .deserialize(&mut de)
+            .map_err(|_| match strict.refusal.get() {
+                Some(refusal) if serde_json::from_slice::<de::IgnoredAny>(bytes).is_ok() => {
+                    refusal.error()
+                }
+                _ => ParseError::Syntax,
+            })?;
     de.end().map_err(|_| ParseError::Syntax)?;
     Ok(value)
 }
