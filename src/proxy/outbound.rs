@@ -7,7 +7,9 @@
 //! rewritten event by event, and so is any other 2xx answer to a GET (clients parse it as
 //! events whatever its label); a 2xx answer to a POSTed request that is neither JSON, SSE
 //! nor empty is refused, and one to a notification loses its text; everything else (a
-//! plain-text 403) passes with its status and headers. Bodies the sealer cannot read
+//! plain-text 403) passes with its status and headers, read event by event too: its bytes
+//! are kept unless a part of it reads as an event carrying a message, which is sealed or
+//! refused like any other. Bodies the sealer cannot read
 //! (compressed, a transfer coding other than `chunked`, a non-UTF-8 charset) and
 //! informational statuses are refused.
 
@@ -159,11 +161,11 @@ impl Outbound {
                     }
                     // The TypeScript SDK parses every 2xx GET body as SSE, whatever its
                     // label: so does the sealer (with no request to bind, any state in it
-                    // is refused).
-                    (Some(false), Asked::Stream) if success => {
-                        Ok(self.rewrite_events(parts, peeked.body, sealer))
-                    }
-                    (Some(false), _) => Ok(Response::from_parts(parts, peeked.body.boxed())),
+                    // is refused). An error page is read the same way, for a client that
+                    // reads events whatever the status: plain text passes byte for byte,
+                    // but `data: {..."requestState":...}` in a 500 is not let through
+                    // (found by the `proxy` fuzz target).
+                    (Some(false), _) => Ok(self.rewrite_events(parts, peeked.body, sealer)),
                 }
             }
         }

@@ -235,6 +235,62 @@ async fn a_get_stream_is_read_as_events_whatever_its_label() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_error_page_is_read_as_events_too() {
+    // Found by the `proxy` fuzz target: an error status with a body that is not JSON
+    // passed unexamined, so `data: {..."requestState":"<plaintext>"}` in a 500 reached a
+    // client that reads events whatever the status. Now its events are sealed (a POST
+    // binds them) or refused (a GET stream cannot), and plain text still passes.
+    let leaking = format!(
+        ": hello\n\nevent: message\ndata: {}\n\n",
+        input_required(json!(7), json!(plaintext()))
+    );
+    for label in [Some("text/plain"), None] {
+        let body = leaking.clone();
+        let page = move || {
+            let reply = Reply::new(500, FakeBody::whole(body.clone()));
+            match label {
+                Some(label) => reply.header("content-type", label),
+                None => reply,
+            }
+        };
+        let (reply, sidecar) = through(page.clone()).await;
+        assert_eq!(reply.status, 500, "{label:?}");
+        assert!(
+            !contains(&reply.body, SECRET),
+            "{label:?}: plaintext leaked"
+        );
+        assert!(contains(&reply.body, ": hello"), "{label:?}: comments pass");
+        assert!(
+            contains(&reply.body, "\"requestState\":\"v1."),
+            "{label:?}: sealed"
+        );
+        sidecar.stop().await;
+
+        let fake = FakeUpstream::always(page).await;
+        let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+        let reply = crate::support::http::send(
+            http::Method::GET,
+            &sidecar.mcp_url(),
+            &[("accept".into(), "text/event-stream".into())],
+            "",
+            std::time::Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(reply.status, 500, "{label:?}");
+        assert!(
+            !contains(&reply.body, SECRET),
+            "{label:?}: plaintext leaked"
+        );
+        assert!(
+            contains(&reply.body, "-32603"),
+            "{label:?}: {:?}",
+            reply.body
+        );
+        sidecar.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn large_upstream_results_are_not_capped_by_the_client_value_limit() {
     let numbers: Vec<u32> = (0..150_000).collect();
     let result = json!({"jsonrpc": "2.0", "id": 7, "result": {"resultType": "complete",
