@@ -38,9 +38,9 @@ use tokio::runtime::Runtime;
 const UPSTREAM_MARKER: &[u8] = b"\n@UPSTREAM@\n";
 /// How long a run waits for the sidecar's first answer byte, then for more once it holds
 /// a complete answer: the sidecar's own timeouts (below) end every stuck exchange sooner.
-const FIRST_BYTE: Duration = Duration::from_millis(600);
+const FIRST_BYTE: Duration = Duration::from_millis(300);
 const SETTLE: Duration = Duration::from_millis(5);
-const QUIET: Duration = Duration::from_millis(100);
+const QUIET: Duration = Duration::from_millis(40);
 
 pub fn check(data: &[u8]) {
     let harness = harness();
@@ -175,10 +175,10 @@ fn harness() -> &'static Harness {
             config.state.keys_file = Some(path);
             config.state.audience = Some(ring::AUDIENCE.to_owned());
             config.state.ttl_seconds = ring::TTL_SECONDS;
-            config.timeouts.connect_ms = 200;
-            config.timeouts.response_head_ms = 300;
-            config.timeouts.header_read_ms = 200;
-            config.timeouts.body_read_ms = 200;
+            config.timeouts.connect_ms = 100;
+            config.timeouts.response_head_ms = 150;
+            config.timeouts.header_read_ms = 60;
+            config.timeouts.body_read_ms = 60;
             config.timeouts.client_idle_ms = 1_000;
             config.timeouts.upstream_idle_ms = 1_000;
             config.limits.max_body_bytes = 64 * 1024;
@@ -225,7 +225,7 @@ async fn serve_upstream(listener: TcpListener, exchange: Arc<Mutex<Exchange>>) {
 /// One request as the sidecar sends it: the head, then the body its framing announces.
 async fn read_request(stream: &mut TcpStream) -> Vec<u8> {
     let mut buf = Vec::new();
-    let deadline = Instant::now() + Duration::from_millis(300);
+    let deadline = Instant::now() + Duration::from_millis(100);
     let mut chunk = [0u8; 8192];
     while http_messages(&buf, true).iter().all(|m| !m.complete) {
         let left = deadline.saturating_duration_since(Instant::now());

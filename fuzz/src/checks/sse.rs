@@ -51,10 +51,7 @@ pub fn check(data: &[u8]) {
     );
 
     let (passed, failed) = run(&chunks, PassThrough);
-    assert_eq!(
-        (passed.clone(), failed),
-        run(&whole, PassThrough)
-    );
+    assert_eq!((passed.clone(), failed), run(&whole, PassThrough));
     if !failed {
         assert_eq!(passed.concat(), stream, "a pass-through body changed bytes");
     }
