@@ -11,7 +11,7 @@
 //! properties. A refusal names the question key and the rule, never echoes the answer.
 
 use crate::telemetry::printable;
-use crate::token::canonical::write_python_json;
+use crate::token::canonical;
 #[cfg(test)]
 use serde_json::json;
 use serde_json::{Map, Value};
@@ -56,18 +56,30 @@ pub fn record(requests: &Map<String, Value>) -> Result<Value, QuestionsTooLarge>
         questions.insert(key.clone(), Value::Object(question));
     }
     let questions = Value::Object(questions);
-    // Measured and checked as the token will carry them (the reference's encoding). A
-    // schema number beyond f64 (`1e400`) encodes as `Infinity`, which no JSON parser
-    // reads back: the token would never open (found by the `answers` fuzz target). An
-    // integer longer than Python reads cannot be encoded at all.
-    let mut encoded = String::new();
-    write_python_json(&questions, false, &mut encoded).map_err(|_| QuestionsTooLarge)?;
-    if encoded.len() > MAX_QUESTIONS_BYTES
-        || serde_json::from_str::<serde::de::IgnoredAny>(&encoded).is_err()
-    {
+    // A schema number beyond f64 (`1e400`) would travel as `Infinity`, which no JSON
+    // parser reads back: the token would never open (found by the `answers` fuzz
+    // target); an integer longer than Python reads made minting panic.
+    if serialized_len(&questions) > MAX_QUESTIONS_BYTES || !canonical::reads_back(&questions) {
         return Err(QuestionsTooLarge);
     }
     Ok(questions)
+}
+
+/// The length of `value` as compact JSON, counted without keeping the text.
+fn serialized_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).expect("a value serialises to a counter");
+    count.0
 }
 
 /// An answer that does not answer its question.
