@@ -405,6 +405,9 @@ fn text_that_is_not_json_is_a_syntax_error_whatever_was_refused_first() {
         );
         assert_eq!(ParseError::Syntax.code(), PARSE_ERROR);
     }
+    // Invalid UTF-8 after the refusal, which a syntax pass skipping strings would miss.
+    let text = b"{\"params\":{\"__proto__\":{},\"in\x8cutResponses\":{}}}";
+    assert_eq!(parse_bounded(text, 100), Err(ParseError::Syntax));
     assert_eq!(
         parse_bounded(br#"{"params":{"__proto__":{}}}"#, 100),
         Err(ParseError::AmbiguousKey("__proto__".into()))
