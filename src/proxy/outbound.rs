@@ -22,8 +22,8 @@ use crate::error::ProxyError;
 use crate::metrics::{Metrics, SealFailure};
 use crate::policy::flow::FlowLimits;
 use crate::policy::single_use::SingleUse;
-use crate::sse::SseRewriteBody;
 use crate::sse::counted::Counted;
+use crate::sse::{EventRewriter, SseRewriteBody};
 use crate::token::StateSealer;
 use bytes::{Bytes, BytesMut};
 use http::Response;
@@ -49,6 +49,24 @@ pub struct Outbound {
     /// How long a whole JSON body, or the peek at an unlabelled one, may take
     /// (`timeouts.response_head_ms`, counted again from the head).
     read_timeout: Duration,
+}
+
+/// `body` read as events, each one handed to `rewriter` as it completes.
+fn rewrite<B, R>(
+    mut parts: http::response::Parts,
+    body: B,
+    rewriter: R,
+    limits: &LimitsConfig,
+) -> Response<ProxyBody>
+where
+    B: Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: std::fmt::Display,
+    R: EventRewriter + Sync,
+{
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body =
+        SseRewriteBody::new(body, rewriter, limits.max_event_bytes).map_err(|never| match never {});
+    Response::from_parts(parts, body.boxed())
 }
 
 /// How the upstream labelled its body.
@@ -161,11 +179,15 @@ impl Outbound {
                     }
                     // The TypeScript SDK parses every 2xx GET body as SSE, whatever its
                     // label: so does the sealer (with no request to bind, any state in it
-                    // is refused). An error page is read the same way, for a client that
-                    // reads events whatever the status: plain text passes byte for byte,
-                    // but `data: {..."requestState":...}` in a 500 is not let through
-                    // (found by the `proxy` fuzz target).
-                    (Some(false), _) => Ok(self.rewrite_events(parts, peeked.body, sealer)),
+                    // is refused).
+                    (Some(false), Asked::Stream) if success => {
+                        Ok(self.rewrite_events(parts, peeked.body, sealer))
+                    }
+                    // An error page is read the same way, for a client that reads events
+                    // whatever the status: plain text passes byte for byte, but
+                    // `data: {..."requestState":...}` in a 500 is not let through (found
+                    // by the `proxy` fuzz target). It is no stream: not counted as one.
+                    (Some(false), _) => Ok(rewrite(parts, peeked.body, sealer, &self.limits)),
                 }
             }
         }
@@ -174,7 +196,7 @@ impl Outbound {
     /// An event stream, sealed event by event as it flows.
     fn rewrite_events<B>(
         &self,
-        mut parts: http::response::Parts,
+        parts: http::response::Parts,
         body: B,
         sealer: Sealer,
     ) -> Response<ProxyBody>
@@ -182,11 +204,8 @@ impl Outbound {
         B: Body<Data = Bytes> + Send + Sync + 'static,
         B::Error: std::fmt::Display,
     {
-        parts.headers.remove(header::CONTENT_LENGTH);
         let sealer = Counted::new(sealer, &self.metrics);
-        let body = SseRewriteBody::new(body, sealer, self.limits.max_event_bytes)
-            .map_err(|never| match never {});
-        Response::from_parts(parts, body.boxed())
+        rewrite(parts, body, sealer, &self.limits)
     }
 
     /// Read a whole JSON body (bounded in size, time and memory) and seal it.
