@@ -149,14 +149,25 @@ pub fn parse_bounded(bytes: &[u8], max_values: usize) -> Result<Value, ParseErro
     };
     let mut de = serde_json::Deserializer::from_slice(bytes);
     // serde_json's own errors (syntax, depth) carry no refusal; ours say why they failed.
-    let value = StrictSeed(&strict).deserialize(&mut de).map_err(|_| {
-        strict
-            .refusal
-            .get()
-            .map_or(ParseError::Syntax, Refusal::error)
-    })?;
+    // A refusal stops the parse where it stands, but a body that is not JSON further on
+    // is still a parse error (-32700, as JSON-RPC asks), whatever came first: a syntax
+    // pass that builds nothing (`IgnoredAny`) decides, so the cap's bound on memory holds.
+    // It runs on checked UTF-8: skipping a string, serde_json does not validate it.
+    let value =
+        StrictSeed(&strict)
+            .deserialize(&mut de)
+            .map_err(|_| match strict.refusal.get() {
+                Some(refusal) if is_json(bytes) => refusal.error(),
+                _ => ParseError::Syntax,
+            })?;
     de.end().map_err(|_| ParseError::Syntax)?;
     Ok(value)
+}
+
+/// Whether `bytes` are one JSON value, checked without building it.
+fn is_json(bytes: &[u8]) -> bool {
+    std::str::from_utf8(bytes)
+        .is_ok_and(|text| serde_json::from_str::<de::IgnoredAny>(text).is_ok())
 }
 
 /// JavaScript's `JSON.parse` keeps `__proto__` as an own key, but an upstream that copies

@@ -91,7 +91,8 @@ pub enum MrtrRefusal {
     MissingCapability,
     /// The upstream asked with a method MCP does not define (`-32021`).
     UnknownInputMethod,
-    /// The questions of a round would not fit in a token.
+    /// The questions of a round would not fit in a token (too large, or holding a number
+    /// the token's encoding cannot carry).
     QuestionsTooLarge,
     /// An answer did not answer its question (`-32602`).
     InvalidAnswer,

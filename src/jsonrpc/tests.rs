@@ -373,17 +373,46 @@ fn the_value_count_is_capped() {
 
 #[test]
 fn a_huge_array_stops_at_the_cap() {
-    // 4 MiB of zeros that end in a syntax error: the cap answers, so the parse never
-    // got near the end, let alone built two million values.
+    // 4 MiB of zeros: the cap answers, so the parse never built two million values.
     let mut body = br#"{"params":{"name":"x","arguments":{"a":["#.to_vec();
     while body.len() < 4 << 20 {
         body.extend_from_slice(b"0,");
     }
-    body.extend_from_slice(b"x]}}}");
+    let mut valid = body.clone();
+    valid.extend_from_slice(b"0]}}}");
     assert_eq!(
-        parse_bounded(&body, 100_000),
+        parse_bounded(&valid, 100_000),
         Err(ParseError::TooManyValues)
     );
+    // Ending in a syntax error, it is not JSON at all: that is what the client hears.
+    body.extend_from_slice(b"x]}}}");
+    assert_eq!(parse_bounded(&body, 100_000), Err(ParseError::Syntax));
+}
+
+#[test]
+fn text_that_is_not_json_is_a_syntax_error_whatever_was_refused_first() {
+    // Found by the `gate` fuzz target: a prototype key, a duplicate or the value cap
+    // before a syntax error answered -32600 for a body that is not JSON (-32700).
+    for text in [
+        r#"{"params":{"__proto__":{":"2.0","id":3"#,
+        r#"{"a":1,"a":2,"#,
+        r#"[1,2,3,"#,
+    ] {
+        assert_eq!(
+            parse_bounded(text.as_bytes(), 2),
+            Err(ParseError::Syntax),
+            "{text}"
+        );
+        assert_eq!(ParseError::Syntax.code(), PARSE_ERROR);
+    }
+    // Invalid UTF-8 after the refusal, which a syntax pass skipping strings would miss.
+    let text = b"{\"params\":{\"__proto__\":{},\"in\x8cutResponses\":{}}}";
+    assert_eq!(parse_bounded(text, 100), Err(ParseError::Syntax));
+    assert_eq!(
+        parse_bounded(br#"{"params":{"__proto__":{}}}"#, 100),
+        Err(ParseError::AmbiguousKey("__proto__".into()))
+    );
+    assert_eq!(parse_bounded(b"[1,2,3]", 2), Err(ParseError::TooManyValues));
 }
 
 #[test]

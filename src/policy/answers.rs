@@ -11,6 +11,7 @@
 //! properties. A refusal names the question key and the rule, never echoes the answer.
 
 use crate::telemetry::printable;
+use crate::token::canonical;
 #[cfg(test)]
 use serde_json::json;
 use serde_json::{Map, Value};
@@ -18,7 +19,8 @@ use serde_json::{Map, Value};
 /// The most bytes the recorded questions of one round may take in a token.
 pub const MAX_QUESTIONS_BYTES: usize = 16 * 1024;
 
-/// The recorded questions would make the token too large.
+/// The recorded questions cannot travel in a token: too large, or holding a number the
+/// token's encoding cannot carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuestionsTooLarge;
 
@@ -54,7 +56,10 @@ pub fn record(requests: &Map<String, Value>) -> Result<Value, QuestionsTooLarge>
         questions.insert(key.clone(), Value::Object(question));
     }
     let questions = Value::Object(questions);
-    if serialized_len(&questions) > MAX_QUESTIONS_BYTES {
+    // A schema number beyond f64 (`1e400`) would travel as `Infinity`, which no JSON
+    // parser reads back: the token would never open (found by the `answers` fuzz
+    // target); an integer longer than Python reads made minting panic.
+    if serialized_len(&questions) > MAX_QUESTIONS_BYTES || !canonical::reads_back(&questions) {
         return Err(QuestionsTooLarge);
     }
     Ok(questions)
@@ -582,5 +587,25 @@ mod tests {
             {"type": "object", "properties": {"x": {"type": "string",
                 "enum": vec!["v".repeat(100); 200]}}}}}});
         assert_eq!(record(big.as_object().unwrap()), Err(QuestionsTooLarge));
+    }
+
+    #[test]
+    fn schemas_a_token_cannot_carry_are_refused_when_recorded() {
+        // Found by the `answers` fuzz target: `1e400` became `Infinity` in the token,
+        // which then never opened; an integer Python cannot read made minting panic.
+        let asking = |number: &str| {
+            let text = format!(
+                r#"{{"q":{{"method":"elicitation/create","params":{{"requestedSchema":
+                {{"type":"object","properties":{{"x":{{"type":"number","maximum":{number}}}}}}}}}}}}}"#
+            );
+            let requests = crate::jsonrpc::parse_bounded(text.as_bytes(), 100).unwrap();
+            record(requests.as_object().unwrap())
+        };
+        for number in ["1e400", "-1e400", &"9".repeat(4301)] {
+            assert_eq!(asking(number), Err(QuestionsTooLarge), "{number:.20}");
+        }
+        for number in ["1e308", "1.50", &"9".repeat(4300)] {
+            assert!(asking(number).is_ok(), "{number:.20}");
+        }
     }
 }

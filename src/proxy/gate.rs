@@ -84,27 +84,53 @@ impl Gate {
             Ok(read) => read?,
             Err(_) => return Err(ProxyError::BodyTimeout.into()),
         };
-        let value = jsonrpc::parse_bounded(&bytes, self.limits.max_json_values)
-            .map_err(|e| Failure::from(ProxyError::from(e)))?;
+        let (value, message) = check_message(headers, &bytes, self.limits.max_json_values)?;
         drop(bytes);
-        let message = jsonrpc::classify(&value).map_err(|e| Failure {
-            // The body parsed: answer with its id if it has a usable one.
-            id: jsonrpc::best_effort_id(&value),
-            error: e.into(),
-            upstream_head: None,
-        })?;
-        let params = value.get("params").and_then(Value::as_object);
-        check_mcp_headers(headers, &message, params).map_err(|error| Failure {
-            id: message.id().cloned(),
-            error,
-            upstream_head: None,
-        })?;
         Ok(Admitted {
             value,
             message,
             reservation,
         })
     }
+}
+
+/// Why the gate refused a body it has read, with the id to answer when the body had a
+/// usable one.
+#[derive(Debug)]
+pub struct Refusal {
+    pub id: Option<Id>,
+    pub error: ProxyError,
+}
+
+impl From<Box<Refusal>> for Failure {
+    fn from(refusal: Box<Refusal>) -> Self {
+        Failure {
+            id: refusal.id,
+            error: refusal.error,
+            upstream_head: None,
+        }
+    }
+}
+
+/// What the gate decides about a body it has read: one strictly parsed (within
+/// `max_json_values`) and classified JSON-RPC message whose MCP routing headers agree
+/// with it, or why not (boxed: the rare path). Pure, so it is also what the `gate` fuzz
+/// target drives.
+pub fn check_message(
+    headers: &HeaderMap,
+    bytes: &[u8],
+    max_json_values: usize,
+) -> Result<(Value, Message), Box<Refusal>> {
+    let refused = |id, error| Box::new(Refusal { id, error });
+    let value =
+        jsonrpc::parse_bounded(bytes, max_json_values).map_err(|e| refused(None, e.into()))?;
+    // The body parsed: answer with its id if it has a usable one.
+    let message = jsonrpc::classify(&value)
+        .map_err(|e| refused(jsonrpc::best_effort_id(&value), e.into()))?;
+    let params = value.get("params").and_then(Value::as_object);
+    check_mcp_headers(headers, &message, params)
+        .map_err(|error| refused(message.id().cloned(), error))?;
+    Ok((value, message))
 }
 
 /// `Content-Type` must be JSON (UTF-8), `Content-Encoding` absent or identity.

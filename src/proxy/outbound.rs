@@ -7,7 +7,9 @@
 //! rewritten event by event, and so is any other 2xx answer to a GET (clients parse it as
 //! events whatever its label); a 2xx answer to a POSTed request that is neither JSON, SSE
 //! nor empty is refused, and one to a notification loses its text; everything else (a
-//! plain-text 403) passes with its status and headers. Bodies the sealer cannot read
+//! plain-text 403) passes with its status and headers, read event by event too: its bytes
+//! are kept unless a part of it reads as an event carrying a message, which is sealed or
+//! refused like any other. Bodies the sealer cannot read
 //! (compressed, a transfer coding other than `chunked`, a non-UTF-8 charset) and
 //! informational statuses are refused.
 
@@ -20,8 +22,8 @@ use crate::error::ProxyError;
 use crate::metrics::{Metrics, SealFailure};
 use crate::policy::flow::FlowLimits;
 use crate::policy::single_use::SingleUse;
-use crate::sse::SseRewriteBody;
 use crate::sse::counted::Counted;
+use crate::sse::{EventRewriter, SseRewriteBody};
 use crate::token::StateSealer;
 use bytes::{Bytes, BytesMut};
 use http::Response;
@@ -47,6 +49,24 @@ pub struct Outbound {
     /// How long a whole JSON body, or the peek at an unlabelled one, may take
     /// (`timeouts.response_head_ms`, counted again from the head).
     read_timeout: Duration,
+}
+
+/// `body` read as events, each one handed to `rewriter` as it completes.
+fn rewrite<B, R>(
+    mut parts: http::response::Parts,
+    body: B,
+    rewriter: R,
+    limits: &LimitsConfig,
+) -> Response<ProxyBody>
+where
+    B: Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: std::fmt::Display,
+    R: EventRewriter + Sync,
+{
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body =
+        SseRewriteBody::new(body, rewriter, limits.max_event_bytes).map_err(|never| match never {});
+    Response::from_parts(parts, body.boxed())
 }
 
 /// How the upstream labelled its body.
@@ -163,7 +183,11 @@ impl Outbound {
                     (Some(false), Asked::Stream) if success => {
                         Ok(self.rewrite_events(parts, peeked.body, sealer))
                     }
-                    (Some(false), _) => Ok(Response::from_parts(parts, peeked.body.boxed())),
+                    // An error page is read the same way, for a client that reads events
+                    // whatever the status: plain text passes byte for byte, but
+                    // `data: {..."requestState":...}` in a 500 is not let through (found
+                    // by the `proxy` fuzz target). It is no stream: not counted as one.
+                    (Some(false), _) => Ok(rewrite(parts, peeked.body, sealer, &self.limits)),
                 }
             }
         }
@@ -172,7 +196,7 @@ impl Outbound {
     /// An event stream, sealed event by event as it flows.
     fn rewrite_events<B>(
         &self,
-        mut parts: http::response::Parts,
+        parts: http::response::Parts,
         body: B,
         sealer: Sealer,
     ) -> Response<ProxyBody>
@@ -180,11 +204,8 @@ impl Outbound {
         B: Body<Data = Bytes> + Send + Sync + 'static,
         B::Error: std::fmt::Display,
     {
-        parts.headers.remove(header::CONTENT_LENGTH);
         let sealer = Counted::new(sealer, &self.metrics);
-        let body = SseRewriteBody::new(body, sealer, self.limits.max_event_bytes)
-            .map_err(|never| match never {});
-        Response::from_parts(parts, body.boxed())
+        rewrite(parts, body, sealer, &self.limits)
     }
 
     /// Read a whole JSON body (bounded in size, time and memory) and seal it.

@@ -169,16 +169,7 @@ fn write_number(n: &Number, out: &mut String) -> Result<(), CanonicalError> {
         write_python_float(value, out);
         return Ok(());
     }
-    let (negative, digits) = match literal.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, literal),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(CanonicalError::BadNumber);
-    }
-    if digits.len() > PYTHON_MAX_INT_DIGITS {
-        return Err(CanonicalError::IntegerTooLong);
-    }
+    let (negative, digits) = integer_digits(literal)?;
     let digits = digits.trim_start_matches('0');
     if digits.is_empty() {
         out.push('0');
@@ -189,6 +180,41 @@ fn write_number(n: &Number, out: &mut String) -> Result<(), CanonicalError> {
         out.push_str(digits);
     }
     Ok(())
+}
+
+/// An integer literal's sign and digits, if Python reads it.
+fn integer_digits(literal: &str) -> Result<(bool, &str), CanonicalError> {
+    let (negative, digits) = match literal.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, literal),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(CanonicalError::BadNumber);
+    }
+    if digits.len() > PYTHON_MAX_INT_DIGITS {
+        return Err(CanonicalError::IntegerTooLong);
+    }
+    Ok((negative, digits))
+}
+
+/// Whether [`write_python_json`] encodes `value` as text a JSON parser reads back: it
+/// fails on an integer longer than Python reads, and writes a float literal beyond `f64`
+/// (`1e400`) as `Infinity`, as Python does, which is not JSON. What a token carries as
+/// JSON (its `qd` claim) must pass; checked without encoding.
+pub fn reads_back(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => {
+            let literal = n.as_str();
+            if literal.contains(['.', 'e', 'E']) {
+                literal.parse::<f64>().is_ok_and(f64::is_finite)
+            } else {
+                integer_digits(literal).is_ok()
+            }
+        }
+        Value::Array(items) => items.iter().all(reads_back),
+        Value::Object(map) => map.values().all(reads_back),
+        Value::Null | Value::Bool(_) | Value::String(_) => true,
+    }
 }
 
 /// Python's `float.__repr__`: the shortest round-tripping digits, positional between 1e-4 and 1e16, otherwise `d.ddde+XX`; a `.0` suffix for

@@ -5,6 +5,7 @@ mod conformance;
 mod e2e;
 mod fake_upstream;
 mod faults;
+mod fuzz_regressions;
 mod handles;
 mod helm;
 mod hostile;

@@ -192,43 +192,77 @@ async fn informational_answers_and_notification_bodies() {
     sidecar.stop().await;
 }
 
+/// An upstream answering `status` with `body` under `label` (none: no content type).
+fn page(status: u16, body: String, label: Option<&'static str>) -> impl Fn() -> Reply + Clone {
+    move || {
+        let reply = Reply::new(status, FakeBody::whole(body.clone()));
+        match label {
+            Some(label) => reply.header("content-type", label),
+            None => reply,
+        }
+    }
+}
+
+/// A stream of events whose second carries a plaintext state.
+fn leaking_events() -> String {
+    format!(
+        ": hello\n\nevent: message\ndata: {}\n\n",
+        input_required(json!(7), json!(plaintext()))
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_get_stream_is_read_as_events_whatever_its_label() {
     // The TypeScript SDK parses every 2xx GET body as SSE: a mislabelled stream carrying a
-    // plaintext state must not get past the sealer.
-    let leaking = format!(
-        ": hello\n\nevent: message\ndata: {}\n\n",
-        input_required(json!(3), json!(plaintext()))
-    );
+    // plaintext state must not get past the sealer. An error page is read the same way
+    // (found by the `proxy` fuzz target: a 500 that was not JSON passed unexamined).
+    for status in [200, 500] {
+        for label in [Some("text/plain"), None] {
+            let fake = FakeUpstream::always(page(status, leaking_events(), label)).await;
+            let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+            let reply = crate::support::http::send(
+                http::Method::GET,
+                &sidecar.mcp_url(),
+                &[("accept".into(), "text/event-stream".into())],
+                "",
+                std::time::Duration::from_secs(10),
+            )
+            .await;
+            assert_eq!(reply.status, status, "{label:?}");
+            assert!(
+                !contains(&reply.body, SECRET),
+                "{status} {label:?}: plaintext leaked"
+            );
+            assert!(
+                contains(&reply.body, ": hello"),
+                "{status} {label:?}: comments pass"
+            );
+            assert!(
+                contains(&reply.body, "-32603"),
+                "{status} {label:?}: {:?}",
+                reply.body
+            );
+            sidecar.stop().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_error_page_answering_a_call_is_read_as_events_too() {
+    // Found by the `proxy` fuzz target: an error status with a body that is not JSON
+    // passed unexamined, so `data: {..."requestState":"<plaintext>"}` in a 500 reached a
+    // client that reads events whatever the status. A POST binds its events: sealed.
     for label in [Some("text/plain"), None] {
-        let body = leaking.clone();
-        let fake = FakeUpstream::always(move || {
-            let reply = Reply::new(200, FakeBody::whole(body.clone()));
-            match label {
-                Some(label) => reply.header("content-type", label),
-                None => reply,
-            }
-        })
-        .await;
-        let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
-        let reply = crate::support::http::send(
-            http::Method::GET,
-            &sidecar.mcp_url(),
-            &[("accept".into(), "text/event-stream".into())],
-            "",
-            std::time::Duration::from_secs(10),
-        )
-        .await;
-        assert_eq!(reply.status, 200, "{label:?}");
+        let (reply, sidecar) = through(page(500, leaking_events(), label)).await;
+        assert_eq!(reply.status, 500, "{label:?}");
         assert!(
             !contains(&reply.body, SECRET),
             "{label:?}: plaintext leaked"
         );
         assert!(contains(&reply.body, ": hello"), "{label:?}: comments pass");
         assert!(
-            contains(&reply.body, "-32603"),
-            "{label:?}: {:?}",
-            reply.body
+            contains(&reply.body, "\"requestState\":\"v1."),
+            "{label:?}: sealed"
         );
         sidecar.stop().await;
     }

@@ -1,0 +1,133 @@
+//! `answers`: what a round asked, recorded ([`answers::record`]) and carried in its token,
+//! and the retry's answers checked against it ([`answers::check`]).
+//!
+//! Input: a JSON object `{"inputRequests": {...}, "inputResponses": {...}}` (parsed as
+//! strictly as the sidecar parses both sides); anything else is skipped.
+//!
+//! Invariants: never panics; the recorded questions stay within `MAX_QUESTIONS_BYTES`,
+//! hold one entry per asked key and survive sealing into a token and opening it
+//! unchanged; checking is deterministic; a refusal names a key that was answered, in
+//! printable form, and never echoes an answer's value. (Run it with `-max_len=20000`:
+//! the questions may take up to 16 KiB.)
+
+use super::ring;
+use mcp_state_guard::jsonrpc;
+use mcp_state_guard::policy::answers::{self, MAX_QUESTIONS_BYTES};
+use mcp_state_guard::telemetry::printable;
+use mcp_state_guard::token::SealOptions;
+use mcp_state_guard::token::canonical::write_python_json;
+use serde_json::{Map, Value};
+
+pub fn check(data: &[u8]) {
+    let Ok(Value::Object(input)) = jsonrpc::parse_bounded(data, 10_000) else {
+        return;
+    };
+    let (Some(Value::Object(requests)), Some(Value::Object(responses))) =
+        (input.get("inputRequests"), input.get("inputResponses"))
+    else {
+        return;
+    };
+    let Ok(questions) = answers::record(requests) else {
+        return;
+    };
+    let recorded = serde_json::to_vec(&questions).expect("questions serialise");
+    assert!(
+        recorded.len() <= MAX_QUESTIONS_BYTES,
+        "recorded questions over the cap"
+    );
+    let Value::Object(recorded_map) = &questions else {
+        panic!("questions are not an object");
+    };
+    assert!(
+        recorded_map.keys().eq(requests.keys()),
+        "questions do not mirror the asked keys"
+    );
+
+    let asked: Vec<String> = requests.keys().cloned().collect();
+    let sealer = ring::sealer();
+    let binding = ring::binding();
+    let options = SealOptions {
+        asked: Some(&asked),
+        questions: Some(&questions),
+        ..SealOptions::default()
+    };
+    let token = sealer.seal("", &binding, &options);
+    let opened = sealer
+        .open(&token, &binding, None)
+        .unwrap_or_else(|r| panic!("a token with questions does not open: {}", r.detail));
+    assert_eq!(
+        opened.asked.as_deref(),
+        Some(&asked[..]),
+        "asked keys changed"
+    );
+    let carried = opened.questions.expect("the token carries its questions");
+    // The same to the reference's encoding (a literal `1.50` comes back as `1.5`).
+    assert_eq!(
+        canonical(&Value::Object(carried.clone())),
+        canonical(&questions),
+        "questions changed in the token"
+    );
+
+    let verdict = answers::check(&carried, responses);
+    assert_eq!(
+        verdict,
+        answers::check(&carried, responses),
+        "not deterministic"
+    );
+    if let Err(bad) = verdict {
+        assert!(
+            responses.keys().any(|k| printable(k, 64) == bad.key),
+            "refusal names a key that was not answered: {}",
+            bad.key
+        );
+        assert!(!bad.key.chars().any(char::is_control), "key not printable");
+        // A value that is also a key (or in the questions) may be named by a rule, and
+        // one made only of the letters and punctuation of the rules' own words (" decline")
+        // may happen to read like them.
+        let questions_text = String::from_utf8_lossy(&recorded);
+        let (values, keys) = strings(responses);
+        let wordy = |c: char| c.is_ascii_alphabetic() || " ,()'\"/:._-".contains(c);
+        for value in values {
+            if value.chars().count() >= 8
+                && !value.chars().all(wordy)
+                && !questions_text.contains(value.as_str())
+                && !keys.iter().any(|k| k.contains(value.as_str()))
+            {
+                assert!(
+                    !bad.rule.contains(value.as_str()),
+                    "refusal echoes an answer: {}",
+                    bad.rule
+                );
+            }
+        }
+    }
+}
+
+fn canonical(value: &Value) -> String {
+    let mut out = String::new();
+    write_python_json(value, false, &mut out).expect("carried questions encode");
+    out
+}
+
+/// Every string value under `map`, and every key.
+fn strings(map: &Map<String, Value>) -> (Vec<String>, Vec<String>) {
+    fn walk(value: &Value, values: &mut Vec<String>, keys: &mut Vec<String>) {
+        match value {
+            Value::String(s) => values.push(s.clone()),
+            Value::Array(items) => items.iter().for_each(|v| walk(v, values, keys)),
+            Value::Object(members) => {
+                for (key, v) in members {
+                    keys.push(key.clone());
+                    walk(v, values, keys);
+                }
+            }
+            _ => {}
+        }
+    }
+    let (mut values, mut keys) = (Vec::new(), Vec::new());
+    for (key, v) in map {
+        keys.push(key.clone());
+        walk(v, &mut values, &mut keys);
+    }
+    (values, keys)
+}

@@ -1,0 +1,188 @@
+//! `sse`: the SSE framer ([`EventFramer`]) and the rewriting body ([`SseRewriteBody`]),
+//! with a pass-through rewriter and with the proxy's own [`Sealer`].
+//!
+//! Input: a byte `n`, then `n % 8` split points (two bytes each, big-endian, taken modulo
+//! the stream's length), then the upstream stream.
+//!
+//! Invariants: never panics; the split stream and the whole one give the same events and
+//! leftover from the framer, the same frames from a pass-through body (and, when no event
+//! is too large, exactly the input bytes), and the same frames from the sealing body once
+//! each token (random nonce) is replaced by a placeholder; every `requestState` the
+//! sealing body emits is a token of the fuzz ring.
+
+use super::{ring, visible};
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use mcp_state_guard::metrics::Metrics;
+use mcp_state_guard::policy::flow::FlowLimits;
+use mcp_state_guard::policy::single_use::SingleUsePolicy;
+use mcp_state_guard::proxy::response::{SealContext, Sealer};
+use mcp_state_guard::sse::{EventFramer, EventRewriter, Rewrite, SseRewriteBody, StreamFailure};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Waker};
+
+/// Small, so the fuzzer reaches the cap.
+const MAX_EVENT_BYTES: usize = 512;
+
+pub fn check(data: &[u8]) {
+    let ([n], rest) = super::split_header::<1>(data);
+    let points = usize::from(n % 8);
+    let (cuts, stream) = rest.split_at((points * 2).min(rest.len()));
+    let mut at: Vec<usize> = cuts
+        .chunks_exact(2)
+        .map(|c| usize::from(u16::from_be_bytes([c[0], c[1]])) % (stream.len() + 1))
+        .collect();
+    at.sort_unstable();
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    for cut in at.into_iter().chain([stream.len()]) {
+        chunks.push(Bytes::copy_from_slice(&stream[start..cut]));
+        start = cut;
+    }
+    let whole = vec![Bytes::copy_from_slice(stream)];
+
+    assert_eq!(
+        frame(&chunks),
+        frame(&whole),
+        "the framer depends on chunking"
+    );
+
+    let (passed, failed) = run(&chunks, PassThrough);
+    assert_eq!((passed.clone(), failed), run(&whole, PassThrough));
+    if !failed {
+        assert_eq!(passed.concat(), stream, "a pass-through body changed bytes");
+    }
+
+    let (sealed, _) = run(&chunks, sealer());
+    let (sealed_whole, _) = run(&whole, sealer());
+    let normal = |frames: &[Bytes]| frames.iter().map(|f| placeholder(f)).collect::<Vec<_>>();
+    assert_eq!(
+        normal(&sealed),
+        normal(&sealed_whole),
+        "the sealing body depends on chunking"
+    );
+    for frame in &sealed {
+        visible::check_event(frame);
+    }
+}
+
+/// The framer's events, whether it refused an event, and its leftover.
+fn frame(chunks: &[Bytes]) -> (Vec<Bytes>, bool, Bytes) {
+    let mut framer = EventFramer::new(MAX_EVENT_BYTES);
+    let mut events = Vec::new();
+    for chunk in chunks {
+        framer.push(chunk);
+        loop {
+            match framer.next_event() {
+                Ok(Some(event)) => events.push(event),
+                Ok(None) => break,
+                Err(_) => return (events, true, Bytes::new()),
+            }
+        }
+    }
+    (events, false, framer.finish())
+}
+
+/// Emits every event as it came; marks a failure.
+struct PassThrough;
+
+const FAILED: &[u8] = b"<failed>";
+
+impl EventRewriter for PassThrough {
+    fn rewrite(&mut self, _event: &[u8]) -> Rewrite {
+        Rewrite::Keep
+    }
+    fn fail(&mut self, _failure: StreamFailure) -> Bytes {
+        Bytes::from_static(FAILED)
+    }
+    fn finish(&mut self, _leftover: &[u8]) -> Rewrite {
+        Rewrite::Keep
+    }
+}
+
+/// The proxy's sealer for one `tools/call` whose client declared every capability.
+fn sealer() -> Sealer {
+    static METRICS: OnceLock<Arc<Metrics>> = OnceLock::new();
+    let metrics = METRICS.get_or_init(|| Arc::new(Metrics::new())).clone();
+    let capabilities = serde_json::json!({
+        "elicitation": {"form": {}, "url": {}},
+        "sampling": {"tools": {}},
+        "roots": {}
+    });
+    let context = SealContext::new(
+        Some(serde_json::json!(1)),
+        Some("tools/call"),
+        Some(ring::binding()),
+        None,
+    )
+    .with_flow(Some(capabilities), None);
+    let limits = FlowLimits {
+        max_rounds: 8,
+        max_flow_seconds: 600,
+    };
+    Sealer::new(
+        ring::sealer(),
+        Arc::new(SingleUsePolicy::default()),
+        metrics,
+        1024,
+        limits,
+        context,
+    )
+}
+
+/// The frames a rewriting body emits for the upstream `chunks`, and whether the stream
+/// failed.
+fn run<R: EventRewriter>(chunks: &[Bytes], rewriter: R) -> (Vec<Bytes>, bool) {
+    let inner = Chunks(chunks.iter().cloned().collect());
+    let mut body = std::pin::pin!(SseRewriteBody::new(inner, rewriter, MAX_EVENT_BYTES));
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut frames = Vec::new();
+    loop {
+        match body.as_mut().poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let data = frame.into_data().expect("only data frames");
+                assert!(!data.is_empty(), "an empty frame");
+                frames.push(data);
+            }
+            Poll::Ready(None) => break,
+            Poll::Pending => panic!("pending on a body that is always ready"),
+        }
+    }
+    let failed = frames.last().is_some_and(|f| f == FAILED);
+    (frames, failed)
+}
+
+/// An upstream body that is always ready with its next chunk.
+struct Chunks(VecDeque<Bytes>);
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+    }
+}
+
+/// `frame` with every `"requestState":"<token>"` value replaced by a fixed placeholder
+/// (the sealer's output is compact JSON, where that text is only ever a key and value).
+fn placeholder(frame: &[u8]) -> Vec<u8> {
+    const KEY: &[u8] = b"\"requestState\":\"";
+    let mut out = Vec::with_capacity(frame.len());
+    let mut rest = frame;
+    while let Some(at) = rest.windows(KEY.len()).position(|w| w == KEY) {
+        out.extend_from_slice(&rest[..at + KEY.len()]);
+        rest = &rest[at + KEY.len()..];
+        let end = rest.iter().position(|&b| b == b'"').unwrap_or(rest.len());
+        out.extend_from_slice(b"<token>");
+        rest = &rest[end..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
