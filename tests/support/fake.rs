@@ -5,8 +5,9 @@
 //! dropped: its accept task owns every connection task (a `JoinSet`), so aborting it
 //! closes them all.
 //!
-//! Also the client side these tests need beyond `support::http`: a streaming response
-//! read frame by frame, an h2c (prior knowledge) client, and bodies of unknown length.
+//! Beside them: the messages they answer with and what a client may see of them
+//! ([`messages`]), and the client side these tests need beyond `support::http` ([`client`]:
+//! a response read frame by frame, h2c prior knowledge, bodies of unknown length).
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
@@ -14,9 +15,8 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use serde_json::{Value, json};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
@@ -30,6 +30,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
+
+mod client;
+mod messages;
+
+pub use client::{contains, last_data, next_data, open, pairs, read_to_end, wait_until};
+pub use messages::{
+    SECRET, assert_internal_error, complete, event, input_required, plaintext, progress, sealed,
+    sse_cut_in_the_result, tools_call,
+};
 
 /// One request as the fake received it.
 #[derive(Debug, Clone)]
@@ -472,188 +481,4 @@ async fn read_request(stream: &mut TcpStream) -> Option<Recorded> {
         headers,
         body,
     })
-}
-
-// ---------------------------------------------------------------------------------------
-// Messages and what a client may see of them
-// ---------------------------------------------------------------------------------------
-
-/// Inside every plaintext state the fakes hand out: it must never reach a client.
-pub const SECRET: &str = "SECRET-PLAINTEXT-7";
-
-/// A plaintext state as legacy servers write it (JSON the client could edit).
-pub fn plaintext() -> String {
-    format!("{{\"tier\":\"free\",\"k\":\"{SECRET}\"}}")
-}
-
-/// The sealed token in `result.requestState` (asserting it is one, not the plaintext).
-pub fn sealed(result: &Value) -> String {
-    let token = result["requestState"]
-        .as_str()
-        .expect("a string requestState");
-    assert!(
-        token.starts_with("v1.") && !token.contains(SECRET),
-        "{token}"
-    );
-    token.to_owned()
-}
-
-/// The client saw a JSON-RPC internal error for request `id` (a JSON body or the last SSE
-/// event), and no plaintext.
-pub fn assert_internal_error(body: &[u8], id: u64, what: &str) {
-    assert!(!contains(body, SECRET), "{what}: plaintext leaked");
-    let text = String::from_utf8_lossy(body);
-    let error = match text.starts_with('{') {
-        true => serde_json::from_slice(body).unwrap(),
-        false => last_data(body),
-    };
-    assert_eq!(error["error"]["code"], -32603, "{what}: {text}");
-    assert_eq!(error["id"], id, "{what}: {text}");
-}
-
-/// The tools/call a 2026 client sends (`state` makes it a retry).
-pub fn tools_call(id: u64, state: Option<Value>) -> Value {
-    let mut params =
-        json!({"name": "provision", "arguments": {"name": "web-1"}, "_meta": super::http::meta()});
-    if let Some(state) = state {
-        params["requestState"] = state;
-        params["inputResponses"] =
-            json!({"region": {"action": "accept", "content": {"region": "eu-west-1"}}});
-    }
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
-}
-
-/// An input_required response carrying `state` (any JSON: hostile upstreams send
-/// numbers and objects too).
-pub fn input_required(id: Value, state: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": {
-        "resultType": "input_required",
-        "inputRequests": {"region": {"method": "elicitation/create", "params": {
-            "mode": "form", "message": "Which region?",
-            "requestedSchema": {"type": "object", "properties": {"region": {"type": "string"}}}}}},
-        "requestState": state}})
-}
-
-/// A complete tools/call result.
-pub fn complete(id: Value, text: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": {"resultType": "complete",
-        "content": [{"type": "text", "text": text}], "isError": false}})
-}
-
-/// A progress notification, as the SDK streams it before the result.
-pub fn progress(n: u64) -> Value {
-    json!({"jsonrpc": "2.0", "method": "notifications/progress",
-        "params": {"progressToken": 1, "progress": n, "total": 2}})
-}
-
-/// One SSE event (`event: message`, one `data:` line) with line ending `eol`.
-pub fn event(eol: &str, message: &Value) -> String {
-    format!("event: message{eol}data: {message}{eol}{eol}")
-}
-
-/// For [`FakeUpstream::raw`]: an SSE answer cut inside its result. The head, one progress
-/// notification (CRLF line endings), then the start of the result event for `id` with a
-/// plaintext state; the socket closes after a pause that lets the sidecar read it all.
-pub fn sse_cut_in_the_result(id: u64) -> Vec<Step> {
-    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                transfer-encoding: chunked\r\n\r\n";
-    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len());
-    let partial =
-        format!("event: message\r\ndata: {{\"id\":{id},\"result\":{{\"requestState\":\"{SECRET}");
-    vec![
-        Step::Data(format!("{head}{}", chunk(&event("\r\n", &progress(1)))).into()),
-        Step::Data(chunk(&partial).into()),
-        Step::Sleep(Duration::from_millis(300)),
-    ]
-}
-
-// ---------------------------------------------------------------------------------------
-// Client side
-// ---------------------------------------------------------------------------------------
-
-/// Send a request over HTTP/1.1 (or h2c prior knowledge with `h2`) and return the
-/// response with its body unread, for tests that read it frame by frame.
-pub async fn open(
-    method: Method,
-    url: &str,
-    headers: &[(String, String)],
-    body: FakeBody,
-    h2: bool,
-) -> Response<Incoming> {
-    let client: Client<_, FakeBody> = Client::builder(TokioExecutor::new())
-        .http2_only(h2)
-        .build_http();
-    let mut request = Request::builder()
-        .method(method)
-        .uri(url)
-        .body(body)
-        .unwrap();
-    for (name, value) in headers {
-        request.headers_mut().append(
-            HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            HeaderValue::from_bytes(value.as_bytes()).unwrap(),
-        );
-    }
-    tokio::time::timeout(Duration::from_secs(10), client.request(request))
-        .await
-        .expect("a response head within 10 s")
-        .expect("the request is answered")
-}
-
-/// The next data bytes of `body` (`None` at its end), bounded by `timeout`.
-pub async fn next_data(body: &mut Incoming, timeout: Duration) -> Option<Bytes> {
-    loop {
-        let frame = tokio::time::timeout(timeout, body.frame())
-            .await
-            .expect("the next frame within the timeout")?
-            .expect("the client body does not fail");
-        if let Ok(data) = frame.into_data() {
-            return Some(data);
-        }
-    }
-}
-
-/// Read until `body` ends (bounded by `timeout` overall).
-pub async fn read_to_end(body: Incoming, timeout: Duration) -> Bytes {
-    tokio::time::timeout(timeout, body.collect())
-        .await
-        .expect("the body ends within the timeout")
-        .expect("the client body does not fail")
-        .to_bytes()
-}
-
-/// The JSON of the last `data:` line in an SSE byte stream (any line ending).
-pub fn last_data(stream: &[u8]) -> Value {
-    let text = String::from_utf8_lossy(stream);
-    let line = text
-        .split(['\r', '\n'])
-        .rfind(|l| l.starts_with("data:"))
-        .unwrap_or_else(|| panic!("no data line in {text:?}"));
-    serde_json::from_str(line["data:".len()..].trim()).unwrap()
-}
-
-/// Poll `condition` every 20 ms for up to 5 s.
-pub async fn wait_until(condition: impl Fn() -> bool, what: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Owned header pairs, as `support::http` takes them.
-pub fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter()
-        .map(|(n, v)| (n.to_string(), v.to_string()))
-        .collect()
-}
-
-/// Whether `needle` occurs in `haystack`.
-pub fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w == needle.as_bytes())
 }

@@ -1,0 +1,220 @@
+//! The harness's report: one run's figures as the Markdown tables the README shows,
+//! followed by every error a measurement met (a run with errors says so at its end).
+
+use super::generator::Outcome;
+use super::{OPEN_LOOP_CONNECTIONS, Phase, Row, Settings, Setup, Streams, wrk};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The run's tables in Markdown (as the README shows them), then every error any
+/// measurement met.
+pub(super) fn markdown(
+    settings: &Settings,
+    rows: &mut [Row],
+    single_use: &mut [(&str, (wrk::Throughput, Outcome))],
+    setup: &Setup,
+    after_load_rss: u64,
+    streams: &Result<[Streams; 3], String>,
+) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut errors = Vec::new();
+    let note = |errors: &mut Vec<String>, what: String, n: u64, first: Option<&str>| {
+        if n > 0 {
+            errors.push(format!("{what}: {n} failed ({})", first.unwrap_or("wrk")));
+        }
+    };
+    let _ = writeln!(
+        out,
+        "### Throughput (wrk, 1 thread, {} connections, {} s)\n",
+        wrk::CONNECTIONS,
+        settings.measure.as_secs()
+    );
+    let _ = writeln!(
+        out,
+        "| answer | phase | A direct req/s | B sidecar req/s | C nginx req/s | D hyper floor req/s | B/C | D/C | B/D |"
+    );
+    let _ = writeln!(
+        out,
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for row in rows.iter() {
+        let rps = row
+            .rps
+            .each_ref()
+            .map(|t| t.as_ref().map_or(f64::NAN, |t| t.rps));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
+            row.workload,
+            row.phase.label(),
+            rps[0],
+            rps[1],
+            rps[2],
+            rps[3],
+            rps[1] / rps[2],
+            rps[3] / rps[2],
+            rps[1] / rps[3]
+        );
+        for (name, t) in ["direct", "sidecar", "nginx", "hyper floor"]
+            .iter()
+            .zip(&row.rps)
+        {
+            if let Some(t) = t {
+                note(
+                    &mut errors,
+                    format!("wrk {} {} {name}", row.workload, row.phase.label()),
+                    t.errors,
+                    None,
+                );
+            }
+        }
+    }
+    for (store, (t, _)) in single_use.iter() {
+        let _ = writeln!(
+            out,
+            "| JSON | retry, single-use ({store}) | | {:.0} | | | | | |",
+            t.rps
+        );
+        note(
+            &mut errors,
+            format!("wrk single-use {store}"),
+            t.errors,
+            None,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n### Latency (open loop, {} req/s, {} connections, {} s; µs from the intended send)\n",
+        settings.rate,
+        OPEN_LOOP_CONNECTIONS,
+        settings.measure.as_secs()
+    );
+    let _ = writeln!(
+        out,
+        "| answer | phase | A direct p50 / p99 / p99.9 | B sidecar p50 / p99 / p99.9 | \
+         C nginx p50 / p99 / p99.9 | D hyper floor p50 / p99 / p99.9 | B−A p50 / p99 | D−A p50 / p99 |"
+    );
+    let _ = writeln!(
+        out,
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let cell = |o: &mut Outcome| {
+        format!(
+            "{:.0} / {:.0} / {:.0}",
+            o.quantile_us(0.50),
+            o.quantile_us(0.99),
+            o.quantile_us(0.999)
+        )
+    };
+    let mut direct_retry_json = None;
+    for row in rows.iter_mut() {
+        let [a, b, c, d] = &mut row.latency;
+        let (Some(a), Some(b), Some(c), Some(d)) = (a, b, c, d) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} |",
+            row.workload,
+            row.phase.label(),
+            cell(a),
+            cell(b),
+            cell(c),
+            cell(d),
+            b.quantile_us(0.50) - a.quantile_us(0.50),
+            b.quantile_us(0.99) - a.quantile_us(0.99),
+            d.quantile_us(0.50) - a.quantile_us(0.50),
+            d.quantile_us(0.99) - a.quantile_us(0.99),
+        );
+        for (name, o) in [
+            ("direct", &*a),
+            ("sidecar", &*b),
+            ("nginx", &*c),
+            ("hyper floor", &*d),
+        ] {
+            note(
+                &mut errors,
+                format!("open loop {} {} {name}", row.workload, row.phase.label()),
+                o.errors,
+                o.first_error.as_deref(),
+            );
+        }
+        if row.workload == "JSON" && row.phase == Phase::Retry {
+            direct_retry_json = Some((a.quantile_us(0.50), a.quantile_us(0.99)));
+        }
+    }
+    for (store, (_, o)) in single_use.iter_mut() {
+        let (a50, a99) = direct_retry_json.unwrap_or((f64::NAN, f64::NAN));
+        let _ = writeln!(
+            out,
+            "| JSON | retry, single-use ({store}) | | {} | | | {:.0} / {:.0} | |",
+            cell(o),
+            o.quantile_us(0.50) - a50,
+            o.quantile_us(0.99) - a99,
+        );
+        note(
+            &mut errors,
+            format!("open loop single-use {store}"),
+            o.errors,
+            o.first_error.as_deref(),
+        );
+    }
+    let _ = writeln!(out, "\n### Memory (VmRSS)\n");
+    let _ = writeln!(out, "| | sidecar | nginx | hyper floor |");
+    let _ = writeln!(out, "| --- | ---: | ---: | ---: |");
+    let _ = writeln!(
+        out,
+        "| idle, after start | {:.1} MiB | | |",
+        setup.idle_rss as f64 / MIB
+    );
+    let _ = writeln!(
+        out,
+        "| idle, after the load above | {:.1} MiB | {} | {} |",
+        after_load_rss as f64 / MIB,
+        streams.as_ref().map_or("".into(), |[_, n, _]| format!(
+            "{:.1} MiB",
+            n.before as f64 / MIB
+        )),
+        streams.as_ref().map_or("".into(), |[_, _, d]| format!(
+            "{:.1} MiB",
+            d.before as f64 / MIB
+        ))
+    );
+    match streams {
+        Ok([b, c, d]) => {
+            let with = |s: &Streams| format!("{:.1} MiB ({} streams)", s.with as f64 / MIB, s.held);
+            let per = |s: &Streams| {
+                s.with.saturating_sub(s.before) as f64 / s.held.max(1) as f64 / 1024.0
+            };
+            let _ = writeln!(
+                out,
+                "| with idle SSE streams open (asked for {}) | {} | {} | {} |",
+                settings.streams,
+                with(b),
+                with(c),
+                with(d)
+            );
+            let _ = writeln!(
+                out,
+                "| per open stream | {:.1} KiB | {:.1} KiB | {:.1} KiB |",
+                per(b),
+                per(c),
+                per(d)
+            );
+            for (name, s) in [("sidecar", b), ("nginx", c), ("hyper floor", d)] {
+                if let Some(e) = &s.error {
+                    errors.push(format!("holding streams through {name}: {e}"));
+                }
+            }
+        }
+        Err(e) => errors.push(e.clone()),
+    }
+    if !errors.is_empty() {
+        let _ = writeln!(out, "\nERRORS:");
+        for e in errors {
+            let _ = writeln!(out, "- {e}");
+        }
+    }
+    out
+}
