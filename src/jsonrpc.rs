@@ -137,8 +137,8 @@ pub fn serialize(value: &Value, capacity: usize) -> Vec<u8> {
 ///
 /// A byte limit does not bound memory: each `0,` of an array becomes a `Value` plus the
 /// `String` its arbitrary-precision number keeps, so 4 MiB of zeros parse into ~216 MB.
-/// Values are counted as they start, so the parse stops at the first one over the cap
-/// without reading, let alone building, the rest.
+/// Values are counted as they start, so building stops at the first one over the cap;
+/// the rest is only read by a syntax pass that builds nothing (below).
 pub fn parse_bounded(bytes: &[u8], max_values: usize) -> Result<Value, ParseError> {
     if bytes.starts_with(b"\xef\xbb\xbf") {
         return Err(ParseError::Bom);

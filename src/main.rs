@@ -4,7 +4,7 @@
 use clap::{Parser, Subcommand};
 use mcp_state_guard::config::SingleUseStore;
 use mcp_state_guard::config::reload::ConfigSource;
-use mcp_state_guard::config::{Config, LogFormat, Overrides};
+use mcp_state_guard::config::{Config, ConfigErrors, LogFormat, Overrides};
 use mcp_state_guard::policy::revocation::Revocations;
 use mcp_state_guard::store::Store;
 use mcp_state_guard::{app, token, version};
@@ -87,9 +87,30 @@ fn main() -> ExitCode {
 }
 
 fn load(file: Option<&PathBuf>, overrides: &Overrides) -> Result<Config, Vec<String>> {
-    let config = Config::load(file.map(PathBuf::as_path), overrides)
-        .map_err(|errors| errors.0.iter().map(ToString::to_string).collect::<Vec<_>>())?;
-    // The files it names: keys, certificates and keys, CA bundles, a JWKS file.
+    checked(Config::load(file.map(PathBuf::as_path), overrides))
+}
+
+/// The configuration `run` starts with, and where it came from for the watch (its
+/// baseline read before the load).
+fn load_watched(
+    file: Option<PathBuf>,
+    overrides: Overrides,
+) -> Result<(Config, Option<ConfigSource>), Vec<String>> {
+    let Some(file) = file else {
+        return Ok((load(None, &overrides)?, None));
+    };
+    let (config, source) = match ConfigSource::load(file, overrides) {
+        Ok((config, source)) => (Ok(config), Some(source)),
+        Err(errors) => (Err(errors), None),
+    };
+    Ok((checked(config)?, source))
+}
+
+/// A loaded configuration whose named files (keys, certificates and keys, CA bundles, a
+/// JWKS file) are usable too, or every problem.
+fn checked(config: Result<Config, ConfigErrors>) -> Result<Config, Vec<String>> {
+    let config =
+        config.map_err(|errors| errors.0.iter().map(ToString::to_string).collect::<Vec<_>>())?;
     let problems = config.check_files();
     if !problems.is_empty() {
         return Err(problems.iter().map(ToString::to_string).collect());
@@ -160,8 +181,8 @@ fn check_config(file: Option<PathBuf>) -> ExitCode {
 }
 
 fn run(file: Option<PathBuf>, overrides: Overrides) -> ExitCode {
-    let config = match load(file.as_ref(), &overrides) {
-        Ok(config) => config,
+    let (config, source) = match load_watched(file, overrides) {
+        Ok(loaded) => loaded,
         Err(problems) => {
             for problem in problems {
                 eprintln!("configuration error: {problem}");
@@ -175,7 +196,6 @@ fn run(file: Option<PathBuf>, overrides: Overrides) -> ExitCode {
         .build()
         .expect("a tokio runtime");
     runtime.block_on(async {
-        let source = file.map(|file| ConfigSource { file, overrides });
         let running = match app::start_from(&config, source).await {
             Ok(running) => running,
             Err(e) => {

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use zeroize::Zeroizing;
 
 /// A set of files watched together (a certificate and its key change as a pair).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct FilePoll {
     paths: Vec<PathBuf>,
     /// The digest of the content last seen; `None` before the first successful read

@@ -8,7 +8,7 @@
 //! `config_reloads_total{result="error"}` counts it.
 
 use super::poll::{FilePoll, Seen};
-use super::{Config, Overrides};
+use super::{Config, ConfigErrors, Overrides};
 use crate::metrics::Metrics;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,11 +16,29 @@ use std::time::Duration;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
-/// Where the running configuration came from, so it can be loaded again.
+/// Where the running configuration came from, so it can be loaded again, and what its
+/// file held just before it was first loaded (the watch's baseline).
 #[derive(Debug, Clone)]
 pub struct ConfigSource {
     pub file: PathBuf,
     pub overrides: Overrides,
+    baseline: FilePoll,
+}
+
+impl ConfigSource {
+    /// Load the configuration from `file` and `overrides`, as the watch reloads it. The
+    /// file's baseline is read first: an edit landing while the sidecar starts (between
+    /// this load and the watch's first poll) is a change to apply, not the baseline.
+    pub fn load(file: PathBuf, overrides: Overrides) -> Result<(Config, Self), ConfigErrors> {
+        let baseline = FilePoll::now(vec![file.clone()]);
+        let config = Config::load(Some(&file), &overrides)?;
+        let source = Self {
+            file,
+            overrides,
+            baseline,
+        };
+        Ok((config, source))
+    }
 }
 
 /// Listen for `SIGHUP` from now on. Called before the sidecar reports ready: until a
@@ -33,8 +51,9 @@ pub fn hangups() -> Option<Signal> {
 
 /// Watch `source` until `stop`; call `apply` with every new valid configuration.
 ///
-/// The baseline digest is taken when this is called, not when the returned task first
-/// runs: a change made after the sidecar started is never mistaken for the baseline.
+/// The baseline is what the file held just before [`ConfigSource::load`] read it, not
+/// what the returned task first sees: a change made while the sidecar started is never
+/// mistaken for the baseline.
 pub fn watch(
     source: ConfigSource,
     hangup: Option<Signal>,
@@ -43,7 +62,7 @@ pub fn watch(
     stop: watch::Receiver<bool>,
     apply: impl Fn(&Config) + Send + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let poll = FilePoll::now(vec![source.file.clone()]);
+    let poll = source.baseline.clone();
     poll.run(interval, hangup, stop, move |seen| match seen {
         Seen::Unchanged => {}
         Seen::Unreadable { path, error } => {
@@ -63,4 +82,50 @@ pub fn watch(
             }
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(file: &std::path::Path, tools: &str) {
+        std::fs::write(
+            file,
+            format!("upstream = \"http://127.0.0.1:9\"\n[single_use]\ntools = [{tools}]\n"),
+        )
+        .unwrap();
+    }
+
+    /// An edit that lands after the configuration was loaded but before the watch first
+    /// polls (the sidecar was still starting: a JWKS fetch, a Redis connection) is
+    /// applied, not taken for the baseline.
+    #[tokio::test]
+    async fn an_edit_made_while_starting_is_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        write(&file, "");
+        let (loaded, source) = ConfigSource::load(file.clone(), Overrides::default()).unwrap();
+        assert!(loaded.single_use.tools.is_empty());
+        write(&file, "\"deploy\"");
+
+        let (stop_tx, stop) = watch::channel(false);
+        let (applied_tx, mut applied) = tokio::sync::mpsc::unbounded_channel();
+        let watching = tokio::spawn(watch(
+            source,
+            None,
+            Duration::from_millis(10),
+            Arc::new(Metrics::new()),
+            stop,
+            move |config| {
+                let _ = applied_tx.send(config.single_use.tools.clone());
+            },
+        ));
+        let tools = tokio::time::timeout(Duration::from_secs(5), applied.recv())
+            .await
+            .expect("the edit is applied within 5 s")
+            .unwrap();
+        assert_eq!(tools, ["deploy"]);
+        stop_tx.send(true).unwrap();
+        watching.await.unwrap();
+    }
 }

@@ -184,9 +184,10 @@ impl Outbound {
                         Ok(self.rewrite_events(parts, peeked.body, sealer))
                     }
                     // An error page is read the same way, for a client that reads events
-                    // whatever the status: plain text passes byte for byte, but
-                    // `data: {..."requestState":...}` in a 500 is not let through (found
-                    // by the `proxy` fuzz target). It is no stream: not counted as one.
+                    // whatever the status: lines that are not `data:` (no client parses
+                    // them as a message) pass byte for byte, but `data: {..."requestState"
+                    // :...}` in a 500 is sealed or refused (found by the `proxy` fuzz
+                    // target). It is no stream: not counted as one.
                     (Some(false), _) => Ok(rewrite(parts, peeked.body, sealer, &self.limits)),
                 }
             }

@@ -482,11 +482,7 @@ async fn a_secret_volume_symlink_swap_reaches_the_keys_and_the_config() {
     };
     let mut config = AtomicVolume::new("mcp-state-guard.toml", &settings(""));
     let overrides = Default::default();
-    let loaded = Config::load(Some(&config.path()), &overrides).unwrap();
-    let source = ConfigSource {
-        file: config.path(),
-        overrides,
-    };
+    let (loaded, source) = ConfigSource::load(config.path(), overrides).unwrap();
     let running = mcp_state_guard::app::start_from(&loaded, Some(source))
         .await
         .unwrap();

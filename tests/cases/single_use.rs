@@ -325,11 +325,8 @@ async fn policy_changes_apply_live_and_the_sealed_claim_closes_the_window() {
     };
     write("");
     let overrides = Default::default();
-    let loaded = Config::load(Some(&file), &overrides).unwrap();
-    let source = mcp_state_guard::config::reload::ConfigSource {
-        file: file.clone(),
-        overrides,
-    };
+    let (loaded, source) =
+        mcp_state_guard::config::reload::ConfigSource::load(file.clone(), overrides).unwrap();
     let running = mcp_state_guard::app::start_from(&loaded, Some(source))
         .await
         .unwrap();
