@@ -41,6 +41,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
+use zeroize::Zeroizing;
 
 /// TLS 1.3 and 1.2, nothing older.
 const VERSIONS: &[&rustls::SupportedProtocolVersion] =
@@ -112,17 +113,40 @@ fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, FileError> {
     })
 }
 
+/// A PEM file's bytes, read now or already read (the watch applies exactly the bytes it
+/// hashed), with what names the file in an error: its configuration key and path.
+#[derive(Clone, Copy)]
+struct Pem<'a> {
+    key: &'static str,
+    path: &'a Path,
+    bytes: &'a [u8],
+}
+
+impl Pem<'_> {
+    fn error(&self, problem: FileProblem) -> FileError {
+        FileError::new(self.key, self.path, problem)
+    }
+}
+
 /// Every certificate of a PEM file, at least one.
 pub fn certificates(
     key: &'static str,
     path: &Path,
 ) -> Result<Vec<CertificateDer<'static>>, FileError> {
     let bytes = read(key, path)?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
+    certificates_in(Pem {
+        key,
+        path,
+        bytes: &bytes,
+    })
+}
+
+fn certificates_in(pem: Pem<'_>) -> Result<Vec<CertificateDer<'static>>, FileError> {
+    let certs = CertificateDer::pem_slice_iter(pem.bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| FileError::new(key, path, FileProblem::Pem(e.to_string())))?;
+        .map_err(|e| pem.error(FileProblem::Pem(e.to_string())))?;
     if certs.is_empty() {
-        return Err(FileError::new(key, path, FileProblem::NoCertificate));
+        return Err(pem.error(FileProblem::NoCertificate));
     }
     Ok(certs)
 }
@@ -135,43 +159,64 @@ pub fn identity_pair(
     key_key: &'static str,
     key_path: &Path,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), FileError> {
-    let chain = certificates(cert_key, cert_path)?;
+    let cert_bytes = read(cert_key, cert_path)?;
+    let key_bytes = Zeroizing::new(read(key_key, key_path)?);
+    identity_pair_in(
+        Pem {
+            key: cert_key,
+            path: cert_path,
+            bytes: &cert_bytes,
+        },
+        Pem {
+            key: key_key,
+            path: key_path,
+            bytes: &key_bytes,
+        },
+    )
+}
+
+fn identity_pair_in(
+    cert: Pem<'_>,
+    key: Pem<'_>,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), FileError> {
+    let chain = certificates_in(cert)?;
     let (_, leaf) = x509_parser::parse_x509_certificate(&chain[0])
-        .map_err(|_| FileError::new(cert_key, cert_path, FileProblem::BadCertificate))?;
+        .map_err(|_| cert.error(FileProblem::BadCertificate))?;
     let not_after = leaf.validity().not_after;
     if not_after.timestamp() < UnixTime::now().as_secs() as i64 {
-        let problem = FileProblem::Expired(not_after.to_string());
-        return Err(FileError::new(cert_key, cert_path, problem));
+        return Err(cert.error(FileProblem::Expired(not_after.to_string())));
     }
-    let bytes = read(key_key, key_path)?;
-    let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
-        let problem = match e {
+    let private = PrivateKeyDer::from_pem_slice(key.bytes).map_err(|e| {
+        key.error(match e {
             pem::Error::NoItemsFound => FileProblem::NoPrivateKey,
             e => FileProblem::Pem(e.to_string()),
-        };
-        FileError::new(key_key, key_path, problem)
+        })
     })?;
-    match CertifiedKey::from_der(chain.clone(), key.clone_key(), &provider()) {
-        Ok(_) => Ok((chain, key)),
+    match CertifiedKey::from_der(chain.clone(), private.clone_key(), &provider()) {
+        Ok(_) => Ok((chain, private)),
         Err(rustls::Error::InconsistentKeys(_)) => {
-            let problem = FileProblem::KeyMismatch(cert_path.display().to_string());
-            Err(FileError::new(key_key, key_path, problem))
+            Err(key.error(FileProblem::KeyMismatch(cert.path.display().to_string())))
         }
-        Err(e) => Err(FileError::new(
-            key_key,
-            key_path,
-            FileProblem::BadKey(e.to_string()),
-        )),
+        Err(e) => Err(key.error(FileProblem::BadKey(e.to_string()))),
     }
 }
 
 /// A CA bundle as trust anchors.
 pub fn roots(key: &'static str, path: &Path) -> Result<RootCertStore, FileError> {
+    let bytes = read(key, path)?;
+    roots_in(Pem {
+        key,
+        path,
+        bytes: &bytes,
+    })
+}
+
+fn roots_in(pem: Pem<'_>) -> Result<RootCertStore, FileError> {
     let mut store = RootCertStore::empty();
-    for cert in certificates(key, path)? {
+    for cert in certificates_in(pem)? {
         store
             .add(cert)
-            .map_err(|e| FileError::new(key, path, FileProblem::BadCa(e.to_string())))?;
+            .map_err(|e| pem.error(FileProblem::BadCa(e.to_string())))?;
     }
     Ok(store)
 }
@@ -186,10 +231,19 @@ struct ListenerFiles {
 
 impl ListenerFiles {
     fn paths(&self) -> impl Iterator<Item = &Path> {
-        [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(PathBuf::as_path)
+        self.named().map(|(_, path)| path)
+    }
+
+    /// Each file with its configuration key: the certificate, the key, the client CA.
+    fn named(&self) -> impl Iterator<Item = (&'static str, &Path)> {
+        [
+            Some(("tls.cert_file", &self.cert)),
+            Some(("tls.key_file", &self.key)),
+            self.client_ca.as_ref().map(|ca| ("tls.client_ca_file", ca)),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|(key, path)| (key, path.as_path()))
     }
 }
 
@@ -282,7 +336,7 @@ impl ServerTls {
                 tracing::error!(path = %path.display(), %error, "TLS file unreadable; keeping the current certificate");
                 self.metrics.tls_reload(false);
             }
-            Seen::Changed(_) => match build(&self.files, self.identity) {
+            Seen::Changed(contents) => match build_from(&self.files, self.identity, &contents) {
                 Ok(config) => {
                     self.current.store(Arc::new(config));
                     tracing::info!(cert = %self.files.cert.display(), "TLS files changed; new certificate in use");
@@ -299,31 +353,43 @@ impl ServerTls {
 }
 
 /// A server configuration from the listener's files.
+/// The listener's configuration from its files as they are now.
 fn build(files: &ListenerFiles, identity: Option<MtlsIdentity>) -> Result<ServerConfig, FileError> {
-    let (chain, key) = identity_pair("tls.cert_file", &files.cert, "tls.key_file", &files.key)?;
-    let certified = CertifiedKey::from_der(chain, key, &provider()).map_err(|e| {
-        FileError::new(
-            "tls.key_file",
-            &files.key,
-            FileProblem::BadKey(e.to_string()),
-        )
-    })?;
+    let contents = files
+        .named()
+        .map(|(key, path)| read(key, path).map(Zeroizing::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    build_from(files, identity, &contents)
+}
+
+/// The listener's configuration from `contents`: the bytes of the files, in the order
+/// [`ListenerFiles::paths`] gives them.
+fn build_from(
+    files: &ListenerFiles,
+    identity: Option<MtlsIdentity>,
+    contents: &[Zeroizing<Vec<u8>>],
+) -> Result<ServerConfig, FileError> {
+    let mut pems = files
+        .named()
+        .zip(contents)
+        .map(|((key, path), bytes)| Pem { key, path, bytes });
+    let (Some(cert), Some(key)) = (pems.next(), pems.next()) else {
+        unreachable!("a listener's files are a certificate and a key at least");
+    };
+    let client_ca = pems.next();
+    let (chain, private) = identity_pair_in(cert, key)?;
+    let certified = CertifiedKey::from_der(chain, private, &provider())
+        .map_err(|e| key.error(FileProblem::BadKey(e.to_string())))?;
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(VERSIONS)
         .expect("aws-lc-rs supports TLS 1.2 and 1.3");
-    let builder = match &files.client_ca {
+    let builder = match client_ca {
         None => builder.with_no_client_auth(),
-        Some(path) => {
-            let roots = Arc::new(roots("tls.client_ca_file", path)?);
+        Some(ca) => {
+            let roots = Arc::new(roots_in(ca)?);
             let inner = WebPkiClientVerifier::builder_with_provider(roots, provider())
                 .build()
-                .map_err(|e| {
-                    FileError::new(
-                        "tls.client_ca_file",
-                        path,
-                        FileProblem::BadCa(e.to_string()),
-                    )
-                })?;
+                .map_err(|e| ca.error(FileProblem::BadCa(e.to_string())))?;
             builder.with_client_cert_verifier(Arc::new(ClientCertificates { inner, identity }))
         }
     };
@@ -446,4 +512,48 @@ pub fn https_connector(
         builder.https_or_http()
     };
     builder.enable_http1().wrap_connector(http)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, KeyPair};
+
+    /// The watch applies the bytes it hashed, not a second read of the files: a file
+    /// rewritten in place after the poll (truncated, then written again with the same
+    /// content) cannot make it fail and then take the restored content for the baseline.
+    #[test]
+    fn a_change_is_built_from_the_bytes_the_watch_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = ListenerFiles {
+            cert: dir.path().join("cert.pem"),
+            key: dir.path().join("key.pem"),
+            client_ca: None,
+        };
+        // On disk right now: a file being rewritten in place.
+        std::fs::write(&files.cert, "").unwrap();
+        std::fs::write(&files.key, "").unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["localhost".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let read = [
+            Zeroizing::new(cert.pem().into_bytes()),
+            Zeroizing::new(key.serialize_pem().into_bytes()),
+        ];
+
+        let error = build(&files, None).expect_err("the files on disk are empty");
+        assert_eq!(error.key, "tls.cert_file");
+        build_from(&files, None, &read).expect("the bytes the watch read are a usable pair");
+
+        let other = KeyPair::generate().unwrap();
+        let mismatched = [
+            read[0].clone(),
+            Zeroizing::new(other.serialize_pem().into_bytes()),
+        ];
+        let error = build_from(&files, None, &mismatched).expect_err("another key");
+        assert_eq!(error.key, "tls.key_file");
+        assert!(matches!(error.problem, FileProblem::KeyMismatch(_)));
+    }
 }

@@ -117,11 +117,15 @@ impl Config {
     /// with `__`) < `overrides`. A given file is read exactly where it is (no search of
     /// parent directories); a missing or unparseable file makes extraction fail.
     pub fn figment(file: Option<&Path>, overrides: &Overrides) -> Figment {
+        // `Toml::file` would search parent directories and silently skip a missing file;
+        // `file_exact` reads this path or fails.
+        Self::layered(file.map(Toml::file_exact), overrides)
+    }
+
+    fn layered(file: Option<impl Provider>, overrides: &Overrides) -> Figment {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
-        if let Some(path) = file {
-            // `Toml::file` would search parent directories and silently skip a missing
-            // file; `file_exact` reads this path or fails.
-            figment = figment.merge(Toml::file_exact(path));
+        if let Some(file) = file {
+            figment = figment.merge(file);
         }
         figment
             .merge(Env::prefixed(ENV_PREFIX).split("__"))
@@ -133,16 +137,35 @@ impl Config {
         if let Some(path) = file {
             check_file(path)?;
         }
-        let figment = Self::figment(file, overrides);
+        Self::extract(&Self::figment(file, overrides))
+    }
+
+    /// As [`Config::load`], with the file's `contents` as already read (the watch loads
+    /// exactly the bytes it hashed; problems still name the file at `path`).
+    pub fn load_read(
+        path: &Path,
+        contents: &[u8],
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigErrors> {
+        let Ok(text) = std::str::from_utf8(contents) else {
+            return Err(ConfigErrors(vec![ConfigProblem::new(
+                "",
+                format!("config file {}: not UTF-8", path.display()),
+            )]));
+        };
+        Self::extract(&Self::layered(Some(FileText { path, text }), overrides))
+    }
+
+    fn extract(figment: &Figment) -> Result<Config, ConfigErrors> {
         let (config, mut problems) = match figment.extract::<Config>() {
             Ok(config) => (config, Vec::new()),
-            Err(err) => assemble(&figment, err)?,
+            Err(err) => assemble(figment, err)?,
         };
         // A bad value was replaced by its default in `config`: judging the stand-in
         // would only add a misleading second problem for the same key.
         for problem in config.validate() {
             if !problems.iter().any(|p| p.key == problem.key) {
-                problems.push(with_source(&figment, &problem.key, problem.message));
+                problems.push(with_source(figment, &problem.key, problem.message));
             }
         }
         if problems.is_empty() {
@@ -167,6 +190,23 @@ impl Provider for Overrides {
             dict.insert("upstream".into(), Value::from(upstream.clone()));
         }
         Ok(Profile::Default.collect(dict))
+    }
+}
+
+/// A configuration file's text as already read, named by its path like `Toml::file_exact`
+/// names it, so a problem says which file it is in.
+struct FileText<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Provider for FileText<'_> {
+    fn metadata(&self) -> Metadata {
+        Metadata::from("TOML file", self.path)
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Toml::string(self.text).data()
     }
 }
 

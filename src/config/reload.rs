@@ -69,7 +69,7 @@ pub fn watch(
             tracing::error!(path = %path.display(), %error, "configuration file unreadable; keeping the running configuration");
             metrics.config_reload(false);
         }
-        Seen::Changed(_) => match Config::load(Some(&source.file), &source.overrides) {
+        Seen::Changed(contents) => match Config::load_read(&source.file, &contents[0], &source.overrides) {
             Ok(config) => {
                 apply(&config);
                 metrics.config_reload(true);

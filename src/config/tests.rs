@@ -593,3 +593,50 @@ fn env_var_names() {
         "single_use.tools (MCP_STATE_GUARD_SINGLE_USE__TOOLS): boom"
     );
 }
+
+/// The watch loads the bytes it hashed (`load_read`); that must mean exactly what loading
+/// the file means: the same configuration, or the same problems naming the same file.
+#[test]
+fn loading_read_bytes_is_loading_the_file() {
+    Jail::expect_with(|jail| {
+        let cases = [
+            std::fs::read_to_string(SHIPPED).unwrap(),
+            "upstream = \"http://127.0.0.1:9\"\n[single_use]\ntools = [\"deploy\"]\n".into(),
+            "upstream = \"http://127.0.0.1:9\"\n[state]\nttl_seconds = 0\n[single_use]\n\
+             store = \"redis\"\nredis_url = 7\n"
+                .into(),
+            "upstream = \"http://127.0.0.1:9\"\n[state\nredis_url = \"redis://:hunter2@x\"\n"
+                .into(),
+            "[mystery]\nkey = 1\n".into(),
+        ];
+        for (n, text) in cases.iter().enumerate() {
+            let name = format!("case-{n}.toml");
+            jail.create_file(&name, text)?;
+            let path = jail.directory().join(&name);
+            let overrides = Overrides::default();
+            let from_file = Config::load(Some(&path), &overrides);
+            let from_bytes = Config::load_read(&path, text.as_bytes(), &overrides);
+            match (from_file, from_bytes) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{name}"),
+                (Err(a), Err(b)) => {
+                    assert_eq!(a.to_string(), b.to_string(), "{name}");
+                    assert!(!b.to_string().contains("hunter2"), "{b}");
+                }
+                (a, b) => panic!("{name}: the file gives {a:?}, its bytes {b:?}"),
+            }
+        }
+        let path = jail.directory().join("case-0.toml");
+        let problems = load_read_err(&path, b"upstream = \"\xff\"\n");
+        assert_eq!(
+            problems[0].to_string(),
+            format!("config file {}: not UTF-8", path.display())
+        );
+        Ok(())
+    });
+}
+
+fn load_read_err(path: &Path, contents: &[u8]) -> Vec<ConfigProblem> {
+    Config::load_read(path, contents, &Overrides::default())
+        .expect_err("invalid")
+        .0
+}
