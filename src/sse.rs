@@ -5,7 +5,8 @@
 //! JSON-RPC). Invariant: every byte the client receives is either an upstream byte passed
 //! through in order, untouched, or bytes the rewriter chose to emit for a whole event; an
 //! event is never split, merged with its neighbours, delayed waiting for later input, or
-//! buffered beyond `max_event_bytes`.
+//! buffered beyond `max_event_bytes`, and what is buffered is held against a [`Buffered`]
+//! account (the proxy's memory budget) or the stream ends.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -52,6 +53,11 @@ impl EventFramer {
     /// Append bytes from the upstream.
     pub fn push(&mut self, chunk: &[u8]) {
         self.buf.extend_from_slice(chunk);
+    }
+
+    /// Bytes received and not yet returned as events.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
     }
 
     /// The next complete event: all its bytes including the blank line that terminates it,
@@ -211,6 +217,8 @@ pub enum StreamFailure {
     EventTooLarge,
     /// The upstream body failed (a reset, a truncated chunk).
     UpstreamError,
+    /// Buffering the incomplete event would exceed the account ([`Buffered`]).
+    OverBudget,
 }
 
 impl StreamFailure {
@@ -218,6 +226,7 @@ impl StreamFailure {
         match self {
             StreamFailure::EventTooLarge => "event too large",
             StreamFailure::UpstreamError => "upstream body error",
+            StreamFailure::OverBudget => "over the memory budget",
         }
     }
 }
@@ -233,6 +242,21 @@ pub trait EventRewriter: Send + 'static {
     /// by a blank line); only when there are some. Returns what to emit in their place
     /// (`Keep` = the leftover as is; `ReplaceAndEnd` acts like `Replace`).
     fn finish(&mut self, leftover: &[u8]) -> Rewrite;
+}
+
+/// An account of the bytes a stream holds buffered (the start of an event still waiting
+/// for its blank line), so that one budget bounds what all streams hold together.
+pub trait Buffered {
+    /// The stream now holds `bytes` in all (more or fewer than before). `false`: it may
+    /// not hold that many, and the stream ends with [`StreamFailure::OverBudget`].
+    fn holding(&mut self, bytes: usize) -> bool;
+}
+
+/// No account: only `max_event_bytes` bounds a stream.
+impl Buffered for () {
+    fn holding(&mut self, _: usize) -> bool {
+        true
+    }
 }
 
 /// Where [`SseRewriteBody`] is in its life.
@@ -254,12 +278,14 @@ pin_project_lite::pin_project! {
     /// event becomes the rewriter's [`EventRewriter::fail`] event, then a clean end. Dropping
     /// this body (the client went away) drops the upstream body, which closes that
     /// connection; that is the 2026 cancellation signal to the upstream.
-    pub struct SseRewriteBody<B, R> {
+    pub struct SseRewriteBody<B, R, H = ()> {
         // `None` once we stopped reading: dropping the upstream body early closes it.
         #[pin]
         inner: Option<B>,
         framer: EventFramer,
         rewriter: R,
+        // What the framer holds is held here too; released when this body is dropped.
+        held: H,
         phase: Phase,
     }
 }
@@ -272,10 +298,24 @@ where
 {
     /// Wraps the upstream body `inner`; no event may exceed `max_event_bytes`.
     pub fn new(inner: B, rewriter: R, max_event_bytes: usize) -> Self {
+        Self::accounted(inner, rewriter, max_event_bytes, ())
+    }
+}
+
+impl<B, R, H> SseRewriteBody<B, R, H>
+where
+    B: Body<Data = Bytes>,
+    B::Error: std::fmt::Display,
+    R: EventRewriter,
+    H: Buffered,
+{
+    /// As [`SseRewriteBody::new`], and what the framer buffers is held in `held`.
+    pub fn accounted(inner: B, rewriter: R, max_event_bytes: usize, held: H) -> Self {
         Self {
             inner: Some(inner),
             framer: EventFramer::new(max_event_bytes),
             rewriter,
+            held,
             phase: Phase::Streaming,
         }
     }
@@ -293,11 +333,12 @@ fn final_frame(bytes: Bytes) -> PollFrame {
     }
 }
 
-impl<B, R> Body for SseRewriteBody<B, R>
+impl<B, R, H> Body for SseRewriteBody<B, R, H>
 where
     B: Body<Data = Bytes>,
     B::Error: std::fmt::Display,
     R: EventRewriter,
+    H: Buffered,
 {
     type Data = Bytes;
     type Error = Infallible;
@@ -313,23 +354,30 @@ where
             // Buffered complete events go out before the upstream is polled again, so a
             // notification never waits behind later input.
             match this.framer.next_event() {
-                Ok(Some(event)) => match this.rewriter.rewrite(&event) {
-                    Rewrite::Keep => return Poll::Ready(Some(Ok(Frame::data(event)))),
-                    // An empty replacement drops the event: look at the next one.
-                    Rewrite::Replace(bytes) if bytes.is_empty() => continue,
-                    Rewrite::Replace(bytes) => return Poll::Ready(Some(Ok(Frame::data(bytes)))),
-                    Rewrite::ReplaceAndEnd(bytes) => {
-                        this.inner.set(None);
-                        *this.phase = Phase::Done;
-                        return final_frame(bytes);
+                Ok(Some(event)) => {
+                    // Fewer bytes held: giving them back cannot fail.
+                    this.held.holding(this.framer.buffered());
+                    match this.rewriter.rewrite(&event) {
+                        Rewrite::Keep => return Poll::Ready(Some(Ok(Frame::data(event)))),
+                        // An empty replacement drops the event: look at the next one.
+                        Rewrite::Replace(bytes) if bytes.is_empty() => continue,
+                        Rewrite::Replace(bytes) => {
+                            return Poll::Ready(Some(Ok(Frame::data(bytes))));
+                        }
+                        Rewrite::ReplaceAndEnd(bytes) => {
+                            this.inner.set(None);
+                            *this.phase = Phase::Done;
+                            return final_frame(bytes);
+                        }
                     }
-                },
+                }
                 Ok(None) => {}
                 Err(err) => {
                     tracing::warn!(error = %err, "sse stream abandoned");
                     // Stop buffering at once: the oversized event is never read further.
                     this.inner.set(None);
                     this.framer.take_rest();
+                    this.held.holding(0);
                     *this.phase = Phase::Done;
                     return final_frame(this.rewriter.fail(StreamFailure::EventTooLarge));
                 }
@@ -355,6 +403,16 @@ where
                 Poll::Ready(Some(Ok(frame))) => {
                     // SSE has no trailers; anything that is not data is dropped.
                     if let Ok(data) = frame.into_data() {
+                        if !this.held.holding(this.framer.buffered() + data.len()) {
+                            tracing::warn!(
+                                "sse stream abandoned: its incomplete event would exceed the memory budget"
+                            );
+                            this.inner.set(None);
+                            this.framer.take_rest();
+                            this.held.holding(0);
+                            *this.phase = Phase::Done;
+                            return final_frame(this.rewriter.fail(StreamFailure::OverBudget));
+                        }
                         this.framer.push(&data);
                     }
                 }
@@ -363,6 +421,7 @@ where
                     tracing::warn!(error = %err, "upstream sse body failed");
                     this.inner.set(None);
                     this.framer.take_rest();
+                    this.held.holding(0);
                     *this.phase = Phase::Done;
                     return final_frame(this.rewriter.fail(StreamFailure::UpstreamError));
                 }

@@ -294,7 +294,8 @@ pub struct LimitsConfig {
     /// values). Upstream bodies are bounded by size only.
     pub max_json_values: usize,
     /// Budget for the bodies buffered by all requests in flight together (request
-    /// bodies, whole JSON responses); over it, requests are refused with 503. At least
+    /// bodies, whole JSON responses, SSE streams' incomplete events); over it, requests
+    /// are refused with 503 and a stream ends with an error event. At least
     /// `max_body_bytes`.
     pub max_buffered_bytes: usize,
     /// Client connections served at once (both protocols); at least 1. Further

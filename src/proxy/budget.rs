@@ -1,10 +1,12 @@
 //! The memory the data path may hold at once: one budget for every body buffered by the
 //! requests in flight (request bodies while they are read and forwarded, whole JSON
-//! responses while they are sealed and sent).
+//! responses while they are sealed and sent, the incomplete event of every SSE stream
+//! while it waits for its blank line).
 //!
 //! Invariant: bytes are reserved before they are buffered, and a [`Reservation`] gives
 //! them back when it is dropped, whatever path the request took (refused, forwarded, the
-//! client gone mid-body). Over the budget a request is refused with 503 and counted;
+//! client gone mid-body). Over the budget a request is refused with 503 and counted, and
+//! a stream ends with an error event (`seal_failures_total{reason="over_budget"}`);
 //! nothing waits, so a flood of large bodies cannot queue up memory either.
 //!
 //! Bytes are reserved as they arrive, never on a declared `Content-Length` (a client
@@ -60,6 +62,13 @@ impl MemoryBudget {
         }
     }
 
+    fn give_back(&self, bytes: usize) {
+        if bytes > 0 {
+            self.used.fetch_sub(bytes, Ordering::AcqRel);
+            self.gauge.sub(bytes as i64);
+        }
+    }
+
     fn take(&self, bytes: usize) -> Result<(), OverBudget> {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
@@ -88,6 +97,20 @@ impl Reservation {
     /// Hold at least `total` bytes in all.
     pub fn grow_to(&mut self, total: usize) -> Result<(), OverBudget> {
         self.grow(total.saturating_sub(self.bytes))
+    }
+
+    /// Hold exactly `total` bytes in all: more (or fail without holding any of them), or
+    /// give the rest back.
+    pub fn resize_to(&mut self, total: usize) -> Result<(), OverBudget> {
+        if total == self.bytes {
+            return Ok(());
+        }
+        if total > self.bytes {
+            return self.grow(total - self.bytes);
+        }
+        self.budget.give_back(self.bytes - total);
+        self.bytes = total;
+        Ok(())
     }
 
     pub fn bytes(&self) -> usize {
@@ -138,10 +161,16 @@ where
     Ok(buffer.freeze())
 }
 
+/// An SSE stream's incomplete event is held against the budget while it is buffered.
+impl crate::sse::Buffered for Reservation {
+    fn holding(&mut self, bytes: usize) -> bool {
+        self.resize_to(bytes).is_ok()
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
-        self.budget.gauge.sub(self.bytes as i64);
+        self.budget.give_back(self.bytes);
     }
 }
 
@@ -175,5 +204,26 @@ mod tests {
             Err(OverBudget),
             "no overflow"
         );
+    }
+
+    #[test]
+    fn a_stream_holds_what_it_buffers_now_and_gives_the_rest_back() {
+        use crate::sse::Buffered;
+        let gauge = IntGauge::new("b", "b").unwrap();
+        let budget = MemoryBudget::new(100, gauge.clone());
+        let mut other = budget.reservation();
+        other.grow(30).unwrap();
+        let mut stream = budget.reservation();
+        assert!(stream.holding(60));
+        assert!(stream.holding(20), "an event went out");
+        assert_eq!((budget.used(), gauge.get()), (50, 50));
+        assert!(!stream.holding(71), "30 + 71 is over the budget");
+        assert_eq!(stream.bytes(), 20, "a refused resize holds what it held");
+        assert!(stream.holding(70));
+        assert!(stream.holding(0));
+        assert_eq!((budget.used(), gauge.get()), (30, 30));
+        drop(other);
+        drop(stream);
+        assert_eq!((budget.used(), gauge.get()), (0, 0));
     }
 }

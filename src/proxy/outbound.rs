@@ -57,6 +57,7 @@ fn rewrite<B, R>(
     body: B,
     rewriter: R,
     limits: &LimitsConfig,
+    held: Reservation,
 ) -> Response<ProxyBody>
 where
     B: Body<Data = Bytes> + Send + Sync + 'static,
@@ -64,8 +65,8 @@ where
     R: EventRewriter + Sync,
 {
     parts.headers.remove(header::CONTENT_LENGTH);
-    let body =
-        SseRewriteBody::new(body, rewriter, limits.max_event_bytes).map_err(|never| match never {});
+    let body = SseRewriteBody::accounted(body, rewriter, limits.max_event_bytes, held)
+        .map_err(|never| match never {});
     Response::from_parts(parts, body.boxed())
 }
 
@@ -188,7 +189,13 @@ impl Outbound {
                     // them as a message) pass byte for byte, but `data: {..."requestState"
                     // :...}` in a 500 is sealed or refused (found by the `proxy` fuzz
                     // target). It is no stream: not counted as one.
-                    (Some(false), _) => Ok(rewrite(parts, peeked.body, sealer, &self.limits)),
+                    (Some(false), _) => Ok(rewrite(
+                        parts,
+                        peeked.body,
+                        sealer,
+                        &self.limits,
+                        self.budget.reservation(),
+                    )),
                 }
             }
         }
@@ -206,7 +213,7 @@ impl Outbound {
         B::Error: std::fmt::Display,
     {
         let sealer = Counted::new(sealer, &self.metrics);
-        rewrite(parts, body, sealer, &self.limits)
+        rewrite(parts, body, sealer, &self.limits, self.budget.reservation())
     }
 
     /// Read a whole JSON body (bounded in size, time and memory) and seal it.

@@ -400,6 +400,7 @@ impl EventRewriter for Sealer {
         self.error_event(match failure {
             StreamFailure::EventTooLarge => SealFailure::EventTooLarge,
             StreamFailure::UpstreamError => SealFailure::UpstreamBodyError,
+            StreamFailure::OverBudget => SealFailure::OverBudget,
         })
     }
 

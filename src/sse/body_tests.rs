@@ -394,3 +394,89 @@ proptest! {
         prop_assert_eq!(out, input.into_bytes());
     }
 }
+
+/// Every total an [`Account`] was asked to hold, in order.
+type HeldLog = Arc<std::sync::Mutex<Vec<usize>>>;
+type AccountedBody = Pin<Box<SseRewriteBody<ScriptBody, Sealer, Account>>>;
+
+/// An account that records what a stream holds and allows at most `cap` bytes.
+struct Account {
+    cap: usize,
+    held: HeldLog,
+}
+
+impl Buffered for Account {
+    fn holding(&mut self, bytes: usize) -> bool {
+        if bytes > self.cap {
+            return false;
+        }
+        self.held.lock().unwrap().push(bytes);
+        true
+    }
+}
+
+fn accounted(steps: Vec<Step>, cap: usize) -> (AccountedBody, HeldLog, Arc<AtomicBool>) {
+    let (inner, _, dropped) = ScriptBody::new(steps);
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let account = Account {
+        cap,
+        held: held.clone(),
+    };
+    let body = SseRewriteBody::accounted(inner, Sealer::default(), 1024, account);
+    (Box::pin(body), held, dropped)
+}
+
+fn drain_accounted(body: &mut AccountedBody) -> String {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut out = String::new();
+    loop {
+        match body.as_mut().poll_frame(&mut cx) {
+            Poll::Ready(Some(frame)) => {
+                out.push_str(std::str::from_utf8(&frame.unwrap().into_data().unwrap()).unwrap())
+            }
+            Poll::Ready(None) => return out,
+            Poll::Pending => {}
+        }
+    }
+}
+
+#[test]
+fn what_the_framer_buffers_is_held_and_given_back_event_by_event() {
+    let (mut body, held, _) = accounted(
+        vec![
+            Step::Data(b"data: a"),
+            Step::Data(b"bc\n\ndata: d"),
+            Step::Data(b"\n\n"),
+        ],
+        64,
+    );
+    assert_eq!(drain_accounted(&mut body), "data: abc\n\ndata: d\n\n");
+    // 7 held, then 18 (one event and the start of the next), 7 once the first went out,
+    // 9 when the second completed, 0 once it went out.
+    assert_eq!(*held.lock().unwrap(), [7, 18, 7, 9, 0]);
+}
+
+#[test]
+fn an_event_the_account_cannot_hold_ends_the_stream_with_the_failure_event() {
+    let (mut body, held, dropped) = accounted(
+        vec![
+            Step::Data(PROGRESS),
+            Step::Data(b"data: {\"id\":1,\"result\":{\"big\":\""),
+            Step::Data(&[b'x'; 64]),
+            Step::Data(b"\"}}\n\n"),
+        ],
+        // The notification fits; the response's start too, but not with 64 more bytes.
+        PROGRESS.len(),
+    );
+    let out = drain_accounted(&mut body);
+    let progress = std::str::from_utf8(PROGRESS).unwrap();
+    assert_eq!(
+        out,
+        format!("{progress}data: failed: over the memory budget\n\n")
+    );
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the upstream body is let go"
+    );
+    assert_eq!(held.lock().unwrap().last(), Some(&0), "nothing held after");
+}

@@ -209,6 +209,57 @@ async fn oversized_events_and_bodies_become_internal_errors() {
     sidecar.stop().await;
 }
 
+/// Each SSE stream's incomplete event is held against `limits.max_buffered_bytes` while
+/// it waits for its blank line: a stream that would pass the budget ends with an internal
+/// error (counted as `over_budget`), the others go on, and every byte is given back.
+#[tokio::test(flavor = "multi_thread")]
+async fn incomplete_sse_events_share_the_memory_budget() {
+    let fake = FakeUpstream::start(|request| {
+        let mut big = input_required(json!(7), json!(plaintext()));
+        big["result"]["inputRequests"]["region"]["params"]["message"] = json!("x".repeat(2500));
+        let text = event("\r\n", &big);
+        let (head, end) = text.split_at(text.len() - 4);
+        let mut steps = vec![
+            Step::Data(first_progress().into()),
+            Step::Data(Bytes::copy_from_slice(head.as_bytes())),
+        ];
+        if case_of(request) == "slow" {
+            steps.push(Step::Sleep(Duration::from_secs(2)));
+        }
+        steps.push(Step::Data(Bytes::copy_from_slice(end.as_bytes())));
+        Reply::sse(steps)
+    })
+    .await;
+    // Room for one incomplete event (about 2.7 KB), not for two.
+    let sidecar = sidecar_with(&fake, |c| {
+        c.limits.max_body_bytes = 4096;
+        c.limits.max_buffered_bytes = 4096;
+    })
+    .await;
+    let metrics = sidecar.metrics();
+    let slow = call_case(&sidecar, "slow", 7);
+    let second = async {
+        let holding = || metrics.buffered_bytes().get() > 2500;
+        wait_until(holding, "the slow stream holds its incomplete event").await;
+        call_case(&sidecar, "fast", 8).await
+    };
+    let (slow, second) = tokio::join!(slow, second);
+
+    assert_internal_error(&second.body, 8, "an event past the budget");
+    assert!(second.body.starts_with(first_progress().as_bytes()));
+    assert_eq!(metrics.seal_failure_count(SealFailure::OverBudget), 1);
+    // The stream holding its share was not disturbed: its state arrives sealed.
+    assert!(slow.body.starts_with(first_progress().as_bytes()));
+    token(&last_data(&slow.body)["result"]);
+    assert_eq!(metrics.sealed_count(), 1);
+    wait_until(
+        || metrics.buffered_bytes().get() == 0,
+        "every buffered byte is given back",
+    )
+    .await;
+    sidecar.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn compressed_upstream_bodies_are_refused_not_forwarded() {
     let gzip = |text: String| {
