@@ -46,7 +46,8 @@
 //! 8. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
 //!    SSE, empty, or something a 2xx answer to an MCP request may not be) and
 //!    [`proxy::response`] seals every `requestState` in it, in a JSON body or event by
-//!    event in an SSE stream ([`sse`]), bound to the request of step 5, after checking
+//!    event in an SSE stream ([`sse`]; what a stream buffers of an incomplete event is
+//!    held against the [`proxy::budget`]), bound to the request of step 5, after checking
 //!    the round against the client's declared capabilities and the round limit; what
 //!    cannot be sealed becomes a JSON-RPC error instead (an upstream error status and
 //!    the headers a client needs are kept); an issuing tool's handle is sealed in every
