@@ -151,8 +151,7 @@ pub fn parse_bounded(bytes: &[u8], max_values: usize) -> Result<Value, ParseErro
     // serde_json's own errors (syntax, depth) carry no refusal; ours say why they failed.
     // A refusal stops the parse where it stands, but a body that is not JSON further on
     // is still a parse error (-32700, as JSON-RPC asks), whatever came first: a syntax
-    // pass that builds nothing (`IgnoredAny`) decides, so the cap's bound on memory holds.
-    // It runs on checked UTF-8: skipping a string, serde_json does not validate it.
+    // pass that builds nothing ([`Syntax`]) decides, so the cap's bound on memory holds.
     let value =
         StrictSeed(&strict)
             .deserialize(&mut de)
@@ -166,8 +165,62 @@ pub fn parse_bounded(bytes: &[u8], max_values: usize) -> Result<Value, ParseErro
 
 /// Whether `bytes` are one JSON value, checked without building it.
 fn is_json(bytes: &[u8]) -> bool {
-    std::str::from_utf8(bytes)
-        .is_ok_and(|text| serde_json::from_str::<de::IgnoredAny>(text).is_ok())
+    serde_json::from_slice::<Syntax>(bytes).is_ok()
+}
+
+/// A JSON value read through serde_json's full parse and nothing kept: the same depth
+/// limit, UTF-8 and escape checks (a lone surrogate) as the strict parse, so a body gets
+/// the same verdict on its syntax whether or not a refusal came first. (`IgnoredAny`
+/// would skip: no depth limit, strings unchecked.)
+struct Syntax;
+
+impl<'de> de::Deserialize<'de> for Syntax {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Syntax)
+    }
+}
+
+impl<'de> Visitor<'de> for Syntax {
+    type Value = Syntax;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Syntax, E> {
+        Ok(Syntax)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Syntax, E> {
+        Ok(Syntax)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Syntax, E> {
+        Ok(Syntax)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Syntax, E> {
+        Ok(Syntax)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Syntax, E> {
+        Ok(Syntax)
+    }
+
+    fn visit_unit<E>(self) -> Result<Syntax, E> {
+        Ok(Syntax)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Syntax, A::Error> {
+        while seq.next_element::<Syntax>()?.is_some() {}
+        Ok(Syntax)
+    }
+
+    /// An object, or an arbitrary-precision number (serde_json's one-entry map).
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Syntax, A::Error> {
+        while map.next_entry::<Syntax, Syntax>()?.is_some() {}
+        Ok(Syntax)
+    }
 }
 
 /// JavaScript's `JSON.parse` keeps `__proto__` as an own key, but an upstream that copies

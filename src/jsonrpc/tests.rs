@@ -461,3 +461,39 @@ fn error_bodies() {
         r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#
     );
 }
+
+/// A body that is not JSON (too deep, a lone surrogate escape, bad UTF-8) is -32700
+/// whether or not a refusal (`__proto__`, a duplicate key) came first in it.
+#[test]
+fn syntax_decides_the_same_with_or_without_a_refusal_first() {
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let not_json: [&[u8]; 4] = [deep.as_bytes(), br#""\ud800""#, b"\"\xff\"", b"[1,]"];
+    for body in not_json {
+        let alone = parse_bounded(body, 100_000);
+        assert_eq!(
+            alone,
+            Err(ParseError::Syntax),
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+        for refusal in [&br#"{"__proto__":1,"a":"#[..], br#"{"a":1,"a":"#] {
+            let both = [refusal, body, b"}"].concat();
+            assert_eq!(
+                parse_bounded(&both, 100_000),
+                Err(ParseError::Syntax),
+                "{:?}",
+                String::from_utf8_lossy(&both)
+            );
+        }
+    }
+    // A refusal in a body that is JSON keeps its own code.
+    let fine = format!(
+        "{{\"__proto__\":1,\"a\":{}{}}}",
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    assert_eq!(
+        parse_bounded(fine.as_bytes(), 100_000),
+        Err(ParseError::AmbiguousKey("__proto__".into()))
+    );
+}
