@@ -366,6 +366,8 @@ where
                         }
                         Rewrite::ReplaceAndEnd(bytes) => {
                             this.inner.set(None);
+                            this.framer.take_rest();
+                            this.held.holding(0);
                             *this.phase = Phase::Done;
                             return final_frame(bytes);
                         }
@@ -385,6 +387,7 @@ where
             if *this.phase == Phase::Draining {
                 *this.phase = Phase::Done;
                 let leftover = this.framer.take_rest();
+                this.held.holding(0);
                 if leftover.is_empty() {
                     return Poll::Ready(None);
                 }

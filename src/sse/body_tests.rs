@@ -452,8 +452,8 @@ fn what_the_framer_buffers_is_held_and_given_back_event_by_event() {
     );
     assert_eq!(drain_accounted(&mut body), "data: abc\n\ndata: d\n\n");
     // 7 held, then 18 (one event and the start of the next), 7 once the first went out,
-    // 9 when the second completed, 0 once it went out.
-    assert_eq!(*held.lock().unwrap(), [7, 18, 7, 9, 0]);
+    // 9 when the second completed, 0 once it went out (and at the upstream's end).
+    assert_eq!(*held.lock().unwrap(), [7, 18, 7, 9, 0, 0]);
 }
 
 #[test]

@@ -8,7 +8,9 @@
 //! leftover from the framer, the same frames from a pass-through body (and, when no event
 //! is too large, exactly the input bytes), and the same frames from the sealing body once
 //! each token (random nonce) is replaced by a placeholder; every `requestState` the
-//! sealing body emits is a token of the fuzz ring.
+//! sealing body emits is a token of the fuzz ring; what a body holds against its
+//! [`Buffered`] account never exceeds one event's cap plus the chunk being read, and is all
+//! given back once the body has ended.
 
 use super::{ring, visible};
 use bytes::Bytes;
@@ -17,10 +19,14 @@ use mcp_state_guard::metrics::Metrics;
 use mcp_state_guard::policy::flow::FlowLimits;
 use mcp_state_guard::policy::single_use::SingleUsePolicy;
 use mcp_state_guard::proxy::response::{SealContext, Sealer};
-use mcp_state_guard::sse::{EventFramer, EventRewriter, Rewrite, SseRewriteBody, StreamFailure};
+use mcp_state_guard::sse::{
+    Buffered, EventFramer, EventRewriter, Rewrite, SseRewriteBody, StreamFailure,
+};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
@@ -137,7 +143,13 @@ fn sealer() -> Sealer {
 /// failed.
 fn run<R: EventRewriter>(chunks: &[Bytes], rewriter: R) -> (Vec<Bytes>, bool) {
     let inner = Chunks(chunks.iter().cloned().collect());
-    let mut body = std::pin::pin!(SseRewriteBody::new(inner, rewriter, MAX_EVENT_BYTES));
+    let held = Rc::new(Cell::new(0));
+    let ledger = Ledger {
+        held: held.clone(),
+        bound: MAX_EVENT_BYTES + chunks.iter().map(Bytes::len).max().unwrap_or(0),
+    };
+    let body = SseRewriteBody::accounted(inner, rewriter, MAX_EVENT_BYTES, ledger);
+    let mut body = std::pin::pin!(body);
     let mut cx = Context::from_waker(Waker::noop());
     let mut frames = Vec::new();
     loop {
@@ -151,8 +163,27 @@ fn run<R: EventRewriter>(chunks: &[Bytes], rewriter: R) -> (Vec<Bytes>, bool) {
             Poll::Pending => panic!("pending on a body that is always ready"),
         }
     }
+    assert_eq!(held.get(), 0, "bytes still held after the body ended");
     let failed = frames.last().is_some_and(|f| f == FAILED);
     (frames, failed)
+}
+
+/// An account with no limit that checks what the body says it holds.
+struct Ledger {
+    held: Rc<Cell<usize>>,
+    bound: usize,
+}
+
+impl Buffered for Ledger {
+    fn holding(&mut self, bytes: usize) -> bool {
+        assert!(
+            bytes <= self.bound,
+            "holds {bytes} bytes, over one event's cap plus a chunk ({})",
+            self.bound
+        );
+        self.held.set(bytes);
+        true
+    }
 }
 
 /// An upstream body that is always ready with its next chunk.
