@@ -159,42 +159,54 @@ fn push_u_escape(unit: u16, out: &mut String) {
     }
 }
 
+/// A JSON number as Python's `json` reads it.
+enum PythonNumber<'a> {
+    /// A literal with a fraction or an exponent: a `float` (it may be infinite: `1e400`).
+    Float(f64),
+    /// An `int` of any size Python reads: its sign and digits.
+    Int { negative: bool, digits: &'a str },
+}
+
+impl<'a> PythonNumber<'a> {
+    fn of(n: &'a Number) -> Result<Self, CanonicalError> {
+        // With `arbitrary_precision` this is the literal as the client wrote it.
+        let literal = n.as_str();
+        if literal.contains(['.', 'e', 'E']) {
+            let value = literal.parse().map_err(|_| CanonicalError::BadNumber)?;
+            return Ok(PythonNumber::Float(value));
+        }
+        let (negative, digits) = match literal.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, literal),
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(CanonicalError::BadNumber);
+        }
+        if digits.len() > PYTHON_MAX_INT_DIGITS {
+            return Err(CanonicalError::IntegerTooLong);
+        }
+        Ok(PythonNumber::Int { negative, digits })
+    }
+}
+
 /// Integers print as Python `int` does (any size, `-0` is `0`); anything with a fraction
 /// or exponent is a Python `float` and prints in `repr` form.
 fn write_number(n: &Number, out: &mut String) -> Result<(), CanonicalError> {
-    // With `arbitrary_precision` this is the literal as the client wrote it.
-    let literal = n.as_str();
-    if literal.contains(['.', 'e', 'E']) {
-        let value: f64 = literal.parse().map_err(|_| CanonicalError::BadNumber)?;
-        write_python_float(value, out);
-        return Ok(());
-    }
-    let (negative, digits) = integer_digits(literal)?;
-    let digits = digits.trim_start_matches('0');
-    if digits.is_empty() {
-        out.push('0');
-    } else {
-        if negative {
-            out.push('-');
+    match PythonNumber::of(n)? {
+        PythonNumber::Float(value) => write_python_float(value, out),
+        PythonNumber::Int { negative, digits } => {
+            let digits = digits.trim_start_matches('0');
+            if digits.is_empty() {
+                out.push('0');
+            } else {
+                if negative {
+                    out.push('-');
+                }
+                out.push_str(digits);
+            }
         }
-        out.push_str(digits);
     }
     Ok(())
-}
-
-/// An integer literal's sign and digits, if Python reads it.
-fn integer_digits(literal: &str) -> Result<(bool, &str), CanonicalError> {
-    let (negative, digits) = match literal.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, literal),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(CanonicalError::BadNumber);
-    }
-    if digits.len() > PYTHON_MAX_INT_DIGITS {
-        return Err(CanonicalError::IntegerTooLong);
-    }
-    Ok((negative, digits))
 }
 
 /// Whether [`write_python_json`] encodes `value` as text a JSON parser reads back: it
@@ -203,14 +215,11 @@ fn integer_digits(literal: &str) -> Result<(bool, &str), CanonicalError> {
 /// JSON (its `qd` claim) must pass; checked without encoding.
 pub fn reads_back(value: &Value) -> bool {
     match value {
-        Value::Number(n) => {
-            let literal = n.as_str();
-            if literal.contains(['.', 'e', 'E']) {
-                literal.parse::<f64>().is_ok_and(f64::is_finite)
-            } else {
-                integer_digits(literal).is_ok()
-            }
-        }
+        Value::Number(n) => match PythonNumber::of(n) {
+            Ok(PythonNumber::Float(value)) => value.is_finite(),
+            Ok(PythonNumber::Int { .. }) => true,
+            Err(_) => false,
+        },
         Value::Array(items) => items.iter().all(reads_back),
         Value::Object(map) => map.values().all(reads_back),
         Value::Null | Value::Bool(_) | Value::String(_) => true,
