@@ -87,11 +87,11 @@ fn main() -> ExitCode {
 }
 
 fn load(file: Option<&PathBuf>, overrides: &Overrides) -> Result<Config, Vec<String>> {
-    checked(Config::load(file.map(PathBuf::as_path), overrides))
+    let config = Config::load(file.map(PathBuf::as_path), overrides).map_err(listed)?;
+    files_checked(config)
 }
 
-/// The configuration `run` starts with, and where it came from for the watch (its
-/// baseline read before the load).
+/// The configuration `run` starts with, and where it came from for the watch.
 fn load_watched(
     file: Option<PathBuf>,
     overrides: Overrides,
@@ -99,18 +99,17 @@ fn load_watched(
     let Some(file) = file else {
         return Ok((load(None, &overrides)?, None));
     };
-    let (config, source) = match ConfigSource::load(file, overrides) {
-        Ok((config, source)) => (Ok(config), Some(source)),
-        Err(errors) => (Err(errors), None),
-    };
-    Ok((checked(config)?, source))
+    let (config, source) = ConfigSource::load(file, overrides).map_err(listed)?;
+    Ok((files_checked(config)?, Some(source)))
 }
 
-/// A loaded configuration whose named files (keys, certificates and keys, CA bundles, a
-/// JWKS file) are usable too, or every problem.
-fn checked(config: Result<Config, ConfigErrors>) -> Result<Config, Vec<String>> {
-    let config =
-        config.map_err(|errors| errors.0.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+fn listed(errors: ConfigErrors) -> Vec<String> {
+    errors.0.iter().map(ToString::to_string).collect()
+}
+
+/// `config`, once the files it names (keys, certificates and keys, CA bundles, a JWKS
+/// file) are usable too, or every problem with them.
+fn files_checked(config: Config) -> Result<Config, Vec<String>> {
     let problems = config.check_files();
     if !problems.is_empty() {
         return Err(problems.iter().map(ToString::to_string).collect());

@@ -274,10 +274,12 @@ impl ServerTls {
             key: key.clone(),
             client_ca: tls.client_ca_file.clone(),
         };
-        // The watch's baseline is read before the files are loaded: a change landing in
-        // between is seen at the first poll instead of being taken for the baseline.
-        let poll = FilePoll::now(files.paths().map(Path::to_owned).collect());
-        let config = build(&files, identity)?;
+        // One read for the configuration and the watch's baseline: a change landing
+        // after it is seen at the first poll instead of being taken for the baseline.
+        let contents = read_all(&files)?;
+        let config = build_from(&files, identity, &contents)?;
+        let loaded: Vec<&[u8]> = contents.iter().map(|bytes| &bytes[..]).collect();
+        let poll = FilePoll::loaded(files.paths().map(Path::to_owned).collect(), &loaded);
         let tls = Self {
             files,
             identity,
@@ -353,13 +355,12 @@ impl ServerTls {
 }
 
 /// A server configuration from the listener's files.
-/// The listener's configuration from its files as they are now.
-fn build(files: &ListenerFiles, identity: Option<MtlsIdentity>) -> Result<ServerConfig, FileError> {
-    let contents = files
+/// The listener's files as they are now, in the order [`ListenerFiles::paths`] gives.
+fn read_all(files: &ListenerFiles) -> Result<Vec<Zeroizing<Vec<u8>>>, FileError> {
+    files
         .named()
         .map(|(key, path)| read(key, path).map(Zeroizing::new))
-        .collect::<Result<Vec<_>, _>>()?;
-    build_from(files, identity, &contents)
+        .collect()
 }
 
 /// The listener's configuration from `contents`: the bytes of the files, in the order
@@ -543,7 +544,8 @@ mod tests {
             Zeroizing::new(key.serialize_pem().into_bytes()),
         ];
 
-        let error = build(&files, None).expect_err("the files on disk are empty");
+        let on_disk = read_all(&files).unwrap();
+        let error = build_from(&files, None, &on_disk).expect_err("the files on disk are empty");
         assert_eq!(error.key, "tls.cert_file");
         build_from(&files, None, &read).expect("the bytes the watch read are a usable pair");
 

@@ -8,6 +8,7 @@ use std::path::Path;
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
+use zeroize::Zeroizing;
 
 use super::{Config, ConfigErrors, ConfigProblem, ENV_PREFIX, Overrides};
 
@@ -134,14 +135,14 @@ impl Config {
 
     /// Loads, extracts and validates, reporting every problem found in one pass.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigErrors> {
-        if let Some(path) = file {
-            check_file(path)?;
+        match file {
+            Some(path) => Self::load_read(path, &read_file(path)?, overrides),
+            None => Self::extract(&Self::layered(None::<FileText>, overrides)),
         }
-        Self::extract(&Self::figment(file, overrides))
     }
 
-    /// As [`Config::load`], with the file's `contents` as already read (the watch loads
-    /// exactly the bytes it hashed; problems still name the file at `path`).
+    /// As [`Config::load`], with the file's `contents` as already read (what the watch
+    /// hashed is what it loads; problems still name the file at `path`).
     pub fn load_read(
         path: &Path,
         contents: &[u8],
@@ -210,18 +211,23 @@ impl Provider for FileText<'_> {
     }
 }
 
-/// A named file must exist and be a regular file: refusing beats running on defaults
-/// because of a typo in `--config`.
-fn check_file(path: &Path) -> Result<(), ConfigErrors> {
-    let message = match std::fs::metadata(path) {
-        Ok(metadata) if metadata.is_file() => return Ok(()),
-        Ok(_) => "is not a regular file".to_owned(),
-        Err(err) => err.to_string().to_lowercase(),
+/// A named configuration file's bytes. It must exist and be a regular file: refusing
+/// beats running on defaults because of a typo in `--config`.
+pub(super) fn read_file(path: &Path) -> Result<Zeroizing<Vec<u8>>, ConfigErrors> {
+    let problem = |message: String| {
+        ConfigErrors(vec![ConfigProblem::new(
+            "",
+            format!("config file {}: {message}", path.display()),
+        )])
     };
-    Err(ConfigErrors(vec![ConfigProblem::new(
-        "",
-        format!("config file {}: {message}", path.display()),
-    )]))
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.is_file() => {}
+        Ok(_) => return Err(problem("is not a regular file".to_owned())),
+        Err(err) => return Err(problem(err.to_string().to_lowercase())),
+    }
+    std::fs::read(path)
+        .map(Zeroizing::new)
+        .map_err(|err| problem(err.to_string().to_lowercase()))
 }
 
 /// After `first` (the whole-config extraction) failed: one pass over the merged values
@@ -429,4 +435,64 @@ fn scrub(message: &str) -> String {
 fn is_source_quote(line: &str) -> bool {
     let after_number = line.trim_start_matches(|c: char| c.is_ascii_digit());
     after_number.trim_start().starts_with('|')
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::result_large_err,
+    reason = "figment::Jail closures must return figment::Error"
+)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/mcp-state-guard.toml");
+
+    /// Loading reads the file once and parses those bytes (`load_read`, as the watch does);
+    /// that must mean exactly what figment reading the file itself (`Toml::file_exact`)
+    /// means: the same configuration, or the same problems naming the same file.
+    #[test]
+    fn loading_read_bytes_is_loading_the_file() {
+        Jail::expect_with(|jail| {
+            let cases = [
+                std::fs::read_to_string(SHIPPED).unwrap(),
+                "upstream = \"http://127.0.0.1:9\"\n[single_use]\ntools = [\"deploy\"]\n".into(),
+                "upstream = \"http://127.0.0.1:9\"\n[state]\nttl_seconds = 0\n[single_use]\n\
+                 store = \"redis\"\nredis_url = 7\n"
+                    .into(),
+                "upstream = \"http://127.0.0.1:9\"\n[state\nredis_url = \"redis://:hunter2@x\"\n"
+                    .into(),
+                "[mystery]\nkey = 1\n".into(),
+            ];
+            for (n, text) in cases.iter().enumerate() {
+                let name = format!("case-{n}.toml");
+                jail.create_file(&name, text)?;
+                let path = jail.directory().join(&name);
+                let overrides = Overrides::default();
+                let from_file = Config::extract(&Config::figment(Some(&path), &overrides));
+                let from_bytes = Config::load_read(&path, text.as_bytes(), &overrides);
+                match (from_file, from_bytes) {
+                    (Ok(a), Ok(b)) => assert_eq!(a, b, "{name}"),
+                    (Err(a), Err(b)) => {
+                        assert_eq!(a.to_string(), b.to_string(), "{name}");
+                        assert!(!b.to_string().contains("hunter2"), "{b}");
+                    }
+                    (a, b) => panic!("{name}: the file gives {a:?}, its bytes {b:?}"),
+                }
+            }
+            let path = jail.directory().join("case-0.toml");
+            let problems = load_read_err(&path, b"upstream = \"\xff\"\n");
+            assert_eq!(
+                problems[0].to_string(),
+                format!("config file {}: not UTF-8", path.display())
+            );
+            Ok(())
+        });
+    }
+
+    fn load_read_err(path: &Path, contents: &[u8]) -> Vec<ConfigProblem> {
+        Config::load_read(path, contents, &Overrides::default())
+            .expect_err("invalid")
+            .0
+    }
 }

@@ -3,15 +3,15 @@
 //! file). Kubernetes replaces Secret and ConfigMap files through `..data` symlink swaps,
 //! which defeats naive inotify; reading and hashing the content sees every change.
 //!
-//! Invariants: the baseline is the content that was actually loaded (taken before or
-//! with the load, never by the watching task once it first runs: a change landing in
+//! Invariants: the baseline is the content that was actually loaded (the very bytes
+//! read for the load, never a later read by the watching task: a change landing in
 //! between would otherwise look like no change at all); a file that cannot be read is
 //! reported once per outage, not once per poll, and what is in use stays in use; when it
 //! can be read again it counts as changed, so it is loaded and checked afresh.
 
 use crate::server;
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 use tokio::signal::unix::Signal;
 use tokio::sync::watch;
@@ -44,15 +44,6 @@ impl FilePoll {
     /// Watch `paths`, taking as baseline `loaded`: the content of each, as loaded.
     pub fn loaded(paths: Vec<PathBuf>, loaded: &[&[u8]]) -> Self {
         let last = Some(digest(loaded.iter().copied()));
-        Self { paths, last }
-    }
-
-    /// Watch `paths`, taking as baseline what they hold now (nothing if one cannot be
-    /// read). Call it before loading them: a change landing after this read is seen at
-    /// the next poll, at worst loading the same content twice.
-    pub fn now(paths: Vec<PathBuf>) -> Self {
-        let contents: Option<Vec<_>> = paths.iter().map(|p| read_sync(p).ok()).collect();
-        let last = contents.map(|c| digest(c.iter().map(|b| &b[..])));
         Self { paths, last }
     }
 
@@ -97,10 +88,6 @@ impl FilePoll {
             }
         }
     }
-}
-
-fn read_sync(path: &Path) -> std::io::Result<Zeroizing<Vec<u8>>> {
-    std::fs::read(path).map(Zeroizing::new)
 }
 
 /// Each file's length and content: no two different sets of files hash alike.
@@ -157,15 +144,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_baseline_is_what_was_read_before_loading() {
+    async fn the_baseline_is_what_was_loaded() {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a");
         std::fs::write(&a, "old").unwrap();
-        let mut poll = FilePoll::now(vec![a.clone()]);
-        // The file changes after the baseline, before the watcher first polls.
+        let mut poll = FilePoll::loaded(vec![a.clone()], &[b"old"]);
+        // The file changes after the load, before the watcher first polls.
         std::fs::write(&a, "new").unwrap();
         assert_eq!(kinds(poll.poll(false).await), "changed");
-        let mut missing = FilePoll::now(vec![dir.path().join("missing")]);
+        let mut missing = FilePoll::loaded(vec![dir.path().join("missing")], &[b""]);
+        assert_eq!(
+            kinds(missing.poll(false).await),
+            "unreadable",
+            "a loaded file that went away is reported"
+        );
         assert_eq!(kinds(missing.poll(false).await), "quiet");
     }
 }

@@ -7,6 +7,7 @@
 //! previous one stays in force, the problems are logged once per change, and
 //! `config_reloads_total{result="error"}` counts it.
 
+use super::load::read_file;
 use super::poll::{FilePoll, Seen};
 use super::{Config, ConfigErrors, Overrides};
 use crate::metrics::Metrics;
@@ -17,7 +18,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
 /// Where the running configuration came from, so it can be loaded again, and what its
-/// file held just before it was first loaded (the watch's baseline).
+/// file held when it was loaded (the watch's baseline).
 #[derive(Debug, Clone)]
 pub struct ConfigSource {
     pub file: PathBuf,
@@ -27,11 +28,12 @@ pub struct ConfigSource {
 
 impl ConfigSource {
     /// Load the configuration from `file` and `overrides`, as the watch reloads it. The
-    /// file's baseline is read first: an edit landing while the sidecar starts (between
-    /// this load and the watch's first poll) is a change to apply, not the baseline.
+    /// watch's baseline is the very bytes loaded: an edit landing while the sidecar
+    /// starts (between this load and the watch's first poll) is a change to apply.
     pub fn load(file: PathBuf, overrides: Overrides) -> Result<(Config, Self), ConfigErrors> {
-        let baseline = FilePoll::now(vec![file.clone()]);
-        let config = Config::load(Some(&file), &overrides)?;
+        let contents = read_file(&file)?;
+        let config = Config::load_read(&file, &contents, &overrides)?;
+        let baseline = FilePoll::loaded(vec![file.clone()], &[&contents]);
         let source = Self {
             file,
             overrides,
@@ -51,9 +53,8 @@ pub fn hangups() -> Option<Signal> {
 
 /// Watch `source` until `stop`; call `apply` with every new valid configuration.
 ///
-/// The baseline is what the file held just before [`ConfigSource::load`] read it, not
-/// what the returned task first sees: a change made while the sidecar started is never
-/// mistaken for the baseline.
+/// The baseline is what [`ConfigSource::load`] loaded, not what the returned task first
+/// sees: a change made while the sidecar started is never mistaken for the baseline.
 pub fn watch(
     source: ConfigSource,
     hangup: Option<Signal>,
