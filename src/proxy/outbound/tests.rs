@@ -1,0 +1,88 @@
+//! Tests of the outbound classification: labels, first bytes, statuses.
+
+use super::*;
+use http::HeaderValue;
+
+#[test]
+fn what_opens_like_json() {
+    for yes in [
+        &b"{"[..],
+        b"  \r\n[1]",
+        b"\xef\xbb\xbf{}",
+        b"\xff\xfe{\x00",
+        b"\x00{",
+    ] {
+        assert_eq!(json_like(yes), Some(true), "{yes:?}");
+    }
+    for no in [
+        &b"<html>"[..],
+        b"Invalid Origin header",
+        b" x",
+        b"\xef\xbd\x88",
+    ] {
+        assert_eq!(json_like(no), Some(false), "{no:?}");
+    }
+    for undecided in [&b""[..], b"  \n", b"\xef", b"\xef\xbb"] {
+        assert_eq!(json_like(undecided), None, "{undecided:?}");
+    }
+}
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.append(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    h
+}
+
+#[test]
+fn labels() {
+    let of = |pairs: &[(&str, &str)]| label(&headers(pairs));
+    assert_eq!(of(&[("content-type", "application/json")]), Label::Json);
+    assert_eq!(
+        of(&[("content-type", "application/problem+json")]),
+        Label::Json
+    );
+    assert_eq!(
+        of(&[("content-type", "text/event-stream")]),
+        Label::EventStream
+    );
+    assert_eq!(of(&[("content-type", "text/html")]), Label::Other);
+    assert_eq!(of(&[]), Label::Other);
+    assert_eq!(
+        of(&[("content-type", "application/json; charset=utf-16")]),
+        Label::Unreadable
+    );
+    assert_eq!(of(&[("content-type", "text/x-json")]), Label::Unreadable);
+    assert_eq!(
+        of(&[
+            ("content-type", "text/plain"),
+            ("content-type", "application/json")
+        ]),
+        Label::Unreadable
+    );
+    assert_eq!(
+        of(&[
+            ("content-type", "text/plain"),
+            ("content-type", "text/html")
+        ]),
+        Label::Other
+    );
+}
+
+#[test]
+fn transfer_codings() {
+    assert!(chunked_only(&headers(&[])));
+    assert!(chunked_only(&headers(&[("transfer-encoding", "Chunked")])));
+    assert!(!chunked_only(&headers(&[(
+        "transfer-encoding",
+        "gzip, chunked"
+    )])));
+    assert!(!chunked_only(&headers(&[
+        ("transfer-encoding", "chunked"),
+        ("transfer-encoding", "br")
+    ])));
+}
