@@ -33,6 +33,15 @@ fn id(n: u64) -> String {
     hex::encode(&Sha256::digest(n.to_le_bytes())[..16])
 }
 
+/// The owner of the `n`th id: one of a thousand callers, named as
+/// `store::Owner` names them (32 hex characters).
+fn owner(n: u64) -> String {
+    id(u64::MAX / 2 - n % 1000)
+}
+
+/// The owner of the timed consumptions.
+const OWNER: &str = "0123456789abcdef0123456789abcdef";
+
 /// `VmRSS` and `VmHWM` (peak) of this process, in bytes.
 fn resident() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
@@ -56,6 +65,7 @@ fn fill_and_measure() -> MemoryStore {
         RecordBounds {
             max_bytes: 1 << 40,
             per_owner: 1_000_000,
+            per_owner_bytes: 1 << 40,
         },
     );
     let (before, _) = resident();
@@ -69,7 +79,7 @@ fn fill_and_measure() -> MemoryStore {
     let mut inserted = 0u64;
     for target in [DEFAULT_BOUND / 10, DEFAULT_BOUND] {
         while inserted < target as u64 {
-            let fresh = store.consume(&id(inserted), TTL);
+            let fresh = store.consume(&id(inserted), TTL, &owner(inserted));
             assert_eq!(fresh, Ok(Consumed::Fresh), "id {inserted}");
             inserted += 1;
         }
@@ -141,7 +151,7 @@ fn consume(c: &mut Criterion, store: &MemoryStore) {
             let started = Instant::now();
             let fresh = ids
                 .iter()
-                .filter(|i| store.consume(black_box(i), TTL) == Ok(Consumed::Fresh))
+                .filter(|i| store.consume(black_box(i), TTL, OWNER) == Ok(Consumed::Fresh))
                 .count();
             let elapsed = started.elapsed();
             assert_eq!(fresh as u64, iters, "every id was fresh");
@@ -162,7 +172,7 @@ fn consume(c: &mut Criterion, store: &MemoryStore) {
             let started = Instant::now();
             let replayed = ids
                 .iter()
-                .filter(|i| store.consume(black_box(i), TTL) == Ok(Consumed::Replayed))
+                .filter(|i| store.consume(black_box(i), TTL, OWNER) == Ok(Consumed::Replayed))
                 .count();
             let elapsed = started.elapsed();
             assert_eq!(replayed as u64, iters, "every id was replayed");

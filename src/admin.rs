@@ -2,16 +2,20 @@
 //! serves), `/readyz` (the sidecar takes traffic: keys loaded, not draining, a
 //! fail-closed single-use store reachable, and the [`health`](crate::health) checks: the
 //! upstream reachable, the key ring not stale; the body names each failing check), and
-//! `POST /admin/revoke` (stop every flow of one caller now).
+//! `POST /admin/revoke` (stop every flow of one caller now). A full memory store shows
+//! in `store_fill_ratio` and in `/readyz`'s body, but does not fail readiness: whoever
+//! filled it could otherwise take every replica out of service.
 //!
 //! Invariant: the admin port never proxies and never shows a token, a key or a state; its
 //! one mutating endpoint is refused unless `admin.token_file` is configured, and then
 //! answers only a request carrying that bearer secret (compared in constant time).
 
+use crate::error::Resource;
 use crate::health::Checks;
 use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
 use crate::proxy::upstream::{ProxyBody, full};
+use crate::store::Store;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -28,6 +32,28 @@ pub struct Admin {
     pub revocations: Arc<Revocations>,
     /// The bearer secret of the mutating endpoints; `None`: they are refused.
     pub token: Option<Zeroizing<String>>,
+    /// The shared store, for how full it is.
+    pub store: Arc<Store>,
+}
+
+impl Admin {
+    /// Set the fill gauges from the store; the bounds it has reached.
+    fn observe_store(&self) -> Vec<&'static str> {
+        let Some(usage) = self.store.usage() else {
+            return Vec::new();
+        };
+        self.metrics.store_fill(
+            Resource::SingleUse,
+            usage.entries as u64,
+            usage.max_entries as u64,
+        );
+        self.metrics.store_fill(
+            Resource::Idempotency,
+            usage.record_bytes,
+            usage.max_record_bytes,
+        );
+        usage.full()
+    }
 }
 
 /// The shortest admin secret accepted.
@@ -111,6 +137,7 @@ pub async fn handle(admin: Arc<Admin>, request: Request<Incoming>) -> Response<P
     let (metrics, readiness) = (&admin.metrics, &admin.readiness);
     match request.uri().path() {
         "/metrics" => {
+            admin.observe_store();
             let mut response = text(StatusCode::OK, &metrics.render());
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -125,7 +152,15 @@ pub async fn handle(admin: Arc<Admin>, request: Request<Incoming>) -> Response<P
         }
         .as_slice()
         {
-            [] => text(StatusCode::OK, "ready\n"),
+            [] => match admin.observe_store().as_slice() {
+                [] => text(StatusCode::OK, "ready\n"),
+                // Still ready: new entries of every caller are refused with 503 until some
+                // expire, but serving goes on and a restart would not help.
+                full => text(
+                    StatusCode::OK,
+                    &format!("ready (memory store full: {})\n", full.join(", ")),
+                ),
+            },
             failing => text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 &format!("not ready: {}\n", failing.join(", ")),

@@ -195,7 +195,11 @@ pub async fn start_from(
         store.clone(),
         metrics.clone(),
     ));
-    let revocations = Arc::new(Revocations::new(store, config.longest_token_seconds()));
+    let revocations = Arc::new(Revocations::new(
+        store,
+        config.longest_token_seconds(),
+        config.state.audience.clone(),
+    ));
     let admin_token = match &config.admin.token_file {
         Some(path) => Some(admin::read_token(path).map_err(StartError::Config)?),
         None => None,
@@ -253,6 +257,16 @@ pub async fn start_from(
             },
         ),
     });
+    // Trusted front proxies carry many clients: no share of connections per address.
+    let front_proxies = Arc::new(
+        crate::proxy::ingress::TrustedProxies::new(&config.principal.trusted_proxies)
+            .map_err(|e| StartError::Config(format!("principal.trusted_proxies: {e}")))?,
+    );
+    let shared_peer: Arc<dyn Fn(std::net::IpAddr) -> bool + Send + Sync> = Arc::new(move |ip| {
+        front_proxies.trusts(Some(crate::proxy::ingress::Peer(
+            std::net::SocketAddr::new(ip, 0),
+        )))
+    });
     let options = |name, listener| server::ServeOptions {
         name,
         listener,
@@ -266,6 +280,11 @@ pub async fn start_from(
             // a full proxy listener never starves them.
             Listener::Admin => ADMIN_MAX_CONNECTIONS,
         },
+        max_connections_per_peer: match listener {
+            Listener::Proxy => config.connections_share(),
+            Listener::Admin => ADMIN_MAX_CONNECTIONS,
+        },
+        shared_peer: shared_peer.clone(),
         http2_max_concurrent_streams: config.limits.http2_max_concurrent_streams,
         http2_max_header_list_bytes: config.limits.http2_max_header_list_bytes,
     };
@@ -284,6 +303,7 @@ pub async fn start_from(
         readiness: readiness.clone(),
         revocations,
         token: admin_token,
+        store: single_use.shared_store(),
     });
     tasks.push(tokio::spawn(server::serve(
         admin_listener,

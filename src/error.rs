@@ -69,16 +69,123 @@ pub enum ProxyError {
     IdempotencyConflict,
     #[error("idempotency store unavailable")]
     IdempotencyUnavailable,
-    /// The memory store's idempotency records are at a bound: its byte budget
-    /// (`per_principal: false`) or this caller's record count (`true`).
-    #[error("idempotency records full (per caller: {per_principal})")]
-    IdempotencyFull { per_principal: bool },
+    /// One caller's share of a bounded shared resource is used up: 429, nothing
+    /// forwarded, nothing of the request spent (a single-use state stays unconsumed).
+    #[error("caller's share of {} used up", .0.as_str())]
+    Quota(Share),
+    /// A shared store is at its bound (not unreachable: no failure policy lets a request
+    /// through because a store is full): 503, nothing forwarded.
+    #[error("{} store full", .0.as_str())]
+    StoreFull(Resource),
     #[error("upstream unavailable")]
     UpstreamUnavailable(#[source] hyper_util::client::legacy::Error),
     #[error("upstream did not answer within {0} ms")]
     UpstreamTimeout(u64),
     #[error("upstream response cannot be made safe: {0}")]
     UpstreamResponse(&'static str),
+}
+
+/// A bounded shared resource of which each caller gets a share (the `share` label of
+/// `mcp_state_guard_quota_refusals_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Share {
+    /// Consumed single-use ids (`single_use.max_entries_per_principal`).
+    SingleUseEntries,
+    /// Idempotency records (`idempotency.max_records_per_principal`).
+    IdempotencyRecords,
+    /// Idempotency record bytes (`idempotency.max_bytes_per_principal`).
+    IdempotencyBytes,
+    /// Idempotent calls in flight (`idempotency.max_in_flight_per_principal`).
+    IdempotencyInFlight,
+    /// Client connections of one address (`limits.max_connections_per_peer`).
+    Connections,
+}
+
+impl Share {
+    pub const ALL: [Share; 5] = [
+        Share::SingleUseEntries,
+        Share::IdempotencyRecords,
+        Share::IdempotencyBytes,
+        Share::IdempotencyInFlight,
+        Share::Connections,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Share::SingleUseEntries => "single_use_entries",
+            Share::IdempotencyRecords => "idempotency_records",
+            Share::IdempotencyBytes => "idempotency_bytes",
+            Share::IdempotencyInFlight => "idempotency_in_flight",
+            Share::Connections => "connections",
+        }
+    }
+
+    /// The configuration key that sets it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Share::SingleUseEntries => "single_use.max_entries_per_principal",
+            Share::IdempotencyRecords => "idempotency.max_records_per_principal",
+            Share::IdempotencyBytes => "idempotency.max_bytes_per_principal",
+            Share::IdempotencyInFlight => "idempotency.max_in_flight_per_principal",
+            Share::Connections => "limits.max_connections_per_peer",
+        }
+    }
+
+    /// What the client is told, the `data.type` of the error, and when to come back:
+    /// stored entries leave only as they expire; a call in flight or a connection ends
+    /// soon.
+    fn wire(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Share::SingleUseEntries => (
+                "Too many single-use states held for this caller",
+                "single_use_quota_exceeded",
+                "60",
+            ),
+            Share::IdempotencyRecords => (
+                "Too many idempotency records held for this caller",
+                "idempotency_quota_exceeded",
+                "60",
+            ),
+            Share::IdempotencyBytes => (
+                "Too many idempotency record bytes held for this caller",
+                "idempotency_quota_exceeded",
+                "60",
+            ),
+            Share::IdempotencyInFlight => (
+                "Too many idempotent calls in flight for this caller",
+                "idempotency_quota_exceeded",
+                "1",
+            ),
+            Share::Connections => (
+                "Too many connections from this address",
+                "connection_quota_exceeded",
+                "1",
+            ),
+        }
+    }
+}
+
+/// A shared store that can be full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Resource {
+    SingleUse,
+    Idempotency,
+}
+
+impl Resource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resource::SingleUse => "single_use",
+            Resource::Idempotency => "idempotency",
+        }
+    }
+
+    fn wire(self) -> (&'static str, &'static str) {
+        match self {
+            Resource::SingleUse => ("Single-use store full", "single_use_store_full"),
+            Resource::Idempotency => ("Idempotency store full", "idempotency_store_full"),
+        }
+    }
 }
 
 /// Closed labels for `mcp_state_guard_requests_refused_total{reason}` and logs.
@@ -107,14 +214,15 @@ pub enum ErrorKind {
     IdempotencyInProgress,
     IdempotencyConflict,
     IdempotencyUnavailable,
-    IdempotencyFull,
+    Quota,
+    StoreFull,
     UpstreamUnavailable,
     UpstreamTimeout,
     UpstreamResponse,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 27] = [
+    pub const ALL: [ErrorKind; 28] = [
         ErrorKind::Parse,
         ErrorKind::HeaderMismatch,
         ErrorKind::ContentType,
@@ -138,7 +246,8 @@ impl ErrorKind {
         ErrorKind::IdempotencyInProgress,
         ErrorKind::IdempotencyConflict,
         ErrorKind::IdempotencyUnavailable,
-        ErrorKind::IdempotencyFull,
+        ErrorKind::Quota,
+        ErrorKind::StoreFull,
         ErrorKind::UpstreamUnavailable,
         ErrorKind::UpstreamTimeout,
         ErrorKind::UpstreamResponse,
@@ -169,7 +278,8 @@ impl ErrorKind {
             ErrorKind::IdempotencyInProgress => "idempotency_in_progress",
             ErrorKind::IdempotencyConflict => "idempotency_conflict",
             ErrorKind::IdempotencyUnavailable => "idempotency_unavailable",
-            ErrorKind::IdempotencyFull => "idempotency_full",
+            ErrorKind::Quota => "quota",
+            ErrorKind::StoreFull => "store_full",
             ErrorKind::UpstreamUnavailable => "upstream_unavailable",
             ErrorKind::UpstreamTimeout => "upstream_timeout",
             ErrorKind::UpstreamResponse => "upstream_response",
@@ -221,7 +331,8 @@ impl ProxyError {
             ProxyError::IdempotencyInProgress => ErrorKind::IdempotencyInProgress,
             ProxyError::IdempotencyConflict => ErrorKind::IdempotencyConflict,
             ProxyError::IdempotencyUnavailable => ErrorKind::IdempotencyUnavailable,
-            ProxyError::IdempotencyFull { .. } => ErrorKind::IdempotencyFull,
+            ProxyError::Quota(_) => ErrorKind::Quota,
+            ProxyError::StoreFull(_) => ErrorKind::StoreFull,
             ProxyError::UpstreamUnavailable(_) => ErrorKind::UpstreamUnavailable,
             ProxyError::UpstreamTimeout(_) => ErrorKind::UpstreamTimeout,
             ProxyError::UpstreamResponse(_) => ErrorKind::UpstreamResponse,
@@ -240,12 +351,10 @@ impl ProxyError {
             ProxyError::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
             ProxyError::IdempotencyInProgress => StatusCode::CONFLICT,
             ProxyError::IdempotencyConflict => StatusCode::UNPROCESSABLE_ENTITY,
-            ProxyError::IdempotencyFull {
-                per_principal: true,
-            } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::Overloaded
             | ProxyError::IdempotencyUnavailable
-            | ProxyError::IdempotencyFull { .. }
+            | ProxyError::StoreFull(_)
             | ProxyError::Unauthorized {
                 reason: AuthFailure::KeysUnavailable,
                 ..
@@ -305,15 +414,8 @@ impl ProxyError {
             ProxyError::IdempotencyUnavailable => {
                 (jsonrpc::INTERNAL_ERROR, "Idempotency store unavailable")
             }
-            ProxyError::IdempotencyFull {
-                per_principal: false,
-            } => (jsonrpc::INTERNAL_ERROR, "Idempotency store full"),
-            ProxyError::IdempotencyFull {
-                per_principal: true,
-            } => (
-                jsonrpc::INVALID_REQUEST,
-                "Too many idempotency records held for this caller",
-            ),
+            ProxyError::StoreFull(resource) => (jsonrpc::INTERNAL_ERROR, resource.wire().0),
+            ProxyError::Quota(share) => (jsonrpc::INVALID_REQUEST, share.wire().0),
             ProxyError::UpstreamUnavailable(_) => (jsonrpc::INTERNAL_ERROR, "Upstream unavailable"),
             ProxyError::UpstreamTimeout(_) => (jsonrpc::INTERNAL_ERROR, "Upstream timed out"),
             ProxyError::UpstreamResponse(_) => (jsonrpc::INTERNAL_ERROR, "Internal error"),
@@ -336,12 +438,10 @@ impl ProxyError {
                 Some(json!({"type": "idempotency_key_in_progress"}))
             }
             ProxyError::IdempotencyConflict => Some(json!({"type": "idempotency_key_conflict"})),
-            ProxyError::IdempotencyFull {
-                per_principal: false,
-            } => Some(json!({"type": "idempotency_store_full"})),
-            ProxyError::IdempotencyFull {
-                per_principal: true,
-            } => Some(json!({"type": "idempotency_quota_exceeded"})),
+            ProxyError::StoreFull(resource) => Some(json!({"type": resource.wire().1})),
+            ProxyError::Quota(share) => {
+                Some(json!({"type": share.wire().1, "share": share.as_str()}))
+            }
             _ => None,
         };
         // A bad answer is the client's mistake: it is told which question and which
@@ -390,11 +490,16 @@ impl ProxyError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        if matches!(self, ProxyError::IdempotencyFull { .. }) {
-            // Records leave only as they expire: not worth retrying every second.
+        // Stored entries leave only as they expire: not worth retrying every second.
+        let retry_after = match self {
+            ProxyError::StoreFull(_) => Some("60"),
+            ProxyError::Quota(share) => Some(share.wire().2),
+            _ => None,
+        };
+        if let Some(seconds) = retry_after {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
         }
         response
     }
@@ -473,6 +578,18 @@ mod tests {
         assert_eq!(ProxyError::Parse(ParseError::Syntax).wire().0, -32700);
         assert_eq!(ProxyError::Parse(ParseError::Batch).wire().0, -32600);
         assert!(ErrorKind::UpstreamTimeout.is_upstream());
+        for share in Share::ALL {
+            let response = ProxyError::Quota(share).into_response(None);
+            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert!(response.headers().contains_key(header::RETRY_AFTER));
+            let body: serde_json::Value = serde_json::from_slice(response.body()).unwrap();
+            assert_eq!(body["error"]["data"]["share"], share.as_str());
+        }
+        for resource in [Resource::SingleUse, Resource::Idempotency] {
+            let response = ProxyError::StoreFull(resource).into_response(None);
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(response.headers()[header::RETRY_AFTER], "60");
+        }
         assert!(!ErrorKind::Parse.is_upstream());
     }
 }

@@ -150,7 +150,11 @@ fn revoke(file: Option<PathBuf>, principal: &str) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let revocations = Revocations::new(store, config.longest_token_seconds());
+        let revocations = Revocations::new(
+            store,
+            config.longest_token_seconds(),
+            config.state.audience.clone(),
+        );
         match revocations.revoke(principal).await {
             Ok(at) => {
                 println!("revoked: tokens of this principal minted before {at:.3} are refused");

@@ -6,6 +6,7 @@
 //! first scrape.
 
 mod auth;
+mod fairness;
 mod labels;
 mod ops;
 mod tools;
@@ -59,15 +60,18 @@ pub enum Consumption {
     Replayed,
     StoreUnavailable,
     Full,
+    /// The caller held its share of consumed ids (`max_entries_per_principal`).
+    Quota,
     Released,
 }
 
 impl Consumption {
-    pub const ALL: [Consumption; 5] = [
+    pub const ALL: [Consumption; 6] = [
         Consumption::Consumed,
         Consumption::Replayed,
         Consumption::StoreUnavailable,
         Consumption::Full,
+        Consumption::Quota,
         Consumption::Released,
     ];
 
@@ -77,6 +81,7 @@ impl Consumption {
             Consumption::Replayed => "replayed",
             Consumption::StoreUnavailable => "store_unavailable",
             Consumption::Full => "full",
+            Consumption::Quota => "quota",
             Consumption::Released => "released",
         }
     }
@@ -235,6 +240,8 @@ pub struct Metrics {
     ops: ops::OpsMetrics,
     /// Handles and idempotency keys ([`tools`]).
     tools: tools::ToolMetrics,
+    /// Quota refusals and how full the memory store is ([`fairness`]).
+    fairness: fairness::FairnessMetrics,
 }
 
 impl Metrics {
@@ -378,8 +385,10 @@ impl Metrics {
         let auth = auth::AuthMetrics::new(&registry);
         let ops = ops::OpsMetrics::register(&registry);
         let tools = tools::ToolMetrics::new(&registry);
+        let fairness = fairness::FairnessMetrics::new(&registry);
         Self {
             tools,
+            fairness,
             auth,
             ops,
             registry,

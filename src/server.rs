@@ -3,17 +3,21 @@
 //! [`deadline`]s, and graceful drain.
 //!
 //! Invariant: at most `max_connections` connections are served at once (the rest wait in
-//! the kernel's accept backlog, not in memory here); after shutdown is signalled no new
-//! connection is accepted; connections in flight get until the drain deadline to finish
+//! the kernel's accept backlog, not in memory here), and at the limit an idle keep-alive
+//! connection is closed to make room before anyone waits; one client address holds at
+//! most `max_connections_per_peer` of them (past it a new connection of that address
+//! closes one of its own idle ones, or is answered 429 and closed without taking a
+//! slot); after shutdown is signalled no new connection is accepted; connections in flight get until the drain deadline to finish
 //! (SSE streams never end on their own, so the deadline is what ends them), then they are
 //! closed. A TLS handshake runs in the connection's own task (under its own timeout),
 //! never in the accept loop, so a slow client cannot stall others; every request of a
 //! TLS connection carries the client's verified identity, if any.
 
 pub mod deadline;
+pub mod slots;
 
 use crate::auth::mtls::PeerIdentity;
-use crate::error::ErrorKind;
+use crate::error::{ErrorKind, ProxyError, Share};
 use crate::metrics::{Listener, Metrics};
 use crate::proxy::ingress::{FramingScan, MixedFraming, Peer};
 use crate::proxy::upstream::{self, ProxyBody};
@@ -23,8 +27,10 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use slots::{Slots, peer_key};
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -47,6 +53,10 @@ pub struct ServeOptions {
     pub idle_timeout: Duration,
     /// Connections served at once; more wait in the accept backlog.
     pub max_connections: usize,
+    /// Connections one client address may hold (see [`slots::peer_key`]).
+    pub max_connections_per_peer: usize,
+    /// Addresses exempt from that share: trusted front proxies carry many clients.
+    pub shared_peer: Arc<dyn Fn(IpAddr) -> bool + Send + Sync>,
     pub http2_max_concurrent_streams: u32,
     pub http2_max_header_list_bytes: u32,
 }
@@ -83,6 +93,9 @@ pub async fn serve<H, F>(
         .max_concurrent_streams(options.http2_max_concurrent_streams)
         .max_header_list_size(options.http2_max_header_list_bytes);
     let limit = Arc::new(Semaphore::new(options.max_connections));
+    let slots = Arc::new(Slots::default());
+    // Connections answered 429 at once: beyond these, one over its share is just closed.
+    let refusals = Arc::new(Semaphore::new(REFUSALS_AT_ONCE));
     let mut connections = JoinSet::new();
     // Logged when the limit is first reached, not for every connection of an overload.
     let mut at_limit = false;
@@ -101,12 +114,13 @@ pub async fn serve<H, F>(
                     tracing::warn!(
                         listener = name,
                         max_connections = options.max_connections,
-                        "connection limit reached; new connections wait in the accept backlog"
+                        "connection limit reached; idle connections are closed to make room, \
+                         new connections wait in the accept backlog"
                     );
                 }
-                tokio::select! {
-                    permit = limit.clone().acquire_owned() => permit.expect("never closed"),
-                    _ = stopped(&mut shutdown) => break,
+                match wait_for_slot(&limit, &slots, &mut shutdown).await {
+                    Some(permit) => permit,
+                    None => break,
                 }
             }
         };
@@ -123,8 +137,28 @@ pub async fn serve<H, F>(
             _ = stopped(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
+        let key = peer_key(peer.ip());
+        if slots.held_by(key) >= options.max_connections_per_peer
+            && !(options.shared_peer)(peer.ip())
+            && !slots.reclaim_idle(Some(key))
+        {
+            // Over its share with nothing idle to give: answered without a slot.
+            drop(permit);
+            options.metrics.quota_refused(Share::Connections);
+            tracing::debug!(listener = name, %peer, "connection refused: limits.max_connections_per_peer reached for its address");
+            if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                let tls = tls.clone();
+                let timeout = options.header_read_timeout;
+                connections.spawn(async move {
+                    let _held = refusal;
+                    let _ = tokio::time::timeout(timeout, refuse(stream, tls)).await;
+                });
+            }
+            continue;
+        }
         let open = options.metrics.connection(options.listener);
         let clock = Clock::new(options.header_read_timeout, options.idle_timeout);
+        let slot = slots.list(key, clock.clone());
         let handler = handler.clone();
         let in_requests = clock.clone();
         let mixed_framing = MixedFraming::default();
@@ -149,7 +183,7 @@ pub async fn serve<H, F>(
         let (builder, stop, tls) = (builder.clone(), shutdown.clone(), tls.clone());
         let metrics = options.metrics.clone();
         connections.spawn(async move {
-            let _held = (permit, open);
+            let _held = (permit, open, slot);
             let (stream, identity): (Box<dyn Io>, Option<PeerIdentity>) = match tls {
                 None => (Box::new(stream), None),
                 Some(tls) => match tls.accept(stream).await {
@@ -220,6 +254,50 @@ pub async fn serve<H, F>(
             connections.shutdown().await;
         }
     }
+}
+
+/// Connections over their address's share answered 429 at the same time.
+const REFUSALS_AT_ONCE: usize = 64;
+
+/// At the limit: close the connection idle the longest and take the slot it gives
+/// back; while none is idle, wait for a slot, looking again every quarter second (a
+/// busy connection may go idle). `None`: shutdown.
+async fn wait_for_slot(
+    limit: &Arc<Semaphore>,
+    slots: &Slots,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    loop {
+        let reclaimed = slots.reclaim_idle(None);
+        tokio::select! {
+            permit = limit.clone().acquire_owned() => return Some(permit.expect("never closed")),
+            _ = tokio::time::sleep(Duration::from_millis(250)), if !reclaimed => {}
+            _ = stopped(shutdown) => return None,
+        }
+    }
+}
+
+/// Answer every request of a connection over its address's share with 429 and
+/// `Retry-After` (HTTP/1.1: then close), after the TLS handshake if there is one.
+async fn refuse(stream: tokio::net::TcpStream, tls: Option<Arc<crate::tls::ServerTls>>) {
+    let stream: Box<dyn Io> = match tls {
+        None => Box::new(stream),
+        Some(tls) => match tls.accept(stream).await {
+            Ok((stream, _)) => Box::new(stream),
+            Err(_) => return,
+        },
+    };
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().keep_alive(false);
+    let service = service_fn(|_request: Request<Incoming>| async {
+        let response = ProxyError::Quota(Share::Connections)
+            .into_response(None)
+            .map(upstream::full);
+        Ok::<_, Infallible>(response)
+    });
+    let _ = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
 }
 
 /// A client connection, plain or TLS: one type, so one code path serves both.

@@ -75,6 +75,7 @@ pub(super) const LEAVES: &[(&str, Assign)] = &[
     leaf!("single_use.default" => single_use.default),
     leaf!("single_use.on_store_error" => single_use.on_store_error),
     leaf!("single_use.memory_max_entries" => single_use.memory_max_entries),
+    leaf!("single_use.max_entries_per_principal" => single_use.max_entries_per_principal),
     leaf!("single_use.redis_key_prefix" => single_use.redis_key_prefix),
     leaf!("single_use.redis_timeout_ms" => single_use.redis_timeout_ms),
     leaf!("mrtr.max_rounds" => mrtr.max_rounds),
@@ -86,6 +87,7 @@ pub(super) const LEAVES: &[(&str, Assign)] = &[
     leaf!("limits.max_json_values" => limits.max_json_values),
     leaf!("limits.max_buffered_bytes" => limits.max_buffered_bytes),
     leaf!("limits.max_connections" => limits.max_connections),
+    leaf!("limits.max_connections_per_peer" => limits.max_connections_per_peer),
     leaf!("limits.http2_max_concurrent_streams" => limits.http2_max_concurrent_streams),
     leaf!("limits.http2_max_header_list_bytes" => limits.http2_max_header_list_bytes),
     leaf!("limits.upstream_max_idle_per_host" => limits.upstream_max_idle_per_host),
@@ -111,6 +113,8 @@ pub(super) const LEAVES: &[(&str, Assign)] = &[
     leaf!("idempotency.lease_ms" => idempotency.lease_ms),
     leaf!("idempotency.memory_max_bytes" => idempotency.memory_max_bytes),
     leaf!("idempotency.max_records_per_principal" => idempotency.max_records_per_principal),
+    leaf!("idempotency.max_bytes_per_principal" => idempotency.max_bytes_per_principal),
+    leaf!("idempotency.max_in_flight_per_principal" => idempotency.max_in_flight_per_principal),
 ];
 
 impl Config {

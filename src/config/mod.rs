@@ -9,6 +9,7 @@
 //! The shipped `config/mcp-state-guard.toml` lists every key with its default and is
 //! tested to parse to exactly [`Config::default`].
 
+mod fairness;
 mod files;
 mod load;
 mod operations;
@@ -226,6 +227,10 @@ pub struct SingleUseConfig {
     /// Most consumed ids the memory store holds (about 434 bytes each, measured); full,
     /// it refuses new single-use retries rather than forget one.
     pub memory_max_entries: usize,
+    /// Memory store only: consumed ids one caller (its principal, else its address)
+    /// may hold at once; past it that caller's single-use retries get 429 until its
+    /// ids expire. Unset: a tenth of `memory_max_entries`.
+    pub max_entries_per_principal: Option<usize>,
     /// Prefix of every Redis key the store writes (`<prefix>c:<id>` for consumptions,
     /// `<prefix>r:<digest>` for revocations).
     pub redis_key_prefix: String,
@@ -244,6 +249,7 @@ impl Default for SingleUseConfig {
             default: false,
             on_store_error: OnStoreError::Reject,
             memory_max_entries: 100_000,
+            max_entries_per_principal: None,
             redis_key_prefix: "mcp-state-guard:".to_owned(),
             redis_timeout_ms: 250,
         }
@@ -298,9 +304,15 @@ pub struct LimitsConfig {
     /// are refused with 503 and a stream ends with an error event. At least
     /// `max_body_bytes`.
     pub max_buffered_bytes: usize,
-    /// Client connections served at once (both protocols); at least 1. Further
+    /// Client connections served at once (both protocols); at least 1. At the limit,
+    /// an idle keep-alive connection is closed to make room; without one, further
     /// connections wait in the kernel's accept backlog until one closes.
     pub max_connections: usize,
+    /// Connections one client address (an IPv6 client by its /64) may hold open; past
+    /// it a new one is answered 429 and closed (after closing one of that address's
+    /// idle connections, if it has one). `principal.trusted_proxies` are exempt: a
+    /// front proxy carries many clients. Unset: a quarter of `max_connections`.
+    pub max_connections_per_peer: Option<usize>,
     /// Streams one HTTP/2 client connection may have open at once; at least 1.
     pub http2_max_concurrent_streams: u32,
     /// Largest header list (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`) a client may send,
@@ -322,6 +334,7 @@ impl Default for LimitsConfig {
             // A sidecar serves one pod's traffic; the memory budget, not this, bounds
             // what the connections may buffer.
             max_connections: 1024,
+            max_connections_per_peer: None,
             http2_max_concurrent_streams: 100,
             http2_max_header_list_bytes: 16 * 1024,
             upstream_max_idle_per_host: 32,

@@ -74,6 +74,10 @@ fn shipped_file_is_the_defaults() {
         "state.audience",
         "state.keys_file",
         "single_use.redis_url",
+        // Unset: a fraction of the bound they share (the file shows the default's value).
+        "single_use.max_entries_per_principal",
+        "idempotency.max_bytes_per_principal",
+        "limits.max_connections_per_peer",
         "principal.jwt.issuer",
         "principal.jwt.audience",
         "principal.jwt.jwks_file",
@@ -425,6 +429,7 @@ fn assembly_leaf_by_leaf_matches_serde() {
             default = true
             on_store_error = "allow"
             memory_max_entries = 5
+            max_entries_per_principal = 4
             redis_key_prefix = "k:"
             redis_timeout_ms = 11
             [mrtr]
@@ -439,6 +444,7 @@ fn assembly_leaf_by_leaf_matches_serde() {
             max_json_values = 1000
             max_buffered_bytes = 9000
             max_connections = 12
+            max_connections_per_peer = 11
             http2_max_concurrent_streams = 13
             http2_max_header_list_bytes = 2048
             upstream_max_idle_per_host = 14
@@ -466,6 +472,8 @@ fn assembly_leaf_by_leaf_matches_serde() {
             lease_ms = 21
             memory_max_bytes = 22
             max_records_per_principal = 23
+            max_bytes_per_principal = 24
+            max_in_flight_per_principal = 25
             [[handles]]
             kind = "import"
             issued_by = ["start"]

@@ -55,6 +55,13 @@ pub struct IdempotencyConfig {
     pub memory_max_bytes: u64,
     /// Memory store only: records and reservations one caller may hold at once.
     pub max_records_per_principal: usize,
+    /// Memory store only: bytes one caller's records and reservations may be charged
+    /// together (its share of `memory_max_bytes`); past it 429. Unset: an eighth of
+    /// `memory_max_bytes`, and at least room for two writes.
+    pub max_bytes_per_principal: Option<u64>,
+    /// Idempotent calls one caller may have in flight at once on one replica (each
+    /// holds a reservation charged `max_result_bytes` ahead); past it 429.
+    pub max_in_flight_per_principal: usize,
 }
 
 impl Default for IdempotencyConfig {
@@ -68,6 +75,8 @@ impl Default for IdempotencyConfig {
             lease_ms: 30_000,
             memory_max_bytes: 268_435_456,
             max_records_per_principal: 10_000,
+            max_bytes_per_principal: None,
+            max_in_flight_per_principal: 16,
         }
     }
 }

@@ -184,6 +184,7 @@ impl Config {
         }
 
         self.validate_operations(&mut problem);
+        self.validate_shares(&mut problem);
 
         if self.log.level.trim().is_empty() {
             problem("log.level", "must not be empty".to_owned());

@@ -6,7 +6,15 @@
 //! longer); from then on, a retry bound to that principal whose token was minted before
 //! the record is refused (`state_verified_total{result="revoked"}`), and so is a sealed
 //! handle of that principal issued before it (`handles_total{result="revoked"}`).
-//! The store holds digests, never principals.
+//! The store holds digests, never principals. A record is scoped by audience
+//! (`state.audience`): two services sharing a store and its prefix never revoke each
+//! other's callers.
+//!
+//! Compatibility: versions before the audience scoping recorded a digest of the
+//! principal alone. Such a record is still honoured when read (it lives no longer than
+//! the longest token, so it leaves the store on its own), so a revocation made just
+//! before an upgrade keeps refusing on the upgraded replicas; nothing writes one any
+//! more.
 
 use crate::store::{Store, StoreError};
 use crate::token::FUTURE_SKEW_SECONDS;
@@ -19,14 +27,18 @@ pub struct Revocations {
     store: Arc<Store>,
     /// How long a record must outlive the tokens it refuses.
     keep: Duration,
+    /// The audience every record is scoped by.
+    audience: Option<String>,
 }
 
 impl Revocations {
-    /// `ttl_seconds`: the longest a token lives ([`crate::config::Config::longest_token_seconds`]).
-    pub fn new(store: Arc<Store>, ttl_seconds: u64) -> Self {
+    /// `ttl_seconds`: the longest a token lives
+    /// ([`crate::config::Config::longest_token_seconds`]); `audience`: `state.audience`.
+    pub fn new(store: Arc<Store>, ttl_seconds: u64, audience: Option<String>) -> Self {
         Self {
             store,
             keep: Duration::from_secs_f64(ttl_seconds as f64 + 2.0 * FUTURE_SKEW_SECONDS),
+            audience,
         }
     }
 
@@ -34,26 +46,84 @@ impl Revocations {
     pub async fn revoke(&self, principal: &str) -> Result<f64, StoreError> {
         let now = crate::token::now();
         self.store
-            .revoke(&digest(principal), now, self.keep)
+            .revoke(&self.digest(principal), now, self.keep)
             .await?;
         Ok(now)
     }
 
     /// Whether a token of `principal` minted at `issued_at` was revoked since.
     pub async fn revoked(&self, principal: &str, issued_at: f64) -> Result<bool, StoreError> {
-        Ok(self
-            .store
-            .revoked_since(&digest(principal))
-            .await?
-            .is_some_and(|not_before| issued_at < not_before))
+        let since = |not_before: Option<f64>| not_before.is_some_and(|at| issued_at < at);
+        if since(self.store.revoked_since(&self.digest(principal)).await?) {
+            return Ok(true);
+        }
+        Ok(since(
+            self.store.revoked_since(&legacy_digest(principal)).await?,
+        ))
+    }
+
+    /// The name a principal's revocation is recorded under: length-prefixed parts, an
+    /// absent audience distinct from an empty one.
+    fn digest(&self, principal: &str) -> String {
+        let mut hash = Sha256::new().chain_update(b"mcp-state-guard/revoked/v2:");
+        match &self.audience {
+            Some(audience) => {
+                hash.update([1]);
+                hash.update((audience.len() as u64).to_be_bytes());
+                hash.update(audience.as_bytes());
+            }
+            None => hash.update([0]),
+        }
+        hash.update(principal.as_bytes());
+        hex::encode(&hash.finalize()[..16])
     }
 }
 
-/// The name a principal's revocation is recorded under.
-fn digest(principal: &str) -> String {
+/// What versions without the audience scoping recorded (read, never written).
+fn legacy_digest(principal: &str) -> String {
     let digest = Sha256::new()
         .chain_update(b"mcp-state-guard/revoked/v1:")
         .chain_update(principal.as_bytes())
         .finalize();
     hex::encode(&digest[..16])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+
+    /// Finding 6 of the second review: two services sharing a store and its prefix
+    /// revoked each other's callers. A record now names its audience.
+    #[tokio::test]
+    async fn a_revocation_holds_only_for_its_own_audience() {
+        let store = Arc::new(Store::Memory(MemoryStore::new(10)));
+        let billing = Revocations::new(store.clone(), 600, Some("billing".into()));
+        let search = Revocations::new(store.clone(), 600, Some("search".into()));
+        let unscoped = Revocations::new(store.clone(), 600, None);
+        let before = crate::token::now() - 1.0;
+        billing.revoke("alice").await.unwrap();
+        assert!(billing.revoked("alice", before).await.unwrap());
+        assert!(!billing.revoked("bob", before).await.unwrap());
+        assert!(!search.revoked("alice", before).await.unwrap());
+        assert!(!unscoped.revoked("alice", before).await.unwrap());
+        // Minted after the revocation: accepted.
+        let after = crate::token::now() + 1.0;
+        assert!(!billing.revoked("alice", after).await.unwrap());
+    }
+
+    /// A record written by a version before the scoping still refuses (until it
+    /// expires), so an upgrade never reopens a revoked caller's flows.
+    #[tokio::test]
+    async fn a_record_of_the_previous_version_is_still_honoured() {
+        let store = Arc::new(Store::Memory(MemoryStore::new(10)));
+        let now = crate::token::now();
+        store
+            .revoke(&legacy_digest("alice"), now, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let scoped = Revocations::new(store, 600, Some("billing".into()));
+        assert!(scoped.revoked("alice", now - 1.0).await.unwrap());
+        assert!(!scoped.revoked("alice", now + 1.0).await.unwrap());
+    }
 }

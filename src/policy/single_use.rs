@@ -5,12 +5,15 @@
 //! fresh when the token says so (`su`, sealed at mint time) **or** the current policy
 //! says so, so a policy rollout never opens a window in either direction. A replay gets
 //! the frozen error; a store that cannot answer refuses (or, with
-//! `on_store_error = "allow"`, lets through, counted and logged). A consumption is
-//! released only when the upstream provably never received the request.
+//! `on_store_error = "allow"`, lets through, counted and logged); a store that is full,
+//! or a caller holding its whole share of it, is refused whatever the failure policy
+//! (letting a full store's retries through would let whoever fills it replay at will),
+//! and the state is not spent. A consumption is released only when the upstream
+//! provably never received the request.
 
 use crate::config::{OnStoreError, SingleUseConfig};
 use crate::metrics::{Consumption, Metrics};
-use crate::store::{Consumed, Store, StoreError};
+use crate::store::{Consumed, Owner, Store, StoreError};
 use crate::token::{FUTURE_SKEW_SECONDS, Opened, Reject};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -72,6 +75,17 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     rest.len() >= last.len() && rest.ends_with(last)
 }
 
+/// Why a verified retry's consumption was not recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotConsumed {
+    /// The frozen state error with this reason (a replay, a store that cannot answer).
+    Refused(Reject),
+    /// The caller holds its share of consumed ids (`max_entries_per_principal`).
+    Share,
+    /// The store is full (`memory_max_entries`, or Redis out of memory).
+    Full,
+}
+
 /// A recorded consumption, released if the upstream never saw the request.
 pub struct Claim {
     id: String,
@@ -130,14 +144,16 @@ impl SingleUse {
         self.on_store_error == OnStoreError::Reject && self.store.ping().await.is_err()
     }
 
-    /// Consume `opened` if it is single-use. `Ok(None)`: nothing to consume (or the
-    /// store failed under `allow`); `Err`: refuse the retry with this reason.
+    /// Consume `opened` if it is single-use, held by `owner`. `Ok(None)`: nothing to
+    /// consume (or the store could not be reached under `allow`); `Err`: refuse the
+    /// retry.
     pub async fn consume(
         &self,
         opened: &Opened,
         method: &str,
         target: &str,
-    ) -> Result<Option<Claim>, Reject> {
+        owner: &Owner,
+    ) -> Result<Option<Claim>, NotConsumed> {
         if !opened.single_use && !self.policy.load().applies(method, target) {
             return Ok(None);
         }
@@ -147,7 +163,7 @@ impl SingleUse {
         let remaining = opened.expires_at - crate::token::now() + FUTURE_SKEW_SECONDS;
         let ttl = Duration::from_secs_f64(remaining.clamp(1.0, 86_400.0 * 2.0));
         let started = Instant::now();
-        let result = self.store.consume(&id, ttl).await;
+        let result = self.store.consume(&id, ttl, owner).await;
         self.metrics
             .observe_store(self.store.kind(), started.elapsed().as_secs_f64());
         let kind = self.store.kind();
@@ -158,17 +174,29 @@ impl SingleUse {
             }
             Ok(Consumed::Replayed) => {
                 self.metrics.consumption(kind, Consumption::Replayed);
-                Err(Reject::Replayed)
+                Err(NotConsumed::Refused(Reject::Replayed))
+            }
+            Err(StoreError::OwnerFull | StoreError::OwnerBytesFull) => {
+                self.metrics.consumption(kind, Consumption::Quota);
+                tracing::warn!(
+                    store = kind.as_str(),
+                    "single-use retry refused: the caller holds single_use.max_entries_per_principal consumed states"
+                );
+                Err(NotConsumed::Share)
+            }
+            Err(StoreError::Full) => {
+                // Never let through, whatever `on_store_error` says: that policy is for a
+                // store that cannot be reached, and a full one is filled by callers.
+                self.metrics.consumption(kind, Consumption::Full);
+                self.log_failure(StoreError::Full);
+                Err(NotConsumed::Full)
             }
             Err(error) => {
-                let label = match error {
-                    StoreError::Full => Consumption::Full,
-                    _ => Consumption::StoreUnavailable,
-                };
-                self.metrics.consumption(kind, label);
+                self.metrics
+                    .consumption(kind, Consumption::StoreUnavailable);
                 self.log_failure(error);
                 match self.on_store_error {
-                    OnStoreError::Reject => Err(Reject::StoreUnavailable),
+                    OnStoreError::Reject => Err(NotConsumed::Refused(Reject::StoreUnavailable)),
                     OnStoreError::Allow => {
                         tracing::warn!(
                             store = kind.as_str(),
@@ -214,10 +242,16 @@ impl SingleUse {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::error!(
-                "single-use memory store full (single_use.memory_max_entries): refusing new \
-                 single-use retries until ids expire; raise the bound or use redis"
-            );
+            match self.store.kind() {
+                crate::store::StoreKind::Memory => tracing::error!(
+                    "single-use memory store full (single_use.memory_max_entries): refusing new \
+                     single-use retries until ids expire; raise the bound or use redis"
+                ),
+                crate::store::StoreKind::Redis => tracing::error!(
+                    "single-use Redis store out of memory (maxmemory, noeviction): refusing new \
+                     single-use retries until keys expire; raise maxmemory"
+                ),
+            }
         }
     }
 }

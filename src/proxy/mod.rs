@@ -37,6 +37,7 @@ use crate::policy::capabilities;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{Claim, SingleUse};
+use crate::store::Owner;
 use crate::telemetry::audit::Record;
 use crate::token::{RequestBinding, StateSealer};
 use crate::tools::{Handles, Idempotency, Inbound, ToolFeatures};
@@ -289,13 +290,15 @@ impl Proxy {
             .uri
             .path_and_query()
             .map_or("/", http::uri::PathAndQuery::as_str);
+        // Whose share of the shared stores this request spends.
+        let owner = Owner::of(principal.as_deref(), peer.map(|p| p.0.ip()));
         let (binding, claim, flow, tools) = match admitted.call_mut() {
             Some((method, mut params)) => {
                 record.set_call(method, id.as_ref(), params.as_deref());
                 let opened = match params {
                     Some(ref mut params) => self
                         .opener
-                        .open(method, path, params, principal.as_deref())
+                        .open(method, path, params, principal.as_deref(), &owner)
                         .await
                         .map_err(|error| Failure {
                             id: id.clone(),
@@ -332,6 +335,7 @@ impl Proxy {
                         params,
                         &mut parts.headers,
                         principal.as_deref(),
+                        &owner,
                     )
                     .await
                 {

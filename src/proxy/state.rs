@@ -8,13 +8,14 @@
 //! failure the caller gets the one frozen error, the reason goes to the log and to
 //! `state_verified_total`, and nothing is forwarded.
 
-use crate::error::ProxyError;
+use crate::error::{ProxyError, Resource, Share};
 use crate::jsonrpc::ParseError;
 use crate::metrics::{Metrics, MrtrRefusal, VerifyResult};
 use crate::policy::answers;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
-use crate::policy::single_use::{Claim, SingleUse};
+use crate::policy::single_use::{Claim, NotConsumed, SingleUse};
+use crate::store::Owner;
 use crate::telemetry::Clipped;
 use crate::token::{Flow, Reject, RequestBinding, StateSealer};
 use serde_json::{Map, Value};
@@ -41,14 +42,15 @@ pub struct Opened {
 }
 
 impl StateOpener {
-    /// Verify, consume when single-use, and unwrap `params.requestState` in place.
-    /// `None`: the request carried no state.
+    /// Verify, consume when single-use (held by `owner`), and unwrap
+    /// `params.requestState` in place. `None`: the request carried no state.
     pub async fn open(
         &self,
         method: &str,
         path: &str,
         params: &mut Map<String, Value>,
         principal: Option<&str>,
+        owner: &Owner,
     ) -> Result<Option<Opened>, ProxyError> {
         let token = match params.get("requestState") {
             // No verified round asked anything: every answer is unasked. (Rounds without
@@ -130,11 +132,26 @@ impl StateOpener {
         // Last, after every other check passed and right before forwarding: a request
         // refused for another reason must not spend the state. A replay is found here, on
         // any replica sharing the store.
-        let claim = self
+        let claim = match self
             .single_use
-            .consume(&opened, &binding.method, &binding.target)
+            .consume(&opened, &binding.method, &binding.target, owner)
             .await
-            .map_err(|reason| self.refuse(method, reason, "single-use state"))?;
+        {
+            Ok(claim) => claim,
+            Err(NotConsumed::Refused(reason)) => {
+                return Err(self.refuse(method, reason, "single-use state"));
+            }
+            // The token was good and stays unspent: the client may retry it later.
+            Err(NotConsumed::Share) => {
+                self.metrics.verified(VerifyResult::Ok);
+                self.metrics.quota_refused(Share::SingleUseEntries);
+                return Err(ProxyError::Quota(Share::SingleUseEntries));
+            }
+            Err(NotConsumed::Full) => {
+                self.metrics.verified(VerifyResult::Ok);
+                return Err(ProxyError::StoreFull(Resource::SingleUse));
+            }
+        };
         self.metrics.verified(VerifyResult::Ok);
         if opened.no_upstream_state {
             // The upstream sent no state this round; it gets none back.

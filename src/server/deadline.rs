@@ -49,6 +49,8 @@ struct State {
     /// Decided from the first bytes: `None` until enough arrived.
     http2: Option<bool>,
     prefix: Vec<u8>,
+    /// Asked to close while idle ([`Clock::reclaim`]): its idle deadline has passed.
+    reclaimed: bool,
 }
 
 /// The deadlines of one connection, shared by its reader, its service and its task.
@@ -69,6 +71,7 @@ impl Clock {
                 in_flight: 0,
                 http2: None,
                 prefix: Vec::new(),
+                reclaimed: false,
             }),
             changed: Notify::new(),
             header_read,
@@ -81,6 +84,10 @@ impl Clock {
         let before = state.phase;
         change(&mut state);
         if state.phase != before {
+            // A reclaim is for the idle spell it found, not for the next one.
+            if !matches!(state.phase, Phase::Idle(_)) {
+                state.reclaimed = false;
+            }
             drop(state);
             self.changed.notify_waiters();
         }
@@ -138,11 +145,38 @@ impl Clock {
     }
 
     fn deadline(&self) -> Option<(Instant, Expired)> {
-        match self.state.lock().expect("not poisoned").phase {
+        let state = self.state.lock().expect("not poisoned");
+        match state.phase {
             Phase::Head(since) => Some((since + self.header_read, Expired::Head)),
+            // Reclaimed: due since it went idle, so it closes now.
+            Phase::Idle(since) if state.reclaimed => Some((since, Expired::Idle)),
             Phase::Idle(since) => Some((since + self.idle, Expired::Idle)),
             Phase::Busy => None,
         }
+    }
+
+    /// Since when the connection has been idle (no request in progress, nothing read
+    /// since the last one ended), if it is and was not reclaimed already.
+    pub fn idle_since(&self) -> Option<Instant> {
+        let state = self.state.lock().expect("not poisoned");
+        match state.phase {
+            Phase::Idle(since) if !state.reclaimed => Some(since),
+            _ => None,
+        }
+    }
+
+    /// Close the connection now if it is idle (the listener needs its slot): its idle
+    /// deadline is moved to the moment it went idle. Returns whether it was idle. A
+    /// request that starts meanwhile cancels it (the phase changes).
+    pub fn reclaim(&self) -> bool {
+        let mut state = self.state.lock().expect("not poisoned");
+        if !matches!(state.phase, Phase::Idle(_)) || state.reclaimed {
+            return false;
+        }
+        state.reclaimed = true;
+        drop(state);
+        self.changed.notify_waiters();
+        true
     }
 
     /// Resolves when the deadline in force passes without the phase changing.
@@ -300,6 +334,33 @@ mod tests {
         let idle_since = Instant::now();
         assert_eq!(clock.expired().await, Expired::Idle);
         about(idle_since.elapsed(), IDLE);
+    }
+
+    /// Finding 9 of the second review: idle keep-alive connections held every slot for
+    /// `client_idle_ms`. A reclaimed idle connection closes at once; a busy one, or one
+    /// that started a request meanwhile, is not reclaimed.
+    #[tokio::test]
+    async fn an_idle_connection_is_reclaimed_at_once_and_a_busy_one_never() {
+        let clock = Clock::new(HEAD, Duration::from_secs(3600));
+        clock.read(b"GET / HTTP/1.1\r\n\r\n");
+        let request = clock.request();
+        assert_eq!(clock.idle_since(), None);
+        assert!(!clock.reclaim(), "a request is in progress");
+        drop(request);
+        assert!(clock.idle_since().is_some());
+        let started = Instant::now();
+        assert!(clock.reclaim());
+        assert!(!clock.reclaim(), "once");
+        assert_eq!(clock.idle_since(), None, "not offered twice");
+        assert_eq!(clock.expired().await, Expired::Idle);
+        assert!(started.elapsed() < Duration::from_millis(300));
+        // Bytes of a new request after the reclaim: the reclaim is void.
+        let clock = Clock::new(HEAD, Duration::from_secs(3600));
+        clock.read(b"GET / HTTP/1.1\r\n\r\n");
+        drop(clock.request());
+        assert!(clock.reclaim());
+        clock.read(b"GET");
+        assert_eq!(clock.expired().await, Expired::Head);
     }
 
     #[tokio::test]

@@ -5,9 +5,12 @@
 //! ends. moka would evict entries to stay under a capacity, so the store keeps no moka
 //! capacity at all and counts itself: at `max_entries` live ids it refuses new
 //! consumptions ([`StoreError::Full`]) instead of evicting one whose token could then be
-//! replayed; records are charged their bytes ([`RecordBounds::max_bytes`], a reservation
-//! its largest answer ahead) and counted per owner ([`RecordBounds::per_owner`]), and a
-//! reservation past either bound is refused ([`StoreError::Full`],
+//! replayed, and one owner (a [`crate::store::Owner`]) holds at most its share of them
+//! ([`Bounds::entries_per_owner`], past it [`StoreError::OwnerFull`]), so no caller can
+//! fill the store for every other; records are charged their bytes
+//! ([`RecordBounds::max_bytes`], a reservation its largest answer ahead) and counted and
+//! charged per owner ([`RecordBounds::per_owner`], [`RecordBounds::per_owner_bytes`]),
+//! and a reservation past any bound is refused ([`StoreError::Full`],
 //! [`StoreError::OwnerFull`]) instead of evicting a record whose write could then be
 //! applied twice. A charge is taken before an entry is written and given back when moka
 //! removes or replaces it.
@@ -45,6 +48,19 @@ impl Deadline for (f64, Instant) {
     }
 }
 
+/// A consumed id: until when it is remembered, and whose share it counts against.
+#[derive(Clone)]
+struct Spent {
+    deadline: Instant,
+    owner: Arc<str>,
+}
+
+impl Deadline for Spent {
+    fn deadline(&self) -> Instant {
+        self.deadline
+    }
+}
+
 impl Deadline for Record {
     fn deadline(&self) -> Instant {
         self.deadline
@@ -72,8 +88,43 @@ impl<V: Deadline> Expiry<Arc<str>, V> for AtDeadline {
     }
 }
 
+/// The bounds of the embedded store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Consumed ids held at once (`single_use.memory_max_entries`).
+    pub max_entries: usize,
+    /// Consumed ids one owner may hold (`single_use.max_entries_per_principal`).
+    pub entries_per_owner: usize,
+    pub records: RecordBounds,
+}
+
+/// How full the embedded store is (for the metrics and `/readyz`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub entries: usize,
+    pub max_entries: usize,
+    pub record_bytes: u64,
+    pub max_record_bytes: u64,
+}
+
+impl Usage {
+    /// Whether a bound is reached: new single-use retries or idempotent calls of callers
+    /// within their share are refused until something expires.
+    pub fn full(&self) -> Vec<&'static str> {
+        let mut full = Vec::new();
+        if self.entries >= self.max_entries {
+            full.push("single_use entries");
+        }
+        // Full for any write: less than a small record's worth is left.
+        if self.record_bytes + RECORD_OVERHEAD_BYTES >= self.max_record_bytes {
+            full.push("idempotency bytes");
+        }
+        full
+    }
+}
+
 pub struct MemoryStore {
-    ids: Cache<Arc<str>, Instant>,
+    ids: Cache<Arc<str>, Spent>,
     /// Principal digest → (not before, Unix seconds; kept until the deadline).
     revocations: Cache<Arc<str>, (f64, Instant)>,
     /// Idempotency records: key → value, deadline, owner and charge. Bounded by
@@ -84,7 +135,10 @@ pub struct MemoryStore {
     charges: Arc<Charges>,
     /// Live ids (inserted and not yet removed by expiry or release).
     live: Arc<AtomicUsize>,
+    /// Live ids per owner (an owner leaves the map with its last id).
+    id_owners: Arc<Mutex<HashMap<Arc<str>, usize>>>,
     max_entries: usize,
+    entries_per_owner: usize,
 }
 
 impl MemoryStore {
@@ -92,9 +146,23 @@ impl MemoryStore {
         Self::with_record_bounds(max_entries, RecordBounds::default())
     }
 
-    /// A store of at most `max_entries` consumed ids and idempotency records within
-    /// `bounds`.
+    /// A store of at most `max_entries` consumed ids (no share per owner) and
+    /// idempotency records within `bounds`.
     pub fn with_record_bounds(max_entries: usize, bounds: RecordBounds) -> Self {
+        Self::with_bounds(Bounds {
+            max_entries,
+            entries_per_owner: max_entries,
+            records: bounds,
+        })
+    }
+
+    /// A store within `bounds`.
+    pub fn with_bounds(bounds: Bounds) -> Self {
+        let Bounds {
+            max_entries,
+            entries_per_owner,
+            records: bounds,
+        } = bounds;
         let charges = Arc::new(Charges {
             bounds,
             bytes: AtomicI64::new(0),
@@ -112,13 +180,16 @@ impl MemoryStore {
             .build();
         let live = Arc::new(AtomicUsize::new(0));
         let removed = live.clone();
+        let id_owners: Arc<Mutex<HashMap<Arc<str>, usize>>> = Arc::default();
+        let owners = id_owners.clone();
         let ids = Cache::builder()
             .expire_after(AtDeadline)
-            .eviction_listener(move |_key, _deadline, cause: RemovalCause| {
+            .eviction_listener(move |_key, spent: Spent, cause: RemovalCause| {
                 // Every removal of an inserted id: expiry, release, or (never, without a
                 // capacity) size eviction. Replacement never happens: ids are only inserted.
                 if cause != RemovalCause::Replaced {
                     removed.fetch_sub(1, Ordering::AcqRel);
+                    give_id(&owners, &spent.owner);
                 }
             })
             .build();
@@ -128,7 +199,9 @@ impl MemoryStore {
             records,
             charges,
             live,
+            id_owners,
             max_entries,
+            entries_per_owner,
         }
     }
 
@@ -149,29 +222,69 @@ impl MemoryStore {
             .map(|(not_before, _)| not_before)
     }
 
-    pub fn consume(&self, id: &str, ttl: Duration) -> Result<Consumed, StoreError> {
+    /// Record `id` for `ttl`, counted against `owner`'s share.
+    pub fn consume(&self, id: &str, ttl: Duration, owner: &str) -> Result<Consumed, StoreError> {
         if self.ids.contains_key(id) {
             return Ok(Consumed::Replayed);
         }
-        if self.live.load(Ordering::Acquire) >= self.max_entries {
-            // Expired ids leave the count only when moka runs its maintenance.
+        if self.live.load(Ordering::Acquire) >= self.max_entries
+            || self.owner_entries(owner) >= self.entries_per_owner
+        {
+            // Expired ids leave the counts only when moka runs its maintenance.
             self.ids.run_pending_tasks();
             if self.live.load(Ordering::Acquire) >= self.max_entries {
                 return Err(StoreError::Full);
             }
         }
+        // The owner's share is taken before the id is written, and given back if the id
+        // turns out to be there already (a concurrent consumption won). Its name is
+        // kept once, shared by its ids.
+        let owner: Arc<str> = {
+            let mut owners = self.id_owners.lock().expect("not poisoned");
+            let owner = match owners.get_key_value(owner) {
+                Some((_, held)) if *held >= self.entries_per_owner => {
+                    return Err(StoreError::OwnerFull);
+                }
+                Some((name, _)) => name.clone(),
+                None => Arc::from(owner),
+            };
+            *owners.entry(owner.clone()).or_insert(0) += 1;
+            owner
+        };
         // `or_insert_with`, not `or_insert`: only the former coalesces concurrent inserts
         // of one key into a single fresh entry (with `or_insert`, two of sixteen racing
         // threads were seen to both get a fresh entry, 27 runs in 200).
-        let entry = self
-            .ids
-            .entry(Arc::from(id))
-            .or_insert_with(|| Instant::now() + ttl);
+        let entry = self.ids.entry(Arc::from(id)).or_insert_with(|| Spent {
+            deadline: Instant::now() + ttl,
+            owner: owner.clone(),
+        });
         if entry.is_fresh() {
             self.live.fetch_add(1, Ordering::AcqRel);
             Ok(Consumed::Fresh)
         } else {
+            give_id(&self.id_owners, &owner);
             Ok(Consumed::Replayed)
+        }
+    }
+
+    /// Consumed ids `owner` holds now.
+    pub fn owner_entries(&self, owner: &str) -> usize {
+        let owners = self.id_owners.lock().expect("not poisoned");
+        owners.get(owner).copied().unwrap_or(0)
+    }
+
+    /// Bytes `owner`'s idempotency records are charged now.
+    pub fn owner_record_bytes(&self, owner: &str) -> u64 {
+        self.charges.owner_bytes(owner)
+    }
+
+    /// How full the store is now.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            entries: self.len(),
+            max_entries: self.max_entries,
+            record_bytes: self.record_bytes(),
+            max_record_bytes: self.charges.bounds.max_bytes,
         }
     }
 
@@ -306,6 +419,17 @@ impl MemoryStore {
     }
 }
 
+/// Give back one id of `owner`'s share.
+fn give_id(owners: &Mutex<HashMap<Arc<str>, usize>>, owner: &Arc<str>) {
+    let mut owners = owners.lock().expect("not poisoned");
+    if let Some(held) = owners.get_mut(owner) {
+        *held = held.saturating_sub(1);
+        if *held == 0 {
+            owners.remove(owner);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,42 +447,144 @@ mod tests {
     fn an_id_is_consumed_once_until_it_expires() {
         let store = MemoryStore::new(10);
         let minute = Duration::from_secs(60);
-        assert_eq!(store.consume("a", minute), Ok(Consumed::Fresh));
-        assert_eq!(store.consume("a", minute), Ok(Consumed::Replayed));
-        assert_eq!(store.consume("b", minute), Ok(Consumed::Fresh));
+        assert_eq!(store.consume("a", minute, "o"), Ok(Consumed::Fresh));
+        assert_eq!(store.consume("a", minute, "o"), Ok(Consumed::Replayed));
+        assert_eq!(store.consume("b", minute, "o"), Ok(Consumed::Fresh));
         store.release("a");
-        assert_eq!(store.consume("a", minute), Ok(Consumed::Fresh));
+        assert_eq!(store.consume("a", minute, "o"), Ok(Consumed::Fresh));
         assert_eq!(
-            store.consume("c", Duration::from_millis(30)),
+            store.consume("c", Duration::from_millis(30), "o"),
             Ok(Consumed::Fresh)
         );
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(store.consume("c", minute), Ok(Consumed::Fresh), "expired");
+        assert_eq!(
+            store.consume("c", minute, "o"),
+            Ok(Consumed::Fresh),
+            "expired"
+        );
     }
 
     #[test]
     fn a_full_store_refuses_instead_of_forgetting() {
         let store = MemoryStore::new(2);
         let minute = Duration::from_secs(60);
-        store.consume("a", minute).unwrap();
-        store.consume("b", Duration::from_millis(30)).unwrap();
-        assert_eq!(store.consume("c", minute), Err(StoreError::Full));
+        store.consume("a", minute, "o").unwrap();
+        store.consume("b", Duration::from_millis(30), "o").unwrap();
+        assert_eq!(store.consume("c", minute, "o"), Err(StoreError::Full));
         // What it holds is still refused, not evicted.
-        assert_eq!(store.consume("a", minute), Ok(Consumed::Replayed));
+        assert_eq!(store.consume("a", minute, "o"), Ok(Consumed::Replayed));
         // moka removes expired entries on its timer wheel (about a second's granularity):
         // until then the store stays full, erring on the side of refusing.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while store.consume("c", minute) == Err(StoreError::Full) {
+        while store.consume("c", minute, "o") == Err(StoreError::Full) {
             assert!(Instant::now() < deadline, "b never left the store");
             std::thread::sleep(Duration::from_millis(50));
         }
         assert_eq!(
-            store.consume("c", minute),
+            store.consume("c", minute, "o"),
             Ok(Consumed::Replayed),
             "c was recorded"
         );
         assert_eq!(store.len(), 2);
-        assert_eq!(store.consume("d", minute), Err(StoreError::Full));
+        assert_eq!(store.consume("d", minute, "o"), Err(StoreError::Full));
+    }
+
+    /// Finding 4 of the second review: one caller filled the store for everyone. Each
+    /// owner now holds at most its share; past it only that owner is refused, and what
+    /// it holds is neither evicted nor forgotten.
+    #[test]
+    fn one_owner_cannot_fill_the_consumed_ids_of_every_other() {
+        let store = MemoryStore::with_bounds(Bounds {
+            max_entries: 4,
+            entries_per_owner: 2,
+            records: RecordBounds::default(),
+        });
+        let minute = Duration::from_secs(60);
+        assert_eq!(store.consume("a1", minute, "mallory"), Ok(Consumed::Fresh));
+        assert_eq!(store.consume("a2", minute, "mallory"), Ok(Consumed::Fresh));
+        assert_eq!(
+            store.consume("a3", minute, "mallory"),
+            Err(StoreError::OwnerFull)
+        );
+        assert_eq!(store.owner_entries("mallory"), 2);
+        // A replay of her own is still a replay, not a quota refusal.
+        assert_eq!(
+            store.consume("a1", minute, "mallory"),
+            Ok(Consumed::Replayed)
+        );
+        assert_eq!(store.consume("b1", minute, "alice"), Ok(Consumed::Fresh));
+        assert_eq!(store.consume("c1", minute, "bob"), Ok(Consumed::Fresh));
+        // Four owners' worth: the store itself is full now, for a newcomer too.
+        assert_eq!(store.consume("d1", minute, "carol"), Err(StoreError::Full));
+        // A release gives the share back.
+        store.release("a2");
+        store.ids.run_pending_tasks();
+        assert_eq!(store.owner_entries("mallory"), 1);
+        assert_eq!(store.consume("a3", minute, "mallory"), Ok(Consumed::Fresh));
+        assert_eq!(store.usage().entries, 4);
+        assert_eq!(store.usage().full(), ["single_use entries"]);
+    }
+
+    #[test]
+    fn an_expired_id_gives_its_owner_share_back() {
+        let store = MemoryStore::with_bounds(Bounds {
+            max_entries: 10,
+            entries_per_owner: 1,
+            records: RecordBounds::default(),
+        });
+        store
+            .consume("a", Duration::from_millis(30), "mallory")
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while store.consume("b", Duration::from_secs(60), "mallory") == Err(StoreError::OwnerFull) {
+            assert!(Instant::now() < deadline, "the expired id still counts");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(store.owner_entries("mallory"), 1);
+    }
+
+    /// Finding 5: about 300 large recorded answers of one caller made every other
+    /// caller's idempotent writes answer 503. Each owner is charged its bytes against
+    /// its own share as well as the store's budget.
+    #[test]
+    fn one_owner_cannot_spend_the_record_budget_of_every_other() {
+        let minute = Duration::from_secs(60);
+        let weight = record_weight("k1", "p") + 1000;
+        let store = MemoryStore::with_record_bounds(
+            10,
+            RecordBounds {
+                max_bytes: 4 * weight + record_weight("k1", "done"),
+                per_owner: 100,
+                per_owner_bytes: 2 * weight + record_weight("k1", "done"),
+            },
+        );
+        for key in ["k1", "k2"] {
+            assert_eq!(
+                store.reserve_record(key, "p", minute, "mallory", 1000),
+                Ok(None)
+            );
+        }
+        assert_eq!(
+            store.reserve_record("k3", "p", minute, "mallory", 1000),
+            Err(StoreError::OwnerBytesFull)
+        );
+        assert_eq!(store.owner_record_bytes("mallory"), 2 * weight);
+        for (key, owner) in [("k4", "alice"), ("k5", "bob")] {
+            assert_eq!(
+                store.reserve_record(key, "p", minute, owner, 1000),
+                Ok(None)
+            );
+        }
+        // Finishing a record gives the reservation's headroom back to its owner.
+        assert!(store.swap_record("k1", "p", Some("done"), minute));
+        assert_eq!(
+            store.owner_record_bytes("mallory"),
+            weight + record_weight("k1", "done")
+        );
+        assert_eq!(
+            store.reserve_record("k3", "p", minute, "mallory", 1000),
+            Ok(None)
+        );
     }
 
     #[test]
@@ -374,7 +600,7 @@ mod tests {
         assert_eq!(store.revoked_since("p"), None, "expired");
         // Revocations do not count against the consumption bound.
         assert_eq!(
-            store.consume("a", Duration::from_secs(60)),
+            store.consume("a", Duration::from_secs(60), "o"),
             Ok(Consumed::Fresh)
         );
     }
@@ -441,6 +667,7 @@ mod tests {
             RecordBounds {
                 max_bytes: 3 * (record_weight("k1", "p") + 1000) + record_weight("k1", "done"),
                 per_owner: 2,
+                per_owner_bytes: u64::MAX,
             },
         );
         let weight = record_weight("k1", "p") + 1000;
@@ -510,6 +737,7 @@ mod tests {
             RecordBounds {
                 max_bytes: 1 << 20,
                 per_owner: 1,
+                per_owner_bytes: u64::MAX,
             },
         );
         let (short, minute) = (Duration::from_millis(30), Duration::from_secs(60));
@@ -547,7 +775,7 @@ mod tests {
                 .map(|_| {
                     let store = store.clone();
                     scope.spawn(move || {
-                        store.consume("race", Duration::from_secs(60)) == Ok(Consumed::Fresh)
+                        store.consume("race", Duration::from_secs(60), "o") == Ok(Consumed::Fresh)
                     })
                 })
                 .collect();

@@ -6,11 +6,17 @@
 //! remember it: exactly one of any number of concurrent consumptions of one id, on any
 //! replica sharing the store, is [`Consumed::Fresh`]; likewise exactly one
 //! [`Store::reserve_record`] of one key wins. A store that cannot answer says so
-//! ([`StoreError`]); it never guesses "fresh".
+//! ([`StoreError`]); it never guesses "fresh". A full store ([`StoreError::Full`]: the
+//! memory store at a bound, Redis out of memory) is told apart from one that cannot be
+//! reached, so no failure policy ever lets a request through because a store is full;
+//! what one caller may hold is charged to its [`Owner`].
 
 pub mod memory;
 pub mod redis;
 
+use sha2::{Digest, Sha256};
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What recording a consumption found.
@@ -30,12 +36,54 @@ pub enum StoreError {
     #[error("store did not answer in time")]
     Timeout,
     /// The memory store holds `memory_max_entries` live ids (or its idempotency
-    /// records their byte budget) and will not forget one.
+    /// records their byte budget) and will not forget one; or Redis refused a write
+    /// for want of memory (`OOM`, under `maxmemory-policy noeviction`).
     #[error("store full")]
     Full,
-    /// The caller holds as many idempotency records as one caller may.
-    #[error("caller's record quota reached")]
+    /// The caller holds its share of the store's entries (consumed ids, or records).
+    #[error("caller's share of the store used up")]
     OwnerFull,
+    /// The caller's records are charged their share of the store's bytes.
+    #[error("caller's share of the store's bytes used up")]
+    OwnerBytesFull,
+}
+
+/// Who a share of the store is charged to: the caller's principal when one is bound,
+/// else its network address (an IPv6 client by its /64, what one host is routinely
+/// given), as a digest, so the store holds neither.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner(Arc<str>);
+
+impl Owner {
+    pub fn of(principal: Option<&str>, peer: Option<IpAddr>) -> Self {
+        let mut hash = Sha256::new().chain_update(b"mcp-state-guard/owner/v1:");
+        match (principal, peer) {
+            (Some(principal), _) => {
+                hash.update(b"p:");
+                hash.update(principal.as_bytes());
+            }
+            (None, Some(IpAddr::V4(v4))) => {
+                hash.update(b"4:");
+                hash.update(v4.octets());
+            }
+            (None, Some(IpAddr::V6(v6))) => match v6.to_ipv4_mapped() {
+                Some(v4) => {
+                    hash.update(b"4:");
+                    hash.update(v4.octets());
+                }
+                None => {
+                    hash.update(b"6:");
+                    hash.update(&v6.octets()[..8]);
+                }
+            },
+            (None, None) => hash.update(b"-"),
+        }
+        Owner(Arc::from(hex::encode(&hash.finalize()[..16])))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// Which store, for metric labels.
@@ -64,16 +112,20 @@ impl Store {
     /// The store `single_use.store` names (validated configuration).
     pub fn from_config(config: &crate::config::Config) -> Result<Self, &'static str> {
         let idempotency = &config.idempotency;
+        let entries_per_owner = config.single_use.entries_share();
+        let bytes_per_owner = config.idempotency_bytes_share();
         let config = &config.single_use;
         Ok(match config.store {
             crate::config::SingleUseStore::Memory => {
-                Store::Memory(memory::MemoryStore::with_record_bounds(
-                    config.memory_max_entries,
-                    memory::RecordBounds {
+                Store::Memory(memory::MemoryStore::with_bounds(memory::Bounds {
+                    max_entries: config.memory_max_entries,
+                    entries_per_owner,
+                    records: memory::RecordBounds {
                         max_bytes: idempotency.memory_max_bytes,
                         per_owner: idempotency.max_records_per_principal,
+                        per_owner_bytes: bytes_per_owner,
                     },
-                ))
+                }))
             }
             crate::config::SingleUseStore::Redis => Store::Redis(Box::new(redis::RedisStore::new(
                 config
@@ -93,10 +145,16 @@ impl Store {
         }
     }
 
-    /// Record `id` as consumed, remembered for `ttl`.
-    pub async fn consume(&self, id: &str, ttl: Duration) -> Result<Consumed, StoreError> {
+    /// Record `id` as consumed, remembered for `ttl`, held by `owner` (the memory store
+    /// bounds what one owner holds; Redis is bounded by its own `maxmemory`).
+    pub async fn consume(
+        &self,
+        id: &str,
+        ttl: Duration,
+        owner: &Owner,
+    ) -> Result<Consumed, StoreError> {
         match self {
-            Store::Memory(store) => store.consume(id, ttl),
+            Store::Memory(store) => store.consume(id, ttl, owner.as_str()),
             Store::Redis(store) => store.consume(id, ttl).await,
         }
     }
@@ -146,11 +204,13 @@ impl Store {
         key: &str,
         value: &str,
         lease: Duration,
-        owner: &str,
+        owner: &Owner,
         headroom: u64,
     ) -> Result<Option<String>, StoreError> {
         match self {
-            Store::Memory(store) => store.reserve_record(key, value, lease, owner, headroom),
+            Store::Memory(store) => {
+                store.reserve_record(key, value, lease, owner.as_str(), headroom)
+            }
             Store::Redis(store) => store.reserve_record(key, value, lease).await,
         }
     }
@@ -182,6 +242,14 @@ impl Store {
         match self {
             Store::Memory(store) => Ok(store.renew_record(key, expected, lease)),
             Store::Redis(store) => store.renew_record(key, expected, lease).await,
+        }
+    }
+
+    /// How full the memory store is (Redis reports its own memory).
+    pub fn usage(&self) -> Option<memory::Usage> {
+        match self {
+            Store::Memory(store) => Some(store.usage()),
+            Store::Redis(_) => None,
         }
     }
 

@@ -297,6 +297,10 @@ fn report(error: RedisError) -> StoreError {
     // The client's own response timeout (set to the same deadline) may fire first.
     if error.is_timeout() {
         StoreError::Timeout
+    } else if error.code() == Some("OOM") {
+        // `maxmemory` reached under `noeviction`: full, not unreachable (a failure
+        // policy of "allow" must not let a request through because Redis is full).
+        StoreError::Full
     } else {
         StoreError::Unavailable
     }

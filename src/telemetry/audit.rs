@@ -69,6 +69,9 @@ impl Category {
             ProxyError::Unauthorized { reason, .. } => (Category::Auth, reason.as_str()),
             // The cause of a refused handle, which the client is not told.
             ProxyError::InvalidHandle(reason) => (Category::Tool, reason.as_str()),
+            // A share used up or a store full: what the shared store could not take.
+            ProxyError::Quota(share) => (Category::Store, share.as_str()),
+            ProxyError::StoreFull(resource) => (Category::Store, resource.as_str()),
             _ if matches!(
                 kind,
                 ErrorKind::IdempotencyKey

@@ -13,19 +13,25 @@
 //! a long stream but not the replica that held it. A store that cannot answer refuses
 //! the call: a write is never forwarded unrecorded.
 //!
+//! Fairness: one caller (a [`crate::store::Owner`]) has at most
+//! `idempotency.max_in_flight_per_principal` reservations in flight on this replica and,
+//! in the memory store, at most its share of the records and of their bytes; past any
+//! share it gets 429 and `Retry-After`, and nothing is forwarded or reserved.
+//!
 //! A record holds the upstream's answer as the client got it except for the handles an
 //! issuing tool returns, which it holds raw: each replay seals them afresh for the
 //! replaying caller (the same principal, by the record's key), so a replay never hands
 //! out a handle that expired while the record lived.
 
 use crate::config::IdempotencyConfig;
-use crate::error::ProxyError;
+use crate::error::{ProxyError, Resource, Share};
 use crate::metrics::{IdempotencyResult, Metrics};
 use crate::policy::single_use::glob_match;
-use crate::store::{Store, StoreError};
+use crate::store::{Owner, Store, StoreError};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -45,6 +51,27 @@ pub struct Idempotency {
     metrics: Arc<Metrics>,
     /// How long a reservation holds unless renewed (`idempotency.lease_ms`).
     lease: Duration,
+    /// Reservations in flight on this replica, per owner.
+    in_flight: Arc<Mutex<HashMap<Owner, usize>>>,
+}
+
+/// One reservation in flight of its owner, given back when dropped (the ticket finished
+/// or was dropped, or the key turned out to be held already).
+struct InFlight {
+    owners: Arc<Mutex<HashMap<Owner, usize>>>,
+    owner: Owner,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut owners = self.owners.lock().expect("not poisoned");
+        if let Some(held) = owners.get_mut(&self.owner) {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                owners.remove(&self.owner);
+            }
+        }
+    }
 }
 
 /// What admission decided.
@@ -88,6 +115,8 @@ struct Pending {
     max_result_bytes: usize,
     /// The task renewing the lease; stopped when the ticket finishes or is dropped.
     _renewal: Renewal,
+    /// The owner's share of reservations in flight, held until then too.
+    _in_flight: InFlight,
 }
 
 /// Aborts the renewal task when dropped.
@@ -126,7 +155,28 @@ impl Idempotency {
             store,
             metrics,
             lease: Duration::from_millis(config.lease_ms),
+            in_flight: Arc::default(),
         }
+    }
+
+    /// Take one of `owner`'s reservations in flight, or `None` at its share.
+    fn take_in_flight(&self, owner: &Owner) -> Option<InFlight> {
+        let mut owners = self.in_flight.lock().expect("not poisoned");
+        let held = owners.entry(owner.clone()).or_insert(0);
+        if *held >= self.config.max_in_flight_per_principal {
+            return None;
+        }
+        *held += 1;
+        Some(InFlight {
+            owners: self.in_flight.clone(),
+            owner: owner.clone(),
+        })
+    }
+
+    /// Reservations `owner` has in flight on this replica now.
+    pub fn in_flight_of(&self, owner: &Owner) -> usize {
+        let owners = self.in_flight.lock().expect("not poisoned");
+        owners.get(owner).copied().unwrap_or(0)
     }
 
     fn refuse(&self, detail: &'static str) -> ProxyError {
@@ -143,6 +193,7 @@ impl Idempotency {
         params: &mut Map<String, Value>,
         headers: &mut HeaderMap,
         principal: Option<&str>,
+        owner: &Owner,
     ) -> Result<Admitted, ProxyError> {
         let required = self.config.require_key.iter().any(|g| glob_match(g, tool));
         let listed = required || self.config.tools.iter().any(|g| glob_match(g, tool));
@@ -182,6 +233,11 @@ impl Idempotency {
         let digest = crate::token::args_digest(params.get("arguments"))
             .map_err(|_| ProxyError::Parse(crate::jsonrpc::ParseError::Params))?;
         let record = self.record_name(principal, path, tool, &key);
+        // Before the store is asked: a caller at its share of calls in flight holds
+        // nothing more (its own repeats included: they would wait on its own calls).
+        let Some(in_flight) = self.take_in_flight(owner) else {
+            return Err(self.over_share(Share::IdempotencyInFlight));
+        };
         let reserved = format!(
             "{RESERVED}{digest}:{}",
             hex::encode(crate::token::keyring::random_bytes::<16>())
@@ -192,7 +248,7 @@ impl Idempotency {
                 &record,
                 &reserved,
                 self.lease,
-                &owner_name(principal),
+                owner,
                 self.config.max_result_bytes as u64,
             )
             .await
@@ -212,8 +268,11 @@ impl Idempotency {
                 ));
                 return Err(self.unavailable(error));
             }
-            Err(StoreError::Full) => return Err(self.full(false)),
-            Err(StoreError::OwnerFull) => return Err(self.full(true)),
+            Err(StoreError::Full) => return Err(self.full()),
+            Err(StoreError::OwnerFull) => return Err(self.over_share(Share::IdempotencyRecords)),
+            Err(StoreError::OwnerBytesFull) => {
+                return Err(self.over_share(Share::IdempotencyBytes));
+            }
         };
         let Some(held) = held else {
             self.metrics.idempotency(IdempotencyResult::Reserved);
@@ -233,6 +292,7 @@ impl Idempotency {
                     ttl: Duration::from_secs(self.config.ttl_seconds),
                     max_result_bytes: self.config.max_result_bytes,
                     _renewal: Renewal(renewal.abort_handle()),
+                    _in_flight: in_flight,
                 })),
                 outcome: Mutex::new(None),
                 status: AtomicU16::new(0),
@@ -286,21 +346,24 @@ impl Idempotency {
         ProxyError::IdempotencyUnavailable
     }
 
-    fn full(&self, per_principal: bool) -> ProxyError {
-        if per_principal {
-            self.metrics.idempotency(IdempotencyResult::Quota);
-            tracing::warn!(
-                limit = self.config.max_records_per_principal,
-                "idempotent call refused: the caller holds idempotency.max_records_per_principal records"
-            );
-        } else {
-            self.metrics.idempotency(IdempotencyResult::Full);
-            tracing::error!(
-                limit = self.config.memory_max_bytes,
-                "idempotent call refused: the memory store's records use idempotency.memory_max_bytes"
-            );
-        }
-        ProxyError::IdempotencyFull { per_principal }
+    fn over_share(&self, share: Share) -> ProxyError {
+        self.metrics.idempotency(IdempotencyResult::Quota);
+        self.metrics.quota_refused(share);
+        tracing::warn!(
+            share = share.as_str(),
+            key = share.key(),
+            "idempotent call refused: the caller's share is used up"
+        );
+        ProxyError::Quota(share)
+    }
+
+    fn full(&self) -> ProxyError {
+        self.metrics.idempotency(IdempotencyResult::Full);
+        tracing::error!(
+            limit = self.config.memory_max_bytes,
+            "idempotent call refused: the memory store's records use idempotency.memory_max_bytes"
+        );
+        ProxyError::StoreFull(Resource::Idempotency)
     }
 
     /// The record's name: a digest of who, for which audience, on which path (tenant),
@@ -327,17 +390,6 @@ impl Idempotency {
         }
         hex::encode(&hash.finalize()[..16])
     }
-}
-
-/// Who a record counts against in the memory store's per-caller bound: a digest, so
-/// the store holds no principal.
-fn owner_name(principal: Option<&str>) -> String {
-    let mut hash = Sha256::new().chain_update(b"mcp-state-guard/idempotency-owner/v1:");
-    if let Some(principal) = principal {
-        hash.update([1]);
-        hash.update(principal.as_bytes());
-    }
-    hex::encode(&hash.finalize()[..16])
 }
 
 /// Keep a reservation while its answer is in progress: every third of the lease, extend
@@ -477,6 +529,7 @@ impl Pending {
             ttl,
             max_result_bytes,
             _renewal,
+            _in_flight,
         } = self;
         // No renewal may land after the record (it would not: it is conditional on
         // the reservation), nor keep running after a release.

@@ -48,6 +48,7 @@ impl ToolFeatures {
         params: Option<&mut Map<String, Value>>,
         headers: &mut HeaderMap,
         principal: Option<&str>,
+        owner: &crate::store::Owner,
     ) -> Result<Inbound, ProxyError> {
         let Some(params) = params else {
             return Ok(Inbound::default());
@@ -69,7 +70,7 @@ impl ToolFeatures {
         };
         match self
             .idempotency
-            .admit(&tool, path, params, headers, principal)
+            .admit(&tool, path, params, headers, principal, owner)
             .await?
         {
             Admitted::Untracked => {}
