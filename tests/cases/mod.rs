@@ -3,6 +3,7 @@ mod audit;
 mod cli;
 mod conformance;
 mod e2e;
+mod fairness;
 mod fake_upstream;
 mod faults;
 mod fuzz_regressions;

@@ -1,4 +1,5 @@
-//! Running it: the connection limit (excess connections wait in the backlog, counted),
+//! Running it: the connection limit (excess connections wait in the backlog while every
+//! open one is busy, counted),
 //! idle keep-alive connections closed after `client_idle_ms` and not at the header
 //! timeout, HTTP/2 header limits, and `/readyz` naming a dead upstream and a stale key
 //! ring, recovering when they do.
@@ -13,12 +14,12 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-async fn upstream() -> FakeUpstream {
+pub(super) async fn upstream() -> FakeUpstream {
     FakeUpstream::always(|| Reply::json(complete(json!(1), "ok").to_string())).await
 }
 
 /// One keep-alive `tools/list` on a raw connection; the response's bytes.
-async fn exchange(stream: &mut TcpStream, addr: std::net::SocketAddr) -> String {
+pub(super) async fn exchange(stream: &mut TcpStream, addr: std::net::SocketAddr) -> String {
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
     let request = format!(
         "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
@@ -103,20 +104,20 @@ async fn connections_over_the_limit_wait_in_the_backlog_and_are_counted() {
     let fake = upstream().await;
     let mut config = sidecar::config(&fake.base_url());
     config.limits.max_connections = 2;
+    config.limits.max_connections_per_peer = Some(2);
     let sidecar = Sidecar::start(config).await;
     let metrics = sidecar.metrics().clone();
     let mut first = TcpStream::connect(sidecar.addr).await.unwrap();
     let mut second = TcpStream::connect(sidecar.addr).await.unwrap();
-    assert!(
-        exchange(&mut first, sidecar.addr)
-            .await
-            .starts_with("HTTP/1.1 200")
-    );
-    assert!(
-        exchange(&mut second, sidecar.addr)
-            .await
-            .starts_with("HTTP/1.1 200")
-    );
+    for stream in [&mut first, &mut second] {
+        assert!(
+            exchange(stream, sidecar.addr)
+                .await
+                .starts_with("HTTP/1.1 200")
+        );
+        // Busy again (a request head on its way), so neither is idle to be reclaimed.
+        stream.write_all(b"POST /mcp HTTP/1.1\r\n").await.unwrap();
+    }
     assert_eq!(metrics.connections_open(Listener::Proxy), 2);
     // The third connects (the kernel's backlog) but is not served while two are open.
     let mut third = TcpStream::connect(sidecar.addr).await.unwrap();

@@ -279,12 +279,16 @@ async fn on_store_error_allow_lets_retries_through_and_counts_them() {
     sidecar.stop().await;
 }
 
+/// Full, the memory store refuses a new consumption (503, `Retry-After`, the state not
+/// spent) instead of forgetting one it holds: what it holds is still refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_memory_store_refuses_instead_of_forgetting() {
     let fake = FakeUpstream::start(asking).await;
     let mut c = config(&fake.base_url());
     policy(&mut c);
     c.single_use.memory_max_entries = 2;
+    // One caller (no principal, one address) may fill it here.
+    c.single_use.max_entries_per_principal = Some(2);
     let sidecar = Sidecar::start(c).await;
     let url = sidecar.mcp_url();
     let tokens: Vec<String> = {
@@ -298,7 +302,11 @@ async fn a_full_memory_store_refuses_instead_of_forgetting() {
         let reply = call(&url, "tools/call", "approve_payment", Some(token)).await;
         assert_eq!(reply.status, 200, "{}", reply.text());
     }
-    assert_replayed(&call(&url, "tools/call", "approve_payment", Some(&tokens[2])).await);
+    let forwarded = fake.count();
+    let full = call(&url, "tools/call", "approve_payment", Some(&tokens[2])).await;
+    assert_eq!(full.status, 503, "{}", full.text());
+    assert_eq!(full.headers["retry-after"], "60");
+    assert_eq!(fake.count(), forwarded);
     assert_eq!(
         sidecar
             .metrics()
