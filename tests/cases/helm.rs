@@ -157,7 +157,7 @@ fn the_rendered_alert_rules_pass_promtool() {
             String::from_utf8_lossy(&checked.stderr)
         );
         assert!(checked.status.success(), "{said}");
-        assert!(said.contains("SUCCESS: 6 rules found"), "{said}");
+        assert!(said.contains("SUCCESS: 8 rules found"), "{said}");
     }
 }
 
