@@ -157,7 +157,20 @@ fn revoke(file: Option<PathBuf>, principal: &str) -> ExitCode {
         );
         match revocations.revoke(principal).await {
             Ok(at) => {
-                println!("revoked: tokens of this principal minted before {at:.3} are refused");
+                // A revocation holds for one audience: say which, so a config file that
+                // lacks the sidecars' `state.audience` is noticed, not silently useless.
+                match &config.state.audience {
+                    Some(audience) => println!(
+                        "revoked for audience {}: tokens of this principal minted before \
+                         {at:.3} are refused",
+                        mcp_state_guard::telemetry::Clipped(audience)
+                    ),
+                    None => println!(
+                        "revoked for sidecars without state.audience: tokens of this \
+                         principal minted before {at:.3} are refused (sidecars with an \
+                         audience need the same state.audience here)"
+                    ),
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

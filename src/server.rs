@@ -75,23 +75,7 @@ pub async fn serve<H, F>(
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let name = options.name;
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // The head and idle deadlines are the connection task's ([`deadline`]): hyper's own
-    // header read timer (30 s unless disabled) would also cut idle keep-alive
-    // connections.
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(None);
-    // HTTP/2 has no head to time out: pings close connections whose peer stopped
-    // answering.
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(Duration::from_secs(20)))
-        .keep_alive_timeout(Duration::from_secs(20))
-        .max_concurrent_streams(options.http2_max_concurrent_streams)
-        .max_header_list_size(options.http2_max_header_list_bytes);
+    let builder = connection_builder(&options);
     let limit = Arc::new(Semaphore::new(options.max_connections));
     let slots = Arc::new(Slots::default());
     // Connections answered 429 at once: beyond these, one over its share is just closed.
@@ -159,7 +143,90 @@ pub async fn serve<H, F>(
         let open = options.metrics.connection(options.listener);
         let clock = Clock::new(options.header_read_timeout, options.idle_timeout);
         let slot = slots.list(key, clock.clone());
-        let handler = handler.clone();
+        let accepted = Accepted {
+            stream,
+            peer,
+            clock,
+            handler: handler.clone(),
+            name,
+            metrics: options.metrics.clone(),
+        };
+        let (builder, stop, tls) = (builder.clone(), shutdown.clone(), tls.clone());
+        connections.spawn(async move {
+            let _held = (permit, open, slot);
+            accepted.run(tls, builder, stop).await;
+        });
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(options.drain, async {
+        while connections.join_next().await.is_some() {}
+    });
+    match drained.await {
+        Ok(()) => tracing::info!(listener = name, "drained"),
+        Err(_) => {
+            tracing::warn!(
+                listener = name,
+                drain_ms = options.drain.as_millis() as u64,
+                "drain deadline reached; closing the remaining connections"
+            );
+            // Dropping the set aborts the tasks, which closes their connections.
+            connections.shutdown().await;
+        }
+    }
+}
+
+/// How every connection of a listener is served: the head and idle deadlines are the
+/// connection task's ([`deadline`]), not hyper's (its header read timer, 30 s unless
+/// disabled, would also cut idle keep-alive connections); HTTP/2 has no head to time
+/// out, and pings close connections whose peer stopped answering.
+fn connection_builder(options: &ServeOptions) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(None);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(20)))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .max_concurrent_streams(options.http2_max_concurrent_streams)
+        .max_header_list_size(options.http2_max_header_list_bytes);
+    builder
+}
+
+/// An accepted connection and what serving it needs.
+struct Accepted<H> {
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    clock: Arc<Clock>,
+    handler: H,
+    name: &'static str,
+    metrics: Arc<Metrics>,
+}
+
+impl<H, F> Accepted<H>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
+    /// Serve the connection to its end: closed at a missed deadline, asked to finish
+    /// when shutdown starts (HTTP/1.1: after the response in progress; HTTP/2: GOAWAY,
+    /// then the streams in progress).
+    async fn run(
+        self,
+        tls: Option<Arc<crate::tls::ServerTls>>,
+        builder: auto::Builder<TokioExecutor>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let Accepted {
+            stream,
+            peer,
+            clock,
+            handler,
+            name,
+            metrics,
+        } = self;
         let in_requests = clock.clone();
         let mixed_framing = MixedFraming::default();
         let framing = FramingScan::new(mixed_framing.clone());
@@ -180,78 +247,53 @@ pub async fn serve<H, F>(
                 }
             })
         };
-        let (builder, stop, tls) = (builder.clone(), shutdown.clone(), tls.clone());
-        let metrics = options.metrics.clone();
-        connections.spawn(async move {
-            let _held = (permit, open, slot);
-            let (stream, identity): (Box<dyn Io>, Option<PeerIdentity>) = match tls {
-                None => (Box::new(stream), None),
-                Some(tls) => match tls.accept(stream).await {
-                    Ok((stream, identity)) => (Box::new(stream), identity),
-                    Err(e) => {
-                        tracing::debug!(listener = name, %peer, error = %e, "TLS handshake failed");
+        let (stream, identity): (Box<dyn Io>, Option<PeerIdentity>) = match tls {
+            None => (Box::new(stream), None),
+            Some(tls) => match tls.accept(stream).await {
+                Ok((stream, identity)) => (Box::new(stream), identity),
+                Err(e) => {
+                    tracing::debug!(listener = name, %peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            },
+        };
+        let io = TokioIo::new(Watched::new(stream, clock.clone(), framing));
+        let connection = builder.serve_connection(io, service(identity)).into_owned();
+        tokio::pin!(connection);
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                ended = connection.as_mut() => {
+                    if let Err(e) = ended {
+                        let parse = e.downcast_ref::<hyper::Error>();
+                        if parse.is_some_and(|e| e.is_parse() || e.is_parse_too_large()) {
+                            // hyper answered 400 (431, 414) to bytes that are not one
+                            // HTTP/1.1 request, and closed: a refusal like the gate's.
+                            metrics.refused(ErrorKind::Framing);
+                            tracing::info!(listener = name, %peer, error = %e, "request refused: not a well-framed HTTP/1.1 request");
+                        } else {
+                            tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
+                        }
+                    }
+                    return;
+                }
+                expired = clock.expired(), if !closing => match expired {
+                    Expired::Head => {
+                        tracing::debug!(listener = name, %peer, "request head not received in time; closing");
                         return;
                     }
-                },
-            };
-            let io = TokioIo::new(Watched::new(stream, clock.clone(), framing));
-            let connection = builder.serve_connection(io, service(identity)).into_owned();
-            let mut stop = stop;
-            // Run the connection to its end: closed at a missed deadline, asked to finish
-            // when shutdown starts (HTTP/1.1: after the response in progress; HTTP/2:
-            // GOAWAY, then the streams in progress).
-            tokio::pin!(connection);
-            let mut closing = false;
-            loop {
-                tokio::select! {
-                    ended = connection.as_mut() => {
-                        if let Err(e) = ended {
-                            let parse = e.downcast_ref::<hyper::Error>();
-                            if parse.is_some_and(|e| e.is_parse() || e.is_parse_too_large()) {
-                                // hyper answered 400 (431, 414) to bytes that are not one
-                                // HTTP/1.1 request, and closed: a refusal like the gate's.
-                                metrics.refused(ErrorKind::Framing);
-                                tracing::info!(listener = name, %peer, error = %e, "request refused: not a well-framed HTTP/1.1 request");
-                            } else {
-                                tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
-                            }
-                        }
-                        return;
-                    }
-                    expired = clock.expired(), if !closing => match expired {
-                        Expired::Head => {
-                            tracing::debug!(listener = name, %peer, "request head not received in time; closing");
-                            return;
-                        }
-                        // A GOAWAY tells an HTTP/2 client not to open streams on it again.
-                        Expired::Idle if clock.is_http2() => {
-                            closing = true;
-                            connection.as_mut().graceful_shutdown();
-                        }
-                        Expired::Idle => return,
-                    },
-                    _ = stopped(&mut stop), if !closing => {
+                    // A GOAWAY tells an HTTP/2 client not to open streams on it again.
+                    Expired::Idle if clock.is_http2() => {
                         closing = true;
                         connection.as_mut().graceful_shutdown();
                     }
+                    Expired::Idle => return,
+                },
+                _ = stopped(&mut stop), if !closing => {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
                 }
             }
-        });
-    }
-    drop(listener);
-    let drained = tokio::time::timeout(options.drain, async {
-        while connections.join_next().await.is_some() {}
-    });
-    match drained.await {
-        Ok(()) => tracing::info!(listener = name, "drained"),
-        Err(_) => {
-            tracing::warn!(
-                listener = name,
-                drain_ms = options.drain.as_millis() as u64,
-                "drain deadline reached; closing the remaining connections"
-            );
-            // Dropping the set aborts the tasks, which closes their connections.
-            connections.shutdown().await;
         }
     }
 }

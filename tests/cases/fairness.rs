@@ -15,7 +15,7 @@ use crate::support::sidecar::{Sidecar, config};
 use http::Method;
 use mcp_state_guard::config::{Config, OnStoreError, PrincipalSource, SingleUseStore};
 use mcp_state_guard::error::{Resource, Share};
-use mcp_state_guard::metrics::{Consumption, Listener};
+use mcp_state_guard::metrics::{Consumption, IdempotencyResult, Listener};
 use mcp_state_guard::store::StoreKind;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -276,24 +276,28 @@ async fn one_callers_slow_calls_do_not_starve_another_callers_writes() {
     let sidecar = Sidecar::start(c).await;
     let url = sidecar.mcp_url();
     let import = start_import(&url, "mallory").await;
+    // Four writes that take 8 s each at the upstream: all four reserved means all four
+    // in flight, for seconds to come.
     let slow: Vec<_> = (0..4)
         .map(|n| {
             let (url, import) = (url.clone(), import.clone());
             tokio::spawn(async move {
-                append(&url, "mallory", &import, &format!("slow-{n}"), 3000).await
+                append(&url, "mallory", &import, &format!("slow-{n}"), 8000).await
             })
         })
         .collect();
-    // All four are in flight once the upstream counts them... or the sidecar does.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let over = loop {
-        let reply = append(&url, "mallory", &import, "one-more", 0).await;
-        if reply.status == 429 {
-            break reply;
-        }
-        assert!(Instant::now() < deadline, "never refused: {}", reply.text());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let metrics = sidecar.metrics().clone();
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while metrics.idempotency_count(IdempotencyResult::Reserved) < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the four writes were not all reserved"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let forwarded = appends(&upstream, &import);
+    let over = append(&url, "mallory", &import, "one-more", 0).await;
+    assert_eq!(appends(&upstream, &import), forwarded, "nothing forwarded");
     assert_over_share(&over, Share::IdempotencyInFlight, "1");
     let alices = start_import(&url, "alice").await;
     let started = Instant::now();

@@ -393,7 +393,8 @@ async fn the_revoke_command_reaches_every_replica_through_redis() {
     std::fs::write(
         &file,
         format!(
-            "[single_use]\nstore = \"redis\"\nredis_url = \"{}\"\n",
+            // The sidecars' own audience: a revocation holds for one service.
+            "[state]\naudience = \"svc\"\n[single_use]\nstore = \"redis\"\nredis_url = \"{}\"\n",
             redis.url()
         ),
     )
@@ -409,6 +410,11 @@ async fn the_revoke_command_reaches_every_replica_through_redis() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("revoked for audience svc:"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
     let answer = json!({"form": {"action": "accept", "content": {"region": "eu"}}});
     let reply = post(
