@@ -10,6 +10,8 @@
 //! refused with 400 before its body is read; `Forwarded`, `X-Forwarded-*`
 //! and `X-Real-IP` reach the upstream only from a peer in `principal.trusted_proxies`,
 //! and `X-Forwarded-For` / `X-Forwarded-Proto` always say what the sidecar itself saw.
+//! A client's `Connection` header is honoured here, before the sidecar adds anything,
+//! and cannot name away the [`protected_headers`] (what the sidecar sets or vouches for).
 
 use crate::error::ProxyError;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -138,6 +140,23 @@ fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
         rest => Some(rest.strip_prefix(':')?.parse::<u16>().ok()?),
     };
     Some((host.to_owned(), port))
+}
+
+/// The headers a client's `Connection` cannot name away: the forwarding headers the
+/// sidecar sets, the identity header it reads and may forward, `Authorization` (a
+/// credential it verifies and may forward) and `Idempotency-Key` (the key it reserved the
+/// call under). RFC 9110 lets a sender mark any field hop-by-hop, but these describe the
+/// request to the upstream, and honouring a client's `Connection: X-Forwarded-For` after
+/// the rewrite deleted the sidecar's own value (security review, finding 3).
+pub fn protected_headers(identity: Option<&HeaderName>) -> Vec<HeaderName> {
+    let mut names = vec![
+        X_FORWARDED_FOR,
+        X_FORWARDED_PROTO,
+        header::AUTHORIZATION,
+        HeaderName::from_static(crate::tools::idempotency::HEADER),
+    ];
+    names.extend(identity.cloned());
+    names
 }
 
 /// Which peers' forwarding headers are believed.

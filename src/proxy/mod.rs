@@ -2,8 +2,9 @@
 //! this order; each is a small type holding just what it needs, and none reaches back
 //! into the proxy:
 //!
-//! 1. [`ingress`]: the `Host` is one we serve (`allowed_hosts`); forwarding headers are
-//!    believed only from trusted proxies.
+//! 1. [`ingress`]: the `Host` is one we serve (`allowed_hosts`); the client's hop-by-hop
+//!    headers are dropped (what its `Connection` names, never what the sidecar sets);
+//!    forwarding headers are believed only from trusted proxies.
 //! 2. [`crate::auth`]: who is calling (a header, a JWT, the client certificate).
 //! 3. [`gate`]: a POSTed body is one strictly parsed JSON-RPC message, read within its
 //!    size, time and [`budget`] limits.
@@ -95,6 +96,8 @@ pub struct Proxy {
     pub(crate) upstream: Upstream,
     pub(crate) outbound: Outbound,
     pub(crate) passthrough_paths: HashSet<String>,
+    /// What a client's `Connection` header cannot name away ([`ingress::protected_headers`]).
+    pub(crate) protected_headers: Vec<http::HeaderName>,
 }
 
 impl Proxy {
@@ -117,6 +120,7 @@ impl Proxy {
         let budget =
             budget::MemoryBudget::new(limits.max_buffered_bytes, metrics.buffered_bytes().clone());
         let head_timeout = upstream.timeout();
+        let protected_headers = ingress::protected_headers(principal.header());
         Ok(Self {
             hosts: HostPolicy::new(config.allowed_hosts.as_deref(), config.listen)?,
             trusted_proxies: TrustedProxies::new(&config.principal.trusted_proxies)?,
@@ -161,6 +165,7 @@ impl Proxy {
                 head_timeout,
             ),
             passthrough_paths: config.passthrough_paths.iter().cloned().collect(),
+            protected_headers,
             metrics,
         })
     }
@@ -239,6 +244,10 @@ impl Proxy {
         // read: a foreign `Host` or an ambiguous identity is refused outright.
         self.hosts.check(&parts)?;
         ingress::check_framing(&parts)?;
+        // The client's hop-by-hop set goes now, named by its own `Connection` and before
+        // anything of ours is added (forwarding, identity, idempotency): honoured later,
+        // it deleted the sidecar's own headers. The framing was checked just above.
+        upstream::strip_hop_by_hop_keeping(&mut parts.headers, &self.protected_headers);
         let peer = parts.extensions.get::<Peer>().copied();
         let trusted_peer = self.trusted_proxies.is_empty() || self.trusted_proxies.trusts(peer);
         let principal = if passthrough && !self.principal.required_on_passthrough() {
