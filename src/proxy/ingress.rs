@@ -143,19 +143,14 @@ fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
 }
 
 /// The headers a client's `Connection` cannot name away: the forwarding headers the
-/// sidecar sets, the identity header it reads and may forward, `Authorization` (a
-/// credential it verifies and may forward) and `Idempotency-Key` (the key it reserved the
+/// sidecar sets, `Authorization` (a credential it verifies and may forward) and `also`
+/// (the identity header it reads and may forward, the `Idempotency-Key` it reserves the
 /// call under). RFC 9110 lets a sender mark any field hop-by-hop, but these describe the
 /// request to the upstream, and honouring a client's `Connection: X-Forwarded-For` after
 /// the rewrite deleted the sidecar's own value (security review, finding 3).
-pub fn protected_headers(identity: Option<&HeaderName>) -> Vec<HeaderName> {
-    let mut names = vec![
-        X_FORWARDED_FOR,
-        X_FORWARDED_PROTO,
-        header::AUTHORIZATION,
-        HeaderName::from_static(crate::tools::idempotency::HEADER),
-    ];
-    names.extend(identity.cloned());
+pub fn protected_headers(also: impl IntoIterator<Item = HeaderName>) -> Vec<HeaderName> {
+    let mut names = vec![X_FORWARDED_FOR, X_FORWARDED_PROTO, header::AUTHORIZATION];
+    names.extend(also);
     names
 }
 

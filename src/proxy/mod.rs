@@ -120,7 +120,14 @@ impl Proxy {
         let budget =
             budget::MemoryBudget::new(limits.max_buffered_bytes, metrics.buffered_bytes().clone());
         let head_timeout = upstream.timeout();
-        let protected_headers = ingress::protected_headers(principal.header());
+        let idempotency_key = http::HeaderName::from_static(crate::tools::idempotency::HEADER);
+        let protected_headers = ingress::protected_headers(
+            principal
+                .header()
+                .cloned()
+                .into_iter()
+                .chain([idempotency_key]),
+        );
         Ok(Self {
             hosts: HostPolicy::new(config.allowed_hosts.as_deref(), config.listen)?,
             trusted_proxies: TrustedProxies::new(&config.principal.trusted_proxies)?,
