@@ -4,13 +4,17 @@
 //! upstream reachable, the key ring not stale; the body names each failing check), and
 //! `POST /admin/revoke` (stop every flow of one caller now).
 //!
-//! Invariant: the admin port never proxies and never shows a token, a key or a state; its
-//! one mutating endpoint is refused unless `admin.token_file` is configured, and then
-//! answers only a request carrying that bearer secret (compared in constant time).
+//! Invariant: the admin port never proxies and never shows a token, a key or a state;
+//! a request whose `Host` the admin listener does not answer to gets 421 before anything
+//! else (the DNS-rebinding defence of the proxy port, with the admin port's own default:
+//! see [`HostPolicy::for_admin`]); its one mutating endpoint is refused unless
+//! `admin.token_file` is configured, and then answers only a request carrying that
+//! bearer secret (compared in constant time).
 
 use crate::health::Checks;
 use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
+use crate::proxy::ingress::HostPolicy;
 use crate::proxy::upstream::{ProxyBody, full};
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
@@ -28,6 +32,8 @@ pub struct Admin {
     pub revocations: Arc<Revocations>,
     /// The bearer secret of the mutating endpoints; `None`: they are refused.
     pub token: Option<Zeroizing<String>>,
+    /// Which `Host` values this listener answers to.
+    pub hosts: HostPolicy,
 }
 
 /// The shortest admin secret accepted.
@@ -102,6 +108,16 @@ impl Readiness {
 }
 
 pub async fn handle(admin: Arc<Admin>, request: Request<Incoming>) -> Response<ProxyBody> {
+    // First, as on the proxy port: a rebound name must not read `/metrics` (or probe
+    // `/admin/revoke`) from a browser.
+    if admin
+        .hosts
+        .check_head(request.uri(), request.headers())
+        .is_err()
+    {
+        admin.metrics.admin_misdirected();
+        return text(StatusCode::MISDIRECTED_REQUEST, "misdirected request\n");
+    }
     if request.uri().path() == "/admin/revoke" {
         return revoke(&admin, request).await;
     }

@@ -18,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{SingleUse, SingleUsePolicy};
 use crate::proxy::Proxy;
+use crate::proxy::ingress::HostPolicy;
 use crate::proxy::upstream::{Pool, Upstream};
 use crate::server;
 use crate::store::Store;
@@ -225,6 +226,8 @@ pub async fn start_from(
         proxy.scheme = "https";
     }
     let proxy = Arc::new(proxy);
+    let admin_hosts = HostPolicy::for_admin(config.allowed_hosts.as_deref(), config.admin_listen)
+        .map_err(StartError::Config)?;
     let bind = |what, addr| async move {
         TcpListener::bind(addr)
             .await
@@ -284,6 +287,7 @@ pub async fn start_from(
         readiness: readiness.clone(),
         revocations,
         token: admin_token,
+        hosts: admin_hosts,
     });
     tasks.push(tokio::spawn(server::serve(
         admin_listener,

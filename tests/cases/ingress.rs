@@ -1,5 +1,6 @@
 //! Before the body: `allowed_hosts` (the upstream's DNS-rebinding defence, which the
-//! `Host` rewrite would otherwise disable), forwarding headers only from trusted proxies,
+//! `Host` rewrite would otherwise disable) on the proxy port and on the admin port (its
+//! own default: IP literals and `localhost`), forwarding headers only from trusted proxies,
 //! the identity header only from them when they are listed, a client's `Connection`
 //! header unable to delete the headers the sidecar sets, and slow clients cut off by the
 //! header and body read timeouts. Each refusal forwards nothing.
@@ -84,6 +85,57 @@ async fn foreign_hosts_get_421_and_nothing_is_forwarded() {
     assert_eq!(reply.status, 200);
     let reply = post_mcp(&sidecar.mcp_url(), &tools_call(1, None)).await;
     assert_eq!(reply.status, 421, "loopback is not in the explicit list");
+    sidecar.stop().await;
+}
+
+/// Security review finding 8: the admin listener did not check `Host`, so a page on a
+/// rebound name could read `/metrics` while the proxy port answered 421.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_admin_listener_refuses_foreign_hosts_too() {
+    let fake = upstream().await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let admin = sidecar.admin_addr;
+    let get = |path: &str, host: &str| {
+        let url = format!("http://{admin}{path}");
+        let host = [("host".to_owned(), host.to_owned())];
+        async move { send(Method::GET, &url, &host, "", T).await }
+    };
+    let mut refused = 0;
+    for host in [
+        "evil.example",
+        &format!("evil.example:{}", admin.port()),
+        "127.0.0.1.nip.io",
+    ] {
+        for path in ["/metrics", "/readyz", "/healthz", "/admin/revoke"] {
+            let reply = get(path, host).await;
+            assert_eq!(reply.status, 421, "{path} with {host}");
+            assert!(
+                !reply.text().contains("mcp_state_guard_"),
+                "{path} with {host}"
+            );
+            refused += 1;
+        }
+    }
+    // The loopback name, and any IP literal (kubelet probes and Prometheus scrapes by
+    // pod IP; an IP literal cannot be rebound).
+    for host in [
+        format!("localhost:{}", admin.port()),
+        "localhost".to_owned(),
+        admin.to_string(),
+        "10.0.0.7:9090".to_owned(),
+        "[::1]:9090".to_owned(),
+    ] {
+        let reply = get("/metrics", &host).await;
+        assert_eq!(reply.status, 200, "{host}");
+        assert!(reply.text().contains("mcp_state_guard_"), "{host}");
+    }
+    let counted = get("/metrics", "127.0.0.1").await.text();
+    assert!(
+        counted.contains(&format!(
+            "mcp_state_guard_admin_requests_misdirected_total {refused}\n"
+        )),
+        "{counted}"
+    );
     sidecar.stop().await;
 }
 
