@@ -58,7 +58,8 @@
 //! 9. Failures become responses in one place ([`error`]); outcomes are counted in
 //!    [`metrics`], served with health and readiness ([`health`]: the upstream reachable,
 //!    the key ring fresh) by [`admin`] (which refuses a foreign `Host` with 421 too);
-//!    client text reaches logs only through
+//!    [`app`] applies a reloaded configuration's live keys and names the ones that need a
+//!    restart ([`config::reload`]); client text reaches logs only through
 //!    [`telemetry`], and the request's audit record is written when its response body
 //!    is dropped. [`version`] names the build.
 //!

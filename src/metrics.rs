@@ -8,10 +8,12 @@
 mod auth;
 mod labels;
 mod ops;
+mod reload;
 mod tools;
 
 pub use labels::{Listener, MethodClass, Outcome, SseEvent, StatusClass};
 pub use ops::Held;
+pub use reload::ConfigReload;
 pub use tools::{HandleResult, IdempotencyResult};
 
 use crate::error::ErrorKind;
@@ -228,13 +230,14 @@ pub struct Metrics {
     key_reloads: IntCounterVec,
     consumptions: IntCounterVec,
     store_latency: HistogramVec,
-    config_reloads: IntCounterVec,
     mrtr_refusals: IntCounterVec,
     auth: auth::AuthMetrics,
     /// Latency, connections, streams, per-key tokens, build info ([`ops`]).
     ops: ops::OpsMetrics,
     /// Handles and idempotency keys ([`tools`]).
     tools: tools::ToolMetrics,
+    /// Configuration and admin token reloads ([`reload`]).
+    reload: reload::ReloadMetrics,
 }
 
 impl Metrics {
@@ -315,14 +318,6 @@ impl Metrics {
             &["store"],
         )
         .unwrap();
-        let config_reloads = IntCounterVec::new(
-            Opts::new(
-                "config_reloads_total",
-                "Configuration file changes (or SIGHUP) applied, by result (error keeps the previous policy).",
-            ),
-            &["result"],
-        )
-        .unwrap();
         let mrtr_refusals = IntCounterVec::new(
             Opts::new(
                 "mrtr_refusals_total",
@@ -336,7 +331,6 @@ impl Metrics {
         }
         for result in ["ok", "error"] {
             key_reloads.with_label_values(&[result]);
-            config_reloads.with_label_values(&[result]);
         }
         for store in STORES {
             store_latency.with_label_values(&[store.as_str()]);
@@ -368,7 +362,6 @@ impl Metrics {
             Box::new(key_reloads.clone()),
             Box::new(consumptions.clone()),
             Box::new(store_latency.clone()),
-            Box::new(config_reloads.clone()),
             Box::new(mrtr_refusals.clone()),
         ] {
             registry
@@ -378,7 +371,9 @@ impl Metrics {
         let auth = auth::AuthMetrics::new(&registry);
         let ops = ops::OpsMetrics::register(&registry);
         let tools = tools::ToolMetrics::new(&registry);
+        let reload = reload::ReloadMetrics::register(&registry);
         Self {
+            reload,
             tools,
             auth,
             ops,
@@ -394,7 +389,6 @@ impl Metrics {
             key_reloads,
             consumptions,
             store_latency,
-            config_reloads,
             mrtr_refusals,
         }
     }
@@ -429,21 +423,9 @@ impl Metrics {
             .get()
     }
 
-    pub fn config_reload(&self, ok: bool) {
-        self.config_reloads
-            .with_label_values(&[if ok { "ok" } else { "error" }])
-            .inc();
-    }
-
     pub fn consumption_count(&self, store: StoreKind, result: Consumption) -> u64 {
         self.consumptions
             .with_label_values(&[store.as_str(), result.as_str()])
-            .get()
-    }
-
-    pub fn config_reload_count(&self, ok: bool) -> u64 {
-        self.config_reloads
-            .with_label_values(&[if ok { "ok" } else { "error" }])
             .get()
     }
 

@@ -6,7 +6,8 @@
 //! says so, so a policy rollout never opens a window in either direction. A replay gets
 //! the frozen error; a store that cannot answer refuses (or, with
 //! `on_store_error = "allow"`, lets through, counted and logged). A consumption is
-//! released only when the upstream provably never received the request.
+//! released only when the upstream provably never received the request. The policy and
+//! `on_store_error` are live: a reload replaces them for the next request.
 
 use crate::config::{OnStoreError, SingleUseConfig};
 use crate::metrics::{Consumption, Metrics};
@@ -14,7 +15,7 @@ use crate::store::{Consumed, Store, StoreError};
 use crate::token::{FUTURE_SKEW_SECONDS, Opened, Reject};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Which targets are single-use: names and URIs with `*` matching any run of characters.
@@ -81,7 +82,8 @@ pub struct Claim {
 pub struct SingleUse {
     policy: ArcSwap<SingleUsePolicy>,
     store: Arc<Store>,
-    on_store_error: OnStoreError,
+    /// `on_store_error = "allow"`; replaced by a reload.
+    fails_open: AtomicBool,
     metrics: Arc<Metrics>,
     /// When a full memory store was last logged (ms since `started`), to log once a minute.
     full_logged_ms: AtomicU64,
@@ -93,7 +95,7 @@ impl SingleUse {
         Self {
             policy: ArcSwap::from_pointee(SingleUsePolicy::from_config(config)),
             store,
-            on_store_error: config.on_store_error,
+            fails_open: AtomicBool::new(config.on_store_error == OnStoreError::Allow),
             metrics,
             full_logged_ms: AtomicU64::new(u64::MAX),
             started: Instant::now(),
@@ -110,9 +112,23 @@ impl SingleUse {
         self.policy.store(Arc::new(policy));
     }
 
+    /// Apply a new `on_store_error` without a restart.
+    pub fn replace_on_store_error(&self, on_store_error: OnStoreError) {
+        self.fails_open
+            .store(on_store_error == OnStoreError::Allow, Ordering::Relaxed);
+    }
+
+    fn on_store_error(&self) -> OnStoreError {
+        if self.fails_open.load(Ordering::Relaxed) {
+            OnStoreError::Allow
+        } else {
+            OnStoreError::Reject
+        }
+    }
+
     /// Whether a store failure lets requests through (`on_store_error = "allow"`).
     pub fn fails_open(&self) -> bool {
-        self.on_store_error == OnStoreError::Allow
+        self.on_store_error() == OnStoreError::Allow
     }
 
     pub fn store(&self) -> &Store {
@@ -127,7 +143,7 @@ impl SingleUse {
     /// Whether a fail-closed store is the reason the sidecar cannot serve single-use
     /// retries now (readiness).
     pub async fn blocking_outage(&self) -> bool {
-        self.on_store_error == OnStoreError::Reject && self.store.ping().await.is_err()
+        self.on_store_error() == OnStoreError::Reject && self.store.ping().await.is_err()
     }
 
     /// Consume `opened` if it is single-use. `Ok(None)`: nothing to consume (or the
@@ -167,7 +183,7 @@ impl SingleUse {
                 };
                 self.metrics.consumption(kind, label);
                 self.log_failure(error);
-                match self.on_store_error {
+                match self.on_store_error() {
                     OnStoreError::Reject => Err(Reject::StoreUnavailable),
                     OnStoreError::Allow => {
                         tracing::warn!(

@@ -21,6 +21,7 @@ mod mtls;
 mod observability;
 mod operations;
 mod path_binding;
+mod reload;
 mod resources;
 mod response_classes;
 mod response_edges;
