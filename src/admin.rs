@@ -6,16 +6,22 @@
 //! in `store_fill_ratio` and in `/readyz`'s body, but does not fail readiness: whoever
 //! filled it could otherwise take every replica out of service.
 //!
-//! Invariant: the admin port never proxies and never shows a token, a key or a state; its
-//! one mutating endpoint is refused unless `admin.token_file` is configured, and then
-//! answers only a request carrying that bearer secret (compared in constant time).
+//! Invariant: the admin port never proxies and never shows a token, a key or a state;
+//! a request whose `Host` the admin listener does not answer to gets 421 before anything
+//! else (the DNS-rebinding defence of the proxy port, with the admin port's own default:
+//! see [`HostPolicy::for_admin`]); its one mutating endpoint is refused unless
+//! `admin.token_file` is configured, and then answers only a request carrying the secret
+//! the file holds now (compared in constant time; the file is watched, and a new secret
+//! replaces the old one, which is refused from then on).
 
 use crate::error::Resource;
 use crate::health::Checks;
 use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
+use crate::proxy::ingress::HostPolicy;
 use crate::proxy::upstream::{ProxyBody, full};
 use crate::store::Store;
+use arc_swap::ArcSwap;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -30,8 +36,11 @@ pub struct Admin {
     pub metrics: Arc<Metrics>,
     pub readiness: Arc<Readiness>,
     pub revocations: Arc<Revocations>,
-    /// The bearer secret of the mutating endpoints; `None`: they are refused.
-    pub token: Option<Zeroizing<String>>,
+    /// The bearer secret of the mutating endpoints, as `admin.token_file` holds it now;
+    /// `None`: they are refused.
+    pub token: Option<Token>,
+    /// Which `Host` values this listener answers to (live with `allowed_hosts`).
+    pub hosts: ArcSwap<HostPolicy>,
     /// The shared store, for how full it is.
     pub store: Arc<Store>,
 }
@@ -56,15 +65,26 @@ impl Admin {
     }
 }
 
+/// The admin bearer secret in use, replaced when `admin.token_file` changes.
+pub type Token = ArcSwap<Zeroizing<String>>;
+
 /// The shortest admin secret accepted.
 const MIN_TOKEN_BYTES: usize = 16;
 
 /// Read `admin.token_file`: one secret, surrounding whitespace trimmed. The message
 /// never contains the secret.
 pub fn read_token(path: &Path) -> Result<Zeroizing<String>, String> {
-    let text = std::fs::read_to_string(path)
+    let bytes = std::fs::read(path)
         .map(Zeroizing::new)
         .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+    parse_token(&bytes, path)
+}
+
+/// The secret in `bytes`, as read from `path` (named in the message, which never
+/// contains the secret).
+pub fn parse_token(bytes: &[u8], path: &Path) -> Result<Zeroizing<String>, String> {
+    let text =
+        std::str::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8", path.display()))?;
     let token = Zeroizing::new(text.trim().to_owned());
     if token.len() < MIN_TOKEN_BYTES {
         return Err(format!(
@@ -128,6 +148,17 @@ impl Readiness {
 }
 
 pub async fn handle(admin: Arc<Admin>, request: Request<Incoming>) -> Response<ProxyBody> {
+    // First, as on the proxy port: a rebound name must not read `/metrics` (or probe
+    // `/admin/revoke`) from a browser.
+    if admin
+        .hosts
+        .load()
+        .check_head(request.uri(), request.headers())
+        .is_err()
+    {
+        admin.metrics.admin_misdirected();
+        return text(StatusCode::MISDIRECTED_REQUEST, "misdirected request\n");
+    }
     if request.uri().path() == "/admin/revoke" {
         return revoke(&admin, request).await;
     }
@@ -173,7 +204,7 @@ pub async fn handle(admin: Arc<Admin>, request: Request<Incoming>) -> Response<P
 /// `POST /admin/revoke` with `{"principal": "..."}`: refuse every token of that
 /// principal minted before now, on every replica sharing the store.
 async fn revoke(admin: &Admin, request: Request<Incoming>) -> Response<ProxyBody> {
-    let Some(secret) = &admin.token else {
+    let Some(token) = &admin.token else {
         return text(
             StatusCode::FORBIDDEN,
             "admin.token_file is not configured: revocation over HTTP is off\n",
@@ -187,6 +218,7 @@ async fn revoke(admin: &Admin, request: Request<Incoming>) -> Response<ProxyBody
         .get(header::AUTHORIZATION)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
         .unwrap_or_default();
+    let secret = token.load();
     if !bool::from(presented.ct_eq(secret.as_bytes())) {
         let mut response = text(StatusCode::UNAUTHORIZED, "unauthorized\n");
         response.headers_mut().insert(

@@ -1,9 +1,11 @@
 //! Wiring: build the shared state from a validated [`Config`], bind both listeners,
-//! spawn the serving and reload tasks (keys, TLS files, JWKS), and shut them down in
-//! order.
+//! spawn the serving and reload tasks (keys, TLS files, JWKS, the admin token, the
+//! configuration file's live keys: `app::live`), and shut them down in order.
 //!
 //! Invariant: the sidecar is ready only once keys are loaded and both listeners are
 //! bound; shutdown first fails readiness, then stops accepting, then drains.
+
+mod live;
 
 use crate::admin::{self, Readiness};
 use crate::auth::PrincipalSource;
@@ -16,13 +18,15 @@ use crate::health;
 use crate::metrics::Listener;
 use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
-use crate::policy::single_use::{SingleUse, SingleUsePolicy};
+use crate::policy::single_use::SingleUse;
 use crate::proxy::Proxy;
+use crate::proxy::ingress::HostPolicy;
 use crate::proxy::upstream::{Pool, Upstream};
 use crate::server;
 use crate::store::Store;
 use crate::tls::{FileError, ServerTls};
 use crate::token::{KeyId, KeyRing, KeyRingError, StateSealer};
+use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -114,7 +118,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
 }
 
 /// Start the sidecar described by `config`, loaded from `source` (when given): the file
-/// is watched, and what can change without a restart (the single-use policy) follows it.
+/// is watched, the live keys follow it, and a changed restart-class key is reported.
 pub async fn start_from(
     config: &Config,
     source: Option<ConfigSource>,
@@ -200,10 +204,8 @@ pub async fn start_from(
         config.longest_token_seconds(),
         config.state.audience.clone(),
     ));
-    let admin_token = match &config.admin.token_file {
-        Some(path) => Some(admin::read_token(path).map_err(StartError::Config)?),
-        None => None,
-    };
+    let (admin_token, token_poll) =
+        live::load_admin_token(config.admin.token_file.as_deref()).map_err(StartError::Config)?;
     let identity = (config.principal.source == config::PrincipalSource::Mtls)
         .then_some(config.principal.mtls.identity);
     let (server_tls, tls_poll) = match ServerTls::load(
@@ -229,6 +231,8 @@ pub async fn start_from(
         proxy.scheme = "https";
     }
     let proxy = Arc::new(proxy);
+    let admin_hosts = HostPolicy::for_admin(config.allowed_hosts.as_deref(), config.admin_listen)
+        .map_err(StartError::Config)?;
     let bind = |what, addr| async move {
         TcpListener::bind(addr)
             .await
@@ -289,12 +293,13 @@ pub async fn start_from(
         http2_max_header_list_bytes: config.limits.http2_max_header_list_bytes,
     };
     let mut tasks = Vec::new();
+    let serving = proxy.clone();
     tasks.push(tokio::spawn(server::serve(
         listener,
         server_tls.clone(),
         // Boxed where it is made: the request future is large, and hyper moves the one
         // it is given into its dispatcher (a copy of every byte of it per request).
-        move |request| Box::pin(proxy.clone().handle(request)),
+        move |request| Box::pin(serving.clone().handle(request)),
         stop.clone(),
         options("proxy", Listener::Proxy),
     )));
@@ -303,12 +308,14 @@ pub async fn start_from(
         readiness: readiness.clone(),
         revocations,
         token: admin_token,
+        hosts: ArcSwap::from_pointee(admin_hosts),
         store: single_use.shared_store(),
     });
+    let serving = admin.clone();
     tasks.push(tokio::spawn(server::serve(
         admin_listener,
         None,
-        move |request| admin::handle(admin.clone(), request),
+        move |request| admin::handle(serving.clone(), request),
         stop.clone(),
         options("admin", Listener::Admin),
     )));
@@ -331,36 +338,32 @@ pub async fn start_from(
             stop.clone(),
         )));
     }
+    if let (Some(path), Some(poll)) = (&config.admin.token_file, token_poll) {
+        tasks.push(tokio::spawn(live::reload_admin_token(
+            path.clone(),
+            poll,
+            admin.clone(),
+            metrics.clone(),
+            reload_interval,
+            stop.clone(),
+        )));
+    }
     if let Some(source) = source {
-        let live = single_use.clone();
-        // Who may call, and over what, is fixed at startup (TLS files and JWKS reload on
-        // their own): say so rather than let an edit look applied.
-        let started = (
-            config.principal.clone(),
-            config.tls.clone(),
-            config.upstream_tls.clone(),
-        );
+        let live = live::Live {
+            proxy,
+            admin,
+            single_use: single_use.clone(),
+            listen: config.listen,
+            admin_listen: config.admin_listen,
+        };
         tasks.push(tokio::spawn(config::reload::watch(
             source,
             config::reload::hangups(),
             reload_interval,
             metrics.clone(),
             stop.clone(),
-            move |new| {
-                if (&new.principal, &new.tls, &new.upstream_tls)
-                    != (&started.0, &started.1, &started.2)
-                {
-                    tracing::warn!(
-                        "principal, tls or upstream_tls settings changed; they take effect \
-                         on restart"
-                    );
-                }
-                let policy = SingleUsePolicy::from_config(&new.single_use);
-                if policy != *live.policy() {
-                    tracing::info!("single-use policy changed; applied without a restart");
-                    live.replace_policy(policy);
-                }
-            },
+            config.clone(),
+            move |in_force, changed| live.apply(in_force, changed),
         )));
     }
     if matches!(single_use.store(), Store::Redis(_)) {

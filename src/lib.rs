@@ -13,9 +13,11 @@
 //! 2. [`proxy::ingress`]: a `Host` outside `allowed_hosts` gets 421; an HTTP/1.1 head
 //!    naming both `Content-Length` and `Transfer-Encoding` (seen by a
 //!    [`proxy::ingress::FramingScan`] of the connection's bytes, as hyper drops one), a coding other than one `chunked`, a
-//!    `Transfer_Encoding` look-alike or a target that is not a path gets 400; `Forwarded` /
-//!    `X-Forwarded-*` survive only from `principal.trusted_proxies`, and
-//!    `X-Forwarded-For` / `-Proto` are set from what the sidecar saw.
+//!    `Transfer_Encoding` look-alike or a target that is not a path gets 400; the client's
+//!    hop-by-hop headers (what its `Connection` names, never a header the sidecar sets)
+//!    are dropped; `Forwarded` / `X-Forwarded-*` survive only from
+//!    `principal.trusted_proxies`, and `X-Forwarded-For` / `-Proto` are set from what the
+//!    sidecar saw.
 //! 3. [`auth`] reads who is calling: nothing, a header a trusted front proxy set, a
 //!    verified JWT access token (401 without one), or the client certificate's identity.
 //! 4. [`proxy::gate`]: a POST body must be one JSON-RPC message that [`jsonrpc`] parses
@@ -41,7 +43,7 @@
 //!    renewed while the call is in flight), or a repeat is answered from it (replayed
 //!    with its handles sealed afresh, in progress, or conflict) without the upstream.
 //! 7. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
-//!    rewritten, hop-by-hop headers dropped, identity encoding, timeouts; TLS verified
+//!    rewritten, the fixed hop-by-hop headers dropped, identity encoding, timeouts; TLS verified
 //!    for an `https://` upstream).
 //! 8. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
 //!    SSE, empty, or something a 2xx answer to an MCP request may not be) and
@@ -55,7 +57,9 @@
 //!    is recorded with its status and raw handles (anything else releases its key).
 //! 9. Failures become responses in one place ([`error`]); outcomes are counted in
 //!    [`metrics`], served with health and readiness ([`health`]: the upstream reachable,
-//!    the key ring fresh) by [`admin`]; client text reaches logs only through
+//!    the key ring fresh) by [`admin`] (which refuses a foreign `Host` with 421 too);
+//!    [`app`] applies a reloaded configuration's live keys and names the ones that need a
+//!    restart ([`config::reload`]); client text reaches logs only through
 //!    [`telemetry`], and the request's audit record is written when its response body
 //!    is dropped. [`version`] names the build.
 //!

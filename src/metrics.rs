@@ -9,10 +9,12 @@ mod auth;
 mod fairness;
 mod labels;
 mod ops;
+mod reload;
 mod tools;
 
 pub use labels::{Listener, MethodClass, Outcome, SseEvent, StatusClass};
 pub use ops::Held;
+pub use reload::ConfigReload;
 pub use tools::{HandleResult, IdempotencyResult};
 
 use crate::error::ErrorKind;
@@ -233,7 +235,6 @@ pub struct Metrics {
     key_reloads: IntCounterVec,
     consumptions: IntCounterVec,
     store_latency: HistogramVec,
-    config_reloads: IntCounterVec,
     mrtr_refusals: IntCounterVec,
     auth: auth::AuthMetrics,
     /// Latency, connections, streams, per-key tokens, build info ([`ops`]).
@@ -242,6 +243,8 @@ pub struct Metrics {
     tools: tools::ToolMetrics,
     /// Quota refusals and how full the memory store is ([`fairness`]).
     fairness: fairness::FairnessMetrics,
+    /// Configuration and admin token reloads ([`reload`]).
+    reload: reload::ReloadMetrics,
 }
 
 impl Metrics {
@@ -322,14 +325,6 @@ impl Metrics {
             &["store"],
         )
         .unwrap();
-        let config_reloads = IntCounterVec::new(
-            Opts::new(
-                "config_reloads_total",
-                "Configuration file changes (or SIGHUP) applied, by result (error keeps the previous policy).",
-            ),
-            &["result"],
-        )
-        .unwrap();
         let mrtr_refusals = IntCounterVec::new(
             Opts::new(
                 "mrtr_refusals_total",
@@ -343,7 +338,6 @@ impl Metrics {
         }
         for result in ["ok", "error"] {
             key_reloads.with_label_values(&[result]);
-            config_reloads.with_label_values(&[result]);
         }
         for store in STORES {
             store_latency.with_label_values(&[store.as_str()]);
@@ -375,7 +369,6 @@ impl Metrics {
             Box::new(key_reloads.clone()),
             Box::new(consumptions.clone()),
             Box::new(store_latency.clone()),
-            Box::new(config_reloads.clone()),
             Box::new(mrtr_refusals.clone()),
         ] {
             registry
@@ -386,7 +379,9 @@ impl Metrics {
         let ops = ops::OpsMetrics::register(&registry);
         let tools = tools::ToolMetrics::new(&registry);
         let fairness = fairness::FairnessMetrics::new(&registry);
+        let reload = reload::ReloadMetrics::register(&registry);
         Self {
+            reload,
             tools,
             fairness,
             auth,
@@ -403,7 +398,6 @@ impl Metrics {
             key_reloads,
             consumptions,
             store_latency,
-            config_reloads,
             mrtr_refusals,
         }
     }
@@ -438,21 +432,9 @@ impl Metrics {
             .get()
     }
 
-    pub fn config_reload(&self, ok: bool) {
-        self.config_reloads
-            .with_label_values(&[if ok { "ok" } else { "error" }])
-            .inc();
-    }
-
     pub fn consumption_count(&self, store: StoreKind, result: Consumption) -> u64 {
         self.consumptions
             .with_label_values(&[store.as_str(), result.as_str()])
-            .get()
-    }
-
-    pub fn config_reload_count(&self, ok: bool) -> u64 {
-        self.config_reloads
-            .with_label_values(&[if ok { "ok" } else { "error" }])
             .get()
     }
 

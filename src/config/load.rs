@@ -1,7 +1,9 @@
 //! Loading: layers defaults, the TOML file, the environment and the command line with
 //! figment, and turns every extraction failure into a [`ConfigProblem`] that names the
-//! key, its environment variable and where the bad value came from. Invariant: no value
-//! of `single_use.redis_url` (it may carry a password) appears in a message.
+//! key, its environment variable and where the bad value came from. [`LEAVES`] is the one
+//! list of keys, and says of each whether a reload applies it live or it needs a restart.
+//! Invariant: no value of `single_use.redis_url` (it may carry a password) appears in a
+//! message.
 
 use std::path::Path;
 
@@ -10,6 +12,7 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use zeroize::Zeroizing;
 
+use super::reload::Reload;
 use super::{Config, ConfigErrors, ConfigProblem, ENV_PREFIX, Overrides};
 
 /// Name of the provider for command-line flags, so messages can say "set by --listen".
@@ -21,100 +24,125 @@ const SECRET_KEYS: &[&str] = &["single_use.redis_url"];
 // Boxed: `figment::Error` is over 200 bytes and these run once per key.
 type Assign = fn(&Figment, &str, &mut Config) -> Result<(), Box<figment::Error>>;
 
-/// `(key, assign)`: extracts the value at `key` alone and stores it in its field.
+/// One leaf key: its name, when a change of it takes effect, and how to read, compare
+/// and copy its field.
+pub(super) struct Leaf {
+    pub key: &'static str,
+    pub reload: Reload,
+    /// Extract the value at `key` alone and store it in its field.
+    pub assign: Assign,
+    /// Whether two configurations hold different values here.
+    pub differs: fn(&Config, &Config) -> bool,
+    /// Copy this value from the second configuration into the first.
+    pub adopt: fn(&mut Config, &Config),
+}
+
+/// `leaf!(Live | Restart, "key" => field.path)`.
 macro_rules! leaf {
-    ($key:literal => $($field:ident).+) => {
-        ($key, |figment: &Figment, key: &str, config: &mut Config| {
-            config.$($field).+ = figment.extract_inner(key).map_err(Box::new)?;
-            Ok(())
-        })
+    ($reload:ident, $key:literal => $($field:ident).+) => {
+        Leaf {
+            key: $key,
+            reload: Reload::$reload,
+            assign: |figment: &Figment, key: &str, config: &mut Config| {
+                config.$($field).+ = figment.extract_inner(key).map_err(Box::new)?;
+                Ok(())
+            },
+            differs: |a: &Config, b: &Config| a.$($field).+ != b.$($field).+,
+            adopt: |to: &mut Config, from: &Config| to.$($field).+ = from.$($field).+.clone(),
+        }
     };
 }
 
-/// Every leaf key, extracted on its own. When the whole [`Config`] does not extract,
-/// serde stops at the first error; going leaf by leaf reports every bad value and still
-/// yields a configuration (defaults standing in for bad values) whose rules can be
-/// checked in the same pass. Tests keep this table equal to the fields of [`Config`].
-pub(super) const LEAVES: &[(&str, Assign)] = &[
-    leaf!("listen" => listen),
-    leaf!("upstream" => upstream),
-    leaf!("admin_listen" => admin_listen),
-    leaf!("passthrough_paths" => passthrough_paths),
-    leaf!("allowed_hosts" => allowed_hosts),
-    leaf!("state.audience" => state.audience),
-    leaf!("state.keys_file" => state.keys_file),
-    leaf!("state.ttl_seconds" => state.ttl_seconds),
-    leaf!("state.reload_interval_ms" => state.reload_interval_ms),
-    leaf!("principal.source" => principal.source),
-    leaf!("principal.header" => principal.header),
-    leaf!("principal.forward_header" => principal.forward_header),
-    leaf!("principal.trusted_proxies" => principal.trusted_proxies),
-    leaf!("principal.mtls.identity" => principal.mtls.identity),
-    leaf!("principal.jwt.issuer" => principal.jwt.issuer),
-    leaf!("principal.jwt.audience" => principal.jwt.audience),
-    leaf!("principal.jwt.jwks_file" => principal.jwt.jwks_file),
-    leaf!("principal.jwt.jwks_url" => principal.jwt.jwks_url),
-    leaf!("principal.jwt.jwks_ca_file" => principal.jwt.jwks_ca_file),
-    leaf!("principal.jwt.leeway_seconds" => principal.jwt.leeway_seconds),
-    leaf!("principal.jwt.resource_metadata" => principal.jwt.resource_metadata),
-    leaf!("principal.jwt.forward_authorization" => principal.jwt.forward_authorization),
-    leaf!("principal.jwt.jwks_refresh_seconds" => principal.jwt.jwks_refresh_seconds),
-    leaf!("principal.jwt.jwks_cooldown_seconds" => principal.jwt.jwks_cooldown_seconds),
-    leaf!("tls.cert_file" => tls.cert_file),
-    leaf!("tls.key_file" => tls.key_file),
-    leaf!("tls.client_ca_file" => tls.client_ca_file),
-    leaf!("tls.reload_interval_ms" => tls.reload_interval_ms),
-    leaf!("upstream_tls.ca_file" => upstream_tls.ca_file),
-    leaf!("upstream_tls.cert_file" => upstream_tls.cert_file),
-    leaf!("upstream_tls.key_file" => upstream_tls.key_file),
-    leaf!("single_use.store" => single_use.store),
-    leaf!("single_use.redis_url" => single_use.redis_url),
-    leaf!("single_use.tools" => single_use.tools),
-    leaf!("single_use.prompts" => single_use.prompts),
-    leaf!("single_use.resources" => single_use.resources),
-    leaf!("single_use.default" => single_use.default),
-    leaf!("single_use.on_store_error" => single_use.on_store_error),
-    leaf!("single_use.memory_max_entries" => single_use.memory_max_entries),
-    leaf!("single_use.max_entries_per_principal" => single_use.max_entries_per_principal),
-    leaf!("single_use.redis_key_prefix" => single_use.redis_key_prefix),
-    leaf!("single_use.redis_timeout_ms" => single_use.redis_timeout_ms),
-    leaf!("mrtr.max_rounds" => mrtr.max_rounds),
-    leaf!("mrtr.max_flow_seconds" => mrtr.max_flow_seconds),
-    leaf!("admin.token_file" => admin.token_file),
-    leaf!("limits.max_body_bytes" => limits.max_body_bytes),
-    leaf!("limits.max_event_bytes" => limits.max_event_bytes),
-    leaf!("limits.max_state_bytes" => limits.max_state_bytes),
-    leaf!("limits.max_json_values" => limits.max_json_values),
-    leaf!("limits.max_buffered_bytes" => limits.max_buffered_bytes),
-    leaf!("limits.max_connections" => limits.max_connections),
-    leaf!("limits.max_connections_per_peer" => limits.max_connections_per_peer),
-    leaf!("limits.http2_max_concurrent_streams" => limits.http2_max_concurrent_streams),
-    leaf!("limits.http2_max_header_list_bytes" => limits.http2_max_header_list_bytes),
-    leaf!("limits.upstream_max_idle_per_host" => limits.upstream_max_idle_per_host),
-    leaf!("timeouts.connect_ms" => timeouts.connect_ms),
-    leaf!("timeouts.response_head_ms" => timeouts.response_head_ms),
-    leaf!("timeouts.drain_ms" => timeouts.drain_ms),
-    leaf!("timeouts.header_read_ms" => timeouts.header_read_ms),
-    leaf!("timeouts.body_read_ms" => timeouts.body_read_ms),
-    leaf!("timeouts.client_idle_ms" => timeouts.client_idle_ms),
-    leaf!("timeouts.upstream_idle_ms" => timeouts.upstream_idle_ms),
-    leaf!("log.format" => log.format),
-    leaf!("log.level" => log.level),
-    leaf!("readyz.check_upstream" => readyz.check_upstream),
-    leaf!("readyz.upstream_timeout_ms" => readyz.upstream_timeout_ms),
-    leaf!("readyz.max_key_age_seconds" => readyz.max_key_age_seconds),
+/// Every leaf key, extracted on its own, with its reload class. When the whole [`Config`]
+/// does not extract, serde stops at the first error; going leaf by leaf reports every bad
+/// value and still yields a configuration (defaults standing in for bad values) whose
+/// rules can be checked in the same pass. Tests keep this table equal to the fields of
+/// [`Config`], and the README's configuration table equal to its reload classes.
+///
+/// `Live`: a reload applies it (the watch in `app` has an applier for each, which a test
+/// checks). `Restart`: a change is logged by name and counted `restart_required`. Files a
+/// key names (the key file, TLS files, the admin token file) are watched on their own:
+/// their *contents* change live whatever the class of the key holding their path.
+pub(super) const LEAVES: &[Leaf] = &[
+    leaf!(Restart, "listen" => listen),
+    leaf!(Restart, "upstream" => upstream),
+    leaf!(Restart, "admin_listen" => admin_listen),
+    leaf!(Live, "passthrough_paths" => passthrough_paths),
+    leaf!(Live, "allowed_hosts" => allowed_hosts),
+    leaf!(Restart, "state.audience" => state.audience),
+    leaf!(Restart, "state.keys_file" => state.keys_file),
+    leaf!(Restart, "state.ttl_seconds" => state.ttl_seconds),
+    leaf!(Restart, "state.reload_interval_ms" => state.reload_interval_ms),
+    leaf!(Restart, "principal.source" => principal.source),
+    leaf!(Restart, "principal.header" => principal.header),
+    leaf!(Restart, "principal.forward_header" => principal.forward_header),
+    leaf!(Restart, "principal.trusted_proxies" => principal.trusted_proxies),
+    leaf!(Restart, "principal.mtls.identity" => principal.mtls.identity),
+    leaf!(Restart, "principal.jwt.issuer" => principal.jwt.issuer),
+    leaf!(Restart, "principal.jwt.audience" => principal.jwt.audience),
+    leaf!(Restart, "principal.jwt.jwks_file" => principal.jwt.jwks_file),
+    leaf!(Restart, "principal.jwt.jwks_url" => principal.jwt.jwks_url),
+    leaf!(Restart, "principal.jwt.jwks_ca_file" => principal.jwt.jwks_ca_file),
+    leaf!(Restart, "principal.jwt.leeway_seconds" => principal.jwt.leeway_seconds),
+    leaf!(Restart, "principal.jwt.resource_metadata" => principal.jwt.resource_metadata),
+    leaf!(Restart, "principal.jwt.forward_authorization" => principal.jwt.forward_authorization),
+    leaf!(Restart, "principal.jwt.jwks_refresh_seconds" => principal.jwt.jwks_refresh_seconds),
+    leaf!(Restart, "principal.jwt.jwks_cooldown_seconds" => principal.jwt.jwks_cooldown_seconds),
+    leaf!(Restart, "tls.cert_file" => tls.cert_file),
+    leaf!(Restart, "tls.key_file" => tls.key_file),
+    leaf!(Restart, "tls.client_ca_file" => tls.client_ca_file),
+    leaf!(Restart, "tls.reload_interval_ms" => tls.reload_interval_ms),
+    leaf!(Restart, "upstream_tls.ca_file" => upstream_tls.ca_file),
+    leaf!(Restart, "upstream_tls.cert_file" => upstream_tls.cert_file),
+    leaf!(Restart, "upstream_tls.key_file" => upstream_tls.key_file),
+    leaf!(Restart, "single_use.store" => single_use.store),
+    leaf!(Restart, "single_use.redis_url" => single_use.redis_url),
+    leaf!(Live, "single_use.tools" => single_use.tools),
+    leaf!(Live, "single_use.prompts" => single_use.prompts),
+    leaf!(Live, "single_use.resources" => single_use.resources),
+    leaf!(Live, "single_use.default" => single_use.default),
+    leaf!(Live, "single_use.on_store_error" => single_use.on_store_error),
+    leaf!(Restart, "single_use.memory_max_entries" => single_use.memory_max_entries),
+    leaf!(Restart, "single_use.max_entries_per_principal" => single_use.max_entries_per_principal),
+    leaf!(Restart, "single_use.redis_key_prefix" => single_use.redis_key_prefix),
+    leaf!(Restart, "single_use.redis_timeout_ms" => single_use.redis_timeout_ms),
+    leaf!(Restart, "mrtr.max_rounds" => mrtr.max_rounds),
+    leaf!(Restart, "mrtr.max_flow_seconds" => mrtr.max_flow_seconds),
+    leaf!(Restart, "admin.token_file" => admin.token_file),
+    leaf!(Restart, "limits.max_body_bytes" => limits.max_body_bytes),
+    leaf!(Restart, "limits.max_event_bytes" => limits.max_event_bytes),
+    leaf!(Restart, "limits.max_state_bytes" => limits.max_state_bytes),
+    leaf!(Restart, "limits.max_json_values" => limits.max_json_values),
+    leaf!(Restart, "limits.max_buffered_bytes" => limits.max_buffered_bytes),
+    leaf!(Restart, "limits.max_connections" => limits.max_connections),
+    leaf!(Restart, "limits.max_connections_per_peer" => limits.max_connections_per_peer),
+    leaf!(Restart, "limits.http2_max_concurrent_streams" => limits.http2_max_concurrent_streams),
+    leaf!(Restart, "limits.http2_max_header_list_bytes" => limits.http2_max_header_list_bytes),
+    leaf!(Restart, "limits.upstream_max_idle_per_host" => limits.upstream_max_idle_per_host),
+    leaf!(Restart, "timeouts.connect_ms" => timeouts.connect_ms),
+    leaf!(Restart, "timeouts.response_head_ms" => timeouts.response_head_ms),
+    leaf!(Restart, "timeouts.drain_ms" => timeouts.drain_ms),
+    leaf!(Restart, "timeouts.header_read_ms" => timeouts.header_read_ms),
+    leaf!(Restart, "timeouts.body_read_ms" => timeouts.body_read_ms),
+    leaf!(Restart, "timeouts.client_idle_ms" => timeouts.client_idle_ms),
+    leaf!(Restart, "timeouts.upstream_idle_ms" => timeouts.upstream_idle_ms),
+    leaf!(Restart, "log.format" => log.format),
+    leaf!(Restart, "log.level" => log.level),
+    leaf!(Restart, "readyz.check_upstream" => readyz.check_upstream),
+    leaf!(Restart, "readyz.upstream_timeout_ms" => readyz.upstream_timeout_ms),
+    leaf!(Restart, "readyz.max_key_age_seconds" => readyz.max_key_age_seconds),
     // An array of tables: one leaf, extracted whole.
-    leaf!("handles" => handles),
-    leaf!("idempotency.tools" => idempotency.tools),
-    leaf!("idempotency.require_key" => idempotency.require_key),
-    leaf!("idempotency.ttl_seconds" => idempotency.ttl_seconds),
-    leaf!("idempotency.max_result_bytes" => idempotency.max_result_bytes),
-    leaf!("idempotency.strip_key" => idempotency.strip_key),
-    leaf!("idempotency.lease_ms" => idempotency.lease_ms),
-    leaf!("idempotency.memory_max_bytes" => idempotency.memory_max_bytes),
-    leaf!("idempotency.max_records_per_principal" => idempotency.max_records_per_principal),
-    leaf!("idempotency.max_bytes_per_principal" => idempotency.max_bytes_per_principal),
-    leaf!("idempotency.max_in_flight_per_principal" => idempotency.max_in_flight_per_principal),
+    leaf!(Restart, "handles" => handles),
+    leaf!(Restart, "idempotency.tools" => idempotency.tools),
+    leaf!(Restart, "idempotency.require_key" => idempotency.require_key),
+    leaf!(Restart, "idempotency.ttl_seconds" => idempotency.ttl_seconds),
+    leaf!(Restart, "idempotency.max_result_bytes" => idempotency.max_result_bytes),
+    leaf!(Restart, "idempotency.strip_key" => idempotency.strip_key),
+    leaf!(Restart, "idempotency.lease_ms" => idempotency.lease_ms),
+    leaf!(Restart, "idempotency.memory_max_bytes" => idempotency.memory_max_bytes),
+    leaf!(Restart, "idempotency.max_records_per_principal" => idempotency.max_records_per_principal),
+    leaf!(Restart, "idempotency.max_bytes_per_principal" => idempotency.max_bytes_per_principal),
+    leaf!(Restart, "idempotency.max_in_flight_per_principal" => idempotency.max_in_flight_per_principal),
 ];
 
 impl Config {
@@ -249,7 +277,7 @@ pub(super) fn assemble(
     let mut broken_sections = Vec::new();
     walk(figment, "", &root, &mut problems, &mut broken_sections);
     let mut config = Config::default();
-    for (key, assign) in LEAVES {
+    for Leaf { key, assign, .. } in LEAVES {
         let parent = parent_of(key);
         if broken_sections.iter().any(|section| section == parent) {
             continue;
@@ -300,12 +328,13 @@ fn walk(
 }
 
 fn is_leaf(key: &str) -> bool {
-    LEAVES.iter().any(|(leaf, _)| *leaf == key)
+    LEAVES.iter().any(|leaf| leaf.key == key)
 }
 
 fn is_section(key: &str) -> bool {
-    LEAVES.iter().any(|(leaf, _)| {
-        leaf.strip_prefix(key)
+    LEAVES.iter().any(|leaf| {
+        leaf.key
+            .strip_prefix(key)
             .is_some_and(|rest| rest.starts_with('.'))
     })
 }
@@ -317,7 +346,7 @@ fn parent_of(key: &str) -> &str {
 /// The names directly under `section` ("" for the top level), in declaration order.
 fn children_of(section: &str) -> Vec<&'static str> {
     let mut children: Vec<&'static str> = Vec::new();
-    for (leaf, _) in LEAVES {
+    for Leaf { key: leaf, .. } in LEAVES {
         let rest = if section.is_empty() {
             Some(*leaf)
         } else {

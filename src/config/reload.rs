@@ -1,16 +1,20 @@
 //! Live reconfiguration: the configuration file is watched (its content hash polled by
 //! [`super::poll`], which survives Kubernetes' symlink swaps, and re-read at once on
-//! `SIGHUP`), and each new configuration that loads and validates is handed to the
-//! parts that can change without a restart.
+//! `SIGHUP`); each new configuration that loads and validates is compared with the one
+//! in force, key by key, and what changed is applied or reported by its [`Reload`]
+//! class (declared once, in the table of keys in `load.rs`).
 //!
-//! Invariant: a configuration that fails to load or validate changes nothing: the
+//! Invariants: a configuration that fails to load or validate changes nothing: the
 //! previous one stays in force, the problems are logged once per change, and
-//! `config_reloads_total{result="error"}` counts it.
+//! `config_reloads_total{result="error"}` counts it. Otherwise every changed live key
+//! is applied and logged; every changed restart-class key is logged at warn by name
+//! ("takes effect on restart") and the reload counts as `restart_required`, never `ok`,
+//! for as long as the file asks for something the running process does not do.
 
-use super::load::read_file;
+use super::load::{LEAVES, Leaf, read_file};
 use super::poll::{FilePoll, Seen};
 use super::{Config, ConfigErrors, Overrides};
-use crate::metrics::Metrics;
+use crate::metrics::{ConfigReload, Metrics};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +47,69 @@ impl ConfigSource {
     }
 }
 
+/// When a change of a configuration key takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reload {
+    /// A reload applies it.
+    Live,
+    /// The running process keeps the old value until it is restarted.
+    Restart,
+}
+
+/// The reload class of a leaf key (`single_use.tools`); `None` for a key that is not one.
+pub fn reload_class(key: &str) -> Option<Reload> {
+    LEAVES
+        .iter()
+        .find(|leaf| leaf.key == key)
+        .map(|leaf| leaf.reload)
+}
+
+/// Every leaf key with its reload class, in table order.
+pub fn classes() -> impl Iterator<Item = (&'static str, Reload)> {
+    LEAVES.iter().map(|leaf| (leaf.key, leaf.reload))
+}
+
+/// The leaf keys whose values differ between the configuration in force and a new one,
+/// by reload class, in table order.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Changes {
+    pub live: Vec<&'static str>,
+    pub restart: Vec<&'static str>,
+}
+
+impl Changes {
+    pub fn between(in_force: &Config, new: &Config) -> Self {
+        let mut changes = Self::default();
+        for Leaf {
+            key,
+            reload,
+            differs,
+            ..
+        } in LEAVES
+        {
+            if differs(in_force, new) {
+                match reload {
+                    Reload::Live => changes.live.push(key),
+                    Reload::Restart => changes.restart.push(key),
+                }
+            }
+        }
+        changes
+    }
+}
+
+impl Config {
+    /// This configuration with every live key taken from `new`: what is in force once a
+    /// reload to `new` is applied (restart-class keys keep their running values).
+    pub fn with_live_from(&self, new: &Config) -> Config {
+        let mut in_force = self.clone();
+        for leaf in LEAVES.iter().filter(|leaf| leaf.reload == Reload::Live) {
+            (leaf.adopt)(&mut in_force, new);
+        }
+        in_force
+    }
+}
+
 /// Listen for `SIGHUP` from now on. Called before the sidecar reports ready: until a
 /// handler is installed, `SIGHUP` would terminate the process.
 pub fn hangups() -> Option<Signal> {
@@ -51,7 +118,10 @@ pub fn hangups() -> Option<Signal> {
         .ok()
 }
 
-/// Watch `source` until `stop`; call `apply` with every new valid configuration.
+/// Watch `source` until `stop`; `running` is the configuration the process started
+/// with. Each new valid configuration is compared with the one in force; when live keys
+/// changed, `apply` gets the configuration now in force (`running`'s restart-class
+/// values, the file's live ones) and the live keys that changed, and must apply them.
 ///
 /// The baseline is what [`ConfigSource::load`] loaded, not what the returned task first
 /// sees: a change made while the sidecar started is never mistaken for the baseline.
@@ -61,25 +131,43 @@ pub fn watch(
     interval: Duration,
     metrics: Arc<Metrics>,
     stop: watch::Receiver<bool>,
-    apply: impl Fn(&Config) + Send + 'static,
+    running: Config,
+    apply: impl Fn(&Config, &[&'static str]) + Send + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let poll = source.baseline.clone();
+    let mut in_force = running;
     poll.run(interval, hangup, stop, move |seen| match seen {
         Seen::Unchanged => {}
         Seen::Unreadable { path, error } => {
             tracing::error!(path = %path.display(), %error, "configuration file unreadable; keeping the running configuration");
-            metrics.config_reload(false);
+            metrics.config_reload(ConfigReload::Error);
         }
         Seen::Changed(contents) => match Config::load_read(&source.file, &contents[0], &source.overrides) {
             Ok(config) => {
-                apply(&config);
-                metrics.config_reload(true);
+                let changes = Changes::between(&in_force, &config);
+                if !changes.live.is_empty() {
+                    in_force = in_force.with_live_from(&config);
+                    apply(&in_force, &changes.live);
+                    for key in &changes.live {
+                        tracing::info!(key = *key, "configuration key changed; applied without a restart");
+                    }
+                }
+                // Said on every reload while it holds: the file asks for something this
+                // process does not do, and an operator may have missed the first one.
+                for key in &changes.restart {
+                    tracing::warn!(key = *key, "configuration key changed; takes effect on restart");
+                }
+                metrics.config_reload(if changes.restart.is_empty() {
+                    ConfigReload::Ok
+                } else {
+                    ConfigReload::RestartRequired
+                });
             }
             Err(errors) => {
                 for problem in &errors.0 {
                     tracing::error!(%problem, "configuration changed but is invalid; keeping the running configuration");
                 }
-                metrics.config_reload(false);
+                metrics.config_reload(ConfigReload::Error);
             }
         },
     })
@@ -117,7 +205,9 @@ mod tests {
             Duration::from_millis(10),
             Arc::new(Metrics::new()),
             stop,
-            move |config| {
+            loaded,
+            move |config, changed| {
+                assert_eq!(changed, ["single_use.tools"]);
                 let _ = applied_tx.send(config.single_use.tools.clone());
             },
         ));
@@ -128,5 +218,121 @@ mod tests {
         assert_eq!(tools, ["deploy"]);
         stop_tx.send(true).unwrap();
         watching.await.unwrap();
+    }
+
+    #[test]
+    fn every_key_has_one_class_and_the_live_ones_are_these() {
+        assert_eq!(reload_class("passthrough_paths"), Some(Reload::Live));
+        assert_eq!(reload_class("listen"), Some(Reload::Restart));
+        assert_eq!(reload_class("admin.token_file"), Some(Reload::Restart));
+        assert_eq!(reload_class("single_use"), None, "a section is not a key");
+        // Pinned: making a key live is a decision with an applier in `app` behind it.
+        let live: Vec<&str> = classes()
+            .filter(|(_, class)| *class == Reload::Live)
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(
+            live,
+            [
+                "passthrough_paths",
+                "allowed_hosts",
+                "single_use.tools",
+                "single_use.prompts",
+                "single_use.resources",
+                "single_use.default",
+                "single_use.on_store_error",
+            ]
+        );
+    }
+
+    #[test]
+    fn changes_are_told_apart_by_class_and_only_live_ones_come_into_force() {
+        let running = Config::default();
+        assert_eq!(Changes::between(&running, &running), Changes::default());
+        let mut new = running.clone();
+        new.listen = "127.0.0.1:1".parse().unwrap();
+        new.passthrough_paths = vec!["/oauth/token".into()];
+        new.single_use.on_store_error = super::super::OnStoreError::Allow;
+        new.single_use.redis_url = Some("redis://:secret@redis".into());
+        new.limits.max_connections = 7;
+        let changes = Changes::between(&running, &new);
+        assert_eq!(
+            changes.live,
+            ["passthrough_paths", "single_use.on_store_error"]
+        );
+        assert_eq!(
+            changes.restart,
+            ["listen", "single_use.redis_url", "limits.max_connections"]
+        );
+        let in_force = running.with_live_from(&new);
+        assert_eq!(in_force.passthrough_paths, new.passthrough_paths);
+        assert_eq!(
+            in_force.single_use.on_store_error,
+            new.single_use.on_store_error
+        );
+        assert_eq!(in_force.listen, running.listen);
+        assert_eq!(
+            in_force.limits.max_connections,
+            running.limits.max_connections
+        );
+        // Against what is in force, the restart-class keys still differ: the next reload
+        // says so again rather than count `ok`.
+        let again = Changes::between(&in_force, &new);
+        assert!(again.live.is_empty());
+        assert_eq!(again.restart, changes.restart);
+    }
+
+    /// The README's configuration table says of every key whether it is live or needs a
+    /// restart (design §5), and says what `LEAVES` says.
+    #[test]
+    fn the_readme_table_gives_every_key_its_class() {
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+        let table = readme
+            .split("\n## Configuration\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n#").next())
+            .expect("a Configuration section");
+        let mut documented = std::collections::BTreeMap::new();
+        for row in table.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            let class = match cells.last().map(|c| c.trim_end_matches(" |").trim()) {
+                Some(c) if c.starts_with("live") => Reload::Live,
+                Some(c) if c.starts_with("restart") => Reload::Restart,
+                other => panic!("no live/restart in the last cell of {row:?}: {other:?}"),
+            };
+            for key in keys_of(cells[0].trim_start_matches("| ")) {
+                documented.insert(key, class);
+            }
+        }
+        for leaf in LEAVES {
+            assert_eq!(
+                documented.get(leaf.key),
+                Some(&leaf.reload),
+                "README configuration table on {}",
+                leaf.key
+            );
+        }
+    }
+
+    /// The keys a README row names: `a.b` / `.c` / `d` is `a.b`, `a.c`, `a.d`; a
+    /// `[[handles]]` row is the one key `handles`.
+    fn keys_of(cell: &str) -> Vec<String> {
+        let names: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();
+        if names.first().is_some_and(|n| n.starts_with("[[")) {
+            return vec![names[0].trim_matches(|c| c == '[' || c == ']').to_owned()];
+        }
+        let Some(first) = names.first() else {
+            return Vec::new();
+        };
+        let parent = first.rsplit_once('.').map(|(p, _)| p);
+        let mut keys = vec![(*first).to_owned()];
+        for name in &names[1..] {
+            keys.push(match (name.strip_prefix('.'), parent) {
+                (Some(child), Some(parent)) => format!("{parent}.{child}"),
+                (None, Some(parent)) if !name.contains('.') => format!("{parent}.{name}"),
+                _ => (*name).to_owned(),
+            });
+        }
+        keys
     }
 }

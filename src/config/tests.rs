@@ -94,7 +94,7 @@ fn shipped_file_is_the_defaults() {
     ];
     let expected: BTreeSet<String> = LEAVES
         .iter()
-        .map(|(key, _)| key.to_string())
+        .map(|leaf| leaf.key.to_string())
         .filter(|key| !optional.contains(&key.as_str()))
         .collect();
     assert_eq!(keys, expected);
@@ -143,7 +143,7 @@ fn leaf_table_matches_the_struct() {
         &serde_json::to_value(Config::default()).unwrap(),
         &mut from_struct,
     );
-    let from_table: BTreeSet<String> = LEAVES.iter().map(|(key, _)| key.to_string()).collect();
+    let from_table: BTreeSet<String> = LEAVES.iter().map(|leaf| leaf.key.to_string()).collect();
     assert_eq!(from_struct, from_table);
 }
 
@@ -490,7 +490,7 @@ fn assembly_leaf_by_leaf_matches_serde() {
         assert_eq!(problems.len(), 1, "only the stand-in error: {problems:#?}");
         let defaults = serde_json::to_value(Config::default()).unwrap();
         let all = serde_json::to_value(&whole).unwrap();
-        for (key, _) in LEAVES {
+        for super::load::Leaf { key, .. } in LEAVES {
             let pointer = format!("/{}", key.replace('.', "/"));
             assert_ne!(
                 defaults.pointer(&pointer),

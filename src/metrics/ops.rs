@@ -1,7 +1,7 @@
 //! The families operators alert on: request latency by method class and outcome, the
 //! time the sidecar itself adds, upstream status classes, SSE events and streams, client
-//! connections, tokens and sealed handles minted and opened per key id, the key ring's
-//! age, build info.
+//! connections, admin requests refused for their `Host`, tokens and sealed handles minted
+//! and opened per key id, the key ring's age, build info.
 //!
 //! Invariant: every label value comes from a closed enum, except `kid`, which comes only
 //! from the key ring in use: a series exists for each key of the ring (created at zero
@@ -12,7 +12,7 @@ use super::Metrics;
 use super::labels::{Listener, MethodClass, Outcome, SseEvent, StatusClass};
 use crate::token::KeyId;
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -56,6 +56,7 @@ pub(super) struct OpsMetrics {
     sse_streams: IntGauge,
     connections: IntGaugeVec,
     connection_limit_waits: IntCounterVec,
+    admin_misdirected: IntCounter,
     minted: IntCounterVec,
     opened: IntCounterVec,
     handles_minted: IntCounterVec,
@@ -121,6 +122,11 @@ impl OpsMetrics {
                 "Times a listener stopped accepting because limits.max_connections (admin: a fixed allowance) were open.",
                 &["listener"],
             ),
+            admin_misdirected: IntCounter::new(
+                "admin_requests_misdirected_total",
+                "Admin listener requests answered 421 because their Host is not one the admin listener answers to (a DNS-rebinding defence).",
+            )
+            .expect("valid counter"),
             minted: counter(
                 "tokens_minted_total",
                 "Tokens minted, by the key id (8 hex digits) of the ring's minting key.",
@@ -193,6 +199,7 @@ impl OpsMetrics {
             Box::new(ops.sse_streams.clone()),
             Box::new(ops.connections.clone()),
             Box::new(ops.connection_limit_waits.clone()),
+            Box::new(ops.admin_misdirected.clone()),
             Box::new(ops.minted.clone()),
             Box::new(ops.opened.clone()),
             Box::new(ops.handles_minted.clone()),
@@ -270,6 +277,15 @@ impl Metrics {
             .connection_limit_waits
             .with_label_values(&[listener.as_str()])
             .inc();
+    }
+
+    /// An admin request was refused with 421 for its `Host`.
+    pub fn admin_misdirected(&self) {
+        self.ops.admin_misdirected.inc();
+    }
+
+    pub fn admin_misdirected_count(&self) -> u64 {
+        self.ops.admin_misdirected.get()
     }
 
     /// A token was minted under `kid` (counted only while `kid` is in the ring).
@@ -466,6 +482,7 @@ mod tests {
             "mcp_state_guard_sse_streams_open 0",
             "mcp_state_guard_client_connections_open{listener=\"proxy\"} 0",
             "mcp_state_guard_connection_limit_waits_total{listener=\"admin\"} 0",
+            "mcp_state_guard_admin_requests_misdirected_total 0",
             "mcp_state_guard_key_ring_age_seconds 0",
             "mcp_state_guard_runtime_alive_tasks 0",
         ] {

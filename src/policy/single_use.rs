@@ -9,7 +9,8 @@
 //! or a caller holding its whole share of it, is refused whatever the failure policy
 //! (letting a full store's retries through would let whoever fills it replay at will),
 //! and the state is not spent. A consumption is released only when the upstream
-//! provably never received the request.
+//! provably never received the request. The policy and `on_store_error` are live: a
+//! reload replaces them for the next request.
 
 use crate::config::{OnStoreError, SingleUseConfig};
 use crate::metrics::{Consumption, Metrics};
@@ -17,7 +18,7 @@ use crate::store::{Consumed, Owner, Store, StoreError};
 use crate::token::{FUTURE_SKEW_SECONDS, Opened, Reject};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Which targets are single-use: names and URIs with `*` matching any run of characters.
@@ -95,7 +96,8 @@ pub struct Claim {
 pub struct SingleUse {
     policy: ArcSwap<SingleUsePolicy>,
     store: Arc<Store>,
-    on_store_error: OnStoreError,
+    /// `on_store_error = "allow"`; replaced by a reload.
+    fails_open: AtomicBool,
     metrics: Arc<Metrics>,
     /// When a full memory store was last logged (ms since `started`), to log once a minute.
     full_logged_ms: AtomicU64,
@@ -107,7 +109,7 @@ impl SingleUse {
         Self {
             policy: ArcSwap::from_pointee(SingleUsePolicy::from_config(config)),
             store,
-            on_store_error: config.on_store_error,
+            fails_open: AtomicBool::new(config.on_store_error == OnStoreError::Allow),
             metrics,
             full_logged_ms: AtomicU64::new(u64::MAX),
             started: Instant::now(),
@@ -124,9 +126,23 @@ impl SingleUse {
         self.policy.store(Arc::new(policy));
     }
 
+    /// Apply a new `on_store_error` without a restart.
+    pub fn replace_on_store_error(&self, on_store_error: OnStoreError) {
+        self.fails_open
+            .store(on_store_error == OnStoreError::Allow, Ordering::Relaxed);
+    }
+
+    fn on_store_error(&self) -> OnStoreError {
+        if self.fails_open.load(Ordering::Relaxed) {
+            OnStoreError::Allow
+        } else {
+            OnStoreError::Reject
+        }
+    }
+
     /// Whether a store failure lets requests through (`on_store_error = "allow"`).
     pub fn fails_open(&self) -> bool {
-        self.on_store_error == OnStoreError::Allow
+        self.on_store_error() == OnStoreError::Allow
     }
 
     pub fn store(&self) -> &Store {
@@ -141,7 +157,7 @@ impl SingleUse {
     /// Whether a fail-closed store is the reason the sidecar cannot serve single-use
     /// retries now (readiness).
     pub async fn blocking_outage(&self) -> bool {
-        self.on_store_error == OnStoreError::Reject && self.store.ping().await.is_err()
+        self.on_store_error() == OnStoreError::Reject && self.store.ping().await.is_err()
     }
 
     /// Consume `opened` if it is single-use, held by `owner`. `Ok(None)`: nothing to
@@ -195,7 +211,7 @@ impl SingleUse {
                 self.metrics
                     .consumption(kind, Consumption::StoreUnavailable);
                 self.log_failure(error);
-                match self.on_store_error {
+                match self.on_store_error() {
                     OnStoreError::Reject => Err(NotConsumed::Refused(Reject::StoreUnavailable)),
                     OnStoreError::Allow => {
                         tracing::warn!(

@@ -10,6 +10,8 @@
 //! refused with 400 before its body is read; `Forwarded`, `X-Forwarded-*`
 //! and `X-Real-IP` reach the upstream only from a peer in `principal.trusted_proxies`,
 //! and `X-Forwarded-For` / `X-Forwarded-Proto` always say what the sidecar itself saw.
+//! A client's `Connection` header is honoured here, before the sidecar adds anything,
+//! and cannot name away the [`protected_headers`] (what the sidecar sets or vouches for).
 
 use crate::error::ProxyError;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -71,6 +73,9 @@ impl HostPattern {
 pub struct HostPolicy {
     /// `None`: any host.
     patterns: Option<Vec<HostPattern>>,
+    /// Any IP-literal host is accepted too (the admin listener: see
+    /// [`HostPolicy::for_admin`]).
+    ip_literals: bool,
 }
 
 /// The names a loopback listener answers to, as the MCP SDKs allow them by default.
@@ -83,29 +88,68 @@ impl HostPolicy {
         let entries: Vec<&str> = match allowed {
             Some(list) => list.iter().map(String::as_str).collect(),
             None if listen.ip().is_loopback() => LOOPBACK_HOSTS.to_vec(),
-            None => return Ok(Self { patterns: None }),
+            None => return Ok(Self::any()),
         };
+        Self::of(&entries, false)
+    }
+
+    /// The admin listener's (`/metrics`, `/healthz`, `/readyz`, `/admin/revoke`), for its
+    /// own address `admin_listen`: any IP literal and `localhost`, plus the names
+    /// `allowed_hosts` lists; unset, no other name on a loopback address and any name
+    /// otherwise, as [`HostPolicy::new`] does for `listen`.
+    ///
+    /// DNS rebinding needs a name the attacker controls: a `Host` that is an IP literal
+    /// (or `localhost`) cannot have been rebound, so accepting every one costs nothing,
+    /// and it is what the callers of an admin port send: kubelet probes
+    /// (`Host: <pod IP>:9090`) and Prometheus scraping the endpoints a ServiceMonitor or
+    /// PodMonitor discovers (pod IPs). A scrape by a name (a Compose service name, say)
+    /// works while `allowed_hosts` is unset on a non-loopback address, or when the name
+    /// is listed.
+    pub fn for_admin(allowed: Option<&[String]>, admin_listen: SocketAddr) -> Result<Self, String> {
+        let mut entries: Vec<&str> = match allowed {
+            Some(list) => list.iter().map(String::as_str).collect(),
+            None if admin_listen.ip().is_loopback() => Vec::new(),
+            None => return Ok(Self::any()),
+        };
+        entries.push("localhost");
+        Self::of(&entries, true)
+    }
+
+    fn any() -> Self {
+        Self {
+            patterns: None,
+            ip_literals: false,
+        }
+    }
+
+    fn of(entries: &[&str], ip_literals: bool) -> Result<Self, String> {
         let patterns = entries
             .iter()
             .map(|entry| HostPattern::parse(entry).map_err(|e| format!("entry {entry:?} {e}")))
             .collect::<Result<Vec<_>, _>>()?;
         if patterns.contains(&HostPattern::Any) {
-            return Ok(Self { patterns: None });
+            return Ok(Self::any());
         }
         Ok(Self {
             patterns: Some(patterns),
+            ip_literals,
         })
     }
 
     /// Every authority the request names (the target's, and each `Host` header) must be
     /// allowed, and there must be one.
     pub fn check(&self, parts: &http::request::Parts) -> Result<(), ProxyError> {
+        self.check_head(&parts.uri, &parts.headers)
+    }
+
+    /// [`HostPolicy::check`] of a request head's target and headers.
+    pub fn check_head(&self, uri: &http::Uri, headers: &HeaderMap) -> Result<(), ProxyError> {
         let Some(patterns) = &self.patterns else {
             return Ok(());
         };
-        let hosts = parts.headers.get_all(header::HOST).iter();
+        let hosts = headers.get_all(header::HOST).iter();
         let mut named = 0;
-        let uri_authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+        let uri_authority = uri.authority().map(|a| a.as_str().as_bytes());
         for value in uri_authority
             .into_iter()
             .chain(hosts.map(HeaderValue::as_bytes))
@@ -115,7 +159,8 @@ impl HostPolicy {
                 .ok()
                 .and_then(split_authority)
                 .ok_or(ProxyError::MisdirectedRequest)?;
-            if !patterns.iter().any(|p| p.matches(&host, port)) {
+            let ip_literal = self.ip_literals && is_ip_literal(&host);
+            if !ip_literal && !patterns.iter().any(|p| p.matches(&host, port)) {
                 return Err(ProxyError::MisdirectedRequest);
             }
         }
@@ -124,6 +169,15 @@ impl HostPolicy {
         }
         Ok(())
     }
+}
+
+/// `192.0.2.1` or `[2001:db8::1]`, as an authority's host spells an address.
+fn is_ip_literal(host: &str) -> bool {
+    host.parse::<std::net::Ipv4Addr>().is_ok()
+        || host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
 }
 
 /// `host[:port]` with a non-empty host, no userinfo, and a port that is a port.
@@ -138,6 +192,18 @@ fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
         rest => Some(rest.strip_prefix(':')?.parse::<u16>().ok()?),
     };
     Some((host.to_owned(), port))
+}
+
+/// The headers a client's `Connection` cannot name away: the forwarding headers the
+/// sidecar sets, `Authorization` (a credential it verifies and may forward) and `also`
+/// (the identity header it reads and may forward, the `Idempotency-Key` it reserves the
+/// call under). RFC 9110 lets a sender mark any field hop-by-hop, but these describe the
+/// request to the upstream, and honouring a client's `Connection: X-Forwarded-For` after
+/// the rewrite deleted the sidecar's own value (security review, finding 3).
+pub fn protected_headers(also: impl IntoIterator<Item = HeaderName>) -> Vec<HeaderName> {
+    let mut names = vec![X_FORWARDED_FOR, X_FORWARDED_PROTO, header::AUTHORIZATION];
+    names.extend(also);
+    names
 }
 
 /// Which peers' forwarding headers are believed.
@@ -328,6 +394,51 @@ mod tests {
         for bad in ["", "a b", "u@h", "h/p", "*.example.com", "h:99999"] {
             assert!(list(&[bad]).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_admin_listener_takes_ip_literals_localhost_and_listed_names() {
+        let admin = |allowed: Option<&[&str]>, listen: &str| {
+            let allowed: Option<Vec<String>> =
+                allowed.map(|a| a.iter().map(|e| e.to_string()).collect());
+            HostPolicy::for_admin(allowed.as_deref(), listen.parse().unwrap()).unwrap()
+        };
+        let local = admin(None, "127.0.0.1:9090");
+        for ok in [
+            "127.0.0.1:9090",
+            "localhost:9090",
+            "[::1]:9090",
+            "10.1.2.3:9090",
+            "[2001:db8::1]",
+        ] {
+            assert!(local.check(&request("/metrics", &[ok])).is_ok(), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:9090",
+            "127.0.0.1.nip.io",
+            "10.1.2",
+        ] {
+            assert!(local.check(&request("/metrics", &[bad])).is_err(), "{bad}");
+        }
+        // A non-loopback admin address answers any name, unless names are listed.
+        let open = admin(None, "0.0.0.0:9090");
+        assert!(open.check(&request("/metrics", &["sidecar:9090"])).is_ok());
+        let listed = admin(Some(&["mcp.example.com"]), "0.0.0.0:9090");
+        for ok in ["mcp.example.com", "10.1.2.3:9090", "localhost"] {
+            assert!(listed.check(&request("/metrics", &[ok])).is_ok(), "{ok}");
+        }
+        assert!(
+            listed
+                .check(&request("/metrics", &["sidecar:9090"]))
+                .is_err()
+        );
+        // The proxy's own policy does not take IP literals it was not given.
+        assert!(
+            loopback()
+                .check(&request("/mcp", &["10.1.2.3:8080"]))
+                .is_err()
+        );
     }
 
     /// `bytes` fed in pieces of `step` bytes.

@@ -2,8 +2,9 @@
 //! this order; each is a small type holding just what it needs, and none reaches back
 //! into the proxy:
 //!
-//! 1. [`ingress`]: the `Host` is one we serve (`allowed_hosts`); forwarding headers are
-//!    believed only from trusted proxies.
+//! 1. [`ingress`]: the `Host` is one we serve (`allowed_hosts`); the client's hop-by-hop
+//!    headers are dropped (what its `Connection` names, never what the sidecar sets);
+//!    forwarding headers are believed only from trusted proxies.
 //! 2. [`crate::auth`]: who is calling (a header, a JWT, the client certificate).
 //! 3. [`gate`]: a POSTed body is one strictly parsed JSON-RPC message, read within its
 //!    size, time and [`budget`] limits.
@@ -19,6 +20,8 @@
 //!
 //! Invariant: [`Proxy::handle`] cannot fail; `Proxy::forward` can, and its error is
 //! turned into a response in exactly one place, with the request id when it is known.
+//! `allowed_hosts` and `passthrough_paths` are live: a reload replaces them between two
+//! requests, and each request reads them once.
 
 pub mod budget;
 pub mod gate;
@@ -41,6 +44,7 @@ use crate::store::Owner;
 use crate::telemetry::audit::Record;
 use crate::token::{RequestBinding, StateSealer};
 use crate::tools::{Handles, Idempotency, Inbound, ToolFeatures};
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use gate::Gate;
 use http::header::{self, HeaderValue};
@@ -85,7 +89,7 @@ impl From<ProxyError> for Failure {
 /// The phases, wired once and shared by all connections.
 pub struct Proxy {
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) hosts: HostPolicy,
+    pub(crate) hosts: ArcSwap<HostPolicy>,
     pub(crate) trusted_proxies: TrustedProxies,
     /// The scheme clients reached us with, for `X-Forwarded-Proto`.
     pub(crate) scheme: &'static str,
@@ -95,7 +99,9 @@ pub struct Proxy {
     pub(crate) tools: ToolFeatures,
     pub(crate) upstream: Upstream,
     pub(crate) outbound: Outbound,
-    pub(crate) passthrough_paths: HashSet<String>,
+    pub(crate) passthrough_paths: ArcSwap<HashSet<String>>,
+    /// What a client's `Connection` header cannot name away ([`ingress::protected_headers`]).
+    pub(crate) protected_headers: Vec<http::HeaderName>,
 }
 
 impl Proxy {
@@ -118,8 +124,19 @@ impl Proxy {
         let budget =
             budget::MemoryBudget::new(limits.max_buffered_bytes, metrics.buffered_bytes().clone());
         let head_timeout = upstream.timeout();
+        let idempotency_key = http::HeaderName::from_static(crate::tools::idempotency::HEADER);
+        let protected_headers = ingress::protected_headers(
+            principal
+                .header()
+                .cloned()
+                .into_iter()
+                .chain([idempotency_key]),
+        );
         Ok(Self {
-            hosts: HostPolicy::new(config.allowed_hosts.as_deref(), config.listen)?,
+            hosts: ArcSwap::from_pointee(HostPolicy::new(
+                config.allowed_hosts.as_deref(),
+                config.listen,
+            )?),
             trusted_proxies: TrustedProxies::new(&config.principal.trusted_proxies)?,
             scheme: "http",
             principal,
@@ -161,9 +178,23 @@ impl Proxy {
                 flow_limits,
                 head_timeout,
             ),
-            passthrough_paths: config.passthrough_paths.iter().cloned().collect(),
+            passthrough_paths: ArcSwap::from_pointee(
+                config.passthrough_paths.iter().cloned().collect(),
+            ),
+            protected_headers,
             metrics,
         })
+    }
+
+    /// Apply a reloaded `allowed_hosts` (for `listen`, which does not change live).
+    pub fn replace_hosts(&self, hosts: HostPolicy) {
+        self.hosts.store(Arc::new(hosts));
+    }
+
+    /// Apply a reloaded `passthrough_paths`.
+    pub fn replace_passthrough_paths(&self, paths: &[String]) {
+        self.passthrough_paths
+            .store(Arc::new(paths.iter().cloned().collect()));
     }
 
     /// Serve one request. Never fails: errors become JSON-RPC error responses here.
@@ -221,7 +252,7 @@ impl Proxy {
         record: &mut Record,
     ) -> Result<Response<ProxyBody>, Failure> {
         let (mut parts, body) = request.into_parts();
-        let passthrough = self.passthrough_paths.contains(parts.uri.path());
+        let passthrough = self.passthrough_paths.load().contains(parts.uri.path());
         let gated = !passthrough && parts.method == Method::POST;
         record.set_class(match parts.method {
             _ if passthrough => MethodClass::Passthrough,
@@ -238,8 +269,12 @@ impl Proxy {
         });
         // Ingress and identity get the same treatment on every route, before the body is
         // read: a foreign `Host` or an ambiguous identity is refused outright.
-        self.hosts.check(&parts)?;
+        self.hosts.load().check(&parts)?;
         ingress::check_framing(&parts)?;
+        // The client's hop-by-hop set goes now, named by its own `Connection` and before
+        // anything of ours is added (forwarding, identity, idempotency): honoured later,
+        // it deleted the sidecar's own headers. The framing was checked just above.
+        upstream::strip_hop_by_hop_keeping(&mut parts.headers, &self.protected_headers);
         let peer = parts.extensions.get::<Peer>().copied();
         let trusted_peer = self.trusted_proxies.is_empty() || self.trusted_proxies.trusts(peer);
         let principal = if passthrough && !self.principal.required_on_passthrough() {

@@ -4,6 +4,9 @@
 //! Invariant: the upstream receives the client's path and query under the configured
 //! base, `Host` set to its own authority, no hop-by-hop headers, and `accept-encoding:
 //! identity` (a compressed body could not be inspected and would have to be refused).
+//! The headers a client's `Connection` names are dropped once, at ingress, before the
+//! sidecar adds anything of its own ([`strip_hop_by_hop_keeping`]); this leg drops only
+//! the fixed hop-by-hop names, so no `Connection` can name away what the sidecar set.
 //! An `https://` upstream is reached only over TLS verified for its host (SNI and the
 //! certificate name both from the configured URL), never in the clear.
 
@@ -179,9 +182,11 @@ impl Upstream {
         self.prepare_headers(&mut parts.headers);
     }
 
-    /// Rewrite client headers for the upstream hop (in place).
+    /// Rewrite client headers for the upstream hop (in place). The client's `Connection`
+    /// set was dropped at ingress; by now the sidecar has added forwarding, identity and
+    /// idempotency headers, so a `Connection` header is not honoured here, only removed.
     pub fn prepare_headers(&self, headers: &mut HeaderMap) {
-        strip_hop_by_hop(headers);
+        strip_fixed_hop_by_hop(headers);
         // The sidecar holds the whole body before it forwards: a client's expectation
         // (`100-continue`) was met or ignored at this hop, as Envoy does by default.
         headers.remove(header::EXPECT);
@@ -212,8 +217,16 @@ impl Upstream {
     }
 }
 
-/// Remove hop-by-hop headers, including those the `Connection` header names.
+/// Remove hop-by-hop headers, including those the `Connection` header names (the
+/// upstream's response head on its way to the client).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    strip_hop_by_hop_keeping(headers, &[]);
+}
+
+/// Remove hop-by-hop headers, including those the `Connection` header names, except the
+/// names in `keep`: a client may not use `Connection` to delete what the sidecar sets or
+/// vouches for (forwarding, identity, credentials, idempotency key).
+pub fn strip_hop_by_hop_keeping(headers: &mut HeaderMap, keep: &[HeaderName]) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -222,9 +235,18 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         // A peer may not use `Connection` to delete what the message means: the framing,
         // its type, or the MCP routing headers the gate checked against the body.
-        .filter(|name| !is_end_to_end(name))
+        .filter(|name| !is_end_to_end(name) && !keep.contains(name))
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    for name in named {
+        headers.remove(name);
+    }
+    strip_fixed_hop_by_hop(headers);
+}
+
+/// Remove the fixed hop-by-hop names (`Connection` itself among them), honouring nothing
+/// a `Connection` header names.
+fn strip_fixed_hop_by_hop(headers: &mut HeaderMap) {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
     headers.remove(header::UPGRADE);
@@ -292,6 +314,7 @@ mod tests {
             HeaderValue::from_static("gzip, br"),
         );
         h.insert("mcp-method", HeaderValue::from_static("tools/call"));
+        strip_hop_by_hop_keeping(&mut h, &[]);
         u.prepare_headers(&mut h);
         assert_eq!(h.get(header::HOST).unwrap(), "127.0.0.1:3000");
         assert_eq!(h.get(header::ACCEPT_ENCODING).unwrap(), "identity");
@@ -300,5 +323,45 @@ mod tests {
         assert!(h.get(header::TRANSFER_ENCODING).is_none());
         assert_eq!(h.get("mcp-method").unwrap(), "tools/call");
         assert_eq!(h.get(header::CONTENT_TYPE).unwrap(), "application/json");
+    }
+
+    /// Finding 3 of the security review: a client's `Connection` naming the headers the
+    /// sidecar sets deleted them on the upstream leg, because the leg honoured
+    /// `Connection` after the sidecar's rewrite.
+    #[tokio::test]
+    async fn a_connection_header_cannot_name_away_what_the_sidecar_set() {
+        let u = upstream("http://127.0.0.1:3000");
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static(
+                "X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-User, Idempotency-Key, x-hop",
+            ),
+        );
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert("x-forwarded-user", HeaderValue::from_static("alice"));
+        h.insert("idempotency-key", HeaderValue::from_static("k1"));
+        // Ingress: the client's set goes first, keeping what the sidecar vouches for.
+        let keep = [
+            HeaderName::from_static("x-forwarded-user"),
+            HeaderName::from_static("idempotency-key"),
+        ];
+        strip_hop_by_hop_keeping(&mut h, &keep);
+        assert!(h.get("x-hop").is_none());
+        assert!(h.get(header::CONNECTION).is_none());
+        // Then the sidecar's own values, then the upstream leg.
+        h.insert("x-forwarded-for", HeaderValue::from_static("192.0.2.1"));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+        // Even a `Connection` that reappeared is not honoured on this leg.
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("x-forwarded-for, x-forwarded-proto, x-forwarded-user"),
+        );
+        u.prepare_headers(&mut h);
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "192.0.2.1");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
+        assert_eq!(h.get("x-forwarded-user").unwrap(), "alice");
+        assert_eq!(h.get("idempotency-key").unwrap(), "k1");
+        assert!(h.get(header::CONNECTION).is_none());
     }
 }

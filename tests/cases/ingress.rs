@@ -1,7 +1,9 @@
 //! Before the body: `allowed_hosts` (the upstream's DNS-rebinding defence, which the
-//! `Host` rewrite would otherwise disable), forwarding headers only from trusted proxies,
-//! the identity header only from them when they are listed, and slow clients cut off by
-//! the header and body read timeouts. Each refusal forwards nothing.
+//! `Host` rewrite would otherwise disable) on the proxy port and on the admin port (its
+//! own default: IP literals and `localhost`), forwarding headers only from trusted proxies,
+//! the identity header only from them when they are listed, a client's `Connection`
+//! header unable to delete the headers the sidecar sets, and slow clients cut off by the
+//! header and body read timeouts. Each refusal forwards nothing.
 
 use crate::support::fake::{FakeUpstream, Reply, complete, tools_call};
 use crate::support::http::{mcp_headers, post_mcp, post_mcp_with, send};
@@ -86,6 +88,57 @@ async fn foreign_hosts_get_421_and_nothing_is_forwarded() {
     sidecar.stop().await;
 }
 
+/// Security review finding 8: the admin listener did not check `Host`, so a page on a
+/// rebound name could read `/metrics` while the proxy port answered 421.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_admin_listener_refuses_foreign_hosts_too() {
+    let fake = upstream().await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let admin = sidecar.admin_addr;
+    let get = |path: &str, host: &str| {
+        let url = format!("http://{admin}{path}");
+        let host = [("host".to_owned(), host.to_owned())];
+        async move { send(Method::GET, &url, &host, "", T).await }
+    };
+    let mut refused = 0;
+    for host in [
+        "evil.example",
+        &format!("evil.example:{}", admin.port()),
+        "127.0.0.1.nip.io",
+    ] {
+        for path in ["/metrics", "/readyz", "/healthz", "/admin/revoke"] {
+            let reply = get(path, host).await;
+            assert_eq!(reply.status, 421, "{path} with {host}");
+            assert!(
+                !reply.text().contains("mcp_state_guard_"),
+                "{path} with {host}"
+            );
+            refused += 1;
+        }
+    }
+    // The loopback name, and any IP literal (kubelet probes and Prometheus scrapes by
+    // pod IP; an IP literal cannot be rebound).
+    for host in [
+        format!("localhost:{}", admin.port()),
+        "localhost".to_owned(),
+        admin.to_string(),
+        "10.0.0.7:9090".to_owned(),
+        "[::1]:9090".to_owned(),
+    ] {
+        let reply = get("/metrics", &host).await;
+        assert_eq!(reply.status, 200, "{host}");
+        assert!(reply.text().contains("mcp_state_guard_"), "{host}");
+    }
+    let counted = get("/metrics", "127.0.0.1").await.text();
+    assert!(
+        counted.contains(&format!(
+            "mcp_state_guard_admin_requests_misdirected_total {refused}\n"
+        )),
+        "{counted}"
+    );
+    sidecar.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn forwarding_headers_come_from_trusted_proxies_only() {
     let fake = upstream().await;
@@ -150,6 +203,44 @@ async fn the_identity_header_is_taken_only_from_trusted_proxies() {
     let sidecar = Sidecar::start(c).await;
     let reply = post_mcp_with(&sidecar.mcp_url(), &tools_call(1, None), &identity).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
+    sidecar.stop().await;
+}
+
+/// Security review finding 3: hop-by-hop stripping ran after the rewrite, so a client's
+/// `Connection: X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-User` deleted the
+/// forwarding and identity headers the sidecar had just set or vouched for (and an
+/// idempotency key it had reserved the call under).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_header_cannot_name_away_the_sidecars_headers() {
+    let fake = upstream().await;
+    let mut c = config(&fake.base_url());
+    c.principal.source = PrincipalSource::Header;
+    c.principal.forward_header = true;
+    c.principal.trusted_proxies = vec!["127.0.0.1".into()];
+    c.idempotency.tools = vec!["provision".into()];
+    let sidecar = Sidecar::start(c).await;
+    let headers = [
+        (
+            "connection",
+            "X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-User, Idempotency-Key, \
+             Authorization, X-Hop",
+        ),
+        ("x-forwarded-user", "alice"),
+        ("idempotency-key", "order-1"),
+        ("authorization", "Bearer opaque"),
+        ("x-hop", "1"),
+    ];
+    let reply = post_mcp_with(&sidecar.mcp_url(), &tools_call(1, None), &headers).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let seen = fake.last();
+    assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+    assert_eq!(seen.header("x-forwarded-user"), Some("alice"));
+    assert_eq!(seen.header("idempotency-key"), Some("order-1"));
+    assert_eq!(seen.header("authorization"), Some("Bearer opaque"));
+    // What the client really meant for this hop alone still goes.
+    assert_eq!(seen.header("x-hop"), None);
+    assert_eq!(seen.header("connection"), None);
     sidecar.stop().await;
 }
 

@@ -22,6 +22,7 @@ mod mtls;
 mod observability;
 mod operations;
 mod path_binding;
+mod reload;
 mod resources;
 mod response_classes;
 mod response_edges;

@@ -15,7 +15,7 @@ use crate::support::sidecar::{Sidecar, config};
 use bytes::Bytes;
 use http::Method;
 use mcp_state_guard::config::{Config, OnStoreError, SingleUseStore};
-use mcp_state_guard::metrics::Consumption;
+use mcp_state_guard::metrics::{ConfigReload, Consumption};
 use mcp_state_guard::store::StoreKind;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -339,7 +339,13 @@ async fn policy_changes_apply_live_and_the_sealed_claim_closes_the_window() {
         .await
         .unwrap();
     let url = format!("http://{}/mcp", running.addr());
-    let reloads = |ok| running.metrics().config_reload_count(ok);
+    let reloads = |ok: bool| {
+        running.metrics().config_reload_count(if ok {
+            ConfigReload::Ok
+        } else {
+            ConfigReload::Error
+        })
+    };
     let wait_reload = |before: u64, ok: bool| async move {
         crate::support::fake::wait_until(|| reloads(ok) > before, "the configuration is reloaded")
             .await;
