@@ -7,12 +7,19 @@
 //! pydantic models with `populate_by_name` accept the snake-case alias; `requeſtState`
 //! with a long s: Go's `encoding/json` folds it to `requestState`). Keys at the levels
 //! the sidecar guards are ASCII, so no parser's Unicode folding can turn one into a
-//! guarded field. Anything else is refused before a byte reaches the upstream.
+//! guarded field. Below those levels, every name the sidecar reads (a handle's path in
+//! `arguments`, an answer's members, the declared client capabilities) is read through
+//! [`names`]: no sibling of it may fold to it, and a folded spelling in place of an absent
+//! one is refused, not skipped. Anything else is refused before a byte reaches the
+//! upstream.
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use std::cell::Cell;
 use std::fmt;
+
+mod names;
+pub use names::{CAPABILITIES_META, Lookup, check_capabilities, distinct, lookup, member};
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.
 pub const ENVELOPE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
@@ -417,6 +424,9 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
                     if let Some(Value::Object(answers)) = p.get("inputResponses") {
                         check_reserved(answers, &[])?;
                     }
+                    // What the client says it can answer decides whether a round is
+                    // sealed: no capability the policy reads may have a look-alike.
+                    names::check_capability_names(p)?;
                     for field in ["name", "uri"] {
                         if p.get(field).is_some_and(|v| !v.is_string()) {
                             return Err(ParseError::Target(field));

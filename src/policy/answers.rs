@@ -8,8 +8,15 @@
 //! defines it: a flat object of primitive properties (`string` with
 //! `minLength`/`maxLength`/`format`, `enum` and titled `oneOf`, `number`/`integer` with
 //! `minimum`/`maximum`, `boolean`, multi-select arrays), `required` honoured, no other
-//! properties. A refusal names the question key and the rule, never echoes the answer.
+//! properties. An answer object carries only the members its result type defines (with
+//! the `_meta` every result may carry), each read without a look-alike sibling
+//! ([`jsonrpc::member`]): `{"action":"decline","ACTION":"accept"}` is refused, not read
+//! as a decline while a case-folding upstream reads an accept; so is an unknown member
+//! (`admin`), a look-alike of a content block's `type` or of a root's `uri`, and accepted
+//! form content with two fields whose names fold together. A refusal names the question
+//! key and the rule, never echoes the answer.
 
+use crate::jsonrpc;
 use crate::telemetry::printable;
 use crate::token::canonical;
 use serde_json::{Map, Value};
@@ -119,10 +126,85 @@ fn check_one(question: &Value, answer: &Value) -> Result<(), String> {
     }
 }
 
+/// An answer's result type: what a refusal calls it, and the members it defines (MCP
+/// schema, as the pinned SDK's `mcp_types` declares them: `ElicitResult`,
+/// `CreateMessageResult` and the SDK's `CreateMessageResultWithTools`, `ListRootsResult`
+/// and its `Root`; `_meta` wherever a result or a root may carry it; none of them has a
+/// `resultType`).
+struct Shape {
+    what: &'static str,
+    members: &'static [&'static str],
+}
+
+const ELICIT_RESULT: Shape = Shape {
+    what: "an elicitation result",
+    members: &["action", "content", "_meta"],
+};
+const SAMPLING_RESULT: Shape = Shape {
+    what: "a sampling result",
+    members: &["role", "content", "model", "stopReason", "_meta"],
+};
+const ROOTS_RESULT: Shape = Shape {
+    what: "a roots result",
+    members: &["roots", "_meta"],
+};
+const ROOT: Shape = Shape {
+    what: "a roots result of Root objects",
+    members: &["uri", "name", "_meta"],
+};
+
+impl Shape {
+    /// Refuse a member the type does not define: a look-alike of one it does (`ACTION`,
+    /// `Content`, `stop_reason`) is named as such, anything else (`admin`) as unknown.
+    /// Every key is compared, so no lenient upstream reads a member that was not checked.
+    fn only_defined(&self, object: &Map<String, Value>) -> Result<(), String> {
+        let Some(key) = object
+            .keys()
+            .find(|key| !self.members.contains(&key.as_str()))
+        else {
+            return Ok(());
+        };
+        let folded = jsonrpc::fold(key);
+        Err(
+            match self
+                .members
+                .iter()
+                .find(|name| jsonrpc::fold(name) == folded)
+            {
+                Some(name) => self.look_alike(name),
+                None => format!(
+                    "must be {} (no member but {})",
+                    self.what,
+                    self.members.join(", ")
+                ),
+            },
+        )
+    }
+
+    /// The member `name` of `object`, read by the one rule ([`jsonrpc::member`]).
+    fn get<'a>(
+        &self,
+        object: &'a Map<String, Value>,
+        name: &str,
+    ) -> Result<Option<&'a Value>, String> {
+        jsonrpc::member(object, name).map_err(|_| self.look_alike(name))
+    }
+
+    fn look_alike(&self, name: &str) -> String {
+        format!(
+            "must be {} (another key reads like its member \"{name}\")",
+            self.what
+        )
+    }
+}
+
 fn check_elicit(question: &Value, answer: &Map<String, Value>) -> Result<(), String> {
     const NOT_ELICIT: &str = "must be an elicitation result (action accept, decline or cancel)";
-    let action = answer.get("action").and_then(Value::as_str);
-    let content = answer.get("content").filter(|c| !c.is_null());
+    ELICIT_RESULT.only_defined(answer)?;
+    let action = ELICIT_RESULT.get(answer, "action")?.and_then(Value::as_str);
+    let content = ELICIT_RESULT
+        .get(answer, "content")?
+        .filter(|c| !c.is_null());
     match (action, content) {
         (Some("decline" | "cancel"), None) => Ok(()),
         (Some("decline" | "cancel"), Some(_)) => {
@@ -145,42 +227,70 @@ fn check_elicit(question: &Value, answer: &Map<String, Value>) -> Result<(), Str
 }
 
 fn check_sampling(question: &Value, answer: &Map<String, Value>) -> Result<(), String> {
+    let shape = &SAMPLING_RESULT;
+    shape.only_defined(answer)?;
     if !matches!(
-        answer.get("role").and_then(Value::as_str),
+        shape.get(answer, "role")?.and_then(Value::as_str),
         Some("user" | "assistant")
     ) {
         return Err("must be a sampling result (role user or assistant)".to_owned());
     }
-    if !answer.get("model").is_some_and(Value::is_string) {
+    if !shape.get(answer, "model")?.is_some_and(Value::is_string) {
         return Err("must be a sampling result (model a string)".to_owned());
     }
-    let is_block = |v: &Value| v.get("type").is_some_and(Value::is_string);
+    // A block is an object with a string `type`, read by the same rule: a `Type` beside
+    // it could make a folding upstream read another kind of block.
+    let is_block = |v: &Value| match v {
+        Value::Object(block) => jsonrpc::member(block, "type")
+            .map(|t| t.is_some_and(Value::is_string))
+            .map_err(|_| {
+                "must be a sampling result (another key of a content block reads like \"type\")"
+                    .to_owned()
+            }),
+        _ => Ok(false),
+    };
     let tools = question.get("t").and_then(Value::as_bool) == Some(true);
-    match answer.get("content") {
-        Some(block) if is_block(block) => Ok(()),
-        Some(Value::Array(blocks)) if tools && blocks.iter().all(is_block) => Ok(()),
-        _ => Err("must be a sampling result (content a content block)".to_owned()),
+    let content = shape.get(answer, "content")?;
+    let valid = match content {
+        Some(Value::Array(blocks)) if tools => {
+            let mut all = true;
+            for block in blocks {
+                all &= is_block(block)?;
+            }
+            all
+        }
+        Some(block) => is_block(block)?,
+        None => false,
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err("must be a sampling result (content a content block)".to_owned())
     }
 }
 
 fn check_roots(answer: &Map<String, Value>) -> Result<(), String> {
-    let roots = answer
-        .get("roots")
+    const NOT_ROOTS: &str = "must be a roots result (each root a file:// uri)";
+    ROOTS_RESULT.only_defined(answer)?;
+    let roots = ROOTS_RESULT
+        .get(answer, "roots")?
         .and_then(Value::as_array)
         .ok_or_else(|| "must be a roots result (roots an array)".to_owned())?;
-    let valid = |root: &Value| {
-        root.get("uri")
+    for root in roots {
+        let root = root.as_object().ok_or_else(|| NOT_ROOTS.to_owned())?;
+        ROOT.only_defined(root)?;
+        let uri_ok = ROOT
+            .get(root, "uri")?
             .and_then(Value::as_str)
-            .is_some_and(|uri| uri.starts_with("file://"))
-            && root
-                .get("name")
-                .is_none_or(|n| n.is_string() || n.is_null())
-    };
-    if roots.iter().all(valid) {
-        Ok(())
-    } else {
-        Err("must be a roots result (each root a file:// uri)".to_owned())
+            .is_some_and(|uri| uri.starts_with("file://"));
+        let name_ok = ROOT
+            .get(root, "name")?
+            .is_none_or(|n| n.is_string() || n.is_null());
+        if !(uri_ok && name_ok) {
+            return Err(NOT_ROOTS.to_owned());
+        }
     }
+    Ok(())
 }
 
 /// Accepted form content against the requested schema, as MCP restricts it.
@@ -188,6 +298,9 @@ fn check_form(schema: &Value, content: &Value) -> Result<(), String> {
     let content = content
         .as_object()
         .ok_or_else(|| "content must be an object".to_owned())?;
+    // Every field is read, each by the one rule: none may fold to another.
+    jsonrpc::distinct(content)
+        .map_err(|_| "content has two fields whose names read alike".to_owned())?;
     let empty = Map::new();
     let properties = schema
         .get("properties")

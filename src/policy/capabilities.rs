@@ -5,12 +5,17 @@
 //! client declared it can answer, by the rules of the reference SDK
 //! (`mcp/server/mcpserver/resolve.py`, `_require_capability`); an unknown input request
 //! method is refused the same way (fail closed). Every missing capability is listed, not
-//! only the first.
+//! only the first. Every name read here (`_meta`, [`CAPABILITIES_META`], each capability)
+//! is read through [`jsonrpc::lookup`]: the gate has already refused a look-alike of any
+//! of them (`Elicitation`, `io.modelcontextprotocol/client_capabilities`), and should one
+//! get here, the whole declaration counts for nothing (fail closed: `{"elicitation":
+//! {"URL": {}}}` must not read as "form, since no url").
 
+use crate::jsonrpc::{self, Lookup};
 use serde_json::{Map, Value, json};
 
 /// Where a 2026 request declares its client's capabilities.
-pub const CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+pub use crate::jsonrpc::CAPABILITIES_META;
 
 /// What the client lacks for one round.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,21 +28,23 @@ pub struct Missing {
 
 /// The client capabilities a request declared (`params._meta[...]`), if any.
 pub fn declared(params: Option<&Map<String, Value>>) -> Option<Value> {
-    params?
-        .get("_meta")?
-        .get(CAPABILITIES_META)
-        .filter(|c| c.is_object())
+    let meta = jsonrpc::member(params?, "_meta").ok()??;
+    jsonrpc::lookup(meta, [CAPABILITIES_META])
+        .ok()?
+        .found()
+        .filter(|c| c.is_object() && jsonrpc::check_capabilities(c).is_ok())
         .cloned()
 }
 
 /// Check every input request of a round against `declared`.
 pub fn check(declared: Option<&Value>, requests: &Map<String, Value>) -> Result<(), Missing> {
+    let declared = declared.filter(|d| jsonrpc::check_capabilities(d).is_ok());
+    // Declared when every step is there and none is null (a null on the way is a scalar,
+    // below which nothing is found).
     let has = |path: &[&str]| {
-        let mut at = declared;
-        for key in path {
-            at = at.and_then(|v| v.get(*key)).filter(|v| !v.is_null());
-        }
-        at.is_some()
+        declared.is_some_and(|declared| {
+            matches!(jsonrpc::lookup(declared, path), Ok(Lookup::Found(v)) if !v.is_null())
+        })
     };
     let mut required = Map::new();
     let mut unknown_methods = Vec::new();
@@ -185,5 +192,38 @@ mod tests {
         assert_eq!(declared(params.as_object()), Some(json!({"roots": {}})));
         assert_eq!(declared(json!({"_meta": {}}).as_object()), None);
         assert_eq!(declared(None), None);
+    }
+
+    /// The gate refuses these first ([`crate::jsonrpc::classify`]); here they declare
+    /// nothing, so a round the client may not be able to answer is never sealed.
+    #[test]
+    fn a_look_alike_declares_nothing() {
+        for params in [
+            json!({"_meta": {"io.modelcontextprotocol/ClientCapabilities": {"roots": {}}}}),
+            json!({"_meta": {CAPABILITIES_META: {}, "io.modelcontextprotocol/client_capabilities": {"roots": {}}}}),
+            json!({"_Meta": {CAPABILITIES_META: {"roots": {}}}}),
+            json!({"_meta": {CAPABILITIES_META: {"roots": {}}}, "meta": {}}),
+        ] {
+            assert_eq!(declared(params.as_object()), None, "{params}");
+        }
+        let ok = |caps: Value, asks: &[Value]| check(Some(&caps), &requests(asks)).is_ok();
+        assert!(!ok(json!({"Roots": {}}), &[roots()]));
+        assert!(!ok(json!({"roots": {}, "ROOTS": {}}), &[roots()]));
+        assert!(!ok(json!({"elicitation": {"URL": {}}}), &[url()]));
+        // Not "form, as no url is declared": the declaration is void.
+        assert!(!ok(json!({"elicitation": {"URL": {}}}), &[form()]));
+        assert!(!ok(json!({"roots": {}, "Sampling": {}}), &[roots()]));
+        let lookalike = json!({"_meta": {CAPABILITIES_META: {"roots": {}, "ROOTS": {}}}});
+        assert_eq!(declared(lookalike.as_object()), None);
+        assert!(!ok(
+            json!({"elicitation": {"url": {}, "Url": {}}}),
+            &[url()]
+        ));
+        assert!(!ok(json!({"Elicitation": {}}), &[form()]));
+        assert!(!ok(json!({"sampling": {"Tools": {}}}), &[sampling(true)]));
+        assert!(!ok(json!({"sampling_": {}}), &[sampling(false)]));
+        // A null capability is not declared (as before).
+        assert!(!ok(json!({"roots": null}), &[roots()]));
+        assert!(!ok(json!({"elicitation": null}), &[form()]));
     }
 }

@@ -5,15 +5,21 @@
 //! Invariant: an accepting tool's call is forwarded only when its handle argument is
 //! absent or a sealed handle of the configured kind that opens for this caller (this
 //! audience, this request path, unexpired, issued after any revocation of the caller),
-//! and no key beside it reads like it to a case-folding upstream (`ImportId` next to
-//! `importId`: Go's `encoding/json` would take either); every refusal gets the one
-//! `invalid_handle` answer, its cause in the log and in `handles_total{result}`. No raw
-//! handle an issuing tool returns at its configured pointer reaches the client: in a
-//! complete result, an `input_required` round, JSON or SSE, or a replayed answer (whose
-//! record holds the raw handle, sealed afresh for each replay).
+//! and no key on its whole path reads like that path's name to a folding upstream
+//! ([`jsonrpc::lookup`]): not beside the handle (`ImportId` next to `importId`: Go's
+//! `encoding/json` would take either), not beside or in place of any parent (`Import`
+//! for `import` in `/import/id`, `import_ref` for `importRef`, which a pydantic model
+//! with `populate_by_name` reads as the alias), and no step of it is a scalar where more
+//! of the path follows. A handle is "absent" only when nothing on its path is there in
+//! any spelling. Every refusal gets the one `invalid_handle` answer, its cause in the
+//! log and in `handles_total{result}`. No raw handle an issuing tool returns at its
+//! configured pointer reaches the client: in a complete result, an `input_required`
+//! round, JSON or SSE, or a replayed answer (whose record holds the raw handle, sealed
+//! afresh for each replay).
 
 use crate::config::HandleConfig;
 use crate::error::ProxyError;
+use crate::jsonrpc::{self, Lookup};
 use crate::metrics::{HandleResult, Metrics};
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{SingleUse, glob_match};
@@ -73,17 +79,23 @@ impl Handles {
             if !kind.accepted_by.iter().any(|g| glob_match(g, tool)) {
                 continue;
             }
-            if let Some(arguments) = params.get("arguments")
-                && let Err(reason) = no_look_alike(arguments, &kind.argument_pointer)
+            match params
+                .get("arguments")
+                .map(|a| find(a, &kind.argument_pointer))
             {
-                return Err(self.refuse(&kind.kind, reason));
+                None | Some(Ok(false)) => {
+                    // No handle given (and nothing on its path that reads like one):
+                    // nothing to check, nothing the upstream could misuse.
+                    continue;
+                }
+                Some(Ok(true)) => {}
+                Some(Err(reason)) => return Err(self.refuse(&kind.kind, reason)),
             }
             let Some(argument) = params
                 .get_mut("arguments")
                 .and_then(|a| a.pointer_mut(&kind.argument_pointer))
             else {
-                // No handle given (and nothing that reads like one): nothing to check,
-                // nothing the upstream could misuse.
+                // Found above by the same steps: not reached.
                 continue;
             };
             let opened = match argument {
@@ -161,33 +173,20 @@ impl Handles {
     }
 }
 
-/// Refuse arguments in which the handle's place is ambiguous to a lenient upstream: a
-/// step of the pointer that exists but is not an object or array, or a key beside the
-/// handle's that differs from it only in case, `_`/`-` or Unicode case folding.
-fn no_look_alike(arguments: &Value, pointer: &str) -> Result<(), HandleReject> {
-    let Some((parent, last)) = pointer.rsplit_once('/') else {
-        return Ok(());
-    };
-    let last = last.replace("~1", "/").replace("~0", "~");
-    let parent = if parent.is_empty() {
-        Some(arguments)
-    } else {
-        arguments.pointer(parent)
-    };
-    match parent {
-        None | Some(Value::Array(_)) => Ok(()),
-        Some(Value::Object(siblings)) => {
-            let folded = crate::jsonrpc::fold(&last);
-            let ambiguous = siblings
-                .keys()
-                .any(|key| *key != last && crate::jsonrpc::fold(key) == folded);
-            if ambiguous {
-                Err(HandleReject::Malformed)
-            } else {
-                Ok(())
-            }
-        }
-        Some(_) => Err(HandleReject::Malformed),
+/// Whether a handle is given at `pointer` in `arguments`; refused when its place is
+/// ambiguous to a lenient upstream: a key on the path that folds to the step's name
+/// beside or instead of it ([`jsonrpc::lookup`]), or a step that exists but is neither
+/// object nor array while more of the path follows.
+fn find(arguments: &Value, pointer: &str) -> Result<bool, HandleReject> {
+    // RFC 6901: the steps after the leading `/`, `~1` and `~0` unescaped in that order.
+    let steps = pointer
+        .split('/')
+        .skip(1)
+        .map(|step| step.replace("~1", "/").replace("~0", "~"));
+    match jsonrpc::lookup(arguments, steps) {
+        Ok(Lookup::Found(_)) => Ok(true),
+        Ok(Lookup::Absent) => Ok(false),
+        Ok(Lookup::Blocked) | Err(_) => Err(HandleReject::Malformed),
     }
 }
 
@@ -221,5 +220,91 @@ impl Issue {
                 *result = map;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const REFUSED: Result<bool, HandleReject> = Err(HandleReject::Malformed);
+
+    #[test]
+    fn a_handle_at_its_exact_path_alone_is_found() {
+        assert_eq!(find(&json!({"importId": "h1.x"}), "/importId"), Ok(true));
+        assert_eq!(
+            find(&json!({"import": {"id": "h1.x"}}), "/import/id"),
+            Ok(true)
+        );
+        assert_eq!(find(&json!({"a/b": {"~": "h"}}), "/a~1b/~0"), Ok(true));
+        assert_eq!(
+            find(&json!({"list": [{"id": "h"}]}), "/list/0/id"),
+            Ok(true)
+        );
+        // Absent in every spelling: nothing to check.
+        assert_eq!(find(&json!({"rows": [1]}), "/import/id"), Ok(false));
+        assert_eq!(find(&json!({"import": {}}), "/import/id"), Ok(false));
+        assert_eq!(find(&json!({"import": []}), "/import/id"), Ok(false));
+        assert_eq!(find(&json!({"list": []}), "/list/0/id"), Ok(false));
+    }
+
+    #[test]
+    fn a_look_alike_beside_the_handle_is_refused() {
+        for arguments in [
+            json!({"importId": "h1.x", "ImportId": "imp-2"}),
+            json!({"IMPORTID": "imp-1"}),
+            json!({"import_id": "imp-1"}),
+        ] {
+            assert_eq!(find(&arguments, "/importId"), REFUSED, "{arguments}");
+        }
+    }
+
+    /// Review finding 1: only the last step used to be checked, and a parent present only
+    /// as a look-alike counted as "no handle given".
+    #[test]
+    fn a_look_alike_of_a_parent_is_refused() {
+        for (arguments, pointer) in [
+            // Another tenant's raw id under a look-alike parent, no exact one.
+            (json!({"Import": {"id": "imp-1"}}), "/import/id"),
+            // One's own sealed handle at the exact path, a raw id beside the parent
+            // (Go folds case and the later key wins).
+            (
+                json!({"import": {"id": "h1.own"}, "Import": {"id": "imp-1"}}),
+                "/import/id",
+            ),
+            (
+                json!({"Import": {"id": "imp-1"}, "import": {"id": "h1.own"}}),
+                "/import/id",
+            ),
+            // pydantic with camel-case aliases and populate_by_name reads the field name.
+            (json!({"import_ref": {"id": "imp-1"}}), "/importRef/id"),
+            (
+                json!({"importRef": {"id": "h1.own"}, "import_ref": {"id": "imp-1"}}),
+                "/importRef/id",
+            ),
+            // A look-alike deeper down, and one inside an array element on the path.
+            (json!({"a": {"B": {"id": "imp-1"}}}), "/a/b/id"),
+            (json!({"list": [{"ID": "imp-1"}]}), "/list/0/id"),
+        ] {
+            assert_eq!(
+                find(&arguments, pointer),
+                REFUSED,
+                "{arguments} at {pointer}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_scalar_where_more_of_the_path_follows_is_refused() {
+        for arguments in [
+            json!({"import": "imp-1"}),
+            json!({"import": null}),
+            json!({"import": 7}),
+        ] {
+            assert_eq!(find(&arguments, "/import/id"), REFUSED, "{arguments}");
+        }
+        assert_eq!(find(&json!({"a": "imp-1"}), "/a/b/id"), REFUSED);
+        assert_eq!(find(&json!("imp-1"), "/importId"), REFUSED);
     }
 }

@@ -7,8 +7,10 @@
 //! Invariants: never panics; the recorded questions stay within `MAX_QUESTIONS_BYTES`,
 //! hold one entry per asked key and survive sealing into a token and opening it
 //! unchanged; checking is deterministic; a refusal names a key that was answered, in
-//! printable form, and never echoes an answer's value. (Run it with `-max_len=20000`:
-//! the questions may take up to 16 KiB.)
+//! printable form, and never echoes an answer's value; an accepted answer holds only the
+//! members its result type defines (so no look-alike of one), written out here from the
+//! MCP schema rather than taken from the code under test. (Run it with
+//! `-max_len=20000`: the questions may take up to 16 KiB.)
 
 use super::ring;
 use mcp_state_guard::jsonrpc;
@@ -74,6 +76,28 @@ pub fn check(data: &[u8]) {
         answers::check(&carried, responses),
         "not deterministic"
     );
+    if verdict.is_ok() {
+        for (key, answer) in responses {
+            let Some(question) = requests.get(key) else {
+                continue;
+            };
+            let members: &[&str] = match question.get("method").and_then(Value::as_str) {
+                Some("elicitation/create") => &["action", "content", "_meta"],
+                Some("sampling/createMessage") => {
+                    &["role", "content", "model", "stopReason", "_meta"]
+                }
+                Some("roots/list") => &["roots", "_meta"],
+                _ => &[],
+            };
+            let Some(answer) = answer.as_object() else {
+                panic!("an answer that is no object was accepted");
+            };
+            assert!(
+                answer.keys().all(|k| members.contains(&k.as_str())),
+                "an accepted answer holds a member its type does not define"
+            );
+        }
+    }
     if let Err(bad) = verdict {
         assert!(
             responses.keys().any(|k| printable(k, 64) == bad.key),

@@ -201,3 +201,193 @@ fn schemas_a_token_cannot_carry_are_refused_when_recorded() {
         assert!(asking(number).is_ok(), "{number:.20}");
     }
 }
+
+/// Review finding 2: an answer's look-alike members skipped the check (only the exact
+/// `action` / `content` were read) while a case-folding upstream reads them.
+#[test]
+fn look_alike_members_of_an_answer_are_refused() {
+    let cases = [
+        (
+            "form",
+            json!({"action": "decline", "ACTION": "accept",
+                "Content": {"region": "ap-evil-1", "admin": true}}),
+            "another key reads like its member \"action\"",
+        ),
+        (
+            "form",
+            json!({"ACTION": "accept", "content": {"region": "eu"}}),
+            "another key reads like its member \"action\"",
+        ),
+        (
+            "form",
+            json!({"action": "decline", "Content": {"region": "eu"}}),
+            "another key reads like its member \"content\"",
+        ),
+        (
+            "form",
+            json!({"action": "accept", "content": {"region": "eu"}, "_Meta": {}}),
+            "another key reads like its member \"_meta\"",
+        ),
+        (
+            "llm",
+            json!({"role": "assistant", "Role": "user", "model": "m",
+                "content": {"type": "text", "text": "hi"}}),
+            "another key reads like its member \"role\"",
+        ),
+        (
+            "llm",
+            json!({"role": "assistant", "MODEL": "other", "model": "m",
+                "content": {"type": "text", "text": "hi"}}),
+            "another key reads like its member \"model\"",
+        ),
+        (
+            "llm",
+            json!({"role": "assistant", "model": "m", "stop_reason": "endTurn",
+                "content": {"type": "text", "text": "hi"}}),
+            "another key reads like its member \"stopReason\"",
+        ),
+        (
+            "llm",
+            json!({"role": "assistant", "model": "m",
+                "content": {"type": "text", "Type": "image", "text": "hi"}}),
+            "content block reads like \"type\"",
+        ),
+        (
+            "dirs",
+            json!({"roots": [], "Roots": [{"uri": "file:///etc"}]}),
+            "another key reads like its member \"roots\"",
+        ),
+        (
+            "dirs",
+            json!({"ROOTS": [{"uri": "file:///etc"}]}),
+            "another key reads like its member \"roots\"",
+        ),
+        (
+            "dirs",
+            json!({"roots": [{"uri": "file:///home", "URI": "file:///etc"}]}),
+            "another key reads like its member \"uri\"",
+        ),
+        (
+            "dirs",
+            json!({"roots": [{"uri": "file:///home", "Name": "etc"}]}),
+            "another key reads like its member \"name\"",
+        ),
+    ];
+    for (key, bad, needle) in cases {
+        let refused = answer(key, bad.clone()).unwrap_err();
+        assert_eq!(refused.key, key);
+        assert!(refused.rule.contains(needle), "{bad}: {}", refused.rule);
+        assert!(!refused.rule.contains("ap-evil-1"), "{}", refused.rule);
+    }
+}
+
+#[test]
+fn members_an_answer_type_does_not_define_are_refused() {
+    let cases = [
+        (
+            "form",
+            json!({"action": "decline", "admin": true}),
+            "must be an elicitation result (no member but action, content, _meta)",
+        ),
+        (
+            "form",
+            json!({"action": "accept", "content": {"region": "eu"}, "resultType": "complete"}),
+            "no member but action, content, _meta",
+        ),
+        (
+            "link",
+            json!({"action": "accept", "url": "https://elsewhere"}),
+            "no member but action, content, _meta",
+        ),
+        (
+            "llm",
+            json!({"role": "assistant", "model": "m", "admin": true,
+                "content": {"type": "text", "text": "hi"}}),
+            "must be a sampling result (no member but role, content, model, stopReason, _meta)",
+        ),
+        (
+            "dirs",
+            json!({"roots": [], "admin": true}),
+            "must be a roots result (no member but roots, _meta)",
+        ),
+        (
+            "dirs",
+            json!({"roots": [{"uri": "file:///home", "admin": true}]}),
+            "no member but uri, name, _meta",
+        ),
+    ];
+    for (key, bad, needle) in cases {
+        let refused = answer(key, bad.clone()).unwrap_err();
+        assert_eq!(refused.key, key);
+        assert!(refused.rule.contains(needle), "{bad}: {}", refused.rule);
+    }
+}
+
+#[test]
+fn every_member_a_type_defines_is_allowed() {
+    let meta = json!({"io.example/trace": "t"});
+    let ok = [
+        (
+            "form",
+            json!({"action": "accept", "content": {"region": "eu"}, "_meta": meta.clone()}),
+        ),
+        (
+            "form",
+            json!({"action": "decline", "_meta": meta, "content": null}),
+        ),
+        ("link", json!({"action": "accept", "_meta": {}})),
+        (
+            "llm",
+            json!({"role": "assistant", "model": "m", "stopReason": "endTurn", "_meta": {},
+                "content": {"type": "text", "text": "hi"}}),
+        ),
+        (
+            "dirs",
+            json!({"roots": [{"uri": "file:///home", "name": "home", "_meta": {}},
+                {"uri": "file:///tmp", "name": null}], "_meta": {}}),
+        ),
+    ];
+    for (key, good) in ok {
+        assert_eq!(answer(key, good.clone()), Ok(()), "{good}");
+    }
+}
+
+#[test]
+fn form_content_with_fields_that_fold_together_is_refused() {
+    // Both are properties of this schema, so each alone would pass.
+    let requests = json!({"form": {"method": "elicitation/create", "params": {
+        "requestedSchema": {"type": "object", "properties": {
+            "region": {"type": "string"}, "Region": {"type": "string"}}}}}});
+    let questions = record(requests.as_object().unwrap()).unwrap();
+    let check_content = |content: Value| {
+        let responses = json!({"form": accept(content)});
+        check(
+            questions.as_object().unwrap(),
+            responses.as_object().unwrap(),
+        )
+    };
+    assert_eq!(check_content(json!({"region": "eu"})), Ok(()));
+    let refused = check_content(json!({"region": "eu", "Region": "ap-evil-1"})).unwrap_err();
+    assert_eq!(
+        refused.rule,
+        "content has two fields whose names read alike"
+    );
+}
+
+/// A tool-using sampling answer's blocks are each read by the same rule.
+#[test]
+fn every_block_of_a_tool_using_sampling_answer_is_checked() {
+    let requests = json!({"llm": {"method": "sampling/createMessage",
+        "params": {"messages": [], "maxTokens": 5, "tools": []}}});
+    let questions = record(requests.as_object().unwrap()).unwrap();
+    let sampled = |content: Value| {
+        let responses = json!({"llm": {"role": "assistant", "model": "m", "content": content}});
+        check(
+            questions.as_object().unwrap(),
+            responses.as_object().unwrap(),
+        )
+    };
+    assert_eq!(sampled(json!([{"type": "text", "text": "a"}])), Ok(()));
+    let refused = sampled(json!([{"type": "text"}, {"type": "tool_use", "TYPE": "text"}]));
+    assert!(refused.unwrap_err().rule.contains("reads like \"type\""));
+}

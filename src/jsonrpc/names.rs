@@ -1,0 +1,327 @@
+//! Reading a name (or a path of names) out of a message the way every lenient parser
+//! reads it, so the sidecar never checks one member while the upstream reads another.
+//!
+//! Invariant: a name the sidecar reads, at every level of its path, is read only when no
+//! sibling folds to it ([`fold`]: case, `_`/`-` and the other ASCII punctuation, Unicode
+//! case folding), and a name whose exact spelling is absent while a folded one is present
+//! is refused, never read as absent. Go's `encoding/json` folds case and lets the later
+//! key win (`"Import"` beside `"import"`); a pydantic model with camel-case aliases and
+//! `populate_by_name`, the MCP SDK's own style, reads `import_ref` as `importRef`. Either
+//! way the member the sidecar checked would not be the one the upstream acts on.
+
+use super::{ParseError, fold, printable};
+use serde_json::{Map, Value};
+
+/// Where a 2026 request declares its client's capabilities (`params._meta[...]`).
+pub const CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// The names [`crate::policy::capabilities`] reads below [`CAPABILITIES_META`], as paths:
+/// each level of each is checked at the gate.
+const CAPABILITY_PATHS: &[&[&str]] = &[
+    &["elicitation", "form"],
+    &["elicitation", "url"],
+    &["sampling", "tools"],
+    &["roots"],
+];
+
+/// Where a path of names leads (see [`lookup`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Lookup<'v> {
+    /// Every step is there, spelled exactly; the value at the end.
+    Found(&'v Value),
+    /// A step is there in no spelling (or is an index an array does not have).
+    Absent,
+    /// A step holds neither an object nor an array while more of the path follows: a
+    /// value an upstream might read in place of what the path names.
+    Blocked,
+}
+
+impl<'v> Lookup<'v> {
+    /// The value found; nothing when the path is absent or blocked.
+    pub fn found(self) -> Option<&'v Value> {
+        match self {
+            Lookup::Found(value) => Some(value),
+            Lookup::Absent | Lookup::Blocked => None,
+        }
+    }
+}
+
+/// The member `name` of `object`, or `None` when it is there in no spelling. Refused
+/// (as [`ParseError::AmbiguousKey`], naming the look-alike printable) when another key
+/// folds to `name`, whether or not `name` itself is there.
+pub fn member<'v>(
+    object: &'v Map<String, Value>,
+    name: &str,
+) -> Result<Option<&'v Value>, ParseError> {
+    let folded = fold(name);
+    if let Some(key) = object
+        .keys()
+        .find(|key| key.as_str() != name && fold(key) == folded)
+    {
+        return Err(ParseError::AmbiguousKey(printable(key)));
+    }
+    Ok(object.get(name))
+}
+
+/// Follow `path` from `value`: a step into an object is a name read by [`member`] (a
+/// look-alike at any level refuses the whole path), a step into an array an index as
+/// RFC 6901 spells it (`0`, `17`; no sign, no leading zero). Steps are plain names: a
+/// JSON pointer's `~1` / `~0` are the caller's to unescape.
+pub fn lookup<'v, S: AsRef<str>>(
+    value: &'v Value,
+    path: impl IntoIterator<Item = S>,
+) -> Result<Lookup<'v>, ParseError> {
+    let mut at = value;
+    for step in path {
+        let step = step.as_ref();
+        let next = match at {
+            Value::Object(object) => member(object, step)?,
+            Value::Array(items) => index(step).and_then(|i| items.get(i)),
+            _ => return Ok(Lookup::Blocked),
+        };
+        match next {
+            Some(next) => at = next,
+            None => return Ok(Lookup::Absent),
+        }
+    }
+    Ok(Lookup::Found(at))
+}
+
+/// Refuse an object in which two keys fold together, for one whose every member is read
+/// (accepted form content): each is read by the rule of [`member`], in one pass.
+pub fn distinct(object: &Map<String, Value>) -> Result<(), ParseError> {
+    let mut seen = std::collections::HashSet::with_capacity(object.len());
+    for key in object.keys() {
+        if !seen.insert(fold(key)) {
+            return Err(ParseError::AmbiguousKey(printable(key)));
+        }
+    }
+    Ok(())
+}
+
+/// An array index as `serde_json`'s own pointer reads it, so a path found here is the
+/// one `Value::pointer_mut` then edits.
+fn index(step: &str) -> Option<usize> {
+    if step.starts_with('+') || (step.starts_with('0') && step.len() != 1) {
+        return None;
+    }
+    step.parse().ok()
+}
+
+/// The gate's check of the declared client capabilities: `params._meta`, its
+/// [`CAPABILITIES_META`] member and every capability name read below it, each without a
+/// look-alike sibling. (The values' shapes are not the gate's business: a capability
+/// that is no object is read as the policy reads it.)
+pub(super) fn check_capability_names(params: &Map<String, Value>) -> Result<(), ParseError> {
+    let Some(meta) = member(params, "_meta")? else {
+        return Ok(());
+    };
+    match lookup(meta, [CAPABILITIES_META])? {
+        Lookup::Found(declared) => check_capabilities(declared),
+        Lookup::Absent | Lookup::Blocked => Ok(()),
+    }
+}
+
+/// Refuse declared client capabilities (the value under [`CAPABILITIES_META`]) in which
+/// a capability name the policy reads has a look-alike, at any level.
+pub fn check_capabilities(declared: &Value) -> Result<(), ParseError> {
+    for path in CAPABILITY_PATHS {
+        lookup(declared, path.iter())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ambiguous(key: &str) -> ParseError {
+        ParseError::AmbiguousKey(key.into())
+    }
+
+    #[test]
+    fn a_member_is_read_only_without_a_look_alike_beside_it() {
+        let read =
+            |value: Value, name: &str| member(value.as_object().unwrap(), name).map(|v| v.cloned());
+        assert_eq!(
+            read(json!({"import": 1, "other": 2}), "import"),
+            Ok(Some(json!(1)))
+        );
+        assert_eq!(read(json!({"other": 2}), "import"), Ok(None));
+        // Beside the exact name, or in its place: refused either way.
+        assert_eq!(
+            read(json!({"import": 1, "Import": 2}), "import"),
+            Err(ambiguous("Import"))
+        );
+        assert_eq!(
+            read(json!({"Import": 2}), "import"),
+            Err(ambiguous("Import"))
+        );
+        assert_eq!(
+            read(json!({"import_ref": 2}), "importRef"),
+            Err(ambiguous("import_ref"))
+        );
+        assert_eq!(
+            read(json!({"\u{131}mport": 2}), "import"),
+            Err(ambiguous("\\u{131}mport"))
+        );
+        // A different name that merely shares letters is no look-alike.
+        assert_eq!(read(json!({"imports": 2}), "import"), Ok(None));
+    }
+
+    #[test]
+    fn every_level_of_a_path_is_checked() {
+        let doc =
+            json!({"importRef": {"id": "h"}, "list": [{"id": 0}, {"id": 1}], "n": 5, "z": null});
+        let at = |path: &[&str]| lookup(&doc, path.iter());
+        assert_eq!(at(&["importRef", "id"]), Ok(Lookup::Found(&json!("h"))));
+        assert_eq!(at(&["list", "1", "id"]), Ok(Lookup::Found(&json!(1))));
+        assert_eq!(at(&[]), Ok(Lookup::Found(&doc)));
+        assert_eq!(at(&["missing", "id"]), Ok(Lookup::Absent));
+        assert_eq!(at(&["importRef", "other"]), Ok(Lookup::Absent));
+        // Indexes as RFC 6901 spells them, nothing else, on an array.
+        for step in ["2", "01", "+1", "-1", "id"] {
+            assert_eq!(at(&["list", step]), Ok(Lookup::Absent), "{step}");
+        }
+        // More path below a scalar (null too): blocked, not absent.
+        assert_eq!(at(&["n", "id"]), Ok(Lookup::Blocked));
+        assert_eq!(at(&["z", "id"]), Ok(Lookup::Blocked));
+        assert_eq!(at(&["n"]), Ok(Lookup::Found(&json!(5))));
+
+        let parent = |doc: Value| lookup(&doc, ["import", "id"]).map(|l| l.found().cloned());
+        // A look-alike of the parent, beside the exact one or alone, refuses the path.
+        assert_eq!(
+            parent(json!({"import": {"id": "h"}, "Import": {"id": "imp-1"}})),
+            Err(ambiguous("Import"))
+        );
+        assert_eq!(
+            parent(json!({"Import": {"id": "imp-1"}})),
+            Err(ambiguous("Import"))
+        );
+        // ...and so does one of the last step, below the exact parent.
+        assert_eq!(
+            parent(json!({"import": {"id": "h", "ID": "imp-1"}})),
+            Err(ambiguous("ID"))
+        );
+        let doc = json!({"import_ref": {"id": "imp-1"}});
+        assert_eq!(
+            lookup(&doc, ["importRef", "id"]),
+            Err(ambiguous("import_ref"))
+        );
+        // Below an array, its elements' members are read by the same rule.
+        let doc = json!({"list": [{"id": 0, "Id": 1}]});
+        assert_eq!(lookup(&doc, ["list", "0", "id"]), Err(ambiguous("Id")));
+    }
+
+    #[test]
+    fn keys_that_fold_together_are_not_distinct() {
+        let check = |value: Value| distinct(value.as_object().unwrap());
+        assert_eq!(check(json!({"region": 1, "name": 2})), Ok(()));
+        assert_eq!(
+            check(json!({"region": 1, "Region": 2})),
+            Err(ambiguous("Region"))
+        );
+        assert_eq!(
+            check(json!({"first_name": 1, "firstName": 2})),
+            Err(ambiguous("firstName"))
+        );
+    }
+
+    /// Through the gate's own classification, as a client's request meets it.
+    fn declaring(meta: Value) -> Result<(), ParseError> {
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "x", "_meta": meta}});
+        crate::jsonrpc::classify(&call).map(drop)
+    }
+
+    #[test]
+    fn declared_capabilities_have_no_look_alikes() {
+        let caps = |declared: Value| declaring(json!({CAPABILITIES_META: declared}));
+        assert_eq!(
+            caps(
+                json!({"elicitation": {"form": {}, "url": {}}, "sampling": {"tools": {}}, "roots": {}})
+            ),
+            Ok(())
+        );
+        // Shapes are the policy's business, and other members are not read.
+        assert_eq!(
+            caps(json!({"elicitation": true, "experimental": {"x": {}}})),
+            Ok(())
+        );
+        for (declared, key) in [
+            (
+                json!({"elicitation": {}, "Elicitation": {"url": {}}}),
+                "Elicitation",
+            ),
+            (json!({"ELICITATION": {"url": {}}}), "ELICITATION"),
+            (json!({"elicitation": {"form": {}, "Form": {}}}), "Form"),
+            (json!({"elicitation": {"URL": {}}}), "URL"),
+            (json!({"sampling": {"Tools": {}}}), "Tools"),
+            (json!({"Sampling": {}}), "Sampling"),
+            (json!({"roots": {}, "ROOTS": {}}), "ROOTS"),
+            (json!({"root_s": {}}), "root_s"),
+        ] {
+            assert_eq!(caps(declared.clone()), Err(ambiguous(key)), "{declared}");
+        }
+    }
+
+    #[test]
+    fn the_capabilities_key_itself_has_no_look_alikes() {
+        // `fold` drops `.` and `/`: these read as the key to a folding parser.
+        for key in [
+            "io.modelcontextprotocol/ClientCapabilities",
+            "io.modelcontextprotocol/client_capabilities",
+            "io_modelcontextprotocol_clientCapabilities",
+            "io.modelcontextprotocol.clientCapabilities",
+        ] {
+            assert_eq!(
+                declaring(json!({key: {"roots": {}}})),
+                Err(ambiguous(key)),
+                "{key} alone"
+            );
+            assert_eq!(
+                declaring(json!({CAPABILITIES_META: {}, key: {"roots": {}}})),
+                Err(ambiguous(key)),
+                "{key} beside"
+            );
+        }
+        // The other protocol keys of `_meta` are not look-alikes.
+        let meta = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "c", "version": "0"},
+            CAPABILITIES_META: {"roots": {}},
+            "progressToken": 1
+        });
+        assert_eq!(declaring(meta), Ok(()));
+        assert_eq!(declaring(json!(5)), Ok(()));
+    }
+
+    #[test]
+    fn idempotency_key_look_alikes_are_refused_at_params_level() {
+        // `params.idempotencyKey` is the one place the sidecar reads a key from the body
+        // (`tools::idempotency`; nothing under `_meta`): a look-alike is refused rather
+        // than passed on unrecorded.
+        for key in [
+            "IdempotencyKey",
+            "idempotency_key",
+            "idempotency-key",
+            "IDEMPOTENCYKEY",
+        ] {
+            let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "x", key: "k-1"}});
+            assert_eq!(
+                crate::jsonrpc::classify(&call),
+                Err(ambiguous(key)),
+                "{key}"
+            );
+            let both = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "x", "idempotencyKey": "k-1", key: "k-2"}});
+            assert_eq!(
+                crate::jsonrpc::classify(&both),
+                Err(ambiguous(key)),
+                "{key}"
+            );
+        }
+    }
+}
