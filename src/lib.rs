@@ -13,7 +13,7 @@
 //! 2. [`proxy::ingress`]: a `Host` outside `allowed_hosts` gets 421; an HTTP/1.1 head
 //!    naming both `Content-Length` and `Transfer-Encoding` (seen by a
 //!    [`proxy::ingress::FramingScan`] of the connection's bytes, as hyper drops one), a coding other than one `chunked`, a
-//!    `Transfer_Encoding` look-alike or a target that is not a path gets 400; the client's
+//!    `_` spelling of a header the sidecar reads (`Transfer_Encoding`, `Mcp_Name`) or a target that is not a path gets 400; the client's
 //!    hop-by-hop headers (what its `Connection` names, never a header the sidecar sets)
 //!    are dropped; `Forwarded` / `X-Forwarded-*` survive only from
 //!    `principal.trusted_proxies`, and `X-Forwarded-For` / `-Proto` are set from what the

@@ -6,7 +6,7 @@
 //! before any other work (the upstream's own DNS-rebinding check is defeated once the
 //! sidecar rewrites `Host`, so the sidecar must do it); a request whose head named both
 //! `Content-Length` and `Transfer-Encoding`, a transfer coding other than one `chunked`,
-//! a `Transfer_Encoding` / `Content_Length` look-alike or a target that is not a path is
+//! an `_` spelling of a header the sidecar reads (`Transfer_Encoding`, `Mcp_Name`) or a target that is not a path is
 //! refused with 400 before its body is read; `Forwarded`, `X-Forwarded-*`
 //! and `X-Real-IP` reach the upstream only from a peer in `principal.trusted_proxies`,
 //! and `X-Forwarded-For` / `X-Forwarded-Proto` always say what the sidecar itself saw.

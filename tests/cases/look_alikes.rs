@@ -310,3 +310,35 @@ async fn look_alike_capability_keys_are_refused_at_the_gate_and_nothing_is_forwa
     assert_eq!(fake.count(), 1);
     sidecar.stop().await;
 }
+
+/// Header names are names the sidecar reads too: a WSGI or CGI upstream reads
+/// `Mcp_Name`, `Idempotency_Key` or `Content_Type` as the real header (both spellings
+/// become `HTTP_MCP_NAME`), so an `_` spelling of a header the sidecar checks is refused
+/// before anything is forwarded, and the `-` spelling still passes.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_underscore_spelling_of_a_header_the_sidecar_reads_is_refused() {
+    let fake = FakeUpstream::start(imports).await;
+    let sidecar = Sidecar::start(config(&fake.base_url())).await;
+    let url = sidecar.mcp_url();
+    let message = json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call",
+        "params": {"name": "append_rows", "arguments": {}, "_meta": crate::support::http::meta()}});
+    for (name, value) in [
+        ("mcp_name", "other_tool"),
+        ("mcp_method", "tools/list"),
+        ("idempotency_key", "k1"),
+        ("content_type", "text/plain"),
+    ] {
+        let reply = post_mcp_with(&url, &message, &[(name, value)]).await;
+        assert_eq!(reply.status, 400, "{name}: {}", reply.text());
+        assert_eq!(
+            reply.json()["error"]["message"],
+            "Invalid request framing",
+            "{name}"
+        );
+    }
+    assert_eq!(fake.count(), 0, "nothing was forwarded");
+    let reply = post_mcp_with(&url, &message, &[("idempotency-key", "k1")]).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(fake.count(), 1);
+    sidecar.stop().await;
+}

@@ -126,14 +126,30 @@ impl FramingScan {
 /// `Content-Length` beside `Transfer-Encoding` (see [`MixedFraming`]); a
 /// `Transfer-Encoding`, if any, that is one field saying exactly `chunked` (hyper decodes
 /// one `chunked` and keeps the codings before it, so `gzip, chunked` or `chunked, chunked`
-/// would reach the gate still encoded); and no `Transfer_Encoding` or `Content_Length`,
-/// which WSGI and CGI servers may read as the real field (`Transfer_Encoding` and
-/// `Transfer-Encoding` both become `HTTP_TRANSFER_ENCODING`). hyper itself refuses the
+/// would reach the gate still encoded); and no `_` spelling of a header the sidecar
+/// reads ([`READ_HEADERS`]: `Transfer_Encoding`, `Mcp_Name`, `Idempotency_Key`, ...),
+/// which WSGI and CGI servers read as the real field (`Transfer_Encoding` and
+/// `Transfer-Encoding` both become `HTTP_TRANSFER_ENCODING`): the upstream would act on a
+/// value the sidecar never checked. hyper itself refuses the
 /// rest with 400: a `chunked` that is not last, differing or malformed lengths, HTTP/1.0
 /// with a coding.
 ///
 /// A target must be a path (origin- or absolute-form): the asterisk-form (`POST *`) and
 /// authority-form (`CONNECT host:port`) name no resource under the upstream's base path.
+/// The headers with a `-` in their name that the sidecar reads (framing, the body's
+/// type and coding, the MCP routing headers it checks against the body, the idempotency
+/// key). The identity header has its own rule (`auth::header`), and forwarding headers
+/// theirs (`ingress`), both in every `_` spelling.
+const READ_HEADERS: [&str; 7] = [
+    "content-length",
+    "transfer-encoding",
+    "content-type",
+    "content-encoding",
+    "mcp-method",
+    "mcp-name",
+    "idempotency-key",
+];
+
 pub fn check_framing(parts: &http::request::Parts) -> Result<(), ProxyError> {
     if !parts.uri.path().starts_with('/') {
         return Err(ProxyError::Framing("request target is not a path"));
@@ -147,12 +163,11 @@ pub fn check_framing(parts: &http::request::Parts) -> Result<(), ProxyError> {
     }
     let look_alike = |name: &HeaderName| {
         let name = name.as_str();
-        name.contains('_')
-            && ["content-length", "transfer-encoding"].contains(&name.replace('_', "-").as_str())
+        name.contains('_') && READ_HEADERS.contains(&name.replace('_', "-").as_str())
     };
     if parts.headers.keys().any(look_alike) {
         return Err(ProxyError::Framing(
-            "Transfer_Encoding or Content_Length look-alike",
+            "an `_` spelling of a header the sidecar reads",
         ));
     }
     let mut codings = parts.headers.get_all(header::TRANSFER_ENCODING).iter();
@@ -238,6 +253,21 @@ mod tests {
             .headers
             .insert("content_length", HeaderValue::from_static("4"));
         assert!(check_framing(&look_alike).is_err());
+        // Every header the sidecar reads, in its `_` spelling, alone.
+        for name in READ_HEADERS {
+            let mut look_alike = parts(&[], false);
+            let spelled = name.replace('-', "_");
+            look_alike.headers.insert(
+                HeaderName::from_bytes(spelled.as_bytes()).unwrap(),
+                HeaderValue::from_static("x"),
+            );
+            assert!(check_framing(&look_alike).is_err(), "{spelled}");
+        }
+        let mut unrelated = parts(&[], false);
+        unrelated
+            .headers
+            .insert("x_custom_thing", HeaderValue::from_static("x"));
+        assert!(check_framing(&unrelated).is_ok());
         assert!(check_framing(&parts(&[], true)).is_err());
     }
 }
