@@ -476,7 +476,8 @@ fn sighup_reloads_the_policy() {
         .status()
         .unwrap();
     assert!(hup.success());
-    process.wait_for_log("single-use policy changed; applied without a restart");
+    process.wait_for_log("configuration key changed; applied without a restart");
+    process.wait_for_log(r#""key":"single_use.tools""#);
 }
 
 #[tokio::test(flavor = "multi_thread")]
