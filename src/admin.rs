@@ -14,12 +14,12 @@
 //! the file holds now (compared in constant time; the file is watched, and a new secret
 //! replaces the old one, which is refused from then on).
 
+use crate::body::{ProxyBody, full};
 use crate::error::Resource;
 use crate::health::Checks;
 use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
 use crate::proxy::ingress::HostPolicy;
-use crate::proxy::upstream::{ProxyBody, full};
 use crate::store::Store;
 use arc_swap::ArcSwap;
 use http::{Method, Request, Response, StatusCode, header};

@@ -163,7 +163,7 @@ fn revoke(file: Option<PathBuf>, principal: &str) -> ExitCode {
                     Some(audience) => println!(
                         "revoked for audience {}: tokens of this principal minted before \
                          {at:.3} are refused",
-                        mcp_state_guard::telemetry::Clipped(audience)
+                        mcp_state_guard::text::Clipped(audience)
                     ),
                     None => println!(
                         "revoked for sidecars without state.audience: tokens of this \

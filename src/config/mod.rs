@@ -13,7 +13,7 @@ mod fairness;
 mod files;
 mod load;
 mod operations;
-pub mod poll;
+
 pub mod reload;
 mod security;
 mod tools;

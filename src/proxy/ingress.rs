@@ -21,9 +21,7 @@ use std::net::{IpAddr, SocketAddr};
 mod framing;
 pub use framing::{FramingScan, MixedFraming, check_framing};
 
-/// The client's address, put in each request's extensions by the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer(pub SocketAddr);
+pub use crate::server::Peer;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");

@@ -29,7 +29,7 @@ pub struct SealContext {
     /// The request's binding; `None` for a request that cannot bind a state (a GET
     /// stream, a client's response, arguments the reference could not digest).
     binding: Option<RequestBinding>,
-    /// The request's method, escaped and bounded (`telemetry::printable`), for the log.
+    /// The request's method, escaped and bounded (`text::printable`), for the log.
     method: Option<String>,
     principal: Option<String>,
     /// What the client declared it can answer (`_meta` client capabilities).

@@ -12,9 +12,9 @@
 //! the key id in hex) is computed when the line is written, and not at all when the log
 //! level leaves it out: most requests' access lines are at `debug`.
 
-use super::{MAX_LOGGED_BYTES, printable};
 use crate::error::{ErrorKind, ProxyError};
 use crate::metrics::{MethodClass, Outcome};
+use crate::text::{MAX_LOGGED_BYTES, printable};
 use crate::token::{KeyId, Reject};
 use http::HeaderMap;
 use sha2::{Digest, Sha256};

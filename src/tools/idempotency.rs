@@ -25,8 +25,8 @@
 
 use crate::config::IdempotencyConfig;
 use crate::error::{ProxyError, Resource, Share};
+use crate::glob::glob_match;
 use crate::metrics::{IdempotencyResult, Metrics};
-use crate::policy::single_use::glob_match;
 use crate::store::{Owner, Store, StoreError};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};
