@@ -78,6 +78,7 @@ pub mod file_watch;
 pub mod glob;
 pub mod health;
 pub mod jsonrpc;
+pub mod mcp;
 pub mod metrics;
 pub mod policy;
 pub mod proxy;

@@ -171,11 +171,7 @@ impl Record {
         self.class = MethodClass::of_method(method);
         self.method = Some(printable(method, MAX_LOGGED_BYTES));
         self.request_id = id.map(id_text);
-        let field = if method == "resources/read" {
-            "uri"
-        } else {
-            "name"
-        };
+        let field = crate::mcp::target_field(method);
         self.target = params
             .and_then(|p| p.get(field))
             .and_then(serde_json::Value::as_str)

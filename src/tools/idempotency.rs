@@ -468,7 +468,7 @@ impl Ticket {
             }
             // A round that asks (by `resultType` or by `inputRequests`, as the sealer
             // decides) is no final answer.
-            (Some(Value::Object(result)), _) if crate::proxy::response::asks_for_input(result) => {
+            (Some(Value::Object(result)), _) if crate::mcp::asks_for_input(result) => {
                 Outcome::Release(IdempotencyResult::Released)
             }
             (Some(result), _) => Self::stored(status, "result", result),
