@@ -5,6 +5,7 @@
 //! Invariant: the sidecar is ready only once keys are loaded and both listeners are
 //! bound; shutdown first fails readiness, then stops accepting, then drains.
 
+pub mod files;
 mod live;
 
 use crate::admin::{self, Readiness};

@@ -110,7 +110,7 @@ fn listed(errors: ConfigErrors) -> Vec<String> {
 /// `config`, once the files it names (keys, certificates and keys, CA bundles, a JWKS
 /// file) are usable too, or every problem with them.
 fn files_checked(config: Config) -> Result<Config, Vec<String>> {
-    let problems = config.check_files();
+    let problems = mcp_state_guard::app::files::check_files(&config);
     if !problems.is_empty() {
         return Err(problems.iter().map(ToString::to_string).collect());
     }
