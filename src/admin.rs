@@ -14,18 +14,17 @@
 //! the file holds now (compared in constant time; the file is watched, and a new secret
 //! replaces the old one, which is refused from then on).
 
+use crate::body::{ProxyBody, full};
 use crate::error::Resource;
 use crate::health::Checks;
 use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
 use crate::proxy::ingress::HostPolicy;
-use crate::proxy::upstream::{ProxyBody, full};
 use crate::store::Store;
 use arc_swap::ArcSwap;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use subtle::ConstantTimeEq;
@@ -68,32 +67,7 @@ impl Admin {
 /// The admin bearer secret in use, replaced when `admin.token_file` changes.
 pub type Token = ArcSwap<Zeroizing<String>>;
 
-/// The shortest admin secret accepted.
-const MIN_TOKEN_BYTES: usize = 16;
-
-/// Read `admin.token_file`: one secret, surrounding whitespace trimmed. The message
-/// never contains the secret.
-pub fn read_token(path: &Path) -> Result<Zeroizing<String>, String> {
-    let bytes = std::fs::read(path)
-        .map(Zeroizing::new)
-        .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
-    parse_token(&bytes, path)
-}
-
-/// The secret in `bytes`, as read from `path` (named in the message, which never
-/// contains the secret).
-pub fn parse_token(bytes: &[u8], path: &Path) -> Result<Zeroizing<String>, String> {
-    let text =
-        std::str::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8", path.display()))?;
-    let token = Zeroizing::new(text.trim().to_owned());
-    if token.len() < MIN_TOKEN_BYTES {
-        return Err(format!(
-            "{} must hold a secret of at least {MIN_TOKEN_BYTES} bytes",
-            path.display()
-        ));
-    }
-    Ok(token)
-}
+pub use crate::config::admin_token::{parse_token, read_token};
 
 /// Readiness: serving (flipped to false when draining starts so load balancers stop
 /// sending), and every dependency check passing.

@@ -5,15 +5,16 @@
 //! Invariant: the sidecar is ready only once keys are loaded and both listeners are
 //! bound; shutdown first fails readiness, then stops accepting, then drains.
 
+pub mod files;
 mod live;
 
 use crate::admin::{self, Readiness};
 use crate::auth::PrincipalSource;
 use crate::auth::jwks::{self, Jwks};
 use crate::auth::jwt::JwtVerifier;
-use crate::config::poll::{FilePoll, Seen};
 use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
+use crate::file_watch::{FilePoll, Seen};
 use crate::health;
 use crate::metrics::Listener;
 use crate::metrics::Metrics;
@@ -267,9 +268,7 @@ pub async fn start_from(
             .map_err(|e| StartError::Config(format!("principal.trusted_proxies: {e}")))?,
     );
     let shared_peer: Arc<dyn Fn(std::net::IpAddr) -> bool + Send + Sync> = Arc::new(move |ip| {
-        front_proxies.trusts(Some(crate::proxy::ingress::Peer(
-            std::net::SocketAddr::new(ip, 0),
-        )))
+        front_proxies.trusts(Some(crate::server::Peer(std::net::SocketAddr::new(ip, 0))))
     });
     let options = |name, listener| server::ServeOptions {
         name,
@@ -409,7 +408,7 @@ async fn watch_store(
         readiness.set_store_down(down);
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = server::stopped(&mut stop) => return,
+            _ = crate::shutdown::stopped(&mut stop) => return,
         }
     }
 }

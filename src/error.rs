@@ -25,7 +25,7 @@ pub enum ProxyError {
     ContentEncoding,
     #[error("body exceeds {limit} bytes")]
     BodyTooLarge { limit: usize },
-    #[error("{} requests may not carry a body", crate::telemetry::Clipped(.0.as_str()))]
+    #[error("{} requests may not carry a body", crate::text::Clipped(.0.as_str()))]
     BodyNotAllowed(http::Method),
     #[error("client body could not be read")]
     BodyRead,

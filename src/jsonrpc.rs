@@ -543,7 +543,7 @@ fn push_ascii_letters(out: &mut String, mapping: impl Iterator<Item = char>) {
 
 /// A key as it may appear in an error message or a log: no client byte echoed raw.
 fn printable(key: &str) -> String {
-    crate::telemetry::printable(key, 64)
+    crate::text::printable(key, 64)
 }
 
 /// A JSON-RPC error body.

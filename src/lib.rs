@@ -66,22 +66,49 @@
 //! Security invariant: no `requestState` reaches the upstream unless this sidecar minted
 //! it and verified it on this request, and no plaintext `requestState` from the upstream
 //! ever reaches the client.
+//!
+//! # The floors
+//!
+//! The crate is a house with floors: a module imports only from floors below its own.
+//! Bottom to top:
+//!
+//! | floor | modules | what they hold |
+//! | --- | --- | --- |
+//! | ground | [`version`], [`text`], [`body`], [`shutdown`], [`file_watch`], [`glob`] | the build's name, printable client text, the body type, the shutdown signal, the file watcher, name patterns: nothing of the crate |
+//! | wire | [`jsonrpc`], [`mcp`], [`sse`] | strict scanning and writing of messages, the facts about MCP messages, event framing |
+//! | config | [`config`] | typed settings, validated with every problem listed |
+//! | crypto | [`token`], [`store`] | the one crypto seam (states and handles), the shared store |
+//! | errors | [`error`] | every refusal and how the client sees it |
+//! | metrics | [`metrics`] | the registry and its families |
+//! | rules | [`policy`], [`health`] | single use, capabilities, answers, rounds, revocation; readiness checks |
+//! | edges | [`tls`], [`server`], [`auth`] | the listener's TLS and peer identity, connections and their facts, who is calling |
+//! | tools | [`tools`] | handles and idempotent writes |
+//! | path | [`proxy`], [`telemetry`] | the phases of steps 2 to 8, the audit record |
+//! | top | [`admin`], [`app`] | the admin port, the wiring and start-up |
+//!
+//! The steps of the journey above are numbered the same way in [`proxy`].
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod app;
 pub mod auth;
+pub mod body;
 pub mod config;
 pub mod error;
+pub mod file_watch;
+pub mod glob;
 pub mod health;
 pub mod jsonrpc;
+pub mod mcp;
 pub mod metrics;
 pub mod policy;
 pub mod proxy;
 pub mod server;
+pub mod shutdown;
 pub mod sse;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod tls;
 pub mod token;
 pub mod tools;

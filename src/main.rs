@@ -110,7 +110,7 @@ fn listed(errors: ConfigErrors) -> Vec<String> {
 /// `config`, once the files it names (keys, certificates and keys, CA bundles, a JWKS
 /// file) are usable too, or every problem with them.
 fn files_checked(config: Config) -> Result<Config, Vec<String>> {
-    let problems = config.check_files();
+    let problems = mcp_state_guard::app::files::check_files(&config);
     if !problems.is_empty() {
         return Err(problems.iter().map(ToString::to_string).collect());
     }
@@ -163,7 +163,7 @@ fn revoke(file: Option<PathBuf>, principal: &str) -> ExitCode {
                     Some(audience) => println!(
                         "revoked for audience {}: tokens of this principal minted before \
                          {at:.3} are refused",
-                        mcp_state_guard::telemetry::Clipped(audience)
+                        mcp_state_guard::text::Clipped(audience)
                     ),
                     None => println!(
                         "revoked for sidecars without state.audience: tokens of this \

@@ -14,14 +14,16 @@
 //! TLS connection carries the client's verified identity, if any.
 
 pub mod deadline;
+pub mod framing;
 pub mod slots;
 
-use crate::auth::mtls::PeerIdentity;
+use crate::body::{self, ProxyBody};
 use crate::error::{ErrorKind, ProxyError, Share};
 use crate::metrics::{Listener, Metrics};
-use crate::proxy::ingress::{FramingScan, MixedFraming, Peer};
-use crate::proxy::upstream::{self, ProxyBody};
+pub use crate::shutdown::stopped;
+use crate::tls::peer::PeerIdentity;
 use deadline::{Clock, Expired, Watched};
+use framing::{FramingScan, MixedFraming};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -30,12 +32,16 @@ use hyper_util::server::conn::auto;
 use slots::{Slots, peer_key};
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
+
+/// The client's address, put in each request's extensions by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub SocketAddr);
 
 /// How a listener treats its connections.
 #[derive(Clone)]
@@ -243,7 +249,7 @@ where
                 let response = handler(request);
                 async move {
                     let response = response.await;
-                    Ok::<_, Infallible>(response.map(|body| upstream::holding(body, in_request)))
+                    Ok::<_, Infallible>(response.map(|body| body::holding(body, in_request)))
                 }
             })
         };
@@ -334,7 +340,7 @@ async fn refuse(stream: tokio::net::TcpStream, tls: Option<Arc<crate::tls::Serve
     let service = service_fn(|_request: Request<Incoming>| async {
         let response = ProxyError::Quota(Share::Connections)
             .into_response(None)
-            .map(upstream::full);
+            .map(body::full);
         Ok::<_, Infallible>(response)
     });
     let _ = builder
@@ -346,9 +352,3 @@ async fn refuse(stream: tokio::net::TcpStream, tls: Option<Arc<crate::tls::Serve
 trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
-
-/// Resolves once shutdown is signalled (or its sender is gone). The guard `wait_for`
-/// returns is not `Send`, so it is dropped here rather than held across a `select!`.
-pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await;
-}

@@ -17,13 +17,15 @@
 //! binary trust the same issuers everywhere. Private CAs (the usual case for an
 //! in-cluster upstream) go in `upstream_tls.ca_file` / `principal.jwt.jwks_ca_file`.
 
-use crate::auth::mtls::{self, PeerIdentity};
-use crate::config::poll::{FilePoll, Seen};
+pub mod peer;
+
 use crate::config::{ConfigProblem, MtlsIdentity, TlsConfig, env_var_for};
+use crate::file_watch::{FilePoll, Seen};
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
+use peer::PeerIdentity;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
@@ -316,7 +318,7 @@ impl ServerTls {
         };
         let identity = self.identity.and_then(|kind| {
             let leaf = stream.get_ref().1.peer_certificates()?.first()?;
-            mtls::identity(leaf, kind)
+            peer::identity(leaf, kind)
                 .ok()
                 .map(|id| PeerIdentity(id.into()))
         });
@@ -435,10 +437,10 @@ impl ClientCertVerifier for ClientCertificates {
     ) -> Result<ClientCertVerified, rustls::Error> {
         self.inner
             .verify_client_cert(end_entity, intermediates, now)?;
-        mtls::check_usage(end_entity)
+        peer::check_usage(end_entity)
             .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::InvalidPurpose))?;
         if let Some(kind) = self.identity {
-            mtls::identity(end_entity, kind).map_err(|_| {
+            peer::identity(end_entity, kind).map_err(|_| {
                 rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure)
             })?;
         }

@@ -10,7 +10,7 @@
 
 use crate::admin::{self, Admin};
 use crate::config::Config;
-use crate::config::poll::{FilePoll, Seen};
+use crate::file_watch::{FilePoll, Seen};
 use crate::metrics::Metrics;
 use crate::policy::single_use::{SingleUse, SingleUsePolicy};
 use crate::proxy::Proxy;

@@ -9,8 +9,8 @@
 //! at most once per cooldown, so invented key ids cannot make the sidecar hammer the
 //! issuer.
 
+use crate::body::BoxError;
 use crate::metrics::Metrics;
-use crate::proxy::upstream::BoxError;
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
@@ -337,7 +337,7 @@ impl Jwks {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
-                _ = crate::server::stopped(&mut stop) => return,
+                _ = crate::shutdown::stopped(&mut stop) => return,
             }
             let _ = self.refresh().await;
         }

@@ -12,11 +12,10 @@
 pub mod header;
 pub mod jwks;
 pub mod jwt;
-pub mod mtls;
 
 use crate::error::ProxyError;
+use crate::tls::peer::PeerIdentity;
 use http::{HeaderMap, HeaderName, header::AUTHORIZATION};
-use mtls::PeerIdentity;
 use std::sync::Arc;
 
 /// Why a caller could not be identified: closed labels for

@@ -3,17 +3,20 @@
 //! validated. Invariant: a [`Config`] returned by [`Config::load`] has passed every check
 //! in [`Config::validate`]; anything unknown, out of range or not supported by this
 //! version refuses to start, and every problem names both its file key and its
-//! environment variable. [`Config::check_files`] then reads every file the
+//! environment variable. `app::files::check_files` then reads every file the
 //! configuration names (keys, certificates, JWKS) and reports what is wrong with each.
 //!
 //! The shipped `config/mcp-state-guard.toml` lists every key with its default and is
 //! tested to parse to exactly [`Config::default`].
 
+pub mod admin_token;
 mod fairness;
-mod files;
+pub mod hosts;
+pub mod redis_url;
+
 mod load;
 mod operations;
-pub mod poll;
+
 pub mod reload;
 mod security;
 mod tools;

@@ -12,8 +12,8 @@
 //! for as long as the file asks for something the running process does not do.
 
 use super::load::{LEAVES, Leaf, read_file};
-use super::poll::{FilePoll, Seen};
 use super::{Config, ConfigErrors, Overrides};
+use crate::file_watch::{FilePoll, Seen};
 use crate::metrics::{ConfigReload, Metrics};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -8,8 +8,8 @@ use std::collections::HashSet;
 
 use http::HeaderName;
 
+use super::hosts::{parse_hosts, parse_nets};
 use super::{Config, ConfigProblem, SingleUseStore};
-use crate::proxy::ingress::{HostPolicy, TrustedProxies};
 
 /// The largest `limits.max_state_bytes` accepted: 16 MiB.
 const MAX_STATE_BYTES: usize = 16 * 1024 * 1024;
@@ -40,7 +40,7 @@ impl Config {
             }
         }
 
-        if let Err(message) = HostPolicy::new(self.allowed_hosts.as_deref(), self.listen) {
+        if let Some(Err(message)) = self.allowed_hosts.as_deref().map(parse_hosts) {
             problem("allowed_hosts", message);
         }
         if self.allowed_hosts.as_ref().is_some_and(Vec::is_empty) {
@@ -82,7 +82,7 @@ impl Config {
         }
 
         let principal = &self.principal;
-        if let Err(message) = TrustedProxies::new(&principal.trusted_proxies) {
+        if let Err(message) = parse_nets(&principal.trusted_proxies) {
             problem("principal.trusted_proxies", message);
         }
         if HeaderName::from_bytes(principal.header.as_bytes()).is_err() {
@@ -100,7 +100,7 @@ impl Config {
             ),
             // The value is never echoed: it may carry a password.
             (SingleUseStore::Redis, Some(url)) => {
-                if let Err(message) = crate::store::redis::parse_url(url) {
+                if let Err(message) = super::redis_url::parse_url(url) {
                     problem("single_use.redis_url", message.to_owned());
                 }
             }
@@ -146,7 +146,7 @@ impl Config {
             problem("mrtr.max_flow_seconds", "must be at least 1".to_owned());
         }
         if let Some(path) = &self.admin.token_file
-            && let Err(message) = crate::admin::read_token(path)
+            && let Err(message) = super::admin_token::read_token(path)
         {
             problem("admin.token_file", message);
         }

@@ -17,7 +17,7 @@
 //! key and the rule, never echoes the answer.
 
 use crate::jsonrpc;
-use crate::telemetry::printable;
+use crate::text::printable;
 use crate::token::canonical;
 use serde_json::{Map, Value};
 

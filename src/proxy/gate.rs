@@ -215,12 +215,8 @@ fn check_mcp_headers(
         return Err(ProxyError::HeaderMismatch("mcp-method"));
     }
     if let Some(raw) = name_header {
-        let field = match method.as_str() {
-            "tools/call" | "prompts/get" => "name",
-            "resources/read" => "uri",
-            // The TypeScript SDK names the task it acts on, and its server requires it.
-            "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
-            _ => return Err(ProxyError::HeaderMismatch("mcp-name")),
+        let Some(field) = crate::mcp::header_target_field(method) else {
+            return Err(ProxyError::HeaderMismatch("mcp-name"));
         };
         let target = params.and_then(|p| p.get(field)).and_then(Value::as_str);
         let decoded = decode_header_value(raw).ok_or(ProxyError::HeaderMismatch("mcp-name"))?;

@@ -13,60 +13,19 @@
 //! A client's `Connection` header is honoured here, before the sidecar adds anything,
 //! and cannot name away the [`protected_headers`] (what the sidecar sets or vouches for).
 
+use crate::config::hosts::{HostPattern, split_authority};
 use crate::error::ProxyError;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 mod framing;
 pub use framing::{FramingScan, MixedFraming, check_framing};
 
-/// The client's address, put in each request's extensions by the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer(pub SocketAddr);
+pub use crate::server::Peer;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-
-/// One `allowed_hosts` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum HostPattern {
-    /// `*`: any host.
-    Any,
-    /// `host` or `host:*`: this host on any port (or none).
-    Host(String),
-    /// `host:port`.
-    HostPort(String, u16),
-}
-
-impl HostPattern {
-    fn parse(entry: &str) -> Result<Self, &'static str> {
-        if entry == "*" {
-            return Ok(HostPattern::Any);
-        }
-        const SHAPE: &str = "is not a host[:port], host:* or *";
-        let (host, port) = match entry.strip_suffix(":*") {
-            Some(host) => (split_authority(host).ok_or(SHAPE)?.0, None),
-            None => split_authority(entry).ok_or(SHAPE)?,
-        };
-        if host.contains('*') {
-            return Err(SHAPE);
-        }
-        let host = host.to_ascii_lowercase();
-        Ok(match port {
-            Some(port) => HostPattern::HostPort(host, port),
-            None => HostPattern::Host(host),
-        })
-    }
-
-    fn matches(&self, host: &str, port: Option<u16>) -> bool {
-        match self {
-            HostPattern::Any => true,
-            HostPattern::Host(h) => h.eq_ignore_ascii_case(host),
-            HostPattern::HostPort(h, p) => h.eq_ignore_ascii_case(host) && port == Some(*p),
-        }
-    }
-}
 
 /// Which `Host` values are accepted.
 #[derive(Debug, Clone)]
@@ -180,20 +139,6 @@ fn is_ip_literal(host: &str) -> bool {
             .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
 }
 
-/// `host[:port]` with a non-empty host, no userinfo, and a port that is a port.
-fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
-    let authority: http::uri::Authority = text.parse().ok()?;
-    let host = authority.host();
-    if host.is_empty() || text.contains('@') {
-        return None;
-    }
-    let port = match &authority.as_str()[host.len()..] {
-        "" => None,
-        rest => Some(rest.strip_prefix(':')?.parse::<u16>().ok()?),
-    };
-    Some((host.to_owned(), port))
-}
-
 /// The headers a client's `Connection` cannot name away: the forwarding headers the
 /// sidecar sets, `Authorization` (a credential it verifies and may forward) and `also`
 /// (the identity header it reads and may forward, the `Idempotency-Key` it reserves the
@@ -215,16 +160,9 @@ pub struct TrustedProxies {
 impl TrustedProxies {
     /// From `principal.trusted_proxies`: CIDRs or single addresses.
     pub fn new(entries: &[String]) -> Result<Self, String> {
-        let nets = entries
-            .iter()
-            .map(|entry| {
-                entry
-                    .parse::<IpNet>()
-                    .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| format!("entry {entry:?} is not an address or CIDR"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { nets })
+        Ok(Self {
+            nets: crate::config::hosts::parse_nets(entries)?,
+        })
     }
 
     /// No peer is trusted (the identity header is then taken from anyone).

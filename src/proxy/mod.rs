@@ -1,20 +1,20 @@
-//! The data path, phase by phase. [`Proxy`] only wires the phases and calls them in
-//! this order; each is a small type holding just what it needs, and none reaches back
-//! into the proxy:
+//! The data path, phase by phase: steps 2 to 8 of the journey in the crate root, with
+//! the same numbers. [`Proxy`] only wires the phases and calls them in this order; each
+//! is a small type holding just what it needs, and none reaches back into the proxy:
 //!
-//! 1. [`ingress`]: the `Host` is one we serve (`allowed_hosts`); the client's hop-by-hop
+//! 2. [`ingress`]: the `Host` is one we serve (`allowed_hosts`); the client's hop-by-hop
 //!    headers are dropped (what its `Connection` names, never what the sidecar sets);
 //!    forwarding headers are believed only from trusted proxies.
-//! 2. [`crate::auth`]: who is calling (a header, a JWT, the client certificate).
-//! 3. [`gate`]: a POSTed body is one strictly parsed JSON-RPC message, read within its
+//! 3. [`crate::auth`]: who is calling (a header, a JWT, the client certificate).
+//! 4. [`gate`]: a POSTed body is one strictly parsed JSON-RPC message, read within its
 //!    size, time and [`budget`] limits.
-//! 4. [`state`]: a retry's `requestState` is opened and replaced by the upstream's
+//! 5. [`state`]: a retry's `requestState` is opened and replaced by the upstream's
 //!    plaintext; unasked `inputResponses` are dropped.
-//! 5. [`crate::tools`]: a `tools/call`'s handle arguments are unwrapped and its
+//! 6. [`crate::tools`]: a `tools/call`'s handle arguments are unwrapped and its
 //!    idempotency key reserved, or the call is answered from the store ([`tools`]).
-//! 6. [`upstream`]: the re-serialised message is forwarded.
-//! 7. [`outbound`] and [`response`]: the answer is classified and every state in it sealed,
-//!    bound to the request of step 4 (its binding was computed at admission, so nothing
+//! 7. [`upstream`]: the re-serialised message is forwarded.
+//! 8. [`outbound`] and [`response`]: the answer is classified and every state in it sealed,
+//!    bound to the request of step 5 (its binding was computed at admission, so nothing
 //!    of the request body is held while the upstream works), an issuing tool's handles
 //!    sealed, and an idempotent call's answer recorded.
 //!

@@ -278,7 +278,7 @@ impl Outbound {
         let deadline = tokio::time::Instant::now() + self.read_timeout;
         let mut ended = false;
         let json_like = loop {
-            if let Some(verdict) = json_like(&prefix) {
+            if let Some(verdict) = crate::mcp::json_like(&prefix) {
                 break Some(verdict);
             }
             if prefix.len() > self.limits.max_body_bytes {
@@ -398,24 +398,6 @@ impl Body for Prefixed {
 
 fn is_json_whitespace(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
-}
-
-/// Whether bytes open like JSON to some client: `{` or `[` after JSON whitespace, or a
-/// byte order mark (UTF-8, UTF-16, UTF-32: lenient clients detect the encoding from it
-/// and decode JSON behind it). `None` until a significant byte has arrived.
-pub(super) fn json_like(bytes: &[u8]) -> Option<bool> {
-    const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
-    let start = bytes.iter().position(|b| !is_json_whitespace(*b))?;
-    let rest = &bytes[start..];
-    match rest[0] {
-        b'{' | b'[' => Some(true),
-        // UTF-16/32 BOMs and the NUL that opens UTF-16BE / UTF-32BE JSON without one.
-        0xfe | 0xff | 0x00 => Some(true),
-        // A partial mark decides nothing yet.
-        0xef if rest.len() < UTF8_BOM.len() && UTF8_BOM.starts_with(rest) => None,
-        0xef => Some(rest.starts_with(UTF8_BOM)),
-        _ => Some(false),
-    }
 }
 
 /// Every transfer coding listed is `chunked` (or none is listed).

@@ -29,7 +29,7 @@ pub struct SealContext {
     /// The request's binding; `None` for a request that cannot bind a state (a GET
     /// stream, a client's response, arguments the reference could not digest).
     binding: Option<RequestBinding>,
-    /// The request's method, escaped and bounded (`telemetry::printable`), for the log.
+    /// The request's method, escaped and bounded (`text::printable`), for the log.
     method: Option<String>,
     principal: Option<String>,
     /// What the client declared it can answer (`_meta` client capabilities).
@@ -220,7 +220,7 @@ impl Sealer {
         };
         jsonrpc::check_result_fields(result)
             .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
-        let asks = asks_for_input(result);
+        let asks = crate::mcp::asks_for_input(result);
         let state = match result.get("requestState") {
             // A round without upstream state still gets a token: it is what binds the
             // client's `inputResponses` to the questions this round asked (a stateless
@@ -359,7 +359,7 @@ impl EventRewriter for Sealer {
         // client reads `\u{feff}data: ...` as a data line: so must the sealer (on any
         // event; a BOM elsewhere is never legitimate and dropping it is harmless).
         let event = event.strip_prefix("\u{feff}".as_bytes()).unwrap_or(event);
-        let opens = super::outbound::json_like(event);
+        let opens = crate::mcp::json_like(event);
         if opens.is_some() && !std::mem::replace(&mut self.seen_event, true) && opens == Some(true)
         {
             // A stream that opens like JSON is read as JSON by lenient clients that look
@@ -452,13 +452,6 @@ fn split_lines_inclusive(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
         rest = tail;
         Some(line)
     })
-}
-
-/// Whether a result asks the client for input: by `resultType`, or by carrying
-/// `inputRequests` (an older draft's shape).
-pub fn asks_for_input(result: &Map<String, Value>) -> bool {
-    result.get("resultType") == Some(&Value::from("input_required"))
-        || result.get("inputRequests").is_some_and(|r| !r.is_null())
 }
 
 /// Parse an upstream body as strictly as the gate parses a client's, but with no cap on

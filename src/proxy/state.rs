@@ -16,7 +16,7 @@ use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{Claim, NotConsumed, SingleUse};
 use crate::store::Owner;
-use crate::telemetry::Clipped;
+use crate::text::Clipped;
 use crate::token::{Flow, Reject, RequestBinding, StateSealer};
 use serde_json::{Map, Value};
 use std::sync::Arc;

@@ -11,11 +11,8 @@
 //! certificate name both from the configured URL), never in the clear.
 
 use crate::error::ProxyError;
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme, Uri};
-use http_body_util::BodyExt;
-use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -23,51 +20,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// Every body the sidecar sends, to either side.
-pub type ProxyBody = BoxBody<Bytes, BoxError>;
-
-/// A whole body from bytes.
-pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
-    http_body_util::Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// `body`, keeping `held` alive until hyper drops it: after its last byte is written, or
-/// when the peer went away. Length and end-of-stream are the body's own, so a whole
-/// body still goes out with `content-length`.
-pub fn holding<T: Send + Sync + Unpin + 'static>(body: ProxyBody, held: T) -> ProxyBody {
-    Holding { body, _held: held }.boxed()
-}
-
-struct Holding<T> {
-    body: ProxyBody,
-    _held: T,
-}
-
-impl<T> http_body::Body for Holding<T>
-where
-    T: Unpin,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
+pub use crate::body::{BoxError, ProxyBody, full, holding};
 
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those the
 /// sidecar sets itself.

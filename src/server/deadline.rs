@@ -9,7 +9,7 @@
 //! deadline (no request in progress and nothing read since the last one ended), or none
 //! (a request in progress: its body and its response have their own limits).
 
-use crate::proxy::ingress::FramingScan;
+use super::framing::FramingScan;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};

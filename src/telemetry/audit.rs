@@ -12,9 +12,9 @@
 //! the key id in hex) is computed when the line is written, and not at all when the log
 //! level leaves it out: most requests' access lines are at `debug`.
 
-use super::{MAX_LOGGED_BYTES, printable};
 use crate::error::{ErrorKind, ProxyError};
 use crate::metrics::{MethodClass, Outcome};
+use crate::text::{MAX_LOGGED_BYTES, printable};
 use crate::token::{KeyId, Reject};
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
@@ -171,11 +171,7 @@ impl Record {
         self.class = MethodClass::of_method(method);
         self.method = Some(printable(method, MAX_LOGGED_BYTES));
         self.request_id = id.map(id_text);
-        let field = if method == "resources/read" {
-            "uri"
-        } else {
-            "name"
-        };
+        let field = crate::mcp::target_field(method);
         self.target = params
             .and_then(|p| p.get(field))
             .and_then(serde_json::Value::as_str)

@@ -61,11 +61,7 @@ impl RequestBinding {
     /// Bind a request as the reference's `_request_identity` does: a per-method allowlist,
     /// so a future wire field cannot silently join (or escape) the digest.
     pub fn of(method: &str, params: Option<&Map<String, Value>>) -> Result<Self, BindingError> {
-        let field = if method == "resources/read" {
-            "uri"
-        } else {
-            "name"
-        };
+        let field = crate::mcp::target_field(method);
         let target = match params.and_then(|p| p.get(field)) {
             None => String::new(),
             Some(Value::String(s)) => s.clone(),

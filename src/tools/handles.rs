@@ -19,10 +19,11 @@
 
 use crate::config::HandleConfig;
 use crate::error::ProxyError;
+use crate::glob::glob_match;
 use crate::jsonrpc::{self, Lookup};
 use crate::metrics::{HandleResult, Metrics};
 use crate::policy::revocation::Revocations;
-use crate::policy::single_use::{SingleUse, glob_match};
+use crate::policy::single_use::SingleUse;
 use crate::token::{HandleReject, KeyId, StateSealer};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -148,7 +149,7 @@ impl Handles {
     fn refuse(&self, kind: &str, reason: HandleReject) -> ProxyError {
         self.metrics.handle(HandleResult::Refused(reason));
         tracing::warn!(
-            kind = %crate::telemetry::Clipped(kind),
+            kind = %crate::text::Clipped(kind),
             reason = reason.as_str(),
             "handle refused"
         );

@@ -25,8 +25,8 @@
 
 use crate::config::IdempotencyConfig;
 use crate::error::{ProxyError, Resource, Share};
+use crate::glob::glob_match;
 use crate::metrics::{IdempotencyResult, Metrics};
-use crate::policy::single_use::glob_match;
 use crate::store::{Owner, Store, StoreError};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};
@@ -468,7 +468,7 @@ impl Ticket {
             }
             // A round that asks (by `resultType` or by `inputRequests`, as the sealer
             // decides) is no final answer.
-            (Some(Value::Object(result)), _) if crate::proxy::response::asks_for_input(result) => {
+            (Some(Value::Object(result)), _) if crate::mcp::asks_for_input(result) => {
                 Outcome::Release(IdempotencyResult::Released)
             }
             (Some(result), _) => Self::stored(status, "result", result),

@@ -218,7 +218,7 @@ async fn unusable_tls_files_are_startup_errors_naming_key_and_file() {
         );
         assert!(message.contains(needle), "{message}");
         // check-config says the same.
-        let problems = config.check_files();
+        let problems = mcp_state_guard::app::files::check_files(&config);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].key, key);
     }
@@ -242,7 +242,7 @@ async fn https_upstreams_are_verified_and_shown_a_client_certificate() {
     config.upstream_tls.ca_file = Some(files.put("upstream-ca.pem", &upstream_ca.pem));
     config.upstream_tls.cert_file = Some(files.put("client.crt", &identity.cert_pem));
     config.upstream_tls.key_file = Some(files.put("client.key", &identity.key_pem));
-    assert!(config.check_files().is_empty());
+    assert!(mcp_state_guard::app::files::check_files(&config).is_empty());
     let sidecar = Sidecar::start(config.clone()).await;
     let reply = crate::support::http::post_mcp(&sidecar.mcp_url(), &tools_call(1, None)).await;
     assert_eq!(reply.status, 200, "{}", reply.text());

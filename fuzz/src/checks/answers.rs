@@ -15,7 +15,7 @@
 use super::ring;
 use mcp_state_guard::jsonrpc;
 use mcp_state_guard::policy::answers::{self, MAX_QUESTIONS_BYTES};
-use mcp_state_guard::telemetry::printable;
+use mcp_state_guard::text::printable;
 use mcp_state_guard::token::SealOptions;
 use mcp_state_guard::token::canonical::write_python_json;
 use serde_json::{Map, Value};

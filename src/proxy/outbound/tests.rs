@@ -1,6 +1,7 @@
 //! Tests of the outbound classification: labels, first bytes, statuses.
 
 use super::*;
+use crate::mcp::json_like;
 use http::HeaderValue;
 
 #[test]

@@ -1,60 +1,58 @@
-//! The files a configuration names, read and checked the way the sidecar will use them:
-//! the key file, PEM certificates and keys (parse, key matches certificate, not
-//! expired), CA bundles, and a JWKS file.
+//! The files a configuration names, read and checked the way the sidecar will use them
+//! (the key file, PEM certificates and keys: parse, key matches certificate, not
+//! expired; CA bundles; a JWKS file): start-up's business, so the configuration itself
+//! does no I/O and imports nothing above its floor.
 //!
 //! Invariant: every file is checked in the same pass and each failure becomes one
 //! [`ConfigProblem`] naming its key (hence its environment variable) and the file, never
 //! its content.
 
-use super::{Config, ConfigProblem};
 use crate::auth::jwks::KeySet;
+use crate::config::{Config, ConfigProblem};
 use crate::tls;
 
-impl Config {
-    /// Every problem with the files this (validated) configuration names.
-    pub fn check_files(&self) -> Vec<ConfigProblem> {
-        let mut problems = Vec::new();
-        if let Some(path) = &self.state.keys_file
-            && let Err(e) = crate::token::KeyRing::load(path)
-        {
-            problems.push(ConfigProblem::new("state.keys_file", e.to_string()));
-        }
-        let mut check = |result: Result<(), tls::FileError>| {
-            if let Err(e) = result {
-                problems.push(e.to_problem());
-            }
-        };
-        let tls = &self.tls;
-        if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
-            check(tls::identity_pair("tls.cert_file", cert, "tls.key_file", key).map(drop));
-        }
-        if let Some(ca) = &tls.client_ca_file {
-            check(tls::roots("tls.client_ca_file", ca).map(drop));
-        }
-        let upstream = &self.upstream_tls;
-        if let Some(ca) = &upstream.ca_file {
-            check(tls::roots("upstream_tls.ca_file", ca).map(drop));
-        }
-        if let (Some(cert), Some(key)) = (&upstream.cert_file, &upstream.key_file) {
-            let pair =
-                tls::identity_pair("upstream_tls.cert_file", cert, "upstream_tls.key_file", key);
-            check(pair.map(drop));
-        }
-        let jwt = &self.principal.jwt;
-        if let Some(ca) = &jwt.jwks_ca_file {
-            check(tls::roots("principal.jwt.jwks_ca_file", ca).map(drop));
-        }
-        if let Some(path) = &jwt.jwks_file {
-            let outcome = std::fs::read(path)
-                .map_err(|e| format!("cannot read: {}", e.to_string().to_lowercase()))
-                .and_then(|bytes| KeySet::parse(&bytes).map_err(|e| e.to_string()));
-            if let Err(message) = outcome {
-                let message = format!("{}: {message}", path.display());
-                problems.push(ConfigProblem::new("principal.jwt.jwks_file", message));
-            }
-        }
-        problems
+/// Every problem with the files a (validated) configuration names.
+pub fn check_files(config: &Config) -> Vec<ConfigProblem> {
+    let mut problems = Vec::new();
+    if let Some(path) = &config.state.keys_file
+        && let Err(e) = crate::token::KeyRing::load(path)
+    {
+        problems.push(ConfigProblem::new("state.keys_file", e.to_string()));
     }
+    let mut check = |result: Result<(), tls::FileError>| {
+        if let Err(e) = result {
+            problems.push(e.to_problem());
+        }
+    };
+    let tls = &config.tls;
+    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+        check(tls::identity_pair("tls.cert_file", cert, "tls.key_file", key).map(drop));
+    }
+    if let Some(ca) = &tls.client_ca_file {
+        check(tls::roots("tls.client_ca_file", ca).map(drop));
+    }
+    let upstream = &config.upstream_tls;
+    if let Some(ca) = &upstream.ca_file {
+        check(tls::roots("upstream_tls.ca_file", ca).map(drop));
+    }
+    if let (Some(cert), Some(key)) = (&upstream.cert_file, &upstream.key_file) {
+        let pair = tls::identity_pair("upstream_tls.cert_file", cert, "upstream_tls.key_file", key);
+        check(pair.map(drop));
+    }
+    let jwt = &config.principal.jwt;
+    if let Some(ca) = &jwt.jwks_ca_file {
+        check(tls::roots("principal.jwt.jwks_ca_file", ca).map(drop));
+    }
+    if let Some(path) = &jwt.jwks_file {
+        let outcome = std::fs::read(path)
+            .map_err(|e| format!("cannot read: {}", e.to_string().to_lowercase()))
+            .and_then(|bytes| KeySet::parse(&bytes).map_err(|e| e.to_string()));
+        if let Err(message) = outcome {
+            let message = format!("{}: {message}", path.display());
+            problems.push(ConfigProblem::new("principal.jwt.jwks_file", message));
+        }
+    }
+    problems
 }
 
 #[cfg(test)]
@@ -100,7 +98,7 @@ mod tests {
             "jwks.json",
             r#"{"keys":[{"kty":"oct","k":"AA"}]}"#,
         ));
-        let problems = config.check_files();
+        let problems = check_files(&config);
         let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(
             keys,
@@ -130,8 +128,7 @@ mod tests {
         config.tls.key_file = Some(d.join("ok-key.pem"));
         config.tls.client_ca_file = Some(d.join("cert.pem"));
         assert!(
-            !config
-                .check_files()
+            !check_files(&config)
                 .iter()
                 .any(|p| p.key.starts_with("tls."))
         );

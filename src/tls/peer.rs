@@ -1,5 +1,6 @@
-//! Which identity a verified client certificate stands for: its first URI subject
-//! alternative name (a SPIFFE ID) or its subject distinguished name in RFC 4514 form.
+//! The peer identity at the TLS edge: which identity a verified client certificate
+//! stands for, its first URI subject alternative name (a SPIFFE ID) or its subject
+//! distinguished name in RFC 4514 form.
 //!
 //! Invariant: an identity is read only from a certificate the TLS handshake already
 //! verified (chain, validity, extended key usage), and only if that certificate may sign

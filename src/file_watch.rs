@@ -9,7 +9,6 @@
 //! reported once per outage, not once per poll, and what is in use stays in use; when it
 //! can be read again it counts as changed, so it is loaded and checked afresh.
 
-use crate::server;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -81,7 +80,7 @@ impl FilePoll {
             let forced = tokio::select! {
                 _ = tokio::time::sleep(interval) => false,
                 Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => None } } => true,
-                _ = server::stopped(&mut stop) => return,
+                _ = crate::shutdown::stopped(&mut stop) => return,
             };
             if let Some(seen) = self.poll(forced).await {
                 on(seen);

@@ -1,0 +1,84 @@
+//! Host patterns (`allowed_hosts`) and peer networks (`principal.trusted_proxies`),
+//! parsed once into typed values: the configuration checks them, and the ingress phase
+//! and the admin listener use what was parsed.
+//!
+//! Invariant: a pattern or network that parses here is one the listeners apply exactly
+//! as written; one that does not is a configuration problem naming its entry.
+
+use ipnet::IpNet;
+use std::net::IpAddr;
+
+/// One `allowed_hosts` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// `*`: any host.
+    Any,
+    /// `host` or `host:*`: this host on any port (or none).
+    Host(String),
+    /// `host:port`.
+    HostPort(String, u16),
+}
+
+impl HostPattern {
+    pub fn parse(entry: &str) -> Result<Self, &'static str> {
+        if entry == "*" {
+            return Ok(HostPattern::Any);
+        }
+        const SHAPE: &str = "is not a host[:port], host:* or *";
+        let (host, port) = match entry.strip_suffix(":*") {
+            Some(host) => (split_authority(host).ok_or(SHAPE)?.0, None),
+            None => split_authority(entry).ok_or(SHAPE)?,
+        };
+        if host.contains('*') {
+            return Err(SHAPE);
+        }
+        let host = host.to_ascii_lowercase();
+        Ok(match port {
+            Some(port) => HostPattern::HostPort(host, port),
+            None => HostPattern::Host(host),
+        })
+    }
+
+    pub fn matches(&self, host: &str, port: Option<u16>) -> bool {
+        match self {
+            HostPattern::Any => true,
+            HostPattern::Host(h) => h.eq_ignore_ascii_case(host),
+            HostPattern::HostPort(h, p) => h.eq_ignore_ascii_case(host) && port == Some(*p),
+        }
+    }
+}
+
+/// `host[:port]` with a non-empty host, no userinfo, and a port that is a port.
+pub fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
+    let authority: http::uri::Authority = text.parse().ok()?;
+    let host = authority.host();
+    if host.is_empty() || text.contains('@') {
+        return None;
+    }
+    let port = match &authority.as_str()[host.len()..] {
+        "" => None,
+        rest => Some(rest.strip_prefix(':')?.parse::<u16>().ok()?),
+    };
+    Some((host.to_owned(), port))
+}
+
+/// `principal.trusted_proxies`: CIDRs or single addresses.
+pub fn parse_nets(entries: &[String]) -> Result<Vec<IpNet>, String> {
+    entries
+        .iter()
+        .map(|entry| {
+            entry
+                .parse::<IpNet>()
+                .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| format!("entry {entry:?} is not an address or CIDR"))
+        })
+        .collect()
+}
+
+/// `allowed_hosts`: every entry a pattern.
+pub fn parse_hosts(entries: &[String]) -> Result<Vec<HostPattern>, String> {
+    entries
+        .iter()
+        .map(|entry| HostPattern::parse(entry).map_err(|e| format!("entry {entry:?} {e}")))
+        .collect()
+}

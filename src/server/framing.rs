@@ -1,0 +1,169 @@
+//! A connection fact: whether a request head on it named both `Content-Length` and
+//! `Transfer-Encoding`, seen in the connection's own bytes (hyper keeps no trace of it);
+//! the ingress phase refuses every request of such a connection.
+//!
+//! Invariant: the scan reads every byte the server reads, in any chunking, and sets
+//! [`MixedFraming`] exactly when one head has both lines; it stops at the first hit and
+//! on an HTTP/2 connection.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set on a connection once a request head on it named both `Content-Length` and
+/// `Transfer-Encoding`; every request of the connection carries it as an extension.
+///
+/// hyper follows RFC 9112 §6.1's other option for such a request (frame the body by
+/// `Transfer-Encoding` alone, drop `Content-Length`, close after answering), which leaves
+/// no trace of the `Content-Length` in the request the sidecar sees; a front proxy that
+/// framed the same bytes by `Content-Length` disagrees about where the body ends, the
+/// classic CL.TE / TE.CL desync. The sidecar refuses the request instead (nginx does
+/// since 1.21.1), so it learns of the head from [`FramingScan`]. hyper reads ahead, so a
+/// request whose check runs after a head pipelined behind it tripped the scan is refused
+/// too: failing closed, on the connection of the client that sent the ambiguous head.
+#[derive(Debug, Clone, Default)]
+pub struct MixedFraming(Arc<AtomicBool>);
+
+impl MixedFraming {
+    pub fn seen(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Record that a head named both.
+    pub fn mark(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The longest header-name prefix the scan compares: `transfer-encoding:`.
+const SCAN_LINE: usize = 18;
+
+/// Reads a connection's bytes as the server receives them and sets [`MixedFraming`] when
+/// one block of lines (a head: no blank line inside) has a line starting
+/// `content-length:` and one starting `transfer-encoding:`, the only spellings hyper
+/// takes for either (no space before the colon, no folding). Body bytes are scanned too:
+/// a JSON body cannot hold such a line (raw line breaks are only whitespace between
+/// tokens, and a chunk-size line starts with a hex digit), so only a client that sends
+/// non-JSON bytes of that shape can trip it, and only on its own connection. Stops at
+/// the first hit, and on an HTTP/2 connection (its first line is the preface's).
+#[derive(Debug)]
+pub struct FramingScan {
+    seen: MixedFraming,
+    /// The current line's first bytes, lowercased, without `\r`.
+    line: [u8; SCAN_LINE],
+    kept: usize,
+    /// Whether the current line has a byte other than `\r` (a blank line ends a head).
+    content: bool,
+    first_line: bool,
+    content_length: bool,
+    transfer_encoding: bool,
+    done: bool,
+}
+
+impl FramingScan {
+    pub fn new(seen: MixedFraming) -> Self {
+        Self {
+            seen,
+            line: [0; SCAN_LINE],
+            kept: 0,
+            content: false,
+            first_line: true,
+            content_length: false,
+            transfer_encoding: false,
+            done: false,
+        }
+    }
+
+    /// Bytes that arrived from the client, in order. Lines are found with `memchr`, and
+    /// only a line's first `SCAN_LINE` bytes are looked at: a body costs a scan for
+    /// newlines, not a step per byte.
+    pub fn read(&mut self, mut bytes: &[u8]) {
+        while !self.done && !bytes.is_empty() {
+            match memchr::memchr(b'\n', bytes) {
+                Some(end) => {
+                    self.take(&bytes[..end]);
+                    self.end_line();
+                    bytes = &bytes[end + 1..];
+                }
+                None => {
+                    self.take(bytes);
+                    bytes = &[];
+                }
+            }
+        }
+    }
+
+    /// A piece of the current line (no `\n` in it): its first bytes kept lowercased,
+    /// `\r` left out.
+    fn take(&mut self, piece: &[u8]) {
+        for &byte in piece {
+            if self.kept == SCAN_LINE {
+                return;
+            }
+            if byte != b'\r' {
+                self.line[self.kept] = byte.to_ascii_lowercase();
+                self.kept += 1;
+                self.content = true;
+            }
+        }
+    }
+
+    fn end_line(&mut self) {
+        let line = &self.line[..self.kept];
+        if std::mem::take(&mut self.first_line) && line.starts_with(b"pri * http/2.0") {
+            self.done = true;
+        } else if !self.content {
+            self.content_length = false;
+            self.transfer_encoding = false;
+        } else {
+            self.content_length |= line.starts_with(b"content-length:");
+            self.transfer_encoding |= line.starts_with(b"transfer-encoding:");
+            if self.content_length && self.transfer_encoding {
+                self.seen.mark();
+                self.done = true;
+            }
+        }
+        self.kept = 0;
+        self.content = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scanned(bytes: &[u8], step: usize) -> bool {
+        let seen = MixedFraming::default();
+        let mut scan = FramingScan::new(seen.clone());
+        bytes.chunks(step).for_each(|piece| scan.read(piece));
+        seen.seen()
+    }
+
+    #[test]
+    fn the_scan_spots_content_length_beside_transfer_encoding_in_one_head() {
+        let head = |lines: &str| format!("POST /mcp HTTP/1.1\r\nHost: h\r\n{lines}\r\n");
+        let mixed = [
+            head("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"),
+            head("transfer-encoding: chunked\r\nX: 1\r\ncontent-length: 5\r\n"),
+            head("TRANSFER-ENCODING:chunked\nCONTENT-LENGTH:5\n"),
+            // The second request of a connection.
+            head("Content-Length: 2\r\n")
+                + "{}"
+                + &head("Content-Length: 5\r\nTransfer-Encoding: x\r\n"),
+        ];
+        let clean = [
+            head("Content-Length: 5\r\n") + "{\r\n\r\n}",
+            head("Transfer-Encoding: chunked\r\n") + "2\r\n{}\r\n0\r\ncontent-length: 5\r\n\r\n",
+            head("Content_Length: 5\r\nTransfer-Encoding: chunked\r\n"),
+            head("X-Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"),
+            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\ncontent-length:\ntransfer-encoding:\n".to_owned(),
+        ];
+        for step in [1, 3, 1000] {
+            for bytes in &mixed {
+                assert!(scanned(bytes.as_bytes(), step), "{bytes:?}");
+            }
+            for bytes in &clean {
+                assert!(!scanned(bytes.as_bytes(), step), "{bytes:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Printable, clipped text: what reaches a log line (or an error message) from a client,
+//! on the ground floor (the gate, the errors, the policies and the audit record all
+//! write client text, and this imports nothing of the crate).
+//!
+//! Invariant: client-supplied text (a JSON-RPC `method`, a refused key, an HTTP method)
+//! is written only through [`printable`] or [`Clipped`]: printable ASCII as is, anything
+//! else (and `\`) escaped as `\u{..}`, so it cannot forge a line, a field or a terminal
+//! control sequence, and cut to a byte bound, so a 4 MB `method` costs the log a few
+//! hundred bytes, not 4 MB.
+
+use std::fmt;
+
+/// The most bytes of one client-supplied string that reach a log line (after escaping).
+pub const MAX_LOGGED_BYTES: usize = 256;
+
+/// `text` escaped to printable ASCII and cut to at most `max_bytes` (plus `...` when
+/// cut), never splitting an escape.
+pub fn printable(text: &str, max_bytes: usize) -> String {
+    let (mut out, cut) = escape(text, max_bytes);
+    if cut {
+        out.push_str("...");
+    }
+    out
+}
+
+/// The escaped prefix of `text` within `max_bytes`, and whether anything was cut.
+fn escape(text: &str, max_bytes: usize) -> (String, bool) {
+    // Most client text is short and printable: one allocation of its own size.
+    let mut out = String::with_capacity(text.len().min(max_bytes) + 8);
+    for c in text.chars() {
+        let start = out.len();
+        if c.is_ascii_graphic() && c != '\\' || c == ' ' {
+            out.push(c);
+        } else {
+            out.extend(c.escape_unicode());
+        }
+        if out.len() > max_bytes {
+            out.truncate(start);
+            return (out, true);
+        }
+    }
+    (out, false)
+}
+
+/// Client text as it may appear in a log: [`printable`] within [`MAX_LOGGED_BYTES`], and
+/// how many bytes of it were left out.
+#[derive(Clone, Copy)]
+pub struct Clipped<'a>(pub &'a str);
+
+impl fmt::Display for Clipped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match escape(self.0, MAX_LOGGED_BYTES) {
+            (shown, true) => write!(f, "{shown}...(of {} bytes)", self.0.len()),
+            (shown, false) => f.write_str(&shown),
+        }
+    }
+}
+
+impl fmt::Debug for Clipped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{self}\"")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_text_is_escaped_and_bounded() {
+        assert_eq!(Clipped("tools/call").to_string(), "tools/call");
+        assert_eq!(
+            Clipped("a\nlevel=error msg=\"forged\"").to_string(),
+            "a\\u{a}level=error msg=\"forged\""
+        );
+        let huge = "m".repeat(4 * 1024 * 1024);
+        let logged = Clipped(&huge).to_string();
+        assert!(logged.len() < MAX_LOGGED_BYTES + 32, "{}", logged.len());
+        assert!(logged.ends_with(&format!("...(of {} bytes)", huge.len())));
+        // Escapes count against the bound: a flood of bidi overrides stays small.
+        let bidi = "\u{202e}".repeat(100_000);
+        assert!(Clipped(&bidi).to_string().len() < MAX_LOGGED_BYTES + 32);
+        assert_eq!(format!("{:?}", Clipped("x")), "\"x\"");
+        assert_eq!(Clipped("ends...").to_string(), "ends...");
+    }
+
+    #[test]
+    fn printable_escapes_everything_but_printable_ascii() {
+        assert_eq!(printable("a\\b c\u{0}\n", 64), r"a\u{5c}b c\u{0}\u{a}");
+        let long = printable(&"\u{202e}".repeat(100), 64);
+        assert!(long.len() <= 67 && long.ends_with("..."), "{long}");
+        assert!(!long.contains('\u{202e}'));
+        assert_eq!(printable(&"x".repeat(64), 64), "x".repeat(64));
+        assert_eq!(printable("reque\u{17f}tState", 64), r"reque\u{17f}tState");
+    }
+}
