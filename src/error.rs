@@ -5,7 +5,10 @@
 //! `requestState`, the frozen error of the design, identical for every reason); causes
 //! go to the log and a closed metric label, never to the client.
 
-use crate::auth::AuthFailure;
+mod auth_failure;
+
+pub use auth_failure::AuthFailure;
+
 use crate::jsonrpc::{self, Id, ParseError};
 use crate::token::{HandleReject, Reject};
 use bytes::Bytes;
