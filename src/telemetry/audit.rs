@@ -13,7 +13,7 @@
 //! level leaves it out: most requests' access lines are at `debug`.
 
 use super::{MAX_LOGGED_BYTES, printable};
-use crate::error::{ErrorKind, ProxyError};
+use crate::error::{Category, ProxyError};
 use crate::metrics::{MethodClass, Outcome};
 use crate::token::{KeyId, Reject};
 use http::HeaderMap;
@@ -25,76 +25,27 @@ use std::time::{Duration, Instant};
 /// stream (`RUST_LOG`-style: `log.level = "info,mcp_state_guard::audit=info"`).
 pub const TARGET: &str = "mcp_state_guard::audit";
 
-/// Which check refused a request (`category` field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Category {
-    /// The request itself: host, framing, parse, headers, limits, body.
-    Gate,
-    /// The caller's identity.
-    Auth,
-    /// The `requestState` token (or the answers riding with it).
-    State,
-    /// The single-use store: a replay, or a store that could not record the consumption.
-    Store,
-    /// A tool-level rule ([`crate::tools`]): a handle refused, an idempotency key
-    /// missing, malformed, in progress, reused with other arguments, or unrecordable.
-    Tool,
-}
-
 impl Category {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Category::Gate => "gate",
-            Category::Auth => "auth",
-            Category::State => "state",
-            Category::Store => "store",
-            Category::Tool => "tool",
-        }
-    }
-
     /// The category and closed reason of a refusal; `None` for an upstream failure,
     /// which is not the client's refusal.
     pub fn of(error: &ProxyError) -> Option<(Category, &'static str)> {
         let kind = error.kind();
-        if kind.is_upstream() {
-            return None;
-        }
+        // The kind's row: `None` for an upstream failure.
+        let category = kind.row().category?;
         Some(match error {
-            ProxyError::InvalidState { reason, .. } => match reason {
-                Reject::Replayed | Reject::StoreUnavailable | Reject::Revoked => {
-                    (Category::Store, reason.as_str())
-                }
-                _ => (Category::State, reason.as_str()),
-            },
-            ProxyError::Unauthorized { reason, .. } => (Category::Auth, reason.as_str()),
+            // A replay, or a consumption the store could not record or check.
+            ProxyError::InvalidState {
+                reason: reason @ (Reject::Replayed | Reject::StoreUnavailable | Reject::Revoked),
+                ..
+            } => (Category::Store, reason.as_str()),
+            ProxyError::InvalidState { reason, .. } => (category, reason.as_str()),
+            ProxyError::Unauthorized { reason, .. } => (category, reason.as_str()),
             // The cause of a refused handle, which the client is not told.
-            ProxyError::InvalidHandle(reason) => (Category::Tool, reason.as_str()),
+            ProxyError::InvalidHandle(reason) => (category, reason.as_str()),
             // A share used up or a store full: what the shared store could not take.
-            ProxyError::Quota(share) => (Category::Store, share.as_str()),
-            ProxyError::StoreFull(resource) => (Category::Store, resource.as_str()),
-            _ if matches!(
-                kind,
-                ErrorKind::IdempotencyKey
-                    | ErrorKind::IdempotencyInProgress
-                    | ErrorKind::IdempotencyConflict
-                    | ErrorKind::IdempotencyUnavailable
-            ) =>
-            {
-                (Category::Tool, kind.as_str())
-            }
-            _ if kind == ErrorKind::PrincipalHeader => (Category::Auth, kind.as_str()),
-            // The answers riding with a token, and the rounds an MRTR rule stopped.
-            _ if matches!(
-                kind,
-                ErrorKind::InputResponses
-                    | ErrorKind::InvalidAnswer
-                    | ErrorKind::MissingCapability
-                    | ErrorKind::RoundLimit
-            ) =>
-            {
-                (Category::State, kind.as_str())
-            }
-            _ => (Category::Gate, kind.as_str()),
+            ProxyError::Quota(share) => (category, share.as_str()),
+            ProxyError::StoreFull(resource) => (category, resource.as_str()),
+            _ => (category, kind.as_str()),
         })
     }
 }
