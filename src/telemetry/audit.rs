@@ -299,6 +299,8 @@ fn id_text(id: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
+    use crate::error::tests::samples;
     use http::HeaderValue;
 
     fn headers(values: &[&str]) -> HeaderMap {
@@ -366,6 +368,40 @@ mod tests {
             Some((Category::Gate, "content_type"))
         );
         assert_eq!(Category::of(&ProxyError::UpstreamTimeout(5)), None);
+    }
+
+    #[test]
+    fn every_refusal_is_audited_in_its_rows_category() {
+        for kind in ErrorKind::ALL {
+            for error in samples(kind) {
+                let audited = Category::of(&error);
+                let Some(category) = kind.row().category else {
+                    assert_eq!(audited, None, "{error}: an upstream failure is no refusal");
+                    continue;
+                };
+                let (got, reason) = audited.unwrap_or_else(|| panic!("{error}: no category"));
+                // The one payload that moves a kind out of its row's category.
+                let store = matches!(
+                    error,
+                    ProxyError::InvalidState {
+                        reason: Reject::Replayed | Reject::StoreUnavailable | Reject::Revoked,
+                        ..
+                    }
+                );
+                let want = if store { Category::Store } else { category };
+                assert_eq!(got, want, "{error}");
+                // The reason is the kind's label unless the payload names a closer one.
+                let payload_reason = match &error {
+                    ProxyError::InvalidState { reason, .. } => Some(reason.as_str()),
+                    ProxyError::Unauthorized { reason, .. } => Some(reason.as_str()),
+                    ProxyError::InvalidHandle(reason) => Some(reason.as_str()),
+                    ProxyError::Quota(share) => Some(share.as_str()),
+                    ProxyError::StoreFull(resource) => Some(resource.as_str()),
+                    _ => None,
+                };
+                assert_eq!(reason, payload_reason.unwrap_or(kind.as_str()), "{error}");
+            }
+        }
     }
 
     #[test]
