@@ -1,6 +1,6 @@
 //! The one mapping from internal failures to what a client sees: an HTTP status and a
-//! JSON-RPC error body, read from one row per refusal reason ([`kind`]: label, status,
-//! code and message, `data`, `Retry-After`, audit category).
+//! JSON-RPC error body, read from one row per refusal reason (`error/kind.rs`: label,
+//! status, code and message, `data`, `Retry-After`, audit category).
 //!
 //! Invariant: the wire carries a fixed message per kind (and for a refused
 //! `requestState`, the frozen error of the design, identical for every reason); causes

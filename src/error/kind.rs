@@ -100,6 +100,7 @@ macro_rules! refusals {
         const COUNT: usize = [$(stringify!($kind)),*].len();
 
         impl ErrorKind {
+            /// Every kind, in table order.
             pub const ALL: [ErrorKind; COUNT] = [$(ErrorKind::$kind),*];
         }
 
