@@ -1,16 +1,26 @@
 //! The one mapping from internal failures to what a client sees: an HTTP status and a
-//! JSON-RPC error body.
+//! JSON-RPC error body, read from one row per refusal reason (`error/kind.rs`: label,
+//! status, code and message, `data`, `Retry-After`, audit category).
 //!
 //! Invariant: the wire carries a fixed message per kind (and for a refused
 //! `requestState`, the frozen error of the design, identical for every reason); causes
-//! go to the log and a closed metric label, never to the client.
+//! go to the log and a closed metric label, never to the client. What a payload decides
+//! is decided in one small function per column, only for the rows that say so.
 
-use crate::auth::AuthFailure;
+mod auth_failure;
+mod kind;
+
+pub use auth_failure::AuthFailure;
+pub use kind::{Category, ErrorKind};
+
 use crate::jsonrpc::{self, Id, ParseError};
 use crate::token::{HandleReject, Reject};
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
+use kind::Cell::{ByPayload, Is};
+use kind::Data;
 use serde_json::json;
+use std::borrow::Cow;
 
 /// Every way a request can fail before or after the upstream.
 #[derive(Debug, thiserror::Error)]
@@ -188,117 +198,14 @@ impl Resource {
     }
 }
 
-/// Closed labels for `mcp_state_guard_requests_refused_total{reason}` and logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    Parse,
-    HeaderMismatch,
-    ContentType,
-    ContentEncoding,
-    BodyTooLarge,
-    BodyNotAllowed,
-    BodyRead,
-    BodyTimeout,
-    MisdirectedRequest,
-    Framing,
-    Overloaded,
-    PrincipalHeader,
-    Unauthorized,
-    InvalidState,
-    InputResponses,
-    InvalidAnswer,
-    MissingCapability,
-    RoundLimit,
-    InvalidHandle,
-    IdempotencyKey,
-    IdempotencyInProgress,
-    IdempotencyConflict,
-    IdempotencyUnavailable,
-    Quota,
-    StoreFull,
-    UpstreamUnavailable,
-    UpstreamTimeout,
-    UpstreamResponse,
-}
-
-impl ErrorKind {
-    pub const ALL: [ErrorKind; 28] = [
-        ErrorKind::Parse,
-        ErrorKind::HeaderMismatch,
-        ErrorKind::ContentType,
-        ErrorKind::ContentEncoding,
-        ErrorKind::BodyTooLarge,
-        ErrorKind::BodyNotAllowed,
-        ErrorKind::BodyRead,
-        ErrorKind::BodyTimeout,
-        ErrorKind::MisdirectedRequest,
-        ErrorKind::Framing,
-        ErrorKind::Overloaded,
-        ErrorKind::PrincipalHeader,
-        ErrorKind::Unauthorized,
-        ErrorKind::InvalidState,
-        ErrorKind::InputResponses,
-        ErrorKind::InvalidAnswer,
-        ErrorKind::MissingCapability,
-        ErrorKind::RoundLimit,
-        ErrorKind::InvalidHandle,
-        ErrorKind::IdempotencyKey,
-        ErrorKind::IdempotencyInProgress,
-        ErrorKind::IdempotencyConflict,
-        ErrorKind::IdempotencyUnavailable,
-        ErrorKind::Quota,
-        ErrorKind::StoreFull,
-        ErrorKind::UpstreamUnavailable,
-        ErrorKind::UpstreamTimeout,
-        ErrorKind::UpstreamResponse,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::Parse => "parse",
-            ErrorKind::HeaderMismatch => "header_mismatch",
-            ErrorKind::ContentType => "content_type",
-            ErrorKind::ContentEncoding => "content_encoding",
-            ErrorKind::BodyTooLarge => "body_too_large",
-            ErrorKind::BodyNotAllowed => "body_not_allowed",
-            ErrorKind::BodyRead => "body_read",
-            ErrorKind::BodyTimeout => "body_timeout",
-            ErrorKind::MisdirectedRequest => "misdirected_request",
-            ErrorKind::Framing => "framing",
-            ErrorKind::Overloaded => "overloaded",
-            ErrorKind::PrincipalHeader => "principal_header",
-            ErrorKind::Unauthorized => "unauthorized",
-            ErrorKind::InvalidState => "invalid_state",
-            ErrorKind::InputResponses => "input_responses",
-            ErrorKind::InvalidAnswer => "invalid_answer",
-            ErrorKind::MissingCapability => "missing_capability",
-            ErrorKind::RoundLimit => "round_limit",
-            ErrorKind::InvalidHandle => "invalid_handle",
-            ErrorKind::IdempotencyKey => "idempotency_key",
-            ErrorKind::IdempotencyInProgress => "idempotency_in_progress",
-            ErrorKind::IdempotencyConflict => "idempotency_conflict",
-            ErrorKind::IdempotencyUnavailable => "idempotency_unavailable",
-            ErrorKind::Quota => "quota",
-            ErrorKind::StoreFull => "store_full",
-            ErrorKind::UpstreamUnavailable => "upstream_unavailable",
-            ErrorKind::UpstreamTimeout => "upstream_timeout",
-            ErrorKind::UpstreamResponse => "upstream_response",
-        }
-    }
-
-    /// Whose fault: the client's (refused before the upstream) or the upstream's.
-    pub fn is_upstream(self) -> bool {
-        matches!(
-            self,
-            ErrorKind::UpstreamUnavailable
-                | ErrorKind::UpstreamTimeout
-                | ErrorKind::UpstreamResponse
-        )
-    }
-}
-
 /// The frozen wire error for every refused `requestState` (design §4).
 pub const INVALID_STATE_MESSAGE: &str = "Invalid or expired requestState";
+
+/// What a client gets where a row says `ByPayload` and the payload's function has no arm:
+/// never, while `the_payload_fills_exactly_the_by_payload_cells` passes; an internal
+/// error rather than a guess if it ever did.
+const UNFILLED_STATUS: StatusCode = StatusCode::INTERNAL_SERVER_ERROR;
+const UNFILLED_MESSAGE: &str = "Internal error";
 
 impl ProxyError {
     /// The upstream provably received nothing of the request: connecting to it failed.
@@ -340,123 +247,34 @@ impl ProxyError {
     }
 
     pub fn http_status(&self) -> StatusCode {
-        match self {
-            ProxyError::ContentType | ProxyError::ContentEncoding => {
-                StatusCode::UNSUPPORTED_MEDIA_TYPE
-            }
-            ProxyError::BodyTooLarge { .. } | ProxyError::Parse(ParseError::TooManyValues) => {
-                StatusCode::PAYLOAD_TOO_LARGE
-            }
-            ProxyError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            ProxyError::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
-            ProxyError::IdempotencyInProgress => StatusCode::CONFLICT,
-            ProxyError::IdempotencyConflict => StatusCode::UNPROCESSABLE_ENTITY,
-            ProxyError::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
-            ProxyError::Overloaded
-            | ProxyError::IdempotencyUnavailable
-            | ProxyError::StoreFull(_)
-            | ProxyError::Unauthorized {
-                reason: AuthFailure::KeysUnavailable,
-                ..
-            } => StatusCode::SERVICE_UNAVAILABLE,
-            ProxyError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            ProxyError::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
-            ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            // The reference answers a state it cannot seal with -32603 under HTTP 200, the
-            // status MCP maps internal errors to; clients surface it as a JSON-RPC error.
-            ProxyError::UpstreamResponse(_) | ProxyError::RoundLimit => StatusCode::OK,
-            _ => StatusCode::BAD_REQUEST,
+        match self.kind().row().status {
+            Is(status) => status,
+            ByPayload => self.status_by_payload().unwrap_or(UNFILLED_STATUS),
         }
     }
 
     /// The JSON-RPC code and fixed message the client sees.
-    fn wire(&self) -> (i64, &'static str) {
-        match self {
-            ProxyError::Parse(e) if e.code() == jsonrpc::PARSE_ERROR => {
-                (jsonrpc::PARSE_ERROR, "Parse error")
-            }
-            ProxyError::Parse(e) if e.code() == jsonrpc::INVALID_PARAMS => {
-                (jsonrpc::INVALID_PARAMS, "Invalid params")
-            }
-            ProxyError::Parse(_) => (jsonrpc::INVALID_REQUEST, "Invalid request"),
-            ProxyError::HeaderMismatch(_) => (jsonrpc::HEADER_MISMATCH, "Header mismatch"),
-            ProxyError::ContentType => (jsonrpc::INVALID_REQUEST, "Unsupported content type"),
-            ProxyError::ContentEncoding => {
-                (jsonrpc::INVALID_REQUEST, "Unsupported content encoding")
-            }
-            ProxyError::BodyTooLarge { .. } => (jsonrpc::INVALID_REQUEST, "Request body too large"),
-            ProxyError::BodyNotAllowed(_) => (jsonrpc::INVALID_REQUEST, "Request body not allowed"),
-            ProxyError::BodyRead => (jsonrpc::INVALID_REQUEST, "Request body could not be read"),
-            ProxyError::BodyTimeout => (jsonrpc::INVALID_REQUEST, "Request body timed out"),
-            ProxyError::MisdirectedRequest => (jsonrpc::INVALID_REQUEST, "Misdirected request"),
-            ProxyError::Framing(_) => (jsonrpc::INVALID_REQUEST, "Invalid request framing"),
-            ProxyError::Overloaded => (jsonrpc::INTERNAL_ERROR, "Server overloaded"),
-            ProxyError::PrincipalHeader(_) => (jsonrpc::INVALID_REQUEST, "Invalid identity"),
-            ProxyError::Unauthorized { .. } => (jsonrpc::INVALID_REQUEST, "Unauthorized"),
-            ProxyError::InvalidState { .. } => (jsonrpc::INVALID_PARAMS, INVALID_STATE_MESSAGE),
-            ProxyError::InputResponses => (jsonrpc::INVALID_PARAMS, "Invalid params"),
-            ProxyError::InvalidAnswer { .. } => (jsonrpc::INVALID_PARAMS, "Invalid inputResponses"),
-            ProxyError::MissingCapability { .. } => (
-                jsonrpc::MISSING_CAPABILITY,
-                "Missing required client capability",
-            ),
-            ProxyError::RoundLimit => (jsonrpc::INTERNAL_ERROR, "Internal error"),
-            ProxyError::InvalidHandle(_) => (jsonrpc::INVALID_PARAMS, "Invalid or expired handle"),
-            ProxyError::IdempotencyKey(_) => (jsonrpc::INVALID_PARAMS, "Invalid idempotency key"),
-            ProxyError::IdempotencyInProgress => (
-                jsonrpc::INVALID_REQUEST,
-                "A request with this idempotency key is in progress",
-            ),
-            ProxyError::IdempotencyConflict => (
-                jsonrpc::INVALID_PARAMS,
-                "Idempotency key reused with different arguments",
-            ),
-            ProxyError::IdempotencyUnavailable => {
-                (jsonrpc::INTERNAL_ERROR, "Idempotency store unavailable")
-            }
-            ProxyError::StoreFull(resource) => (jsonrpc::INTERNAL_ERROR, resource.wire().0),
-            ProxyError::Quota(share) => (jsonrpc::INVALID_REQUEST, share.wire().0),
-            ProxyError::UpstreamUnavailable(_) => (jsonrpc::INTERNAL_ERROR, "Upstream unavailable"),
-            ProxyError::UpstreamTimeout(_) => (jsonrpc::INTERNAL_ERROR, "Upstream timed out"),
-            ProxyError::UpstreamResponse(_) => (jsonrpc::INTERNAL_ERROR, "Internal error"),
-        }
+    fn wire(&self) -> (i64, Cow<'static, str>) {
+        let row = self.kind().row();
+        let code = match row.code {
+            Is(code) => code,
+            ByPayload => self.code_by_payload().unwrap_or(jsonrpc::INTERNAL_ERROR),
+        };
+        let message = match row.message {
+            Is(message) => Cow::Borrowed(message),
+            ByPayload => self
+                .message_by_payload()
+                .unwrap_or(Cow::Borrowed(UNFILLED_MESSAGE)),
+        };
+        (code, message)
     }
 
     /// The JSON-RPC error body for request `id`.
     pub fn jsonrpc_body(&self, id: Option<&Id>) -> Bytes {
         let (code, message) = self.wire();
-        let data = match self {
-            ProxyError::InvalidState { .. } => Some(json!({"reason": "invalid_request_state"})),
-            ProxyError::MissingCapability { required } => {
-                Some(json!({"requiredCapabilities": required}))
-            }
-            ProxyError::RoundLimit => Some(json!({"reason": "round_limit"})),
-            // One answer for every cause: the cause is in the log and a metric label.
-            ProxyError::InvalidHandle(_) => Some(json!({"reason": "invalid_handle"})),
-            ProxyError::IdempotencyKey(_) => Some(json!({"reason": "invalid_idempotency_key"})),
-            ProxyError::IdempotencyInProgress => {
-                Some(json!({"type": "idempotency_key_in_progress"}))
-            }
-            ProxyError::IdempotencyConflict => Some(json!({"type": "idempotency_key_conflict"})),
-            ProxyError::StoreFull(resource) => Some(json!({"type": resource.wire().1})),
-            ProxyError::Quota(share) => {
-                Some(json!({"type": share.wire().1, "share": share.as_str()}))
-            }
-            _ => None,
-        };
-        // A bad answer is the client's mistake: it is told which question and which
-        // rule (the key is printable-escaped; no value of the answer is repeated).
-        let message = match self {
-            ProxyError::InvalidAnswer { key, rule } => {
-                format!("Invalid inputResponses[\"{key}\"]: {rule}")
-            }
-            _ => message.to_owned(),
-        };
-        let data = match self {
-            ProxyError::InvalidAnswer { key, .. } => {
-                Some(json!({"reason": "invalid_input_response", "key": key}))
-            }
-            _ => data,
+        let data = match self.kind().row().data {
+            Is(data) => data.map(Data::json),
+            ByPayload => self.data_by_payload(),
         };
         Bytes::from(jsonrpc::error_body(id, code, &message, data))
     }
@@ -466,6 +284,14 @@ impl ProxyError {
         match self {
             ProxyError::Unauthorized { reason, .. } => Some(*reason),
             _ => None,
+        }
+    }
+
+    /// The `Retry-After` seconds, when the client is told to come back.
+    fn retry_after(&self) -> Option<&'static str> {
+        match self.kind().row().retry_after {
+            Is(seconds) => seconds,
+            ByPayload => self.retry_after_by_payload().flatten(),
         }
     }
 
@@ -480,32 +306,14 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if matches!(
-            self,
-            ProxyError::Overloaded
-                | ProxyError::IdempotencyInProgress
-                | ProxyError::IdempotencyUnavailable
-        ) {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        // Stored entries leave only as they expire: not worth retrying every second.
-        let retry_after = match self {
-            ProxyError::StoreFull(_) => Some("60"),
-            ProxyError::Quota(share) => Some(share.wire().2),
-            _ => None,
-        };
-        if let Some(seconds) = retry_after {
+        if let Some(seconds) = self.retry_after() {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
         }
         response
     }
-}
 
-impl ProxyError {
     /// An unauthenticated request gets what the reference's `RequireAuthMiddleware`
     /// sends: an OAuth error body and the `WWW-Authenticate` challenge (RFC 6750 §3),
     /// the same for every reason. Without keys to verify with, 503: the token may well
@@ -524,72 +332,87 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        match challenge {
-            Some(challenge) if status == StatusCode::UNAUTHORIZED => {
-                headers.insert(header::WWW_AUTHENTICATE, challenge.clone());
-            }
-            _ if status == StatusCode::SERVICE_UNAVAILABLE => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            }
-            _ => {}
+        if let Some(challenge) = challenge.filter(|_| status == StatusCode::UNAUTHORIZED) {
+            headers.insert(header::WWW_AUTHENTICATE, challenge.clone());
+        }
+        if let Some(seconds) = self.retry_after() {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static(seconds));
         }
         response
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_state_refusal_is_the_same_frozen_error() {
-        let mut bodies = Vec::new();
-        for reason in Reject::ALL {
-            let err = ProxyError::InvalidState {
-                reason,
-                detail: "x",
-            };
-            let resp = err.into_response(Some(&serde_json::json!(9)));
-            assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-            bodies.push(resp.into_body());
-        }
-        assert!(bodies.windows(2).all(|w| w[0] == w[1]));
-        assert_eq!(
-            &bodies[0][..],
-            br#"{"jsonrpc":"2.0","id":9,"error":{"code":-32602,"message":"Invalid or expired requestState","data":{"reason":"invalid_request_state"}}}"#
-        );
+/// The cells the table leaves to the payload (`ByPayload`), one small function per
+/// column: `Some` exactly for the kinds whose row says so (a test holds them to it).
+impl ProxyError {
+    fn status_by_payload(&self) -> Option<StatusCode> {
+        Some(match self {
+            ProxyError::Parse(ParseError::TooManyValues) => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::Parse(_) => StatusCode::BAD_REQUEST,
+            ProxyError::Unauthorized {
+                reason: AuthFailure::KeysUnavailable,
+                ..
+            } => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            _ => return None,
+        })
     }
 
-    #[test]
-    fn statuses_and_codes() {
-        assert_eq!(
-            ProxyError::BodyTooLarge { limit: 1 }.http_status(),
-            StatusCode::PAYLOAD_TOO_LARGE
-        );
-        assert_eq!(
-            ProxyError::UpstreamTimeout(5).http_status(),
-            StatusCode::GATEWAY_TIMEOUT
-        );
-        assert_eq!(
-            ProxyError::ContentEncoding.http_status(),
-            StatusCode::UNSUPPORTED_MEDIA_TYPE
-        );
-        assert_eq!(ProxyError::HeaderMismatch("mcp-method").wire().0, -32020);
-        assert_eq!(ProxyError::Parse(ParseError::Syntax).wire().0, -32700);
-        assert_eq!(ProxyError::Parse(ParseError::Batch).wire().0, -32600);
-        assert!(ErrorKind::UpstreamTimeout.is_upstream());
-        for share in Share::ALL {
-            let response = ProxyError::Quota(share).into_response(None);
-            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
-            assert!(response.headers().contains_key(header::RETRY_AFTER));
-            let body: serde_json::Value = serde_json::from_slice(response.body()).unwrap();
-            assert_eq!(body["error"]["data"]["share"], share.as_str());
+    fn code_by_payload(&self) -> Option<i64> {
+        match self {
+            ProxyError::Parse(e) => Some(parse_wire(e).0),
+            _ => None,
         }
-        for resource in [Resource::SingleUse, Resource::Idempotency] {
-            let response = ProxyError::StoreFull(resource).into_response(None);
-            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-            assert_eq!(response.headers()[header::RETRY_AFTER], "60");
-        }
-        assert!(!ErrorKind::Parse.is_upstream());
+    }
+
+    fn message_by_payload(&self) -> Option<Cow<'static, str>> {
+        Some(match self {
+            ProxyError::Parse(e) => Cow::Borrowed(parse_wire(e).1),
+            // A bad answer is the client's mistake: it is told which question and which
+            // rule (the key is printable-escaped; no value of the answer is repeated).
+            ProxyError::InvalidAnswer { key, rule } => {
+                Cow::Owned(format!("Invalid inputResponses[\"{key}\"]: {rule}"))
+            }
+            ProxyError::Quota(share) => Cow::Borrowed(share.wire().0),
+            ProxyError::StoreFull(resource) => Cow::Borrowed(resource.wire().0),
+            _ => return None,
+        })
+    }
+
+    fn data_by_payload(&self) -> Option<serde_json::Value> {
+        Some(match self {
+            ProxyError::InvalidAnswer { key, .. } => {
+                json!({"reason": "invalid_input_response", "key": key})
+            }
+            ProxyError::MissingCapability { required } => json!({"requiredCapabilities": required}),
+            ProxyError::Quota(share) => json!({"type": share.wire().1, "share": share.as_str()}),
+            ProxyError::StoreFull(resource) => json!({"type": resource.wire().1}),
+            _ => return None,
+        })
+    }
+
+    /// `Some(None)`: the payload says not to send `Retry-After`.
+    fn retry_after_by_payload(&self) -> Option<Option<&'static str>> {
+        Some(match self {
+            ProxyError::Unauthorized {
+                reason: AuthFailure::KeysUnavailable,
+                ..
+            } => Some("5"),
+            ProxyError::Unauthorized { .. } => None,
+            ProxyError::Quota(share) => Some(share.wire().2),
+            _ => return None,
+        })
     }
 }
+
+/// The code and message of a body that is not one acceptable JSON-RPC message.
+fn parse_wire(error: &ParseError) -> (i64, &'static str) {
+    match error.code() {
+        jsonrpc::PARSE_ERROR => (jsonrpc::PARSE_ERROR, "Parse error"),
+        jsonrpc::INVALID_PARAMS => (jsonrpc::INVALID_PARAMS, "Invalid params"),
+        _ => (jsonrpc::INVALID_REQUEST, "Invalid request"),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -534,7 +534,7 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::AuthFailure;
+    use crate::error::AuthFailure;
 
     #[test]
     fn contract_names_are_exposed_with_every_label_at_zero() {

@@ -5,7 +5,7 @@
 //! `ok`/`error`) and every series exists at zero from the first scrape.
 
 use super::Metrics;
-use crate::auth::AuthFailure;
+use crate::error::AuthFailure;
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
 /// Who-is-calling outcomes: refused callers, certificate and JWKS reloads, handshakes.

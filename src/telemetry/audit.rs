@@ -12,7 +12,7 @@
 //! the key id in hex) is computed when the line is written, and not at all when the log
 //! level leaves it out: most requests' access lines are at `debug`.
 
-use crate::error::{ErrorKind, ProxyError};
+use crate::error::{Category, ProxyError};
 use crate::metrics::{MethodClass, Outcome};
 use crate::text::{MAX_LOGGED_BYTES, printable};
 use crate::token::{KeyId, Reject};
@@ -25,76 +25,27 @@ use std::time::{Duration, Instant};
 /// stream (`RUST_LOG`-style: `log.level = "info,mcp_state_guard::audit=info"`).
 pub const TARGET: &str = "mcp_state_guard::audit";
 
-/// Which check refused a request (`category` field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Category {
-    /// The request itself: host, framing, parse, headers, limits, body.
-    Gate,
-    /// The caller's identity.
-    Auth,
-    /// The `requestState` token (or the answers riding with it).
-    State,
-    /// The single-use store: a replay, or a store that could not record the consumption.
-    Store,
-    /// A tool-level rule ([`crate::tools`]): a handle refused, an idempotency key
-    /// missing, malformed, in progress, reused with other arguments, or unrecordable.
-    Tool,
-}
-
 impl Category {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Category::Gate => "gate",
-            Category::Auth => "auth",
-            Category::State => "state",
-            Category::Store => "store",
-            Category::Tool => "tool",
-        }
-    }
-
     /// The category and closed reason of a refusal; `None` for an upstream failure,
     /// which is not the client's refusal.
     pub fn of(error: &ProxyError) -> Option<(Category, &'static str)> {
         let kind = error.kind();
-        if kind.is_upstream() {
-            return None;
-        }
+        // The kind's row: `None` for an upstream failure.
+        let category = kind.row().category?;
         Some(match error {
-            ProxyError::InvalidState { reason, .. } => match reason {
-                Reject::Replayed | Reject::StoreUnavailable | Reject::Revoked => {
-                    (Category::Store, reason.as_str())
-                }
-                _ => (Category::State, reason.as_str()),
-            },
-            ProxyError::Unauthorized { reason, .. } => (Category::Auth, reason.as_str()),
+            // A replay, or a consumption the store could not record or check.
+            ProxyError::InvalidState {
+                reason: reason @ (Reject::Replayed | Reject::StoreUnavailable | Reject::Revoked),
+                ..
+            } => (Category::Store, reason.as_str()),
+            ProxyError::InvalidState { reason, .. } => (category, reason.as_str()),
+            ProxyError::Unauthorized { reason, .. } => (category, reason.as_str()),
             // The cause of a refused handle, which the client is not told.
-            ProxyError::InvalidHandle(reason) => (Category::Tool, reason.as_str()),
+            ProxyError::InvalidHandle(reason) => (category, reason.as_str()),
             // A share used up or a store full: what the shared store could not take.
-            ProxyError::Quota(share) => (Category::Store, share.as_str()),
-            ProxyError::StoreFull(resource) => (Category::Store, resource.as_str()),
-            _ if matches!(
-                kind,
-                ErrorKind::IdempotencyKey
-                    | ErrorKind::IdempotencyInProgress
-                    | ErrorKind::IdempotencyConflict
-                    | ErrorKind::IdempotencyUnavailable
-            ) =>
-            {
-                (Category::Tool, kind.as_str())
-            }
-            _ if kind == ErrorKind::PrincipalHeader => (Category::Auth, kind.as_str()),
-            // The answers riding with a token, and the rounds an MRTR rule stopped.
-            _ if matches!(
-                kind,
-                ErrorKind::InputResponses
-                    | ErrorKind::InvalidAnswer
-                    | ErrorKind::MissingCapability
-                    | ErrorKind::RoundLimit
-            ) =>
-            {
-                (Category::State, kind.as_str())
-            }
-            _ => (Category::Gate, kind.as_str()),
+            ProxyError::Quota(share) => (category, share.as_str()),
+            ProxyError::StoreFull(resource) => (category, resource.as_str()),
+            _ => (category, kind.as_str()),
         })
     }
 }
@@ -344,6 +295,8 @@ fn id_text(id: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
+    use crate::error::tests::samples;
     use http::HeaderValue;
 
     fn headers(values: &[&str]) -> HeaderMap {
@@ -411,6 +364,40 @@ mod tests {
             Some((Category::Gate, "content_type"))
         );
         assert_eq!(Category::of(&ProxyError::UpstreamTimeout(5)), None);
+    }
+
+    #[test]
+    fn every_refusal_is_audited_in_its_rows_category() {
+        for kind in ErrorKind::ALL {
+            for error in samples(kind) {
+                let audited = Category::of(&error);
+                let Some(category) = kind.row().category else {
+                    assert_eq!(audited, None, "{error}: an upstream failure is no refusal");
+                    continue;
+                };
+                let (got, reason) = audited.unwrap_or_else(|| panic!("{error}: no category"));
+                // The one payload that moves a kind out of its row's category.
+                let store = matches!(
+                    error,
+                    ProxyError::InvalidState {
+                        reason: Reject::Replayed | Reject::StoreUnavailable | Reject::Revoked,
+                        ..
+                    }
+                );
+                let want = if store { Category::Store } else { category };
+                assert_eq!(got, want, "{error}");
+                // The reason is the kind's label unless the payload names a closer one.
+                let payload_reason = match &error {
+                    ProxyError::InvalidState { reason, .. } => Some(reason.as_str()),
+                    ProxyError::Unauthorized { reason, .. } => Some(reason.as_str()),
+                    ProxyError::InvalidHandle(reason) => Some(reason.as_str()),
+                    ProxyError::Quota(share) => Some(share.as_str()),
+                    ProxyError::StoreFull(resource) => Some(resource.as_str()),
+                    _ => None,
+                };
+                assert_eq!(reason, payload_reason.unwrap_or(kind.as_str()), "{error}");
+            }
+        }
     }
 
     #[test]

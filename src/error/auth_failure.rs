@@ -1,0 +1,66 @@
+//! Why a caller could not be identified: the closed reasons of
+//! [`ProxyError::Unauthorized`](super::ProxyError::Unauthorized), which [`crate::auth`]
+//! produces and `mcp_state_guard_auth_failures_total{reason}` counts.
+//!
+//! Invariant: the set is closed and each reason has one fixed label; it lives with the
+//! errors (below `auth` and `metrics`) so that neither has to import the other for it.
+
+/// Why a caller could not be identified: closed labels for
+/// `mcp_state_guard_auth_failures_total{reason}` and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuthFailure {
+    /// No `Authorization: Bearer` header.
+    Missing,
+    /// Not a compact JWS, a repeated header, a `crit` header, claims that do not parse.
+    Malformed,
+    /// `none`, HMAC, or an algorithm the key does not allow.
+    Algorithm,
+    /// A `kid` the key set does not hold (after a refresh), or none among several keys.
+    UnknownKey,
+    Signature,
+    Expired,
+    /// `nbf` or `iat` in the future (beyond the leeway).
+    NotYetValid,
+    Issuer,
+    Audience,
+    /// `client_id`, `azp`, `sub` or `iat` of the wrong type, `exp` missing.
+    Claims,
+    /// No key set could be loaded yet (the JWKS URL was never reachable).
+    KeysUnavailable,
+    /// A TLS connection without a verified client identity (`mtls`).
+    ClientCertificate,
+}
+
+impl AuthFailure {
+    pub const ALL: [AuthFailure; 12] = [
+        AuthFailure::Missing,
+        AuthFailure::Malformed,
+        AuthFailure::Algorithm,
+        AuthFailure::UnknownKey,
+        AuthFailure::Signature,
+        AuthFailure::Expired,
+        AuthFailure::NotYetValid,
+        AuthFailure::Issuer,
+        AuthFailure::Audience,
+        AuthFailure::Claims,
+        AuthFailure::KeysUnavailable,
+        AuthFailure::ClientCertificate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "missing",
+            AuthFailure::Malformed => "malformed",
+            AuthFailure::Algorithm => "algorithm",
+            AuthFailure::UnknownKey => "unknown_key",
+            AuthFailure::Signature => "signature",
+            AuthFailure::Expired => "expired",
+            AuthFailure::NotYetValid => "not_yet_valid",
+            AuthFailure::Issuer => "issuer",
+            AuthFailure::Audience => "audience",
+            AuthFailure::Claims => "claims",
+            AuthFailure::KeysUnavailable => "keys_unavailable",
+            AuthFailure::ClientCertificate => "client_certificate",
+        }
+    }
+}
