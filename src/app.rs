@@ -359,7 +359,10 @@ pub async fn start_from(
             source,
             config::reload::hangups(),
             reload_interval,
-            metrics.clone(),
+            {
+                let metrics = metrics.clone();
+                move |outcome| metrics.config_reload(outcome)
+            },
             stop.clone(),
             config.clone(),
             move |in_force, changed| live.apply(in_force, changed),

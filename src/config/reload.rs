@@ -14,9 +14,7 @@
 use super::load::{LEAVES, Leaf, read_file};
 use super::{Config, ConfigErrors, Overrides};
 use crate::file_watch::{FilePoll, Seen};
-use crate::metrics::{ConfigReload, Metrics};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
@@ -118,6 +116,17 @@ pub fn hangups() -> Option<Signal> {
         .ok()
 }
 
+/// What became of one reload (counted by the caller: `config_reloads_total{result}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every changed key was applied (or nothing changed).
+    Ok,
+    /// A key that needs a restart changed: logged by name, not applied.
+    RestartRequired,
+    /// The file could not be read, parsed or validated: nothing changed.
+    Error,
+}
+
 /// Watch `source` until `stop`; `running` is the configuration the process started
 /// with. Each new valid configuration is compared with the one in force; when live keys
 /// changed, `apply` gets the configuration now in force (`running`'s restart-class
@@ -129,7 +138,7 @@ pub fn watch(
     source: ConfigSource,
     hangup: Option<Signal>,
     interval: Duration,
-    metrics: Arc<Metrics>,
+    count: impl Fn(Outcome) + Send + 'static,
     stop: watch::Receiver<bool>,
     running: Config,
     apply: impl Fn(&Config, &[&'static str]) + Send + 'static,
@@ -140,7 +149,7 @@ pub fn watch(
         Seen::Unchanged => {}
         Seen::Unreadable { path, error } => {
             tracing::error!(path = %path.display(), %error, "configuration file unreadable; keeping the running configuration");
-            metrics.config_reload(ConfigReload::Error);
+            count(Outcome::Error);
         }
         Seen::Changed(contents) => match Config::load_read(&source.file, &contents[0], &source.overrides) {
             Ok(config) => {
@@ -157,17 +166,17 @@ pub fn watch(
                 for key in &changes.restart {
                     tracing::warn!(key = *key, "configuration key changed; takes effect on restart");
                 }
-                metrics.config_reload(if changes.restart.is_empty() {
-                    ConfigReload::Ok
+                count(if changes.restart.is_empty() {
+                    Outcome::Ok
                 } else {
-                    ConfigReload::RestartRequired
+                    Outcome::RestartRequired
                 });
             }
             Err(errors) => {
                 for problem in &errors.0 {
                     tracing::error!(%problem, "configuration changed but is invalid; keeping the running configuration");
                 }
-                metrics.config_reload(ConfigReload::Error);
+                count(Outcome::Error);
             }
         },
     })
@@ -177,12 +186,16 @@ pub fn watch(
 mod tests {
     use super::*;
 
+    /// Written whole and renamed into place, as Kubernetes and careful editors do: a
+    /// poll never sees half of it.
     fn write(file: &std::path::Path, tools: &str) {
+        let next = file.with_extension("next");
         std::fs::write(
-            file,
+            &next,
             format!("upstream = \"http://127.0.0.1:9\"\n[single_use]\ntools = [{tools}]\n"),
         )
         .unwrap();
+        std::fs::rename(&next, file).unwrap();
     }
 
     /// An edit that lands after the configuration was loaded but before the watch first
@@ -203,7 +216,7 @@ mod tests {
             source,
             None,
             Duration::from_millis(10),
-            Arc::new(Metrics::new()),
+            |_| {},
             stop,
             loaded,
             move |config, changed| {

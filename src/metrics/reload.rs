@@ -9,16 +9,9 @@
 use super::Metrics;
 use prometheus::{IntCounterVec, Opts, Registry};
 
-/// What became of a configuration reload (`result` label of `config_reloads_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigReload {
-    /// Every changed key was applied (or nothing changed).
-    Ok,
-    /// A key that needs a restart changed: logged by name, not applied.
-    RestartRequired,
-    /// The file could not be read, parsed or validated: nothing changed.
-    Error,
-}
+/// What became of a configuration reload (`result` label of `config_reloads_total`):
+/// the configuration's own outcome.
+pub use crate::config::reload::Outcome as ConfigReload;
 
 impl ConfigReload {
     pub const ALL: [ConfigReload; 3] = [
