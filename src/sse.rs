@@ -452,8 +452,6 @@ where
     }
 }
 
-pub mod counted;
-
 #[cfg(test)]
 mod body_tests;
 #[cfg(test)]

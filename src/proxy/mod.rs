@@ -24,6 +24,7 @@
 //! requests, and each request reads them once.
 
 pub mod budget;
+pub mod counted;
 pub mod gate;
 pub mod ingress;
 pub mod outbound;

@@ -14,6 +14,7 @@
 //! informational statuses are refused.
 
 use super::budget::{self, CollectError, MemoryBudget, Reservation};
+use super::counted::Counted;
 use super::response::{SealContext, Sealer, with_body};
 use super::upstream::{self, BoxError, ProxyBody};
 use super::{Failure, identity_encoding};
@@ -22,7 +23,6 @@ use crate::error::ProxyError;
 use crate::metrics::{Metrics, SealFailure};
 use crate::policy::flow::FlowLimits;
 use crate::policy::single_use::SingleUse;
-use crate::sse::counted::Counted;
 use crate::sse::{EventRewriter, SseRewriteBody};
 use crate::token::StateSealer;
 use bytes::{Bytes, BytesMut};

@@ -17,6 +17,7 @@ mod interop;
 mod json_corpus;
 mod jwt;
 mod jwt_interop;
+mod layers;
 mod look_alikes;
 mod mrtr_rules;
 mod mtls;

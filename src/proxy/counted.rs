@@ -5,8 +5,8 @@
 //! wraps and returns its answer unchanged; the open-stream count is given back when the
 //! stream's body is dropped (its end, or the client going away).
 
-use super::{EventRewriter, Rewrite, StreamFailure};
 use crate::metrics::{Held, Metrics, SseEvent};
+use crate::sse::{EventRewriter, Rewrite, StreamFailure};
 use bytes::Bytes;
 use std::sync::Arc;
 
