@@ -32,7 +32,7 @@ pub struct StateOpener {
 }
 
 /// A retry whose state was opened.
-pub struct Opened {
+pub struct OpenedRetry {
     /// The request's binding, computed to open the token (the response reuses it).
     pub binding: RequestBinding,
     /// The single-use consumption recorded for it, if any.
@@ -51,7 +51,7 @@ impl StateOpener {
         params: &mut Map<String, Value>,
         principal: Option<&str>,
         owner: &Owner,
-    ) -> Result<Option<Opened>, ProxyError> {
+    ) -> Result<Option<OpenedRetry>, ProxyError> {
         let token = match params.get("requestState") {
             // No verified round asked anything: every answer is unasked. (Rounds without
             // upstream state carry a token of ours, so real answers always have one.)
@@ -159,7 +159,7 @@ impl StateOpener {
         } else {
             params.insert("requestState".into(), Value::String(opened.state));
         }
-        Ok(Some(Opened {
+        Ok(Some(OpenedRetry {
             binding,
             claim,
             flow: opened.flow,
