@@ -13,7 +13,7 @@ use crate::jsonrpc::ParseError;
 use crate::metrics::{Metrics, MrtrRefusal, VerifyResult};
 use crate::policy::answers;
 use crate::policy::flow::FlowLimits;
-use crate::policy::revocation::Revocations;
+use crate::policy::revocation::{NotCleared, Revocations};
 use crate::policy::single_use::{Claim, NotConsumed, SingleUse};
 use crate::store::Owner;
 use crate::text::Clipped;
@@ -89,23 +89,22 @@ impl StateOpener {
                 "flow older than mrtr.max_flow_seconds",
             ));
         }
-        if let Some(principal) = principal {
-            match self.revocations.revoked(principal, opened.issued_at).await {
-                Ok(false) => {}
-                Ok(true) => {
-                    return Err(self.refuse(method, Reject::Revoked, "principal revoked since"));
-                }
-                // The store's failure policy applies to revocations as to consumptions.
-                Err(error) if self.single_use.fails_open() => {
-                    tracing::warn!(error = %error, "revocations could not be checked; let through (on_store_error = allow)");
-                }
-                Err(_) => {
-                    return Err(self.refuse(
-                        method,
-                        Reject::StoreUnavailable,
-                        "revocations could not be checked",
-                    ));
-                }
+        let fails_open = self.single_use.fails_open();
+        match self
+            .revocations
+            .check(principal, opened.issued_at, fails_open, "requestState")
+            .await
+        {
+            Ok(()) => {}
+            Err(NotCleared::Revoked) => {
+                return Err(self.refuse(method, Reject::Revoked, "principal revoked since"));
+            }
+            Err(NotCleared::StoreUnavailable) => {
+                return Err(self.refuse(
+                    method,
+                    Reject::StoreUnavailable,
+                    "revocations could not be checked",
+                ));
             }
         }
         if let Some(asked) = &opened.asked
