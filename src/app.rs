@@ -9,7 +9,7 @@ pub mod files;
 mod live;
 
 use crate::admin::{self, Readiness};
-use crate::auth::PrincipalSource;
+use crate::auth::Identifier;
 use crate::auth::jwks::{self, Jwks};
 use crate::auth::jwt::JwtVerifier;
 use crate::config::reload::ConfigSource;
@@ -153,7 +153,7 @@ pub async fn start_from(
     let upstream_uri = config::parse_upstream(&config.upstream).map_err(StartError::Upstream)?;
     let connect_timeout = Duration::from_millis(config.timeouts.connect_ms);
     let (principal, jwks) = principal_source(config, &metrics, connect_timeout).await?;
-    if config.state.keys_file.is_some() && matches!(principal, PrincipalSource::None) {
+    if config.state.keys_file.is_some() && matches!(principal, Identifier::None) {
         tracing::warn!(
             "principal.source is \"none\": tokens are bound to no caller, so anyone who obtains \
              a token can finish another caller's flow; configure header, jwt or mtls"
@@ -423,19 +423,19 @@ async fn principal_source(
     config: &Config,
     metrics: &Arc<Metrics>,
     connect_timeout: Duration,
-) -> Result<(PrincipalSource, Option<Arc<Jwks>>), StartError> {
+) -> Result<(Identifier, Option<Arc<Jwks>>), StartError> {
     let principal = &config.principal;
     Ok(match principal.source {
-        config::PrincipalSource::None => (PrincipalSource::None, None),
+        config::PrincipalSource::None => (Identifier::None, None),
         config::PrincipalSource::Header => (
-            PrincipalSource::Header {
+            Identifier::Header {
                 name: http::HeaderName::from_bytes(principal.header.as_bytes())
                     .expect("validated: a header name"),
                 forward: principal.forward_header,
             },
             None,
         ),
-        config::PrincipalSource::Mtls => (PrincipalSource::Mtls, None),
+        config::PrincipalSource::Mtls => (Identifier::Mtls, None),
         config::PrincipalSource::Jwt => {
             let jwt = &principal.jwt;
             let source = match (&jwt.jwks_file, &jwt.jwks_url) {
@@ -477,7 +477,7 @@ async fn principal_source(
                 }
             }
             let verifier = Arc::new(JwtVerifier::new(jwt, keys.clone()));
-            (PrincipalSource::Jwt(verifier), Some(keys))
+            (Identifier::Jwt(verifier), Some(keys))
         }
     })
 }

@@ -178,7 +178,14 @@ pub fn event_data(event: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The lines of `bytes` without their terminators (`"\r\n"`, `"\n"` or `"\r"`).
-fn lines(mut bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+fn lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    split_lines(bytes).map(|(line, _)| line)
+}
+
+/// The one line splitter of the crate: each line of `bytes` and its terminator apart
+/// (`"\r\n"`, `"\n"`, `"\r"`, or empty for an unterminated last line), so what reads
+/// an event and what rewrites one agree on every line.
+pub fn split_lines(mut bytes: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     std::iter::from_fn(move || {
         if bytes.is_empty() {
             return None;
@@ -186,16 +193,17 @@ fn lines(mut bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
         let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') else {
             let line = bytes;
             bytes = &[];
-            return Some(line);
+            return Some((line, &[][..]));
         };
-        let line = &bytes[..end];
         let terminator_len = if bytes[end..].starts_with(b"\r\n") {
             2
         } else {
             1
         };
-        bytes = &bytes[end + terminator_len..];
-        Some(line)
+        let (line, rest) = bytes.split_at(end);
+        let (ending, rest) = rest.split_at(terminator_len);
+        bytes = rest;
+        Some((line, ending))
     })
 }
 

@@ -305,25 +305,25 @@ impl Jwks {
 
     /// The key a token names. An unknown `kid` (or no keys yet) triggers one read of
     /// the source, unless another read happened within the cooldown.
-    pub async fn key(&self, kid: Option<&str>) -> Lookup {
+    pub async fn key(&self, kid: Option<&str>) -> KeyLookup {
         if let Some(key) = self.find(kid) {
-            return Lookup::Found(key);
+            return KeyLookup::Found(key);
         }
         let mut last = self.last_read.lock().await;
         // Another request may have refreshed while this one waited.
         if let Some(key) = self.find(kid) {
-            return Lookup::Found(key);
+            return KeyLookup::Found(key);
         }
         if last.is_none_or(|at| at.elapsed() >= self.cooldown) {
             let _ = self.read_locked(&mut last).await;
             if let Some(key) = self.find(kid) {
-                return Lookup::Found(key);
+                return KeyLookup::Found(key);
             }
         }
         if self.current.load().is_none() {
-            Lookup::NoKeys
+            KeyLookup::NoKeys
         } else {
-            Lookup::Unknown
+            KeyLookup::Unknown
         }
     }
 
@@ -345,7 +345,7 @@ impl Jwks {
 }
 
 /// What a key lookup found.
-pub enum Lookup {
+pub enum KeyLookup {
     Found(Arc<VerifyingKey>),
     /// The set is loaded but has no such key (or the token names none among several).
     Unknown,

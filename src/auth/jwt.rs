@@ -10,7 +10,7 @@
 //! [`AuthFailure`]; the token itself never reaches a log line or an error.
 
 use super::AuthFailure;
-use super::jwks::{ACCEPTED, Jwks, Lookup};
+use super::jwks::{ACCEPTED, Jwks, KeyLookup};
 use crate::config::JwtConfig;
 use crate::token::canonical::write_python_json;
 use http::header::{AUTHORIZATION, HeaderMap, HeaderValue};
@@ -64,9 +64,9 @@ impl JwtVerifier {
         let token = bearer(headers)?;
         let (algorithm, kid) = header(token)?;
         let key = match self.jwks.key(kid.as_deref()).await {
-            Lookup::Found(key) => key,
-            Lookup::Unknown => return Err(AuthFailure::UnknownKey),
-            Lookup::NoKeys => return Err(AuthFailure::KeysUnavailable),
+            KeyLookup::Found(key) => key,
+            KeyLookup::Unknown => return Err(AuthFailure::UnknownKey),
+            KeyLookup::NoKeys => return Err(AuthFailure::KeysUnavailable),
         };
         if !key.algorithms.contains(&algorithm) {
             return Err(AuthFailure::Algorithm);

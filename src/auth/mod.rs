@@ -23,7 +23,7 @@ use http::{HeaderMap, HeaderName, header::AUTHORIZATION};
 use std::sync::Arc;
 
 /// A configured identity source.
-pub enum PrincipalSource {
+pub enum Identifier {
     /// Tokens are not bound to a caller.
     None,
     /// The identity a trusted front proxy put in `name` (e.g. `x-forwarded-user`).
@@ -34,7 +34,7 @@ pub enum PrincipalSource {
     Mtls,
 }
 
-impl PrincipalSource {
+impl Identifier {
     /// The principal string of this request, or `None` when it is not bound to one.
     /// `from_trusted_peer`: the peer may set the identity header (`header` source).
     pub async fn identify(
@@ -43,18 +43,18 @@ impl PrincipalSource {
         from_trusted_peer: bool,
     ) -> Result<Option<String>, ProxyError> {
         match self {
-            PrincipalSource::None => Ok(None),
-            PrincipalSource::Header { name, .. } => {
+            Identifier::None => Ok(None),
+            Identifier::Header { name, .. } => {
                 header::identify(name, &parts.headers, from_trusted_peer)
             }
-            PrincipalSource::Jwt(verifier) => match verifier.principal(&parts.headers).await {
+            Identifier::Jwt(verifier) => match verifier.principal(&parts.headers).await {
                 Ok(principal) => Ok(Some(principal)),
                 Err(reason) => Err(ProxyError::Unauthorized {
                     reason,
                     challenge: Some(verifier.challenge().clone()),
                 }),
             },
-            PrincipalSource::Mtls => match parts.extensions.get::<PeerIdentity>() {
+            Identifier::Mtls => match parts.extensions.get::<PeerIdentity>() {
                 Some(PeerIdentity(identity)) => Ok(Some(identity.to_string())),
                 // The handshake refuses clients without one; this is the belt to its braces.
                 None => Err(ProxyError::Unauthorized {
@@ -69,13 +69,13 @@ impl PrincipalSource {
     /// are forwarded untouched and carry no state, and with `jwt` they are where a client
     /// without a token yet goes (an OAuth token endpoint, the resource metadata).
     pub fn required_on_passthrough(&self) -> bool {
-        !matches!(self, PrincipalSource::Jwt(_))
+        !matches!(self, Identifier::Jwt(_))
     }
 
     /// The identity header, when there is one.
     pub fn header(&self) -> Option<&HeaderName> {
         match self {
-            PrincipalSource::Header { name, .. } => Some(name),
+            Identifier::Header { name, .. } => Some(name),
             _ => None,
         }
     }
@@ -84,8 +84,8 @@ impl PrincipalSource {
     /// and its look-alikes; `Authorization` when `forward_authorization` is off.
     pub fn strip(&self, headers: &mut HeaderMap) {
         match self {
-            PrincipalSource::Header { name, forward } => header::strip(name, *forward, headers),
-            PrincipalSource::Jwt(verifier) if !verifier.forwards_authorization() => {
+            Identifier::Header { name, forward } => header::strip(name, *forward, headers),
+            Identifier::Jwt(verifier) if !verifier.forwards_authorization() => {
                 headers.remove(AUTHORIZATION);
             }
             _ => {}

@@ -118,7 +118,7 @@ pub fn hangups() -> Option<Signal> {
 
 /// What became of one reload (counted by the caller: `config_reloads_total{result}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ReloadOutcome {
     /// Every changed key was applied (or nothing changed).
     Ok,
     /// A key that needs a restart changed: logged by name, not applied.
@@ -138,7 +138,7 @@ pub fn watch(
     source: ConfigSource,
     hangup: Option<Signal>,
     interval: Duration,
-    count: impl Fn(Outcome) + Send + 'static,
+    count: impl Fn(ReloadOutcome) + Send + 'static,
     stop: watch::Receiver<bool>,
     running: Config,
     apply: impl Fn(&Config, &[&'static str]) + Send + 'static,
@@ -149,7 +149,7 @@ pub fn watch(
         Seen::Unchanged => {}
         Seen::Unreadable { path, error } => {
             tracing::error!(path = %path.display(), %error, "configuration file unreadable; keeping the running configuration");
-            count(Outcome::Error);
+            count(ReloadOutcome::Error);
         }
         Seen::Changed(contents) => match Config::load_read(&source.file, &contents[0], &source.overrides) {
             Ok(config) => {
@@ -167,16 +167,16 @@ pub fn watch(
                     tracing::warn!(key = *key, "configuration key changed; takes effect on restart");
                 }
                 count(if changes.restart.is_empty() {
-                    Outcome::Ok
+                    ReloadOutcome::Ok
                 } else {
-                    Outcome::RestartRequired
+                    ReloadOutcome::RestartRequired
                 });
             }
             Err(errors) => {
                 for problem in &errors.0 {
                     tracing::error!(%problem, "configuration changed but is invalid; keeping the running configuration");
                 }
-                count(Outcome::Error);
+                count(ReloadOutcome::Error);
             }
         },
     })

@@ -11,7 +11,7 @@ use prometheus::{IntCounterVec, Opts, Registry};
 
 /// What became of a configuration reload (`result` label of `config_reloads_total`):
 /// the configuration's own outcome.
-pub use crate::config::reload::Outcome as ConfigReload;
+pub use crate::config::reload::ReloadOutcome as ConfigReload;
 
 impl ConfigReload {
     pub const ALL: [ConfigReload; 3] = [

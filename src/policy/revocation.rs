@@ -22,6 +22,15 @@ use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Why [`Revocations::check`] did not clear a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotCleared {
+    /// Its principal was revoked after it was minted.
+    Revoked,
+    /// The store could not say, and the failure policy refuses.
+    StoreUnavailable,
+}
+
 /// Records and checks revocations in the shared store.
 pub struct Revocations {
     store: Arc<Store>,
@@ -49,6 +58,34 @@ impl Revocations {
             .revoke(&self.digest(principal), now, self.keep)
             .await?;
         Ok(now)
+    }
+
+    /// The one revocation check of a token (a `requestState` or a sealed handle, named
+    /// by `what` in the log) minted at `issued_at` for `principal`: nothing to check
+    /// without a principal; a store that cannot say follows the store's failure policy
+    /// (`fails_open`: `single_use.on_store_error = "allow"`), as consumptions do.
+    pub async fn check(
+        &self,
+        principal: Option<&str>,
+        issued_at: f64,
+        fails_open: bool,
+        what: &'static str,
+    ) -> Result<(), NotCleared> {
+        let Some(principal) = principal else {
+            return Ok(());
+        };
+        match self.revoked(principal, issued_at).await {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(NotCleared::Revoked),
+            Err(error) if fails_open => {
+                tracing::warn!(error = %error, what, "revocations could not be checked; let through (on_store_error = allow)");
+                Ok(())
+            }
+            Err(error) => {
+                tracing::error!(error = %error, what, "revocations could not be checked");
+                Err(NotCleared::StoreUnavailable)
+            }
+        }
     }
 
     /// Whether a token of `principal` minted at `issued_at` was revoked since.

@@ -33,7 +33,7 @@ pub struct Gate {
 }
 
 /// A message the gate let in.
-pub struct Admitted {
+pub struct AdmittedBody {
     /// The parsed message; the next phases edit its `params` in place.
     pub value: Value,
     pub message: Message,
@@ -41,7 +41,7 @@ pub struct Admitted {
     pub reservation: Reservation,
 }
 
-impl Admitted {
+impl AdmittedBody {
     pub fn id(&self) -> Option<&Id> {
         self.message.id()
     }
@@ -76,7 +76,11 @@ impl Gate {
     }
 
     /// Run every check on a POSTed message.
-    pub async fn admit(&self, headers: &HeaderMap, body: Incoming) -> Result<Admitted, Failure> {
+    pub async fn admit(
+        &self,
+        headers: &HeaderMap,
+        body: Incoming,
+    ) -> Result<AdmittedBody, Failure> {
         check_content_headers(headers)?;
         let mut reservation = self.budget.reservation();
         let read = read_body(headers, body, self.limits.max_body_bytes, &mut reservation);
@@ -86,7 +90,7 @@ impl Gate {
         };
         let (value, message) = check_message(headers, &bytes, self.limits.max_json_values)?;
         drop(bytes);
-        Ok(Admitted {
+        Ok(AdmittedBody {
             value,
             message,
             reservation,

@@ -33,7 +33,7 @@ pub mod state;
 pub mod tools;
 pub mod upstream;
 
-use crate::auth::PrincipalSource;
+use crate::auth::Identifier;
 use crate::error::ProxyError;
 use crate::jsonrpc::Id;
 use crate::metrics::{MethodClass, Metrics, Route};
@@ -94,7 +94,7 @@ pub struct Proxy {
     pub(crate) trusted_proxies: TrustedProxies,
     /// The scheme clients reached us with, for `X-Forwarded-Proto`.
     pub(crate) scheme: &'static str,
-    pub(crate) principal: PrincipalSource,
+    pub(crate) principal: Identifier,
     pub(crate) gate: Gate,
     pub(crate) opener: StateOpener,
     pub(crate) tools: ToolFeatures,
@@ -113,7 +113,7 @@ impl Proxy {
         single_use: Arc<SingleUse>,
         revocations: Arc<Revocations>,
         metrics: Arc<Metrics>,
-        principal: PrincipalSource,
+        principal: Identifier,
         upstream: Upstream,
     ) -> Result<Self, String> {
         let flow_limits = FlowLimits {

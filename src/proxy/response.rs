@@ -416,16 +416,11 @@ impl EventRewriter for Sealer {
 pub fn replace_data(event: &[u8], data: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(event.len() + data.len());
     let mut written = false;
-    for line in split_lines_inclusive(event) {
-        let content = line
-            .strip_suffix(b"\r\n")
-            .or_else(|| line.strip_suffix(b"\n"))
-            .or_else(|| line.strip_suffix(b"\r"))
-            .unwrap_or(line);
-        let ending = &line[content.len()..];
+    for (content, ending) in crate::sse::split_lines(event) {
         let is_data = content == b"data" || content.starts_with(b"data:");
         if !is_data {
-            out.extend_from_slice(line);
+            out.extend_from_slice(content);
+            out.extend_from_slice(ending);
         } else if !written {
             out.extend_from_slice(b"data: ");
             out.extend_from_slice(data);
@@ -434,24 +429,6 @@ pub fn replace_data(event: &[u8], data: &[u8]) -> Bytes {
         }
     }
     out.freeze()
-}
-
-/// Lines with their terminators (`\r\n`, `\n` or `\r`).
-fn split_lines_inclusive(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut rest = bytes;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let end = match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
-            None => rest.len(),
-            Some(i) if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') => i + 2,
-            Some(i) => i + 1,
-        };
-        let (line, tail) = rest.split_at(end);
-        rest = tail;
-        Some(line)
-    })
 }
 
 /// Parse an upstream body as strictly as the gate parses a client's, but with no cap on

@@ -13,7 +13,7 @@ use crate::jsonrpc::ParseError;
 use crate::metrics::{Metrics, MrtrRefusal, VerifyResult};
 use crate::policy::answers;
 use crate::policy::flow::FlowLimits;
-use crate::policy::revocation::Revocations;
+use crate::policy::revocation::{NotCleared, Revocations};
 use crate::policy::single_use::{Claim, NotConsumed, SingleUse};
 use crate::store::Owner;
 use crate::text::Clipped;
@@ -32,7 +32,7 @@ pub struct StateOpener {
 }
 
 /// A retry whose state was opened.
-pub struct Opened {
+pub struct OpenedRetry {
     /// The request's binding, computed to open the token (the response reuses it).
     pub binding: RequestBinding,
     /// The single-use consumption recorded for it, if any.
@@ -51,7 +51,7 @@ impl StateOpener {
         params: &mut Map<String, Value>,
         principal: Option<&str>,
         owner: &Owner,
-    ) -> Result<Option<Opened>, ProxyError> {
+    ) -> Result<Option<OpenedRetry>, ProxyError> {
         let token = match params.get("requestState") {
             // No verified round asked anything: every answer is unasked. (Rounds without
             // upstream state carry a token of ours, so real answers always have one.)
@@ -89,23 +89,22 @@ impl StateOpener {
                 "flow older than mrtr.max_flow_seconds",
             ));
         }
-        if let Some(principal) = principal {
-            match self.revocations.revoked(principal, opened.issued_at).await {
-                Ok(false) => {}
-                Ok(true) => {
-                    return Err(self.refuse(method, Reject::Revoked, "principal revoked since"));
-                }
-                // The store's failure policy applies to revocations as to consumptions.
-                Err(error) if self.single_use.fails_open() => {
-                    tracing::warn!(error = %error, "revocations could not be checked; let through (on_store_error = allow)");
-                }
-                Err(_) => {
-                    return Err(self.refuse(
-                        method,
-                        Reject::StoreUnavailable,
-                        "revocations could not be checked",
-                    ));
-                }
+        let fails_open = self.single_use.fails_open();
+        match self
+            .revocations
+            .check(principal, opened.issued_at, fails_open, "requestState")
+            .await
+        {
+            Ok(()) => {}
+            Err(NotCleared::Revoked) => {
+                return Err(self.refuse(method, Reject::Revoked, "principal revoked since"));
+            }
+            Err(NotCleared::StoreUnavailable) => {
+                return Err(self.refuse(
+                    method,
+                    Reject::StoreUnavailable,
+                    "revocations could not be checked",
+                ));
             }
         }
         if let Some(asked) = &opened.asked
@@ -159,7 +158,7 @@ impl StateOpener {
         } else {
             params.insert("requestState".into(), Value::String(opened.state));
         }
-        Ok(Some(Opened {
+        Ok(Some(OpenedRetry {
             binding,
             claim,
             flow: opened.flow,

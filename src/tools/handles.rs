@@ -22,7 +22,7 @@ use crate::error::ProxyError;
 use crate::glob::glob_match;
 use crate::jsonrpc::{self, Lookup};
 use crate::metrics::{HandleResult, Metrics};
-use crate::policy::revocation::Revocations;
+use crate::policy::revocation::{NotCleared, Revocations};
 use crate::policy::single_use::SingleUse;
 use crate::token::{HandleReject, KeyId, StateSealer};
 use serde_json::{Map, Value};
@@ -123,26 +123,21 @@ impl Handles {
     }
 
     /// A handle of a revoked principal issued before the revocation is refused, as a
-    /// `requestState` is; a store that cannot say follows `single_use.on_store_error`.
+    /// `requestState` is, by the same check.
     async fn not_revoked(
         &self,
         principal: Option<&str>,
         issued_at: f64,
     ) -> Result<(), HandleReject> {
-        let Some(principal) = principal else {
-            return Ok(());
-        };
-        match self.revocations.revoked(principal, issued_at).await {
-            Ok(false) => Ok(()),
-            Ok(true) => Err(HandleReject::Revoked),
-            Err(error) if self.single_use.fails_open() => {
-                tracing::warn!(error = %error, "revocations could not be checked for a handle; let through (on_store_error = allow)");
-                Ok(())
-            }
-            Err(error) => {
-                tracing::error!(error = %error, "revocations could not be checked for a handle");
-                Err(HandleReject::StoreUnavailable)
-            }
+        let fails_open = self.single_use.fails_open();
+        match self
+            .revocations
+            .check(principal, issued_at, fails_open, "handle")
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(NotCleared::Revoked) => Err(HandleReject::Revoked),
+            Err(NotCleared::StoreUnavailable) => Err(HandleReject::StoreUnavailable),
         }
     }
 

@@ -75,7 +75,7 @@ impl Drop for InFlight {
 }
 
 /// What admission decided.
-pub enum Admitted {
+pub enum Admission {
     /// Not an idempotent call (no key, or a tool not listed): forward as is.
     Untracked,
     /// Reserved: forward, then record what comes back through the ticket.
@@ -194,11 +194,11 @@ impl Idempotency {
         headers: &mut HeaderMap,
         principal: Option<&str>,
         owner: &Owner,
-    ) -> Result<Admitted, ProxyError> {
+    ) -> Result<Admission, ProxyError> {
         let required = self.config.require_key.iter().any(|g| glob_match(g, tool));
         let listed = required || self.config.tools.iter().any(|g| glob_match(g, tool));
         if !listed {
-            return Ok(Admitted::Untracked);
+            return Ok(Admission::Untracked);
         }
         let mut from_header = headers.get_all(HEADER).iter();
         let header = match (from_header.next(), from_header.next()) {
@@ -220,7 +220,7 @@ impl Idempotency {
             (Some(a), Some(b)) if a != b => return Err(self.refuse("header and params differ")),
             (Some(key), _) | (None, Some(key)) => key,
             (None, None) if required => return Err(self.refuse("key required")),
-            (None, None) => return Ok(Admitted::Untracked),
+            (None, None) => return Ok(Admission::Untracked),
         };
         let chars = key.chars().count();
         if !(1..=MAX_KEY_CHARS).contains(&chars) || key.chars().any(char::is_control) {
@@ -282,7 +282,7 @@ impl Idempotency {
                 reserved.clone(),
                 self.lease,
             ));
-            return Ok(Admitted::Reserved(Arc::new(Ticket {
+            return Ok(Admission::Reserved(Arc::new(Ticket {
                 pending: Mutex::new(Some(Pending {
                     store: self.store.clone(),
                     metrics: self.metrics.clone(),
@@ -333,7 +333,7 @@ impl Idempotency {
         match replay {
             Some(replay) => {
                 self.metrics.idempotency(IdempotencyResult::Replayed);
-                Ok(Admitted::Replay(replay))
+                Ok(Admission::Replay(replay))
             }
             None => Err(self.unavailable(StoreError::Unavailable)),
         }

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 pub use handles::{Handles, Issue};
-pub use idempotency::{Admitted, Idempotency, Replay, Ticket};
+pub use idempotency::{Admission, Idempotency, Replay, Ticket};
 
 /// The tool phase: what every configured feature needs.
 pub struct ToolFeatures {
@@ -73,9 +73,9 @@ impl ToolFeatures {
             .admit(&tool, path, params, headers, principal, owner)
             .await?
         {
-            Admitted::Untracked => {}
-            Admitted::Reserved(ticket) => inbound.ticket = Some(ticket),
-            Admitted::Replay(mut replay) => {
+            Admission::Untracked => {}
+            Admission::Reserved(ticket) => inbound.ticket = Some(ticket),
+            Admission::Replay(mut replay) => {
                 if let (Some(issue), Some(Value::Object(result)), true) = (
                     &inbound.issue,
                     replay.answer.get_mut("result"),
