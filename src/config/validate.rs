@@ -15,13 +15,37 @@ use super::{Config, ConfigProblem, SingleUseStore};
 const MAX_STATE_BYTES: usize = 16 * 1024 * 1024;
 
 impl Config {
-    /// Every problem with this configuration; empty when it is fit to run.
+    /// Every problem with this configuration; empty when it is fit to run. Each section
+    /// below adds its own, in this order, in one pass.
     pub fn validate(&self) -> Vec<ConfigProblem> {
         let mut problems = Vec::new();
         let mut problem = |key: &str, message: String| {
             problems.push(ConfigProblem::new(key, message));
         };
+        self.validate_addresses(&mut problem);
+        self.validate_state(&mut problem);
+        self.validate_principal(&mut problem);
+        self.validate_single_use(&mut problem);
+        self.validate_limits(&mut problem);
+        self.validate_operations(&mut problem);
+        self.validate_shares(&mut problem);
 
+        if self.log.level.trim().is_empty() {
+            problem("log.level", "must not be empty".to_owned());
+        } else if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            problem(
+                "log.level",
+                format!("is not a valid filter directive: {err}"),
+            );
+        }
+
+        problems.extend(super::security::validate(self));
+        super::tools::validate(&self.handles, &self.idempotency, &mut problems);
+        problems
+    }
+
+    /// The listeners, the upstream, the paths and hosts served.
+    fn validate_addresses(&self, problem: &mut impl FnMut(&str, String)) {
         if let Err(message) = parse_upstream(&self.upstream) {
             problem("upstream", message.to_owned());
         }
@@ -49,7 +73,10 @@ impl Config {
                 "must not be empty (use [\"*\"] to accept any host)".to_owned(),
             );
         }
+    }
 
+    /// How tokens are keyed and timed.
+    fn validate_state(&self, problem: &mut impl FnMut(&str, String)) {
         let state = &self.state;
         match (&state.audience, &state.keys_file) {
             (Some(audience), _) if audience.trim().is_empty() => {
@@ -80,7 +107,10 @@ impl Config {
                 "must be at least 100".to_owned(),
             );
         }
+    }
 
+    /// Who may name the caller.
+    fn validate_principal(&self, problem: &mut impl FnMut(&str, String)) {
         let principal = &self.principal;
         if let Err(message) = parse_nets(&principal.trusted_proxies) {
             problem("principal.trusted_proxies", message);
@@ -91,7 +121,10 @@ impl Config {
                 "must be a valid HTTP header name".to_owned(),
             );
         }
+    }
 
+    /// The single-use store and its lists.
+    fn validate_single_use(&self, problem: &mut impl FnMut(&str, String)) {
         let single_use = &self.single_use;
         match (single_use.store, &single_use.redis_url) {
             (SingleUseStore::Redis, None) => problem(
@@ -138,7 +171,10 @@ impl Config {
                 "must be at least 1".to_owned(),
             );
         }
+    }
 
+    /// Flow limits, the admin secret, sizes and deadlines.
+    fn validate_limits(&self, problem: &mut impl FnMut(&str, String)) {
         if self.mrtr.max_rounds == 0 {
             problem("mrtr.max_rounds", "must be at least 1".to_owned());
         }
@@ -182,22 +218,6 @@ impl Config {
                 problem(key, "must be at least 1".to_owned());
             }
         }
-
-        self.validate_operations(&mut problem);
-        self.validate_shares(&mut problem);
-
-        if self.log.level.trim().is_empty() {
-            problem("log.level", "must not be empty".to_owned());
-        } else if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
-            problem(
-                "log.level",
-                format!("is not a valid filter directive: {err}"),
-            );
-        }
-
-        problems.extend(super::security::validate(self));
-        super::tools::validate(&self.handles, &self.idempotency, &mut problems);
-        problems
     }
 }
 
