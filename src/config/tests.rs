@@ -17,6 +17,8 @@ use figment::providers::Format;
 use super::load::LEAVES;
 use super::*;
 
+mod assembly;
+
 const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/mcp-state-guard.toml");
 
 fn load_err(file: Option<&Path>, overrides: &Overrides) -> Vec<ConfigProblem> {
@@ -370,133 +372,6 @@ fn every_extraction_problem_in_one_pass() {
         for problem in &problems {
             let shown = problem.to_string();
             assert!(shown.starts_with(&format!("{} ({})", problem.key, env_var_for(&problem.key))));
-        }
-        Ok(())
-    });
-}
-
-#[test]
-fn assembly_leaf_by_leaf_matches_serde() {
-    // Every key set to a non-default value: the leaf table must store each one in the
-    // field serde does, or a misrouted leaf would hide behind a default.
-    Jail::expect_with(|jail| {
-        jail.create_file(
-            "all.toml",
-            r#"
-            listen = "0.0.0.0:1"
-            upstream = "http://u:2/b"
-            admin_listen = "0.0.0.0:3"
-            passthrough_paths = ["/p"]
-            allowed_hosts = ["mcp.example.com"]
-            [state]
-            audience = "aud"
-            keys_file = "/k"
-            ttl_seconds = 4
-            reload_interval_ms = 500
-            [principal]
-            source = "mtls"
-            header = "X-User"
-            forward_header = true
-            trusted_proxies = ["10.0.0.0/8"]
-            [principal.mtls]
-            identity = "subject"
-            [principal.jwt]
-            issuer = "https://issuer"
-            audience = "https://mcp"
-            jwks_file = "/jwks.json"
-            jwks_url = "https://issuer/jwks"
-            jwks_ca_file = "/jwks-ca.pem"
-            leeway_seconds = 5
-            resource_metadata = "https://mcp/.well-known/oauth-protected-resource"
-            forward_authorization = false
-            jwks_refresh_seconds = 30
-            jwks_cooldown_seconds = 3
-            [tls]
-            cert_file = "/cert.pem"
-            key_file = "/key.pem"
-            client_ca_file = "/ca.pem"
-            reload_interval_ms = 300
-            [upstream_tls]
-            ca_file = "/up-ca.pem"
-            cert_file = "/up-cert.pem"
-            key_file = "/up-key.pem"
-            [single_use]
-            store = "redis"
-            redis_url = "redis://r"
-            tools = ["t"]
-            prompts = ["p"]
-            resources = ["r"]
-            default = true
-            on_store_error = "allow"
-            memory_max_entries = 5
-            max_entries_per_principal = 4
-            redis_key_prefix = "k:"
-            redis_timeout_ms = 11
-            [mrtr]
-            max_rounds = 3
-            max_flow_seconds = 4
-            [admin]
-            token_file = "/t"
-            [limits]
-            max_body_bytes = 2000
-            max_event_bytes = 3000
-            max_state_bytes = 100
-            max_json_values = 1000
-            max_buffered_bytes = 9000
-            max_connections = 12
-            max_connections_per_peer = 11
-            http2_max_concurrent_streams = 13
-            http2_max_header_list_bytes = 2048
-            upstream_max_idle_per_host = 14
-            [timeouts]
-            connect_ms = 6
-            response_head_ms = 7
-            drain_ms = 8
-            header_read_ms = 9
-            body_read_ms = 10
-            client_idle_ms = 15
-            upstream_idle_ms = 16
-            [log]
-            format = "json"
-            level = "warn"
-            [readyz]
-            check_upstream = false
-            upstream_timeout_ms = 17
-            max_key_age_seconds = 18
-            [idempotency]
-            tools = ["w"]
-            require_key = ["w2"]
-            ttl_seconds = 19
-            max_result_bytes = 20
-            strip_key = true
-            lease_ms = 21
-            memory_max_bytes = 22
-            max_records_per_principal = 23
-            max_bytes_per_principal = 24
-            max_in_flight_per_principal = 25
-            [[handles]]
-            kind = "import"
-            issued_by = ["start"]
-            result_pointer = "/structuredContent/id"
-            accepted_by = ["append"]
-            argument_pointer = "/id"
-            "#,
-        )?;
-        let figment = Config::figment(Some(Path::new("all.toml")), &Overrides::default());
-        let whole: Config = figment.extract()?;
-        let first = figment::Error::from("stand-in");
-        let (assembled, problems) = super::load::assemble(&figment, first).unwrap();
-        assert_eq!(assembled, whole);
-        assert_eq!(problems.len(), 1, "only the stand-in error: {problems:#?}");
-        let defaults = serde_json::to_value(Config::default()).unwrap();
-        let all = serde_json::to_value(&whole).unwrap();
-        for super::load::Leaf { key, .. } in LEAVES {
-            let pointer = format!("/{}", key.replace('.', "/"));
-            assert_ne!(
-                defaults.pointer(&pointer),
-                all.pointer(&pointer),
-                "{key} not exercised"
-            );
         }
         Ok(())
     });
