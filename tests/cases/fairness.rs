@@ -7,7 +7,8 @@
 //! the upstream.
 
 use super::operations::{exchange, upstream};
-use crate::support::fake::{FakeUpstream, Recorded, Reply, complete, input_required, sealed};
+use super::single_use::asking;
+use crate::support::fake::{FakeUpstream, sealed};
 use crate::support::http::{Reply as ClientReply, mcp_headers, meta, send};
 use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::redis::RedisServer;
@@ -25,17 +26,6 @@ use tokio::net::TcpStream;
 const KEY: &str = "5e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f";
 const T: Duration = Duration::from_secs(20);
 const TOOL: &str = "approve_payment";
-
-/// First calls are asked a question with a plaintext state; retries complete.
-fn asking(request: &Recorded) -> Reply {
-    let message = request.json();
-    let id = message["id"].clone();
-    let answer = match message["params"]["requestState"].as_str() {
-        None => input_required(id, json!("PLAIN")),
-        Some(state) => complete(id, &format!("done with {state}")),
-    };
-    Reply::json(answer.to_string())
-}
 
 /// A single-use tool, callers told apart by the identity header.
 fn single_use(upstream: &str) -> Config {
@@ -245,19 +235,7 @@ async fn start_import(url: &str, who: &str) -> String {
 }
 
 async fn append(url: &str, who: &str, import: &str, key: &str, delay_ms: u64) -> ClientReply {
-    let mut arguments = json!({"importId": import, "rows": [1]});
-    if delay_ms > 0 {
-        arguments["delay_ms"] = json!(delay_ms);
-    }
-    super::handles::call_with(
-        url,
-        Some(who),
-        "append_rows",
-        arguments,
-        json!({"idempotencyKey": key}),
-        &[],
-    )
-    .await
+    super::idempotency::append_slow(url, who, import, json!([1]), key, delay_ms).await
 }
 
 fn appends(upstream: &LegacyServer, import: &str) -> Value {

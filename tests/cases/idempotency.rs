@@ -38,7 +38,7 @@ async fn append(url: &str, who: &str, import: &str, rows: Value, key: &str) -> R
     append_slow(url, who, import, rows, key, 0).await
 }
 
-async fn append_slow(
+pub(super) async fn append_slow(
     url: &str,
     who: &str,
     import: &str,

@@ -24,7 +24,7 @@ const KEY: &str = "5e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d
 const T: Duration = Duration::from_secs(20);
 
 /// First calls are asked a question with a plaintext state; retries complete with it.
-fn asking(request: &Recorded) -> Reply {
+pub(super) fn asking(request: &Recorded) -> Reply {
     let message = request.json();
     let id = message["id"].clone();
     let answer = match message["params"]["requestState"].as_str() {
