@@ -5,15 +5,18 @@
 //!
 //! 1. [`server`] accepts the connection (HTTP/1.1 or h2c, or TLS with h2 / http/1.1 by
 //!    ALPN and optionally a required client certificate, both from [`tls`]) while fewer
-//!    than `limits.max_connections` are open, holds it to its [`server::deadline`]s (a
+//!    than `limits.max_connections` are open (at the limit the connection idle the
+//!    longest is closed to make room, and one address holds at most its share:
+//!    [`server::slots`]), holds it to its [`server::deadline`]s (a
 //!    request head in time, an idle keep-alive connection closed), tags the request with
 //!    the peer's address and verified identity and hands it to [`proxy::Proxy::handle`],
 //!    which opens the request's one audit record ([`telemetry::audit`]); [`app`] wired
 //!    everything from a validated [`config`].
 //! 2. [`proxy::ingress`]: a `Host` outside `allowed_hosts` gets 421; an HTTP/1.1 head
 //!    naming both `Content-Length` and `Transfer-Encoding` (seen by a
-//!    [`proxy::ingress::FramingScan`] of the connection's bytes, as hyper drops one), a coding other than one `chunked`, a
-//!    `_` spelling of a header the sidecar reads (`Transfer_Encoding`, `Mcp_Name`) or a target that is not a path gets 400; the client's
+//!    [`server::framing::FramingScan`] of the connection's bytes, as hyper drops one), a
+//!    coding other than one `chunked`, a `_` spelling of a header the sidecar reads
+//!    (`Transfer_Encoding`, `Mcp_Name`) or a target that is not a path gets 400; the client's
 //!    hop-by-hop headers (what its `Connection` names, never a header the sidecar sets)
 //!    are dropped; `Forwarded` / `X-Forwarded-*` survive only from
 //!    `principal.trusted_proxies`, and `X-Forwarded-For` / `-Proto` are set from what the
@@ -31,7 +34,8 @@
 //!    principal; the flow's age, the caller's revocations and each answer against the
 //!    question it answers are checked ([`policy`]); when the token or the live policy
 //!    says the target is single-use, it is consumed in the shared [`store`] (a replay is
-//!    refused); on success the upstream's own plaintext replaces it, and
+//!    refused; a caller past its share gets 429, a full store 503, the state unspent);
+//!    on success the upstream's own plaintext replaces it, and
 //!    `inputResponses` keys the round did not ask for are dropped. On any failure the
 //!    client gets the one frozen error and nothing is sent. The request's binding is
 //!    kept for step 8; the parsed body is not.
@@ -40,11 +44,11 @@
 //!    it, and are replaced by the upstream's raw handles (after step 5, so a state binds
 //!    the arguments as the client sent them); then an idempotency key
 //!    ([`tools::idempotency`]) is reserved in the shared [`store`] (an owned lease,
-//!    renewed while the call is in flight), or a repeat is answered from it (replayed
+//!    renewed while the call is in flight, within the caller's shares), or a repeat is answered from it (replayed
 //!    with its handles sealed afresh, in progress, or conflict) without the upstream.
 //! 7. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
-//!    rewritten, the fixed hop-by-hop headers dropped, identity encoding, timeouts; TLS verified
-//!    for an `https://` upstream).
+//!    rewritten, the fixed hop-by-hop headers dropped, identity encoding, timeouts; TLS
+//!    verified for an `https://` upstream).
 //! 8. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
 //!    SSE, empty, or something a 2xx answer to an MCP request may not be) and
 //!    [`proxy::response`] seals every `requestState` in it, in a JSON body or event by

@@ -91,12 +91,13 @@ impl Revocations {
     /// Whether a token of `principal` minted at `issued_at` was revoked since.
     pub async fn revoked(&self, principal: &str, issued_at: f64) -> Result<bool, StoreError> {
         let since = |not_before: Option<f64>| not_before.is_some_and(|at| issued_at < at);
-        if since(self.store.revoked_since(&self.digest(principal)).await?) {
-            return Ok(true);
-        }
-        Ok(since(
-            self.store.revoked_since(&legacy_digest(principal)).await?,
-        ))
+        // Both names at once: the previous version's record costs no second round trip.
+        let (scoped, legacy) = (self.digest(principal), legacy_digest(principal));
+        let (scoped, legacy) = tokio::try_join!(
+            self.store.revoked_since(&scoped),
+            self.store.revoked_since(&legacy)
+        )?;
+        Ok(since(scoped) || since(legacy))
     }
 
     /// The name a principal's revocation is recorded under: length-prefixed parts, an
