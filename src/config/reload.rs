@@ -201,36 +201,52 @@ mod tests {
     /// An edit that lands after the configuration was loaded but before the watch first
     /// polls (the sidecar was still starting: a JWKS fetch, a Redis connection) is
     /// applied, not taken for the baseline.
-    #[tokio::test]
-    async fn an_edit_made_while_starting_is_applied() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("config.toml");
-        write(&file, "");
-        let (loaded, source) = ConfigSource::load(file.clone(), Overrides::default()).unwrap();
-        assert!(loaded.single_use.tools.is_empty());
-        write(&file, "\"deploy\"");
+    ///
+    /// Loading reads the `MCP_STATE_GUARD_*` environment: the test runs inside a
+    /// `figment::Jail`, like every test that sets it, so another test's variables (an
+    /// invalid value, a live key) can never land in the middle of its reload.
+    #[test]
+    // `figment::Jail`'s closure returns `figment::Error`, as every Jail test's does.
+    #[allow(clippy::result_large_err)]
+    fn an_edit_made_while_starting_is_applied() {
+        figment::Jail::expect_with(|_jail| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let dir = tempfile::tempdir().unwrap();
+                let file = dir.path().join("config.toml");
+                write(&file, "");
+                let (loaded, source) =
+                    ConfigSource::load(file.clone(), Overrides::default()).unwrap();
+                assert!(loaded.single_use.tools.is_empty());
+                write(&file, "\"deploy\"");
 
-        let (stop_tx, stop) = watch::channel(false);
-        let (applied_tx, mut applied) = tokio::sync::mpsc::unbounded_channel();
-        let watching = tokio::spawn(watch(
-            source,
-            None,
-            Duration::from_millis(10),
-            |_| {},
-            stop,
-            loaded,
-            move |config, changed| {
-                assert_eq!(changed, ["single_use.tools"]);
-                let _ = applied_tx.send(config.single_use.tools.clone());
-            },
-        ));
-        let tools = tokio::time::timeout(Duration::from_secs(5), applied.recv())
-            .await
-            .expect("the edit is applied within 5 s")
-            .unwrap();
-        assert_eq!(tools, ["deploy"]);
-        stop_tx.send(true).unwrap();
-        watching.await.unwrap();
+                let (stop_tx, stop) = watch::channel(false);
+                let (applied_tx, mut applied) = tokio::sync::mpsc::unbounded_channel();
+                let watching = tokio::spawn(watch(
+                    source,
+                    None,
+                    Duration::from_millis(10),
+                    |_| {},
+                    stop,
+                    loaded,
+                    move |config, changed| {
+                        assert_eq!(changed, ["single_use.tools"]);
+                        let _ = applied_tx.send(config.single_use.tools.clone());
+                    },
+                ));
+                let tools = tokio::time::timeout(Duration::from_secs(5), applied.recv())
+                    .await
+                    .expect("the edit is applied within 5 s")
+                    .unwrap();
+                assert_eq!(tools, ["deploy"]);
+                stop_tx.send(true).unwrap();
+                watching.await.unwrap();
+            });
+            Ok(())
+        });
     }
 
     #[test]
