@@ -15,16 +15,17 @@
 //! replaces the old one, which is refused from then on).
 
 use crate::body::{ProxyBody, full};
-use crate::error::Resource;
+use crate::error::{RefusalMetrics, Resource};
 use crate::health::Checks;
-use crate::metrics::Metrics;
 use crate::policy::revocation::Revocations;
 use crate::proxy::ingress::HostPolicy;
+use crate::registry::Registry;
 use crate::store::Store;
 use arc_swap::ArcSwap;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use prometheus::IntCounter;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use subtle::ConstantTimeEq;
@@ -32,7 +33,12 @@ use zeroize::Zeroizing;
 
 /// What the admin listener serves from.
 pub struct Admin {
-    pub metrics: Arc<Metrics>,
+    /// What `/metrics` renders.
+    pub registry: Arc<Registry>,
+    /// The admin listener's own family.
+    pub metrics: Arc<AdminMetrics>,
+    /// Where the store's fill gauges are set.
+    pub refusals: Arc<RefusalMetrics>,
     pub readiness: Arc<Readiness>,
     pub revocations: Arc<Revocations>,
     /// The bearer secret of the mutating endpoints, as `admin.token_file` holds it now;
@@ -44,18 +50,43 @@ pub struct Admin {
     pub store: Arc<Store>,
 }
 
+/// The admin listener's refusals for a foreign `Host`.
+pub struct AdminMetrics {
+    misdirected: IntCounter,
+}
+
+impl AdminMetrics {
+    pub fn register(registry: &Registry) -> Self {
+        Self {
+            misdirected: registry.counter(
+                "admin_requests_misdirected_total",
+                "Admin listener requests answered 421 because their Host is not one the admin listener answers to (a DNS-rebinding defence).",
+            ),
+        }
+    }
+
+    /// An admin request was refused with 421 for its `Host`.
+    pub fn admin_misdirected(&self) {
+        self.misdirected.inc();
+    }
+
+    pub fn admin_misdirected_count(&self) -> u64 {
+        self.misdirected.get()
+    }
+}
+
 impl Admin {
     /// Set the fill gauges from the store; the bounds it has reached.
     fn observe_store(&self) -> Vec<&'static str> {
         let Some(usage) = self.store.usage() else {
             return Vec::new();
         };
-        self.metrics.store_fill(
+        self.refusals.store_fill(
             Resource::SingleUse,
             usage.entries as u64,
             usage.max_entries as u64,
         );
-        self.metrics.store_fill(
+        self.refusals.store_fill(
             Resource::Idempotency,
             usage.record_bytes,
             usage.max_record_bytes,
@@ -139,11 +170,11 @@ pub async fn handle(admin: Arc<Admin>, request: Request<Incoming>) -> Response<P
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }
-    let (metrics, readiness) = (&admin.metrics, &admin.readiness);
+    let (registry, readiness) = (&admin.registry, &admin.readiness);
     match request.uri().path() {
         "/metrics" => {
             admin.observe_store();
-            let mut response = text(StatusCode::OK, &metrics.render());
+            let mut response = text(StatusCode::OK, &registry.render());
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
                 header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

@@ -7,32 +7,31 @@
 
 pub mod files;
 mod live;
+mod metrics;
+mod parts;
+
+pub use metrics::{Metrics, ProcessMetrics};
 
 use crate::admin::{self, Readiness};
-use crate::auth::Identifier;
 use crate::auth::jwks::{self, Jwks};
 use crate::auth::jwt::JwtVerifier;
+use crate::auth::{AuthMetrics, Identifier};
 use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
 use crate::file_watch::{FilePoll, Seen};
-use crate::health;
-use crate::metrics::Listener;
-use crate::metrics::Metrics;
-use crate::policy::revocation::Revocations;
 use crate::policy::single_use::SingleUse;
 use crate::proxy::Proxy;
 use crate::proxy::ingress::HostPolicy;
-use crate::proxy::upstream::{Pool, Upstream};
 use crate::server;
+use crate::server::Listener;
 use crate::store::Store;
-use crate::tls::{FileError, ServerTls};
-use crate::token::{KeyId, KeyRing, KeyRingError, StateSealer};
+use crate::tls::FileError;
+use crate::token::{KeyId, KeyMetrics, KeyRing, KeyRingError, StateSealer};
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -125,105 +124,22 @@ pub async fn start_from(
     source: Option<ConfigSource>,
 ) -> Result<Running, StartError> {
     let metrics = Arc::new(Metrics::new());
-    // The ring and the reload watcher's baseline come from one read: a Secret update
-    // landing between two reads would otherwise look like no change at all.
-    let mut key_poll = None;
-    let ring = match &config.state.keys_file {
-        Some(path) => {
-            let bytes = KeyRing::read(path)?;
-            key_poll = Some(FilePoll::loaded(vec![path.clone()], &[&bytes[..]]));
-            KeyRing::parse(&bytes, &path.display().to_string())?
-        }
-        None => {
-            tracing::warn!(
-                "no state.keys_file configured: sealing with a process-local random key. \
-                 Tokens will not survive a restart and will not open on another replica; \
-                 configure state.keys_file and state.audience for any real deployment"
-            );
-            KeyRing::ephemeral()
-        }
-    };
-    tracing::info!(key_ids = ?ring.key_ids(), "key ring loaded; the first key mints");
-    metrics.key_ring_loaded(&KeyId::of_ring(&ring), config.state.keys_file.is_some());
-    let sealer = Arc::new(StateSealer::new(
-        ring,
-        config.state.audience.clone(),
-        config.state.ttl_seconds,
-    ));
+    let (sealer, key_poll) = parts::key_ring(config, &metrics.keys)?;
     let upstream_uri = config::parse_upstream(&config.upstream).map_err(StartError::Upstream)?;
     let connect_timeout = Duration::from_millis(config.timeouts.connect_ms);
-    let (principal, jwks) = principal_source(config, &metrics, connect_timeout).await?;
-    if config.state.keys_file.is_some() && matches!(principal, Identifier::None) {
-        tracing::warn!(
-            "principal.source is \"none\": tokens are bound to no caller, so anyone who obtains \
-             a token can finish another caller's flow; configure header, jwt or mtls"
-        );
-    }
-    if principal.header().is_some() && config.principal.trusted_proxies.is_empty() {
-        tracing::warn!(
-            header = %config.principal.header,
-            "principal.trusted_proxies is empty: the identity header is taken from any peer; \
-             list the front proxies' addresses so that only they can set it"
-        );
-    }
-    let upstream_tls = &config.upstream_tls;
-    let upstream = Upstream::with_tls(
-        &upstream_uri,
-        crate::tls::client_config(
-            upstream_tls
-                .ca_file
-                .as_deref()
-                .map(|p| ("upstream_tls.ca_file", p)),
-            upstream_tls
-                .cert_file
-                .as_deref()
-                .zip(upstream_tls.key_file.as_deref())
-                .map(|(cert, key)| {
-                    [
-                        ("upstream_tls.cert_file", cert),
-                        ("upstream_tls.key_file", key),
-                    ]
-                }),
-        )?,
-        connect_timeout,
-        Duration::from_millis(config.timeouts.response_head_ms),
-        Pool {
-            idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
-            max_idle: config.limits.upstream_max_idle_per_host,
-        },
-    );
-    let store = Store::from_config(config)
-        .map(Arc::new)
-        .map_err(|e| StartError::Config(format!("single_use: {e}")))?;
-    let single_use = Arc::new(SingleUse::new(
-        &config.single_use,
-        store.clone(),
-        metrics.clone(),
-    ));
-    let revocations = Arc::new(Revocations::new(
-        store,
-        config.longest_token_seconds(),
-        config.state.audience.clone(),
-    ));
+    let (principal, jwks) = principal_source(config, &metrics.auth, connect_timeout).await?;
+    parts::warn_about_weak_principals(config, &principal);
+    let upstream = parts::upstream_client(config, &upstream_uri, connect_timeout)?;
+    let (single_use, revocations) = parts::shared_store(config, &metrics)?;
     let (admin_token, token_poll) =
         live::load_admin_token(config.admin.token_file.as_deref()).map_err(StartError::Config)?;
-    let identity = (config.principal.source == config::PrincipalSource::Mtls)
-        .then_some(config.principal.mtls.identity);
-    let (server_tls, tls_poll) = match ServerTls::load(
-        &config.tls,
-        identity,
-        Duration::from_millis(config.timeouts.header_read_ms),
-        metrics.clone(),
-    )? {
-        Some((tls, poll)) => (Some(Arc::new(tls)), Some(poll)),
-        None => (None, None),
-    };
+    let (server_tls, tls_poll) = parts::listener_tls(config, &metrics)?;
     let mut proxy = Proxy::new(
         config,
         sealer.clone(),
         single_use.clone(),
         revocations.clone(),
-        metrics.clone(),
+        metrics.meters(),
         principal,
         upstream,
     )
@@ -234,63 +150,17 @@ pub async fn start_from(
     let proxy = Arc::new(proxy);
     let admin_hosts = HostPolicy::for_admin(config.allowed_hosts.as_deref(), config.admin_listen)
         .map_err(StartError::Config)?;
-    let bind = |what, addr| async move {
-        TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartError::Bind { what, addr, source })
-    };
-    let listener = bind("listen", config.listen).await?;
-    let admin_listener = bind("admin_listen", config.admin_listen).await?;
-    let addr = listener
-        .local_addr()
-        .expect("a bound listener has an address");
-    let admin_addr = admin_listener
-        .local_addr()
-        .expect("a bound listener has an address");
+    let (listener, addr) = parts::bind("listen", config.listen).await?;
+    let (admin_listener, admin_addr) = parts::bind("admin_listen", config.admin_listen).await?;
 
     let (shutdown, stop) = watch::channel(false);
     let readiness = Arc::new(Readiness::default());
-    readiness.set_checks(health::Checks {
-        upstream: config.readyz.check_upstream.then(|| {
-            let timeout = Duration::from_millis(config.readyz.upstream_timeout_ms);
-            health::UpstreamProbe::new(&upstream_uri, timeout)
-        }),
-        key_age: (config.state.keys_file.is_some() && config.readyz.max_key_age_seconds > 0).then(
-            || {
-                let max = Duration::from_secs(config.readyz.max_key_age_seconds);
-                (metrics.clone(), max)
-            },
-        ),
-    });
-    // Trusted front proxies carry many clients: no share of connections per address.
-    let front_proxies = Arc::new(
-        crate::proxy::ingress::TrustedProxies::new(&config.principal.trusted_proxies)
-            .map_err(|e| StartError::Config(format!("principal.trusted_proxies: {e}")))?,
-    );
-    let shared_peer: Arc<dyn Fn(std::net::IpAddr) -> bool + Send + Sync> = Arc::new(move |ip| {
-        front_proxies.trusts(Some(crate::server::Peer(std::net::SocketAddr::new(ip, 0))))
-    });
-    let options = |name, listener| server::ServeOptions {
-        name,
-        listener,
-        metrics: metrics.clone(),
-        drain: Duration::from_millis(config.timeouts.drain_ms),
-        header_read_timeout: Duration::from_millis(config.timeouts.header_read_ms),
-        idle_timeout: Duration::from_millis(config.timeouts.client_idle_ms),
-        max_connections: match listener {
-            Listener::Proxy => config.limits.max_connections,
-            // Probes and scrapes: a few at a time, on a listener of their own so that
-            // a full proxy listener never starves them.
-            Listener::Admin => ADMIN_MAX_CONNECTIONS,
-        },
-        max_connections_per_peer: match listener {
-            Listener::Proxy => config.connections_share(),
-            Listener::Admin => ADMIN_MAX_CONNECTIONS,
-        },
-        shared_peer: shared_peer.clone(),
-        http2_max_concurrent_streams: config.limits.http2_max_concurrent_streams,
-        http2_max_header_list_bytes: config.limits.http2_max_header_list_bytes,
-    };
+    readiness.set_checks(parts::readiness_checks(
+        config,
+        &upstream_uri,
+        &metrics.keys,
+    ));
+    let options = parts::Listeners::new(config, &metrics)?;
     let mut tasks = Vec::new();
     let serving = proxy.clone();
     tasks.push(tokio::spawn(server::serve(
@@ -300,10 +170,12 @@ pub async fn start_from(
         // it is given into its dispatcher (a copy of every byte of it per request).
         move |request| Box::pin(serving.clone().handle(request)),
         stop.clone(),
-        options("proxy", Listener::Proxy),
+        options.serve("proxy", Listener::Proxy),
     )));
     let admin = Arc::new(admin::Admin {
-        metrics: metrics.clone(),
+        registry: metrics.registry.clone(),
+        metrics: metrics.admin.clone(),
+        refusals: metrics.refusals.clone(),
         readiness: readiness.clone(),
         revocations,
         token: admin_token,
@@ -316,58 +188,25 @@ pub async fn start_from(
         None,
         move |request| admin::handle(serving.clone(), request),
         stop.clone(),
-        options("admin", Listener::Admin),
+        options.serve("admin", Listener::Admin),
     )));
-    if let (Some(tls), Some(poll)) = (server_tls, tls_poll) {
-        let interval = Duration::from_millis(config.tls.reload_interval_ms);
-        tasks.push(tokio::spawn(tls.watch(poll, interval, stop.clone())));
+    parts::Watched {
+        tls: server_tls.zip(tls_poll),
+        jwks,
+        keys: key_poll,
+        admin_token: token_poll.map(|poll| (poll, admin.clone())),
+        config: source.map(|source| {
+            let live = live::Live {
+                proxy,
+                admin,
+                single_use: single_use.clone(),
+                listen: config.listen,
+                admin_listen: config.admin_listen,
+            };
+            (source, live)
+        }),
     }
-    if let Some(jwks) = jwks {
-        let interval = Duration::from_secs(config.principal.jwt.jwks_refresh_seconds);
-        tasks.push(tokio::spawn(jwks.run(interval, stop.clone())));
-    }
-    let reload_interval = Duration::from_millis(config.state.reload_interval_ms);
-    if let (Some(path), Some(poll)) = (&config.state.keys_file, key_poll) {
-        tasks.push(tokio::spawn(reload_keys(
-            path.clone(),
-            poll,
-            sealer.clone(),
-            metrics.clone(),
-            reload_interval,
-            stop.clone(),
-        )));
-    }
-    if let (Some(path), Some(poll)) = (&config.admin.token_file, token_poll) {
-        tasks.push(tokio::spawn(live::reload_admin_token(
-            path.clone(),
-            poll,
-            admin.clone(),
-            metrics.clone(),
-            reload_interval,
-            stop.clone(),
-        )));
-    }
-    if let Some(source) = source {
-        let live = live::Live {
-            proxy,
-            admin,
-            single_use: single_use.clone(),
-            listen: config.listen,
-            admin_listen: config.admin_listen,
-        };
-        tasks.push(tokio::spawn(config::reload::watch(
-            source,
-            config::reload::hangups(),
-            reload_interval,
-            {
-                let metrics = metrics.clone();
-                move |outcome| metrics.config_reload(outcome)
-            },
-            stop.clone(),
-            config.clone(),
-            move |in_force, changed| live.apply(in_force, changed),
-        )));
-    }
+    .spawn(config, &sealer, &metrics, &stop, &mut tasks);
     if matches!(single_use.store(), Store::Redis(_)) {
         tasks.push(tokio::spawn(watch_store(
             single_use.clone(),
@@ -421,7 +260,7 @@ async fn watch_store(
 /// get 503 until it answers), so an issuer outage does not keep the sidecar down.
 async fn principal_source(
     config: &Config,
-    metrics: &Arc<Metrics>,
+    metrics: &Arc<AuthMetrics>,
     connect_timeout: Duration,
 ) -> Result<(Identifier, Option<Arc<Jwks>>), StartError> {
     let principal = &config.principal;
@@ -488,7 +327,7 @@ async fn reload_keys(
     path: PathBuf,
     poll: FilePoll,
     sealer: Arc<StateSealer>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<KeyMetrics>,
     interval: Duration,
     stop: watch::Receiver<bool>,
 ) {

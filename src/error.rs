@@ -9,9 +9,11 @@
 
 mod auth_failure;
 mod kind;
+mod metrics;
 
 pub use auth_failure::AuthFailure;
 pub use kind::{Category, ErrorKind};
+pub use metrics::RefusalMetrics;
 
 use crate::jsonrpc::{self, Id, ParseError};
 use crate::token::{HandleReject, Reject};
@@ -183,6 +185,8 @@ pub enum Resource {
 }
 
 impl Resource {
+    pub const ALL: [Resource; 2] = [Resource::SingleUse, Resource::Idempotency];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Resource::SingleUse => "single_use",

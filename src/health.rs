@@ -8,7 +8,7 @@
 //! share one attempt, and every failing check is named (in [`Checks::failing`]) for the
 //! `/readyz` body; a check never sees a token, a key or a state.
 
-use crate::metrics::Metrics;
+use crate::token::KeyMetrics;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -71,7 +71,7 @@ impl UpstreamProbe {
 pub struct Checks {
     pub upstream: Option<UpstreamProbe>,
     /// The ring is stale once the key file's age (from the metrics) passes this.
-    pub key_age: Option<(Arc<Metrics>, Duration)>,
+    pub key_age: Option<(Arc<KeyMetrics>, Duration)>,
 }
 
 impl Checks {
@@ -125,7 +125,7 @@ mod tests {
 
     #[test]
     fn a_stale_ring_is_named() {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(KeyMetrics::register(&crate::registry::Registry::new()));
         let checks = Checks {
             upstream: None,
             key_age: Some((metrics.clone(), Duration::ZERO)),

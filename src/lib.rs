@@ -59,9 +59,11 @@
 //!    the headers a client needs are kept); an issuing tool's handle is sealed in every
 //!    result (rounds too), and a complete answer in a 2xx response to an idempotent call
 //!    is recorded with its status and raw handles (anything else releases its key).
-//! 9. Failures become responses in one place ([`error`]); outcomes are counted in
-//!    [`metrics`], served with health and readiness ([`health`]: the upstream reachable,
-//!    the key ring fresh) by [`admin`] (which refuses a foreign `Host` with 421 too);
+//! 9. Failures become responses in one place ([`error`]); outcomes are counted in the
+//!    families each component registers on the [`registry`] and owns (the data path's
+//!    in [`proxy`], the tool features' in [`tools`], the key ring's in [`token`], ...;
+//!    only [`app`] holds them all), served with health and readiness ([`health`]: the
+//!    upstream reachable, the key ring fresh) by [`admin`] (which refuses a foreign `Host` with 421 too);
 //!    [`app`] applies a reloaded configuration's live keys and names the ones that need a
 //!    restart ([`config::reload`]); client text reaches logs only through
 //!    [`telemetry`], and the request's audit record is written when its response body
@@ -78,12 +80,11 @@
 //!
 //! | floor | modules | what they hold |
 //! | --- | --- | --- |
-//! | ground | [`version`], [`text`], [`body`], [`shutdown`], [`file_watch`], [`glob`] | the build's name, printable client text, the body type, the shutdown signal, the file watcher, name patterns: nothing of the crate |
+//! | ground | [`version`], [`text`], [`body`], [`shutdown`], [`file_watch`], [`glob`], [`registry`] | the build's name, printable client text, the body type, the shutdown signal, the file watcher, name patterns, the metrics registry and its closed labels: nothing of the crate |
 //! | wire | [`jsonrpc`], [`mcp`], [`sse`] | strict scanning and writing of messages, the facts about MCP messages, event framing |
 //! | config | [`config`] | typed settings, validated with every problem listed |
 //! | crypto | [`token`], [`store`] | the one crypto seam (states and handles), the shared store |
 //! | errors | [`error`] | every refusal and how the client sees it |
-//! | metrics | [`metrics`] | the registry and its families |
 //! | rules | [`policy`], [`health`] | single use, capabilities, answers, rounds, revocation; readiness checks |
 //! | edges | [`tls`], [`server`], [`auth`] | the listener's TLS and peer identity, connections and their facts, who is calling |
 //! | tools | [`tools`] | handles and idempotent writes |
@@ -104,9 +105,9 @@ pub mod glob;
 pub mod health;
 pub mod jsonrpc;
 pub mod mcp;
-pub mod metrics;
 pub mod policy;
 pub mod proxy;
+pub mod registry;
 pub mod server;
 pub mod shutdown;
 pub mod sse;

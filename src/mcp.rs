@@ -55,6 +55,60 @@ pub fn json_like(bytes: &[u8]) -> Option<bool> {
     }
 }
 
+/// What kind of request: the three methods that carry states, other JSON-RPC, and the
+/// routes with no JSON-RPC body (`method` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MethodClass {
+    ToolsCall,
+    PromptsGet,
+    ResourcesRead,
+    /// Any other JSON-RPC method, a client's response, or a POST refused before its
+    /// method was known.
+    Other,
+    /// A GET: a 2025-era server-to-client event stream.
+    GetStream,
+    /// A DELETE: a 2025-era session end.
+    Delete,
+    /// A configured `passthrough_paths` request, or another body-less method.
+    Passthrough,
+}
+
+impl MethodClass {
+    pub const ALL: [MethodClass; 7] = [
+        MethodClass::ToolsCall,
+        MethodClass::PromptsGet,
+        MethodClass::ResourcesRead,
+        MethodClass::Other,
+        MethodClass::GetStream,
+        MethodClass::Delete,
+        MethodClass::Passthrough,
+    ];
+
+    /// The class of a JSON-RPC method.
+    pub fn of_method(method: &str) -> Self {
+        match method {
+            "tools/call" => MethodClass::ToolsCall,
+            "prompts/get" => MethodClass::PromptsGet,
+            "resources/read" => MethodClass::ResourcesRead,
+            _ => MethodClass::Other,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MethodClass::ToolsCall => "tools/call",
+            MethodClass::PromptsGet => "prompts/get",
+            MethodClass::ResourcesRead => "resources/read",
+            MethodClass::Other => "other",
+            MethodClass::GetStream => "get_stream",
+            MethodClass::Delete => "delete",
+            MethodClass::Passthrough => "passthrough",
+        }
+    }
+}
+
+crate::registry::closed_label!(MethodClass);
+
 #[cfg(test)]
 mod tests {
     use super::*;

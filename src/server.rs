@@ -15,11 +15,13 @@
 
 pub mod deadline;
 pub mod framing;
+mod metrics;
 pub mod slots;
 
+pub use metrics::{ConnectionMetrics, Listener};
+
 use crate::body::{self, ProxyBody};
-use crate::error::{ErrorKind, ProxyError, Share};
-use crate::metrics::{Listener, Metrics};
+use crate::error::{ErrorKind, ProxyError, RefusalMetrics, Share};
 pub use crate::shutdown::stopped;
 use crate::tls::peer::PeerIdentity;
 use deadline::{Clock, Expired, Watched};
@@ -49,7 +51,9 @@ pub struct ServeOptions {
     pub name: &'static str,
     /// Which listener, for the connection metrics.
     pub listener: Listener,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<ConnectionMetrics>,
+    /// Where refused connections and requests hyper refused are counted.
+    pub refusals: Arc<RefusalMetrics>,
     /// After shutdown, how long connections in flight may finish.
     pub drain: Duration,
     /// An HTTP/1.1 request head must arrive within this, or the connection is closed
@@ -134,7 +138,7 @@ pub async fn serve<H, F>(
         {
             // Over its share with nothing idle to give: answered without a slot.
             drop(permit);
-            options.metrics.quota_refused(Share::Connections);
+            options.refusals.quota_refused(Share::Connections);
             tracing::debug!(listener = name, %peer, "connection refused: limits.max_connections_per_peer reached for its address");
             if let Ok(refusal) = refusals.clone().try_acquire_owned() {
                 let tls = tls.clone();
@@ -155,7 +159,7 @@ pub async fn serve<H, F>(
             clock,
             handler: handler.clone(),
             name,
-            metrics: options.metrics.clone(),
+            refusals: options.refusals.clone(),
         };
         let (builder, stop, tls) = (builder.clone(), shutdown.clone(), tls.clone());
         connections.spawn(async move {
@@ -208,7 +212,7 @@ struct Accepted<H> {
     clock: Arc<Clock>,
     handler: H,
     name: &'static str,
-    metrics: Arc<Metrics>,
+    refusals: Arc<RefusalMetrics>,
 }
 
 impl<H, F> Accepted<H>
@@ -231,7 +235,7 @@ where
             clock,
             handler,
             name,
-            metrics,
+            refusals,
         } = self;
         let in_requests = clock.clone();
         let mixed_framing = MixedFraming::default();
@@ -275,7 +279,7 @@ where
                         if parse.is_some_and(|e| e.is_parse() || e.is_parse_too_large()) {
                             // hyper answered 400 (431, 414) to bytes that are not one
                             // HTTP/1.1 request, and closed: a refusal like the gate's.
-                            metrics.refused(ErrorKind::Framing);
+                            refusals.refused(ErrorKind::Framing);
                             tracing::info!(listener = name, %peer, error = %e, "request refused: not a well-framed HTTP/1.1 request");
                         } else {
                             tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");

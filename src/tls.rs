@@ -17,11 +17,13 @@
 //! binary trust the same issuers everywhere. Private CAs (the usual case for an
 //! in-cluster upstream) go in `upstream_tls.ca_file` / `principal.jwt.jwks_ca_file`.
 
+mod metrics;
 pub mod peer;
+
+pub use metrics::TlsMetrics;
 
 use crate::config::{ConfigProblem, MtlsIdentity, TlsConfig, env_var_for};
 use crate::file_watch::{FilePoll, Seen};
-use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -255,7 +257,7 @@ pub struct ServerTls {
     identity: Option<MtlsIdentity>,
     current: ArcSwap<ServerConfig>,
     handshake_timeout: Duration,
-    metrics: Arc<Metrics>,
+    metrics: Arc<TlsMetrics>,
 }
 
 impl ServerTls {
@@ -266,7 +268,7 @@ impl ServerTls {
         tls: &TlsConfig,
         identity: Option<MtlsIdentity>,
         handshake_timeout: Duration,
-        metrics: Arc<Metrics>,
+        metrics: Arc<TlsMetrics>,
     ) -> Result<Option<(Self, FilePoll)>, FileError> {
         let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) else {
             return Ok(None);

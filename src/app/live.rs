@@ -8,10 +8,10 @@
 //! per change and counted `error`; a valid new secret replaces the old one at once, and
 //! the old one is refused from then on.
 
+use super::ProcessMetrics;
 use crate::admin::{self, Admin};
 use crate::config::Config;
 use crate::file_watch::{FilePoll, Seen};
-use crate::metrics::Metrics;
 use crate::policy::single_use::{SingleUse, SingleUsePolicy};
 use crate::proxy::Proxy;
 use crate::proxy::ingress::HostPolicy;
@@ -122,7 +122,7 @@ pub(super) async fn reload_admin_token(
     path: PathBuf,
     poll: FilePoll,
     admin: Arc<Admin>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ProcessMetrics>,
     interval: Duration,
     stop: watch::Receiver<bool>,
 ) {

@@ -9,8 +9,8 @@
 //! at most once per cooldown, so invented key ids cannot make the sidecar hammer the
 //! issuer.
 
+use super::AuthMetrics;
 use crate::body::BoxError;
-use crate::metrics::Metrics;
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
@@ -255,11 +255,11 @@ pub struct Jwks {
     /// When the source was last read; held while reading, so refreshes never overlap.
     last_read: Mutex<Option<Instant>>,
     cooldown: Duration,
-    metrics: Arc<Metrics>,
+    metrics: Arc<AuthMetrics>,
 }
 
 impl Jwks {
-    pub fn new(source: Source, cooldown: Duration, metrics: Arc<Metrics>) -> Self {
+    pub fn new(source: Source, cooldown: Duration, metrics: Arc<AuthMetrics>) -> Self {
         Self {
             source,
             current: ArcSwapOption::empty(),

@@ -12,6 +12,9 @@
 pub mod header;
 pub mod jwks;
 pub mod jwt;
+mod metrics;
+
+pub use metrics::AuthMetrics;
 
 // The reasons live with the errors, below this floor (`error` names them in
 // `ProxyError::Unauthorized`); `auth::AuthFailure` still names them.

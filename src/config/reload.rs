@@ -127,6 +127,24 @@ pub enum ReloadOutcome {
     Error,
 }
 
+impl ReloadOutcome {
+    pub const ALL: [ReloadOutcome; 3] = [
+        ReloadOutcome::Ok,
+        ReloadOutcome::RestartRequired,
+        ReloadOutcome::Error,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadOutcome::Ok => "ok",
+            ReloadOutcome::RestartRequired => "restart_required",
+            ReloadOutcome::Error => "error",
+        }
+    }
+}
+
+crate::registry::closed_label!(ReloadOutcome);
+
 /// Watch `source` until `stop`; `running` is the configuration the process started
 /// with. Each new valid configuration is compared with the one in force; when live keys
 /// changed, `apply` gets the configuration now in force (`running`'s restart-class

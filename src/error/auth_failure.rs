@@ -3,7 +3,7 @@
 //! produces and `mcp_state_guard_auth_failures_total{reason}` counts.
 //!
 //! Invariant: the set is closed and each reason has one fixed label; it lives with the
-//! errors (below `auth` and `metrics`) so that neither has to import the other for it.
+//! errors, below `auth`, which produces it.
 
 /// Why a caller could not be identified: closed labels for
 /// `mcp_state_guard_auth_failures_total{reason}` and logs.

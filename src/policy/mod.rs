@@ -7,5 +7,8 @@
 pub mod answers;
 pub mod capabilities;
 pub mod flow;
+mod metrics;
 pub mod revocation;
 pub mod single_use;
+
+pub use metrics::{Consumption, MrtrRefusal, PolicyMetrics};

@@ -12,8 +12,8 @@
 //! provably never received the request. The policy and `on_store_error` are live: a
 //! reload replaces them for the next request.
 
+use super::metrics::{Consumption, PolicyMetrics};
 use crate::config::{OnStoreError, SingleUseConfig};
-use crate::metrics::{Consumption, Metrics};
 use crate::store::{Consumed, Owner, Store, StoreError};
 use crate::token::{FUTURE_SKEW_SECONDS, Opened, Reject};
 use arc_swap::ArcSwap;
@@ -77,14 +77,14 @@ pub struct SingleUse {
     store: Arc<Store>,
     /// `on_store_error = "allow"`; replaced by a reload.
     fails_open: AtomicBool,
-    metrics: Arc<Metrics>,
+    metrics: Arc<PolicyMetrics>,
     /// When a full memory store was last logged (ms since `started`), to log once a minute.
     full_logged_ms: AtomicU64,
     started: Instant,
 }
 
 impl SingleUse {
-    pub fn new(config: &SingleUseConfig, store: Arc<Store>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(config: &SingleUseConfig, store: Arc<Store>, metrics: Arc<PolicyMetrics>) -> Self {
         Self {
             policy: ArcSwap::from_pointee(SingleUsePolicy::from_config(config)),
             store,

@@ -5,7 +5,8 @@
 //! wraps and returns its answer unchanged; the open-stream count is given back when the
 //! stream's body is dropped (its end, or the client going away).
 
-use crate::metrics::{Held, Metrics, SseEvent};
+use super::metrics::{PathMetrics, SseEvent};
+use crate::registry::Held;
 use crate::sse::{EventRewriter, Rewrite, StreamFailure};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -13,13 +14,13 @@ use std::sync::Arc;
 /// A rewriter whose decisions are counted.
 pub struct Counted<R> {
     inner: R,
-    metrics: Arc<Metrics>,
+    metrics: Arc<PathMetrics>,
     _open: Held,
 }
 
 impl<R: EventRewriter> Counted<R> {
     /// Wrap `inner`; the stream counts as open from now until this is dropped.
-    pub fn new(inner: R, metrics: &Arc<Metrics>) -> Self {
+    pub fn new(inner: R, metrics: &Arc<PathMetrics>) -> Self {
         Self {
             inner,
             _open: metrics.sse_stream(),
@@ -84,7 +85,7 @@ mod tests {
 
     #[test]
     fn every_decision_is_counted_and_the_stream_while_open() {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(PathMetrics::register(&crate::registry::Registry::new()));
         let mut counted = Counted::new(Judge, &metrics);
         assert_eq!(metrics.sse_streams_open(), 1);
         assert!(matches!(counted.rewrite(b": ping\n\n"), Rewrite::Keep));

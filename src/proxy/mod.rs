@@ -27,16 +27,19 @@ pub mod budget;
 pub mod counted;
 pub mod gate;
 pub mod ingress;
+mod metrics;
 pub mod outbound;
 pub mod response;
 pub mod state;
 pub mod tools;
 pub mod upstream;
 
+pub use metrics::{Meters, PathMetrics, Route, SealFailure, SseEvent, StatusClass, VerifyResult};
+
 use crate::auth::Identifier;
 use crate::error::ProxyError;
 use crate::jsonrpc::Id;
-use crate::metrics::{MethodClass, Metrics, Route};
+use crate::mcp::MethodClass;
 use crate::policy::capabilities;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
@@ -68,6 +71,30 @@ pub fn max_token_bytes(max_state_bytes: usize) -> usize {
     (max_state_bytes * 6 + 4096) * 4 / 3
 }
 
+/// Who sends a message and where: what the phases of a call read of it.
+struct Caller<'a> {
+    /// The request's path and query.
+    path: &'a str,
+    principal: Option<&'a str>,
+    /// Whose share of the shared stores the request spends.
+    owner: Owner,
+}
+
+/// What steps 5 and 6 decided for the response phase of a call.
+#[derive(Default)]
+struct Prepared {
+    /// The request's binding: a new state is sealed to it.
+    binding: Option<RequestBinding>,
+    /// The single-use consumption of the state it presented, if any.
+    claim: Option<Claim>,
+    /// The client capabilities it declared, checked against the next round's questions.
+    capabilities: Option<serde_json::Value>,
+    /// Where its token stood in the flow.
+    flow: Option<crate::token::Flow>,
+    /// What the tool features decided.
+    tools: Inbound,
+}
+
 /// A failure with the id of the request it answers, when known.
 pub struct Failure {
     pub id: Option<Id>,
@@ -89,7 +116,7 @@ impl From<ProxyError> for Failure {
 
 /// The phases, wired once and shared by all connections.
 pub struct Proxy {
-    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) metrics: Meters,
     pub(crate) hosts: ArcSwap<HostPolicy>,
     pub(crate) trusted_proxies: TrustedProxies,
     /// The scheme clients reached us with, for `X-Forwarded-Proto`.
@@ -112,7 +139,7 @@ impl Proxy {
         sealer: Arc<StateSealer>,
         single_use: Arc<SingleUse>,
         revocations: Arc<Revocations>,
-        metrics: Arc<Metrics>,
+        metrics: Meters,
         principal: Identifier,
         upstream: Upstream,
     ) -> Result<Self, String> {
@@ -122,8 +149,10 @@ impl Proxy {
         };
         use std::time::Duration;
         let limits = &config.limits;
-        let budget =
-            budget::MemoryBudget::new(limits.max_buffered_bytes, metrics.buffered_bytes().clone());
+        let budget = budget::MemoryBudget::new(
+            limits.max_buffered_bytes,
+            metrics.path.buffered_bytes().clone(),
+        );
         let head_timeout = upstream.timeout();
         let idempotency_key = http::HeaderName::from_static(crate::tools::idempotency::HEADER);
         let protected_headers = ingress::protected_headers(
@@ -150,7 +179,8 @@ impl Proxy {
                 handles: Handles::new(
                     &config.handles,
                     sealer.clone(),
-                    metrics.clone(),
+                    metrics.tools.clone(),
+                    metrics.keys.clone(),
                     revocations.clone(),
                     single_use.clone(),
                 ),
@@ -158,7 +188,8 @@ impl Proxy {
                     &config.idempotency,
                     config.state.audience.clone(),
                     single_use.shared_store(),
-                    metrics.clone(),
+                    metrics.tools.clone(),
+                    metrics.refusals.clone(),
                 ),
             },
             opener: StateOpener {
@@ -203,7 +234,7 @@ impl Proxy {
         // Held by the response body: streams count until they end, and a client that
         // goes away mid-request or mid-stream still decrements (and still leaves its
         // one record).
-        let in_flight = self.metrics.in_flight_guard();
+        let in_flight = self.metrics.path.in_flight_guard();
         let peer = request.extensions().get::<Peer>().map(|p| p.0);
         let mut record = Record::begin(peer, request.headers());
         let response = match self.forward(request, &mut record).await {
@@ -211,7 +242,7 @@ impl Proxy {
             Err(failure) => self.refusal(failure, &mut record),
         };
         record.set_status(response.status());
-        self.metrics.observe_request(
+        self.metrics.path.observe_request(
             record.class(),
             record.outcome(),
             record.started().elapsed(),
@@ -231,9 +262,9 @@ impl Proxy {
         record: &mut Record,
     ) -> Response<ProxyBody> {
         let kind = error.kind();
-        self.metrics.refused(kind);
+        self.metrics.refusals.refused(kind);
         if let Some(reason) = error.auth_failure() {
-            self.metrics.auth_failed(reason);
+            self.metrics.auth.auth_failed(reason);
         }
         // A refusal's one line is the request's audit record, written when it ends.
         record.failed(&error);
@@ -263,15 +294,35 @@ impl Proxy {
             Method::DELETE => MethodClass::Delete,
             _ => MethodClass::Passthrough,
         });
-        self.metrics.request(if gated {
+        self.metrics.path.request(if gated {
             Route::Mcp
         } else {
             Route::Passthrough
         });
-        // Ingress and identity get the same treatment on every route, before the body is
-        // read: a foreign `Host` or an ambiguous identity is refused outright.
-        self.hosts.load().check(&parts)?;
-        ingress::check_framing(&parts)?;
+        let principal = self.admit_head(&mut parts, passthrough, record).await?;
+        if passthrough {
+            return self
+                .send_untouched(parts, body.map_err(BoxError::from).boxed(), record)
+                .await;
+        }
+        if !gated {
+            return self.forward_bodyless(parts, body, principal, record).await;
+        }
+        self.forward_message(parts, body, principal, record).await
+    }
+
+    /// Steps 2 and 3, the same on every route and before the body is read: a foreign
+    /// `Host`, ambiguous framing or an unidentified caller is refused outright; the
+    /// client's hop-by-hop headers go, and the forwarding and identity headers are the
+    /// sidecar's. The caller's identity, when the route needs one.
+    async fn admit_head(
+        &self,
+        parts: &mut http::request::Parts,
+        passthrough: bool,
+        record: &mut Record,
+    ) -> Result<Option<String>, Failure> {
+        self.hosts.load().check(parts)?;
+        ingress::check_framing(parts)?;
         // The client's hop-by-hop set goes now, named by its own `Connection` and before
         // anything of ours is added (forwarding, identity, idempotency): honoured later,
         // it deleted the sidecar's own headers. The framing was checked just above.
@@ -281,7 +332,7 @@ impl Proxy {
         let principal = if passthrough && !self.principal.required_on_passthrough() {
             None
         } else {
-            self.principal.identify(&parts, trusted_peer).await?
+            self.principal.identify(parts, trusted_peer).await?
         };
         record.set_principal(principal.as_deref());
         self.principal.strip(&mut parts.headers);
@@ -291,122 +342,83 @@ impl Proxy {
             self.scheme,
             self.principal.header(),
         );
-        if passthrough {
-            return self
-                .send_untouched(parts, body.map_err(BoxError::from).boxed(), record)
-                .await;
+        Ok(principal)
+    }
+
+    /// 2025-era GET streams and DELETEs pass through, streaming; a body on them would be
+    /// forwarded unexamined, so there must be none. Their answers are still sealed.
+    async fn forward_bodyless(
+        &self,
+        parts: http::request::Parts,
+        body: Incoming,
+        principal: Option<String>,
+        record: &mut Record,
+    ) -> Result<Response<ProxyBody>, Failure> {
+        if !body.is_end_stream() {
+            return Err(ProxyError::BodyNotAllowed(parts.method).into());
         }
-        if !gated {
-            // 2025-era GET streams and DELETEs pass through, streaming; a body on them
-            // would be forwarded unexamined, so there must be none.
-            if !body.is_end_stream() {
-                return Err(ProxyError::BodyNotAllowed(parts.method).into());
-            }
-            let context = SealContext::unbound(principal);
-            let asked = if parts.method == Method::GET {
-                Asked::Stream
-            } else {
-                Asked::Other
-            };
-            return self
-                .exchange(
-                    parts,
-                    upstream::full(Bytes::new()),
-                    context,
-                    asked,
-                    None,
-                    record,
-                )
-                .await;
-        }
+        let context = SealContext::unbound(principal);
+        let asked = if parts.method == Method::GET {
+            Asked::Stream
+        } else {
+            Asked::Other
+        };
+        self.exchange(
+            parts,
+            upstream::full(Bytes::new()),
+            context,
+            asked,
+            None,
+            record,
+        )
+        .await
+    }
+
+    /// Steps 4 to 8 for a POSTed JSON-RPC message: the gate, the state and the tool
+    /// features for a call, then the upstream and the answer (or a stored answer for a
+    /// repeated write, without the upstream).
+    async fn forward_message(
+        &self,
+        mut parts: http::request::Parts,
+        body: Incoming,
+        principal: Option<String>,
+        record: &mut Record,
+    ) -> Result<Response<ProxyBody>, Failure> {
         let mut admitted = self.gate.admit(&parts.headers, body).await?;
         let id = admitted.id().cloned();
-        // The path and the query: one upstream may route tenants by either.
-        let path = parts
-            .uri
-            .path_and_query()
-            .map_or("/", http::uri::PathAndQuery::as_str);
-        // Whose share of the shared stores this request spends.
-        let owner = Owner::of(principal.as_deref(), peer.map(|p| p.0.ip()));
-        let (binding, claim, flow, tools) = match admitted.call_mut() {
-            Some((method, mut params)) => {
-                record.set_call(method, id.as_ref(), params.as_deref());
-                let opened = match params {
-                    Some(ref mut params) => self
-                        .opener
-                        .open(method, path, params, principal.as_deref(), &owner)
-                        .await
-                        .map_err(|error| Failure {
-                            id: id.clone(),
-                            error,
-                            upstream_head: None,
-                        })?,
-                    None => None,
-                };
-                let capabilities = capabilities::declared(params.as_deref());
-                let (binding, claim, flow) = match opened {
-                    Some(opened) => {
-                        if let Some(kid) = record.kid() {
-                            self.metrics.token_opened(kid);
-                        }
-                        (Some(opened.binding), opened.claim, opened.flow)
-                    }
-                    // Computed now, for the response: only the binding outlives this
-                    // function, never the parsed body.
-                    None => (
-                        RequestBinding::of(method, params.as_deref())
-                            .ok()
-                            .map(|b| b.at_path(path)),
-                        None,
-                        None,
-                    ),
-                };
-                // After the binding: a state binds the arguments as the client sent them
-                // (sealed handles), and the upstream gets its own raw handles.
-                let tools = match self
-                    .tools
-                    .inbound(
-                        method,
-                        path,
-                        params,
-                        &mut parts.headers,
-                        principal.as_deref(),
-                        &owner,
-                    )
-                    .await
-                {
-                    Ok(tools) => tools,
-                    Err(error) => {
-                        // Refused before forwarding: a consumed state is given back.
-                        if let Some(claim) = claim {
-                            self.opener.release(claim).await;
-                        }
-                        return Err(Failure {
-                            id,
-                            error,
-                            upstream_head: None,
-                        });
-                    }
-                };
-                (binding, claim, (capabilities, flow), tools)
-            }
-            None => (None, None, (None, None), Inbound::default()),
+        let peer = parts.extensions.get::<Peer>().copied();
+        let caller = Caller {
+            // The path and the query: one upstream may route tenants by either.
+            path: parts
+                .uri
+                .path_and_query()
+                .map_or("/", http::uri::PathAndQuery::as_str),
+            principal: principal.as_deref(),
+            // Whose share of the shared stores this request spends.
+            owner: Owner::of(principal.as_deref(), peer.map(|p| p.0.ip())),
         };
-        if let Some(answer) = tools.replay {
+        let prepared = match admitted.call_mut() {
+            Some((method, params)) => {
+                self.prepare_call(method, params, &mut parts.headers, &caller, &id, record)
+                    .await?
+            }
+            None => Prepared::default(),
+        };
+        if let Some(answer) = prepared.tools.replay {
             // A repeat of a completed write: the stored answer under this request's id,
             // and the upstream is not called.
             return Ok(tools::replayed(id.as_ref(), answer));
         }
-        let ticket = tools.ticket.clone();
+        let ticket = prepared.tools.ticket.clone();
         // The parsed body ends here, before the upstream is awaited.
         let (forwarded, reservation) = admitted.into_forwarded();
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(forwarded.len()));
         // The method as the audit record already escaped it, for the sealer's log lines.
-        let context = SealContext::new(id, record.method(), binding, principal)
-            .with_flow(flow.0, flow.1)
-            .with_tools(tools);
+        let context = SealContext::new(id, record.method(), prepared.binding, principal)
+            .with_flow(prepared.capabilities, prepared.flow)
+            .with_tools(prepared.tools);
         let asked = if context.request_id().is_some() {
             Asked::Call
         } else {
@@ -418,7 +430,7 @@ impl Proxy {
                 reservation.hold(upstream::full(forwarded)),
                 context,
                 asked,
-                claim,
+                prepared.claim,
                 record,
             )
             .await;
@@ -428,6 +440,81 @@ impl Proxy {
             ticket.finish_if_complete().await;
         }
         response
+    }
+
+    /// Steps 5 and 6 for a call: open its state (or compute its binding for the
+    /// response), then apply the tool features. A tool feature's refusal gives a
+    /// consumed state back, since nothing was forwarded.
+    async fn prepare_call(
+        &self,
+        method: &str,
+        mut params: Option<&mut serde_json::Map<String, serde_json::Value>>,
+        headers: &mut http::HeaderMap,
+        caller: &Caller<'_>,
+        id: &Option<Id>,
+        record: &mut Record,
+    ) -> Result<Prepared, Failure> {
+        let refused = |error| Failure {
+            id: id.clone(),
+            error,
+            upstream_head: None,
+        };
+        record.set_call(method, id.as_ref(), params.as_deref());
+        let opened = match params {
+            Some(ref mut params) => self
+                .opener
+                .open(method, caller.path, params, caller.principal, &caller.owner)
+                .await
+                .map_err(refused)?,
+            None => None,
+        };
+        let capabilities = capabilities::declared(params.as_deref());
+        let (binding, claim, flow) = match opened {
+            Some(opened) => {
+                if let Some(kid) = record.kid() {
+                    self.metrics.keys.token_opened(kid);
+                }
+                (Some(opened.binding), opened.claim, opened.flow)
+            }
+            // Computed now, for the response: only the binding outlives the request's
+            // phases, never the parsed body.
+            None => (
+                RequestBinding::of(method, params.as_deref())
+                    .ok()
+                    .map(|b| b.at_path(caller.path)),
+                None,
+                None,
+            ),
+        };
+        // After the binding: a state binds the arguments as the client sent them (sealed
+        // handles), and the upstream gets its own raw handles.
+        let inbound = self
+            .tools
+            .inbound(
+                method,
+                caller.path,
+                params,
+                headers,
+                caller.principal,
+                &caller.owner,
+            )
+            .await;
+        match inbound {
+            Ok(tools) => Ok(Prepared {
+                binding,
+                claim,
+                capabilities,
+                flow,
+                tools,
+            }),
+            Err(error) => {
+                // Refused before forwarding: a consumed state is given back.
+                if let Some(claim) = claim {
+                    self.opener.release(claim).await;
+                }
+                Err(refused(error))
+            }
+        }
     }
 
     /// Send to the upstream, timing the wait for its response head (the part of a
@@ -442,7 +529,7 @@ impl Proxy {
         let status = result.as_ref().ok().map(Response::status);
         record.upstream_answered(started.elapsed(), status);
         if let Some(status) = status {
-            self.metrics.upstream_response(status);
+            self.metrics.path.upstream_response(status);
         }
         result
     }

@@ -15,12 +15,12 @@
 
 use super::budget::{self, CollectError, MemoryBudget, Reservation};
 use super::counted::Counted;
+use super::metrics::{Meters, SealFailure};
 use super::response::{SealContext, Sealer, with_body};
 use super::upstream::{self, BoxError, ProxyBody};
 use super::{Failure, identity_encoding};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
-use crate::metrics::{Metrics, SealFailure};
 use crate::policy::flow::FlowLimits;
 use crate::policy::single_use::SingleUse;
 use crate::sse::{EventRewriter, SseRewriteBody};
@@ -41,7 +41,7 @@ pub struct Outbound {
     sealer: Arc<StateSealer>,
     /// Asked, when a state is sealed, whether its target is single-use now.
     single_use: Arc<SingleUse>,
-    metrics: Arc<Metrics>,
+    metrics: Meters,
     limits: LimitsConfig,
     budget: Arc<MemoryBudget>,
     /// Round limits applied when a round is sealed.
@@ -86,7 +86,7 @@ impl Outbound {
     pub fn new(
         sealer: Arc<StateSealer>,
         single_use: Arc<SingleUse>,
-        metrics: Arc<Metrics>,
+        metrics: Meters,
         limits: LimitsConfig,
         budget: Arc<MemoryBudget>,
         flow_limits: FlowLimits,
@@ -212,7 +212,7 @@ impl Outbound {
         B: Body<Data = Bytes> + Send + Sync + 'static,
         B::Error: std::fmt::Display,
     {
-        let sealer = Counted::new(sealer, &self.metrics);
+        let sealer = Counted::new(sealer, &self.metrics.path);
         rewrite(parts, body, sealer, &self.limits, self.budget.reservation())
     }
 

@@ -8,10 +8,11 @@
 //! becomes a JSON-RPC internal error instead, counted and logged.
 
 use super::budget::Reservation;
+use super::metrics::{Meters, SealFailure};
 use super::upstream::ProxyBody;
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Id};
-use crate::metrics::{Metrics, MrtrRefusal, SealFailure};
+use crate::policy::MrtrRefusal;
 use crate::policy::flow::FlowLimits;
 use crate::policy::single_use::SingleUsePolicy;
 use crate::policy::{answers, capabilities};
@@ -102,7 +103,7 @@ pub struct Sealer {
     sealer: Arc<StateSealer>,
     /// The single-use policy when this response began: decides the `su` claim.
     single_use: Arc<SingleUsePolicy>,
-    metrics: Arc<Metrics>,
+    metrics: Meters,
     max_state_bytes: usize,
     limits: FlowLimits,
     context: SealContext,
@@ -129,7 +130,7 @@ impl Sealer {
     pub fn new(
         sealer: Arc<StateSealer>,
         single_use: Arc<SingleUsePolicy>,
-        metrics: Arc<Metrics>,
+        metrics: Meters,
         max_state_bytes: usize,
         limits: FlowLimits,
         context: SealContext,
@@ -293,10 +294,10 @@ impl Sealer {
             return Err(SealFailure::StateTooLarge.into());
         }
         if let Some(kid) = crate::token::KeyId::of_token(&token) {
-            self.metrics.token_minted(kid);
+            self.metrics.keys.token_minted(kid);
         }
         result.insert("requestState".into(), Value::String(token));
-        self.metrics.sealed();
+        self.metrics.path.sealed();
         Ok(true)
     }
 
@@ -315,7 +316,7 @@ impl Sealer {
 
     /// Count, log, and build the internal error that replaces an unsafe response.
     pub fn failure(&self, failure: SealFailure) -> ProxyError {
-        self.metrics.seal_failed(failure);
+        self.metrics.path.seal_failed(failure);
         tracing::error!(
             method = self.context.method.as_deref().unwrap_or("-"),
             reason = failure.as_str(),
@@ -329,7 +330,7 @@ impl Sealer {
         match withheld {
             Withheld::Failure(failure) => self.failure(failure),
             Withheld::Refused(reason, error) => {
-                self.metrics.mrtr_refused(reason);
+                self.metrics.policy.mrtr_refused(reason);
                 tracing::warn!(
                     method = self.context.method.as_deref().unwrap_or("-"),
                     reason = reason.as_str(),

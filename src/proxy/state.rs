@@ -8,9 +8,10 @@
 //! failure the caller gets the one frozen error, the reason goes to the log and to
 //! `state_verified_total`, and nothing is forwarded.
 
+use super::metrics::{Meters, VerifyResult};
 use crate::error::{ProxyError, Resource, Share};
 use crate::jsonrpc::ParseError;
-use crate::metrics::{Metrics, MrtrRefusal, VerifyResult};
+use crate::policy::MrtrRefusal;
 use crate::policy::answers;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::{NotCleared, Revocations};
@@ -27,7 +28,7 @@ pub struct StateOpener {
     pub(super) single_use: Arc<SingleUse>,
     pub(super) revocations: Arc<Revocations>,
     pub(super) flow_limits: FlowLimits,
-    pub(super) metrics: Arc<Metrics>,
+    pub(super) metrics: Meters,
     pub(super) max_token_bytes: usize,
 }
 
@@ -82,7 +83,7 @@ impl StateOpener {
             .map_err(|rejection| self.refuse(method, rejection.reason, rejection.detail))?;
         let now = crate::token::now();
         if self.flow_limits.too_old(opened.flow, now) {
-            self.metrics.mrtr_refused(MrtrRefusal::FlowLimit);
+            self.metrics.policy.mrtr_refused(MrtrRefusal::FlowLimit);
             return Err(self.refuse(
                 method,
                 Reject::Expired,
@@ -111,7 +112,7 @@ impl StateOpener {
             && let Err(error) = self.filter_input_responses(params, asked)
         {
             // The token itself was good; the request around it was not.
-            self.metrics.verified(VerifyResult::Ok);
+            self.metrics.path.verified(VerifyResult::Ok);
             return Err(error);
         }
         // Each answer must answer its question (the client's mistake when it does not:
@@ -120,8 +121,8 @@ impl StateOpener {
             (&opened.questions, params.get("inputResponses"))
             && let Err(bad) = answers::check(questions, responses)
         {
-            self.metrics.verified(VerifyResult::Ok);
-            self.metrics.mrtr_refused(MrtrRefusal::InvalidAnswer);
+            self.metrics.path.verified(VerifyResult::Ok);
+            self.metrics.policy.mrtr_refused(MrtrRefusal::InvalidAnswer);
             tracing::info!(key = %bad.key, rule = %bad.rule, "inputResponses refused");
             return Err(ProxyError::InvalidAnswer {
                 key: bad.key,
@@ -142,16 +143,16 @@ impl StateOpener {
             }
             // The token was good and stays unspent: the client may retry it later.
             Err(NotConsumed::Share) => {
-                self.metrics.verified(VerifyResult::Ok);
-                self.metrics.quota_refused(Share::SingleUseEntries);
+                self.metrics.path.verified(VerifyResult::Ok);
+                self.metrics.refusals.quota_refused(Share::SingleUseEntries);
                 return Err(ProxyError::Quota(Share::SingleUseEntries));
             }
             Err(NotConsumed::Full) => {
-                self.metrics.verified(VerifyResult::Ok);
+                self.metrics.path.verified(VerifyResult::Ok);
                 return Err(ProxyError::StoreFull(Resource::SingleUse));
             }
         };
-        self.metrics.verified(VerifyResult::Ok);
+        self.metrics.path.verified(VerifyResult::Ok);
         if opened.no_upstream_state {
             // The upstream sent no state this round; it gets none back.
             params.remove("requestState");
@@ -171,7 +172,7 @@ impl StateOpener {
     }
 
     fn refuse(&self, method: &str, reason: Reject, detail: &'static str) -> ProxyError {
-        self.metrics.verified(VerifyResult::Rejected(reason));
+        self.metrics.path.verified(VerifyResult::Rejected(reason));
         tracing::warn!(
             method = %Clipped(method),
             reason = reason.as_str(),
@@ -195,7 +196,7 @@ impl StateOpener {
                 responses.retain(|key, _| asked.iter().any(|a| a == key));
                 let dropped = before - responses.len();
                 if dropped > 0 {
-                    self.metrics.input_responses_dropped(dropped);
+                    self.metrics.path.input_responses_dropped(dropped);
                     tracing::info!(dropped, "dropped inputResponses the round did not ask for");
                 }
                 Ok(())

@@ -94,6 +94,8 @@ pub enum StoreKind {
 }
 
 impl StoreKind {
+    pub const ALL: [StoreKind; 2] = [StoreKind::Memory, StoreKind::Redis];
+
     pub fn as_str(self) -> &'static str {
         match self {
             StoreKind::Memory => "memory",
@@ -101,6 +103,8 @@ impl StoreKind {
         }
     }
 }
+
+crate::registry::closed_label!(StoreKind);
 
 /// The configured store.
 pub enum Store {

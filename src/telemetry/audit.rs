@@ -13,7 +13,7 @@
 //! level leaves it out: most requests' access lines are at `debug`.
 
 use crate::error::{Category, ProxyError};
-use crate::metrics::{MethodClass, Outcome};
+use crate::mcp::MethodClass;
 use crate::text::{MAX_LOGGED_BYTES, printable};
 use crate::token::{KeyId, Reject};
 use http::HeaderMap;
@@ -291,6 +291,31 @@ fn id_text(id: &serde_json::Value) -> String {
         other => printable(&other.to_string(), MAX_ID_BYTES),
     }
 }
+
+/// How a request ended, as far as the response head (`outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The upstream's answer (any status) reached the client.
+    Ok,
+    /// The sidecar refused the request (the client's fault, or a check it failed).
+    Refused,
+    /// The upstream was unreachable, too slow, or answered what cannot be made safe.
+    UpstreamError,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::Refused, Outcome::UpstreamError];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Refused => "refused",
+            Outcome::UpstreamError => "upstream_error",
+        }
+    }
+}
+
+crate::registry::closed_label!(Outcome);
 
 #[cfg(test)]
 mod tests {

@@ -16,6 +16,7 @@ pub mod claims;
 pub mod handle;
 pub mod keyring;
 pub mod kid;
+mod metrics;
 
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ pub use claims::{BindingError, Flow, RequestBinding, args_digest};
 pub use handle::{HandleReject, OpenedHandle};
 pub use keyring::{KeyRing, KeyRingError, OpenError, TOKEN_ID_LEN, generate_secret};
 pub use kid::KeyId;
+pub use metrics::KeyMetrics;
 
 use claims::{MintClaims, OpenedClaims, principal_claim, principal_matches};
 

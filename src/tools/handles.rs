@@ -17,13 +17,14 @@
 //! round, JSON or SSE, or a replayed answer (whose record holds the raw handle, sealed
 //! afresh for each replay).
 
+use super::metrics::{HandleResult, ToolMetrics};
 use crate::config::HandleConfig;
 use crate::error::ProxyError;
 use crate::glob::glob_match;
 use crate::jsonrpc::{self, Lookup};
-use crate::metrics::{HandleResult, Metrics};
 use crate::policy::revocation::{NotCleared, Revocations};
 use crate::policy::single_use::SingleUse;
+use crate::token::KeyMetrics;
 use crate::token::{HandleReject, KeyId, StateSealer};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -32,7 +33,8 @@ use std::sync::Arc;
 pub struct Handles {
     kinds: Vec<HandleConfig>,
     sealer: Arc<StateSealer>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ToolMetrics>,
+    keys: Arc<KeyMetrics>,
     revocations: Arc<Revocations>,
     /// Its store-failure policy (`single_use.on_store_error`) applies to revocations.
     single_use: Arc<SingleUse>,
@@ -47,14 +49,16 @@ pub struct Issue {
     /// The request path and query the handle is issued on.
     path: String,
     sealer: Arc<StateSealer>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ToolMetrics>,
+    keys: Arc<KeyMetrics>,
 }
 
 impl Handles {
     pub fn new(
         kinds: &[HandleConfig],
         sealer: Arc<StateSealer>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ToolMetrics>,
+        keys: Arc<KeyMetrics>,
         revocations: Arc<Revocations>,
         single_use: Arc<SingleUse>,
     ) -> Self {
@@ -62,6 +66,7 @@ impl Handles {
             kinds: kinds.to_vec(),
             sealer,
             metrics,
+            keys,
             revocations,
             single_use,
         }
@@ -116,7 +121,7 @@ impl Handles {
             *argument = opened.raw;
             self.metrics.handle(HandleResult::Ok);
             if let Some(kid) = kid {
-                self.metrics.handle_opened(kid);
+                self.keys.handle_opened(kid);
             }
         }
         Ok(())
@@ -165,6 +170,7 @@ impl Handles {
             path: path.to_owned(),
             sealer: self.sealer.clone(),
             metrics: self.metrics.clone(),
+            keys: self.keys.clone(),
         })
     }
 }
@@ -205,7 +211,7 @@ impl Issue {
                         *ttl,
                     );
                     if let Some(kid) = KeyId::of_handle(&sealed) {
-                        self.metrics.handle_minted(kid);
+                        self.keys.handle_minted(kid);
                     }
                     *raw = Value::String(sealed);
                     self.metrics.handle(HandleResult::Sealed);

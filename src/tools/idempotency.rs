@@ -23,10 +23,11 @@
 //! replaying caller (the same principal, by the record's key), so a replay never hands
 //! out a handle that expired while the record lived.
 
+use super::metrics::{IdempotencyResult, ToolMetrics};
 use crate::config::IdempotencyConfig;
+use crate::error::RefusalMetrics;
 use crate::error::{ProxyError, Resource, Share};
 use crate::glob::glob_match;
-use crate::metrics::{IdempotencyResult, Metrics};
 use crate::store::{Owner, Store, StoreError};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};
@@ -48,7 +49,9 @@ pub struct Idempotency {
     config: IdempotencyConfig,
     audience: Option<String>,
     store: Arc<Store>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ToolMetrics>,
+    /// Where a caller over its share is counted.
+    refusals: Arc<RefusalMetrics>,
     /// How long a reservation holds unless renewed (`idempotency.lease_ms`).
     lease: Duration,
     /// Reservations in flight on this replica, per owner.
@@ -105,7 +108,7 @@ pub struct Ticket {
 
 struct Pending {
     store: Arc<Store>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ToolMetrics>,
     record: String,
     /// The exact value reserved (its nonce makes it ours): only it is renewed,
     /// replaced or deleted.
@@ -147,13 +150,15 @@ impl Idempotency {
         config: &IdempotencyConfig,
         audience: Option<String>,
         store: Arc<Store>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ToolMetrics>,
+        refusals: Arc<RefusalMetrics>,
     ) -> Self {
         Self {
             config: config.clone(),
             audience,
             store,
             metrics,
+            refusals,
             lease: Duration::from_millis(config.lease_ms),
             in_flight: Arc::default(),
         }
@@ -348,7 +353,7 @@ impl Idempotency {
 
     fn over_share(&self, share: Share) -> ProxyError {
         self.metrics.idempotency(IdempotencyResult::Quota);
-        self.metrics.quota_refused(share);
+        self.refusals.quota_refused(share);
         tracing::warn!(
             share = share.as_str(),
             key = share.key(),

@@ -9,6 +9,7 @@
 
 pub mod handles;
 pub mod idempotency;
+mod metrics;
 
 use crate::error::ProxyError;
 use http::HeaderMap;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 
 pub use handles::{Handles, Issue};
 pub use idempotency::{Admission, Idempotency, Replay, Ticket};
+pub use metrics::{HandleResult, IdempotencyResult, ToolMetrics};
 
 /// The tool phase: what every configured feature needs.
 pub struct ToolFeatures {

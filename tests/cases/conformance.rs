@@ -26,8 +26,8 @@ async fn suite_passes_through_the_sidecar(mode: Mode) {
     // The suite's tampered state was refused here (not by a lenient upstream), and the
     // genuine retries of every other scenario opened.
     let metrics = sidecar.metrics();
-    assert!(metrics.verified_count("malformed") >= 1, "{report}");
-    assert!(metrics.verified_count("ok") >= 1, "{report}");
+    assert!(metrics.path.verified_count("malformed") >= 1, "{report}");
+    assert!(metrics.path.verified_count("ok") >= 1, "{report}");
     sidecar.stop().await;
 }
 

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::Method;
 use mcp_state_guard::config::PrincipalSource;
 use mcp_state_guard::error::ErrorKind;
-use mcp_state_guard::metrics::SealFailure;
+use mcp_state_guard::proxy::SealFailure;
 use mcp_state_guard::token::Reject;
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -109,15 +109,18 @@ async fn assert_refused_with(
 ) {
     let before = (upstream.seen(), upstream.http_log());
     let metrics = sidecar.metrics();
-    let count = metrics.verified_count(label);
-    let refused = metrics.refused_count(ErrorKind::InvalidState);
+    let count = metrics.path.verified_count(label);
+    let refused = metrics.refusals.refused_count(ErrorKind::InvalidState);
     let reply = post_mcp_with(&sidecar.mcp_url(), message, extra).await;
     assert_eq!(reply.status, 400, "{}", reply.text());
     let frozen = json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602,
         "message": "Invalid or expired requestState", "data": {"reason": "invalid_request_state"}}});
     assert_eq!(reply.json(), frozen);
-    assert_eq!(metrics.verified_count(label), count + 1, "{label}");
-    assert_eq!(metrics.refused_count(ErrorKind::InvalidState), refused + 1);
+    assert_eq!(metrics.path.verified_count(label), count + 1, "{label}");
+    assert_eq!(
+        metrics.refusals.refused_count(ErrorKind::InvalidState),
+        refused + 1
+    );
     let after = (upstream.seen(), upstream.http_log());
     assert_eq!(after, before, "the refused request reached the upstream");
 }
@@ -159,11 +162,15 @@ async fn sdk_automatic_loop(mode: Mode) {
     assert_eq!(auto["text"], PROVISIONED);
 
     let metrics = sidecar.metrics();
-    let sealed = metrics.sealed_count();
+    let sealed = metrics.path.sealed_count();
     assert!(sealed >= 10, "sealed {sealed}");
-    assert_eq!(metrics.verified_count("ok"), sealed, "each came back once");
+    assert_eq!(
+        metrics.path.verified_count("ok"),
+        sealed,
+        "each came back once"
+    );
     for reject in Reject::ALL.map(Reject::as_str) {
-        assert_eq!(metrics.verified_count(reject), 0, "{reject}");
+        assert_eq!(metrics.path.verified_count(reject), 0, "{reject}");
     }
     // The upstream got its own plaintext back every time, never a token.
     let seen = upstream.seen();
@@ -251,7 +258,10 @@ async fn manual_loop(mode: Mode) {
     // Fresh per round and per flow (random nonces): two_step's two rounds differ too.
     let distinct: HashSet<&String> = all.iter().collect();
     assert_eq!(distinct.len(), all.len(), "a token repeated: {all:?}");
-    assert_eq!(sidecar.metrics().verified_count("ok"), all.len() as u64);
+    assert_eq!(
+        sidecar.metrics().path.verified_count("ok"),
+        all.len() as u64
+    );
     sidecar.stop().await;
 }
 
@@ -289,8 +299,8 @@ async fn tampering_that_works_directly_fails_through_the_sidecar() {
     let rounds = seen.iter().filter(|e| e["name"] == "provision").count();
     assert_eq!(rounds, 1, "{seen:?}");
     assert!(seen.iter().all(|e| e["requestState"].is_null()), "{seen:?}");
-    assert_eq!(sidecar.metrics().verified_count("malformed"), 1);
-    assert_eq!(sidecar.metrics().verified_count("ok"), 0);
+    assert_eq!(sidecar.metrics().path.verified_count("malformed"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("ok"), 0);
     sidecar.stop().await;
 }
 
@@ -403,7 +413,10 @@ async fn replicas_sharing_keys_serve_each_others_retries() {
     assert_opens(&a_url, 3, &mint(&b_url, NOBODY).await, NOBODY).await;
     for metrics in [a.metrics(), b.metrics()] {
         assert_eq!(
-            [metrics.sealed_count(), metrics.verified_count("ok")],
+            [
+                metrics.path.sealed_count(),
+                metrics.path.verified_count("ok")
+            ],
             [1, 1]
         );
     }
@@ -494,7 +507,7 @@ async fn unasked_input_responses_are_dropped() {
     let body = upstream.http_log()[0]["body"].as_str().unwrap().to_owned();
     let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["params"]["inputResponses"], region());
-    assert_eq!(sidecar.metrics().input_responses_dropped_count(), 1);
+    assert_eq!(sidecar.metrics().path.input_responses_dropped_count(), 1);
     sidecar.stop().await;
 }
 
@@ -553,7 +566,12 @@ async fn empty_2025_answers_pass_through_unchanged() {
     let reply = send(Method::DELETE, &url, &headers, "", HTTP_TIMEOUT).await;
     assert_eq!((reply.status.as_u16(), reply.text()), (200, String::new()));
     let metrics = sidecar.metrics();
-    assert_eq!(metrics.seal_failure_count(SealFailure::UnparseableBody), 0);
+    assert_eq!(
+        metrics
+            .path
+            .seal_failure_count(SealFailure::UnparseableBody),
+        0
+    );
     sidecar.stop().await;
 }
 
@@ -599,7 +617,7 @@ async fn sse_events_stream_through_unchanged_and_the_last_is_sealed() {
     let (_, events) = post_mcp_streaming(&sidecar.mcp_url(), &retry).await;
     let last = event_json(&events.last().expect("events").1);
     assert_eq!(text(&last), "progress_ask done ok=true");
-    assert_eq!(sidecar.metrics().verified_count("ok"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("ok"), 1);
     sidecar.stop().await;
 }
 
@@ -616,8 +634,14 @@ async fn a_nonstring_state_becomes_an_internal_error() {
     assert!(body.get("result").is_none(), "{body}");
     assert!(!reply.text().contains("12345"), "{body}");
     let metrics = sidecar.metrics();
-    assert_eq!(metrics.seal_failure_count(SealFailure::NonStringState), 1);
-    assert_eq!(metrics.refused_count(ErrorKind::UpstreamResponse), 1);
-    assert_eq!(metrics.sealed_count(), 0);
+    assert_eq!(
+        metrics.path.seal_failure_count(SealFailure::NonStringState),
+        1
+    );
+    assert_eq!(
+        metrics.refusals.refused_count(ErrorKind::UpstreamResponse),
+        1
+    );
+    assert_eq!(metrics.path.sealed_count(), 0);
     sidecar.stop().await;
 }

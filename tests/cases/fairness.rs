@@ -16,8 +16,10 @@ use crate::support::sidecar::{Sidecar, config};
 use http::Method;
 use mcp_state_guard::config::{Config, OnStoreError, PrincipalSource, SingleUseStore};
 use mcp_state_guard::error::{Resource, Share};
-use mcp_state_guard::metrics::{Consumption, IdempotencyResult, Listener};
+use mcp_state_guard::policy::Consumption;
+use mcp_state_guard::server::Listener;
 use mcp_state_guard::store::StoreKind;
+use mcp_state_guard::tools::IdempotencyResult;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -105,9 +107,16 @@ async fn one_caller_cannot_fill_the_single_use_store_for_another() {
     let reply = call(&url, "alice", Some(&alice)).await;
     assert_eq!(reply.status, 200, "alice is unaffected: {}", reply.text());
     let metrics = sidecar.metrics();
-    assert_eq!(metrics.quota_refusal_count(Share::SingleUseEntries), 1);
     assert_eq!(
-        metrics.consumption_count(StoreKind::Memory, Consumption::Quota),
+        metrics
+            .refusals
+            .quota_refusal_count(Share::SingleUseEntries),
+        1
+    );
+    assert_eq!(
+        metrics
+            .policy
+            .consumption_count(StoreKind::Memory, Consumption::Quota),
         1
     );
     sidecar.stop().await;
@@ -144,7 +153,9 @@ async fn a_full_store_is_refused_under_allow_and_named_by_readyz_without_failing
     assert_eq!(fake.count(), forwarded, "not let through, not replayable");
     let metrics = sidecar.metrics();
     assert_eq!(
-        metrics.consumption_count(StoreKind::Memory, Consumption::Full),
+        metrics
+            .policy
+            .consumption_count(StoreKind::Memory, Consumption::Full),
         2
     );
     let ready = admin_get(&sidecar, "/readyz").await;
@@ -162,7 +173,7 @@ async fn a_full_store_is_refused_under_allow_and_named_by_readyz_without_failing
         scraped.contains("mcp_state_guard_store_fill_ratio{resource=\"single_use\"} 1"),
         "{scraped}"
     );
-    assert_eq!(metrics.store_fill_ratio(Resource::SingleUse), 1.0);
+    assert_eq!(metrics.refusals.store_fill_ratio(Resource::SingleUse), 1.0);
     sidecar.stop().await;
 }
 
@@ -201,6 +212,7 @@ async fn a_redis_out_of_memory_is_full_not_unreachable() {
     assert_eq!(
         sidecar
             .metrics()
+            .policy
             .consumption_count(StoreKind::Redis, Consumption::Full),
         1
     );
@@ -266,7 +278,7 @@ async fn one_callers_slow_calls_do_not_starve_another_callers_writes() {
         .collect();
     let metrics = sidecar.metrics().clone();
     let deadline = Instant::now() + Duration::from_secs(6);
-    while metrics.idempotency_count(IdempotencyResult::Reserved) < 4 {
+    while metrics.tools.idempotency_count(IdempotencyResult::Reserved) < 4 {
         assert!(
             Instant::now() < deadline,
             "the four writes were not all reserved"
@@ -292,6 +304,7 @@ async fn one_callers_slow_calls_do_not_starve_another_callers_writes() {
     assert!(
         sidecar
             .metrics()
+            .refusals
             .quota_refusal_count(Share::IdempotencyInFlight)
             >= 1
     );
@@ -334,6 +347,7 @@ async fn one_callers_stored_answers_do_not_spend_another_callers_budget() {
     assert_eq!(
         sidecar
             .metrics()
+            .refusals
             .quota_refusal_count(Share::IdempotencyBytes),
         1
     );
@@ -379,7 +393,7 @@ async fn a_revocation_stops_only_its_own_services_flows() {
             .status,
         400
     );
-    assert_eq!(billing.metrics().verified_count("revoked"), 1);
+    assert_eq!(billing.metrics().path.verified_count("revoked"), 1);
     let reply = call(&search.mcp_url(), "alice", Some(&at_search)).await;
     assert_eq!(
         reply.status,
@@ -387,7 +401,7 @@ async fn a_revocation_stops_only_its_own_services_flows() {
         "search's alice is not revoked: {}",
         reply.text()
     );
-    assert_eq!(search.metrics().verified_count("revoked"), 0);
+    assert_eq!(search.metrics().path.verified_count("revoked"), 0);
     billing.stop().await;
     search.stop().await;
 }
@@ -428,7 +442,13 @@ async fn idle_connections_give_their_slots_to_new_ones() {
     let mut buffer = [0u8; 64];
     let read = tokio::time::timeout(Duration::from_secs(5), idle[0].read(&mut buffer)).await;
     assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
-    assert!(sidecar.metrics().connections_open(Listener::Proxy) <= 2);
+    assert!(
+        sidecar
+            .metrics()
+            .connections
+            .connections_open(Listener::Proxy)
+            <= 2
+    );
     sidecar.stop().await;
 }
 
@@ -468,8 +488,20 @@ async fn one_address_holds_at_most_its_share_of_connections() {
         "{answer}"
     );
     assert!(answer.contains("connection_quota_exceeded"), "{answer}");
-    assert_eq!(sidecar.metrics().quota_refusal_count(Share::Connections), 1);
-    assert_eq!(sidecar.metrics().connections_open(Listener::Proxy), 2);
+    assert_eq!(
+        sidecar
+            .metrics()
+            .refusals
+            .quota_refusal_count(Share::Connections),
+        1
+    );
+    assert_eq!(
+        sidecar
+            .metrics()
+            .connections
+            .connections_open(Listener::Proxy),
+        2
+    );
     drop(busy);
     sidecar.stop().await;
 

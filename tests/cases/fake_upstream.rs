@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::Method;
 use mcp_state_guard::config::{Config, PrincipalSource};
 use mcp_state_guard::error::ErrorKind;
-use mcp_state_guard::metrics::SealFailure;
+use mcp_state_guard::proxy::SealFailure;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::sync::Mutex;
@@ -118,7 +118,7 @@ async fn sse_sealing_is_independent_of_chunking_and_line_endings() {
             assert_eq!(sealed, expected, "{what}");
         }
     }
-    assert_eq!(sidecar.metrics().sealed_count(), 8);
+    assert_eq!(sidecar.metrics().path.sealed_count(), 8);
     // The token is a real one, bound to this call: the retry reaches the upstream with
     // the plaintext back in place.
     let retry = tools_call(8, Some(json!(tokens[0])));
@@ -196,16 +196,27 @@ async fn oversized_events_and_bodies_become_internal_errors() {
     assert_internal_error(&reply.body, 7, "oversized event");
     assert!(reply.body.starts_with(first_progress().as_bytes()));
     let metrics = sidecar.metrics();
-    assert_eq!(metrics.seal_failure_count(SealFailure::EventTooLarge), 1);
+    assert_eq!(
+        metrics.path.seal_failure_count(SealFailure::EventTooLarge),
+        1
+    );
     // The sidecar stopped reading: the upstream's response was dropped unfinished.
     wait_until(|| fake.unfinished() == 1, "the upstream stream is closed").await;
 
     let reply = call_case(&sidecar, "json", 9).await;
     assert_eq!(reply.status, 200);
     assert_internal_error(&reply.body, 9, "oversized JSON body");
-    assert_eq!(metrics.seal_failure_count(SealFailure::ResponseTooLarge), 1);
-    assert_eq!(metrics.refused_count(ErrorKind::UpstreamResponse), 1);
-    assert_eq!(metrics.sealed_count(), 0);
+    assert_eq!(
+        metrics
+            .path
+            .seal_failure_count(SealFailure::ResponseTooLarge),
+        1
+    );
+    assert_eq!(
+        metrics.refusals.refused_count(ErrorKind::UpstreamResponse),
+        1
+    );
+    assert_eq!(metrics.path.sealed_count(), 0);
     sidecar.stop().await;
 }
 
@@ -239,7 +250,7 @@ async fn incomplete_sse_events_share_the_memory_budget() {
     let metrics = sidecar.metrics();
     let slow = call_case(&sidecar, "slow", 7);
     let second = async {
-        let holding = || metrics.buffered_bytes().get() > 2500;
+        let holding = || metrics.path.buffered_bytes().get() > 2500;
         wait_until(holding, "the slow stream holds its incomplete event").await;
         call_case(&sidecar, "fast", 8).await
     };
@@ -247,13 +258,13 @@ async fn incomplete_sse_events_share_the_memory_budget() {
 
     assert_internal_error(&second.body, 8, "an event past the budget");
     assert!(second.body.starts_with(first_progress().as_bytes()));
-    assert_eq!(metrics.seal_failure_count(SealFailure::OverBudget), 1);
+    assert_eq!(metrics.path.seal_failure_count(SealFailure::OverBudget), 1);
     // The stream holding its share was not disturbed: its state arrives sealed.
     assert!(slow.body.starts_with(first_progress().as_bytes()));
     token(&last_data(&slow.body)["result"]);
-    assert_eq!(metrics.sealed_count(), 1);
+    assert_eq!(metrics.path.sealed_count(), 1);
     wait_until(
-        || metrics.buffered_bytes().get() == 0,
+        || metrics.path.buffered_bytes().get() == 0,
         "every buffered byte is given back",
     )
     .await;
@@ -290,6 +301,7 @@ async fn compressed_upstream_bodies_are_refused_not_forwarded() {
     assert!(fake.requests().iter().all(identity));
     let failures = sidecar
         .metrics()
+        .path
         .seal_failure_count(SealFailure::UnsupportedEncoding);
     assert_eq!(failures, 2);
     sidecar.stop().await;
@@ -367,7 +379,7 @@ async fn results_that_cannot_be_sealed_become_internal_errors() {
         ("no-content-type", SealFailure::UnexpectedContentType),
     ];
     for (id, (case, failure)) in (100..).zip(cases) {
-        let before = metrics.seal_failure_count(failure);
+        let before = metrics.path.seal_failure_count(failure);
         let reply = call_case(&sidecar, case, id).await;
         assert_eq!(reply.status, 200, "{case}");
         assert_internal_error(&reply.body, id, case);
@@ -378,9 +390,13 @@ async fn results_that_cannot_be_sealed_become_internal_errors() {
         // In a stream, what came before the bad event still streamed through.
         let streamed = reply.body.starts_with(first_progress().as_bytes());
         assert_eq!(streamed, case.starts_with("sse"), "{case}");
-        assert_eq!(metrics.seal_failure_count(failure), before + 1, "{case}");
+        assert_eq!(
+            metrics.path.seal_failure_count(failure),
+            before + 1,
+            "{case}"
+        );
     }
-    assert_eq!(metrics.sealed_count(), 0);
+    assert_eq!(metrics.path.sealed_count(), 0);
     // A declared non-JSON error page is no JSON-RPC message: passed through unchanged.
     let reply = call_case(&sidecar, "text-plain", 1).await;
     let text = "Invalid Content-Type header";
@@ -458,7 +474,7 @@ async fn unicode_look_alike_keys_from_the_upstream_become_internal_errors() {
         for case in cases {
             id += 1;
             let what = format!("{mode} {case}");
-            let before = metrics.seal_failure_count(SealFailure::AmbiguousKey);
+            let before = metrics.path.seal_failure_count(SealFailure::AmbiguousKey);
             let reply = call_case(&sidecar, &format!("{mode}|{case}"), id).await;
             assert_eq!(reply.status, 200, "{what}");
             // No plaintext, in any spelling, and a -32603 for this request.
@@ -469,7 +485,7 @@ async fn unicode_look_alike_keys_from_the_upstream_become_internal_errors() {
             assert_internal_error(&reply.body, id, &what);
             let streamed = reply.body.starts_with(first_progress().as_bytes());
             assert_eq!(streamed, mode == "sse", "{what}");
-            let after = metrics.seal_failure_count(SealFailure::AmbiguousKey);
+            let after = metrics.path.seal_failure_count(SealFailure::AmbiguousKey);
             assert_eq!(after, before + 1, "{what}");
         }
         let reply = call_case(&sidecar, &format!("{mode}|control"), 7).await;
@@ -479,7 +495,7 @@ async fn unicode_look_alike_keys_from_the_upstream_become_internal_errors() {
         };
         assert_eq!(received, control, "{mode} control");
     }
-    assert_eq!(metrics.sealed_count(), 0);
+    assert_eq!(metrics.path.sealed_count(), 0);
     sidecar.stop().await;
 }
 
@@ -506,13 +522,13 @@ async fn a_state_in_any_result_is_sealed() {
     let reply = post_mcp(&sidecar.mcp_url(), &tools_call(2, None)).await;
     assert!(!contains(&reply.body, "CALL-PLAIN"), "{}", reply.text());
     token(&reply.json()["result"]);
-    assert_eq!(sidecar.metrics().sealed_count(), 2);
+    assert_eq!(sidecar.metrics().path.sealed_count(), 2);
     // And a tools/list retry with it is verified and unwrapped like any other.
     let mut retry = list.clone();
     retry["params"]["requestState"] = json!(list_token);
     let reply = post_mcp(&sidecar.mcp_url(), &retry).await;
     assert_eq!(reply.json()["result"]["tools"][0]["name"], "LIST-PLAIN");
-    assert_eq!(sidecar.metrics().verified_count("ok"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("ok"), 1);
     sidecar.stop().await;
 }
 
@@ -534,7 +550,10 @@ async fn upstream_failures_become_gateway_errors_with_the_request_id() {
     assert!(took >= Duration::from_millis(450) && took < Duration::from_secs(3));
     assert_eq!(gateway(&reply), (504, json!(41), json!(-32603)));
     assert_eq!(
-        sidecar.metrics().refused_count(ErrorKind::UpstreamTimeout),
+        sidecar
+            .metrics()
+            .refusals
+            .refused_count(ErrorKind::UpstreamTimeout),
         1
     );
     assert_eq!(hanging.count(), 1);
@@ -549,6 +568,7 @@ async fn upstream_failures_become_gateway_errors_with_the_request_id() {
     assert_eq!(gateway(&reply), (502, json!(42), json!(-32603)));
     let unavailable = sidecar
         .metrics()
+        .refusals
         .refused_count(ErrorKind::UpstreamUnavailable);
     assert_eq!(unavailable, 1);
     sidecar.stop().await;
@@ -582,6 +602,7 @@ async fn a_connection_cut_mid_stream_ends_with_an_error_event() {
         assert_internal_error(&reply.body, 44, &format!("cut (reset={reset})"));
         let failures = sidecar
             .metrics()
+            .path
             .seal_failure_count(SealFailure::UpstreamBodyError);
         assert_eq!(failures, 1);
         sidecar.stop().await;
@@ -733,7 +754,10 @@ async fn legacy_traffic_passes_through_streaming() {
     let reply = send(Method::GET, &url, &session, "{\"requestState\":\"x\"}", T).await;
     assert_eq!(reply.status, 400);
     assert_eq!(
-        sidecar.metrics().refused_count(ErrorKind::BodyNotAllowed),
+        sidecar
+            .metrics()
+            .refusals
+            .refused_count(ErrorKind::BodyNotAllowed),
         1
     );
     assert_eq!(fake.count(), before, "a GET body was forwarded");
@@ -842,6 +866,11 @@ async fn empty_json_acknowledgements_pass_through() {
         );
     }
     let metrics = sidecar.metrics();
-    assert_eq!(metrics.seal_failure_count(SealFailure::UnparseableBody), 0);
+    assert_eq!(
+        metrics
+            .path
+            .seal_failure_count(SealFailure::UnparseableBody),
+        0
+    );
     sidecar.stop().await;
 }

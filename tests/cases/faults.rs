@@ -38,7 +38,7 @@ use http::Method;
 use http_body_util::BodyExt;
 use mcp_state_guard::config::{Config, SingleUseStore};
 use mcp_state_guard::error::ErrorKind;
-use mcp_state_guard::metrics::SealFailure;
+use mcp_state_guard::proxy::SealFailure;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -192,7 +192,10 @@ async fn an_upstream_stalling_after_the_head_gets_a_gateway_error_in_time() {
         assert!(!reply.text().contains(SECRET));
     }
     let metrics = sidecar.metrics();
-    assert_eq!(metrics.refused_count(ErrorKind::UpstreamTimeout), 4);
+    assert_eq!(
+        metrics.refusals.refused_count(ErrorKind::UpstreamTimeout),
+        4
+    );
     // The stalled bodies were let go: the upstream sees its responses abandoned.
     wait_until(|| fake.unfinished() == 4, "the stalled bodies are dropped").await;
 
@@ -268,7 +271,10 @@ async fn a_byte_by_byte_upstream_is_sealed_in_time_and_cut_beyond_it() {
     assert_eq!(reply.json()["id"], json!(6));
     assert!(!reply.text().contains(SECRET));
     assert_eq!(
-        sidecar.metrics().refused_count(ErrorKind::UpstreamTimeout),
+        sidecar
+            .metrics()
+            .refusals
+            .refused_count(ErrorKind::UpstreamTimeout),
         1
     );
     sidecar.stop().await;
@@ -301,7 +307,9 @@ async fn upstream_resets_mid_stream_under_load_end_every_stream_once() {
     }
     let metrics = sidecar.metrics();
     assert_eq!(
-        metrics.seal_failure_count(SealFailure::UpstreamBodyError),
+        metrics
+            .path
+            .seal_failure_count(SealFailure::UpstreamBodyError),
         N
     );
     assert_eq!(raw.count() as u64, N);
@@ -346,7 +354,10 @@ async fn a_slow_redis_fails_closed_within_the_store_timeout_and_heals() {
         forwarded,
         "forwarded without a recorded consumption"
     );
-    assert_eq!(sidecar.metrics().verified_count("store_unavailable"), 1);
+    assert_eq!(
+        sidecar.metrics().path.verified_count("store_unavailable"),
+        1
+    );
     // What needs no store is still served.
     flow(&url, 3).await;
 
@@ -373,10 +384,13 @@ async fn a_slow_redis_fails_closed_within_the_store_timeout_and_heals() {
     // write's outcome is unknown after a timeout, so the paused token is spent (refused
     // as a replay, never forwarded); the client starts that flow again.
     let forwarded = fake.count();
-    let replays = sidecar.metrics().verified_count("replayed");
+    let replays = sidecar.metrics().path.verified_count("replayed");
     let late = call(&url, 5, "approve_payment", Some(&token)).await;
     assert_eq!(late.status, 400, "{}", late.text());
-    assert_eq!(sidecar.metrics().verified_count("replayed"), replays + 1);
+    assert_eq!(
+        sidecar.metrics().path.verified_count("replayed"),
+        replays + 1
+    );
     assert_eq!(fake.count(), forwarded);
     sidecar.stop().await;
 }
@@ -431,26 +445,26 @@ async fn the_key_file_emptied_corrupted_or_removed_under_traffic_keeps_the_last_
             None => std::fs::remove_file(&path).unwrap(),
         }
         wait_until(
-            || metrics.key_reload_count(false) == n as u64 + 1,
+            || metrics.keys.key_reload_count(false) == n as u64 + 1,
             &format!("the {what} key file is refused"),
         )
         .await;
         // Restored between faults, so that each is a change of its own.
         std::fs::write(&path, format!("{KEY_A}\n")).unwrap();
         wait_until(
-            || metrics.key_reload_count(true) == n as u64 + 1,
+            || metrics.keys.key_reload_count(true) == n as u64 + 1,
             "the good file is taken back",
         )
         .await;
     }
     // Logged and counted once each, not at every poll.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(metrics.key_reload_count(false), 3);
+    assert_eq!(metrics.keys.key_reload_count(false), 3);
     // A new good ring is picked up while traffic flows: B mints, A still opens.
     let tmp = dir.join("keys.next");
     std::fs::write(&tmp, format!("{KEY_B}\n{KEY_A}\n")).unwrap();
     std::fs::rename(&tmp, &path).unwrap();
-    wait_until(|| metrics.key_reload_count(true) == 4, "the new ring").await;
+    wait_until(|| metrics.keys.key_reload_count(true) == 4, "the new ring").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     stop.store(true, Ordering::SeqCst);
     let (done, failures) = tokio::time::timeout(T, load).await.unwrap().unwrap();
@@ -516,7 +530,7 @@ async fn tls_files_replaced_with_garbage_keep_the_last_good_certificate() {
             }
         }
         wait_until(
-            || metrics.tls_reload_count(false) == n as u64 + 1,
+            || metrics.tls.tls_reload_count(false) == n as u64 + 1,
             &format!("the {what} is refused"),
         )
         .await;
@@ -531,7 +545,11 @@ async fn tls_files_replaced_with_garbage_keep_the_last_good_certificate() {
     let renewed = other.server();
     std::fs::write(&key, &renewed.key_pem).unwrap();
     std::fs::write(&cert, &renewed.cert_pem).unwrap();
-    wait_until(|| metrics.tls_reload_count(true) >= 1, "the renewed pair").await;
+    wait_until(
+        || metrics.tls.tls_reload_count(true) >= 1,
+        "the renewed pair",
+    )
+    .await;
     assert_eq!(shown(&url, &other).await.unwrap(), 200);
     assert!(
         shown(&url, &ca).await.is_err(),

@@ -8,8 +8,8 @@ use crate::support::http::{Reply, meta, post_mcp_with};
 use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::sidecar::{Sidecar, config};
 use mcp_state_guard::config::{Config, HandleConfig, PrincipalSource};
-use mcp_state_guard::metrics::HandleResult;
 use mcp_state_guard::token::{HandleReject, KeyRing, StateSealer};
+use mcp_state_guard::tools::HandleResult;
 use serde_json::{Value, json};
 
 pub const KEY: &str = "9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b";
@@ -161,6 +161,7 @@ async fn ownership(mode: Mode) {
     for (what, who, presented, reason) in attempts {
         let before = sidecar
             .metrics()
+            .tools
             .handle_count(HandleResult::Refused(reason));
         for tool in ["append_rows", "commit_import"] {
             let reply = call(
@@ -179,6 +180,7 @@ async fn ownership(mode: Mode) {
         assert_eq!(
             sidecar
                 .metrics()
+                .tools
                 .handle_count(HandleResult::Refused(reason)),
             before + 2,
             "{what} counted as {}",
@@ -405,6 +407,7 @@ async fn a_revoked_callers_handles_are_refused() {
     assert_eq!(
         sidecar
             .metrics()
+            .tools
             .handle_count(HandleResult::Refused(HandleReject::Revoked)),
         1
     );
@@ -419,9 +422,21 @@ async fn a_revoked_callers_handles_are_refused() {
     let kid = KeyId::of_handle(&fresh).expect("a handle names its key");
     assert_eq!(KeyId::of_handle(&alices), Some(kid));
     let metrics = sidecar.metrics();
-    assert_eq!(metrics.handles_count(true, kid), Some(3), "three minted");
-    assert_eq!(metrics.handles_count(false, kid), Some(3), "three opened");
-    assert_eq!(metrics.tokens_count(false, kid), Some(0), "no state opened");
+    assert_eq!(
+        metrics.keys.handles_count(true, kid),
+        Some(3),
+        "three minted"
+    );
+    assert_eq!(
+        metrics.keys.handles_count(false, kid),
+        Some(3),
+        "three opened"
+    );
+    assert_eq!(
+        metrics.keys.tokens_count(false, kid),
+        Some(0),
+        "no state opened"
+    );
     sidecar.stop().await;
 }
 

@@ -13,7 +13,7 @@ use crate::support::sidecar::{self, Sidecar};
 use http::Method;
 use mcp_state_guard::config::Config;
 use mcp_state_guard::config::reload::ConfigSource;
-use mcp_state_guard::metrics::ConfigReload;
+use mcp_state_guard::config::reload::ReloadOutcome;
 use mcp_state_guard::token::{KeyId, KeyRing};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -497,22 +497,22 @@ async fn a_secret_volume_symlink_swap_reaches_the_keys_and_the_config() {
     assert!(metrics.render().contains(&minting(OLD)));
 
     // A rotation's phase 2 arrives as kubelet delivers a Secret update.
-    let before = metrics.key_reload_count(true);
+    let before = metrics.keys.key_reload_count(true);
     keys.update(&format!("{NEW}\n{OLD}\n"));
     wait_for("the key ring follows the ..data swap", || {
-        metrics.key_reload_count(true) > before
+        metrics.keys.key_reload_count(true) > before
     })
     .await;
     assert!(metrics.render().contains(&minting(NEW)));
 
     // A ConfigMap update of the single-use lists, the same way.
-    let before = metrics.config_reload_count(ConfigReload::Ok);
+    let before = metrics.process.config_reload_count(ReloadOutcome::Ok);
     config.update(&settings("\"pay\""));
     wait_for("the configuration follows the ..data swap", || {
-        metrics.config_reload_count(ConfigReload::Ok) > before
+        metrics.process.config_reload_count(ReloadOutcome::Ok) > before
     })
     .await;
-    assert_eq!(metrics.config_reload_count(ConfigReload::Error), 0);
-    assert_eq!(metrics.key_reload_count(false), 0);
+    assert_eq!(metrics.process.config_reload_count(ReloadOutcome::Error), 0);
+    assert_eq!(metrics.keys.key_reload_count(false), 0);
     running.shutdown(Duration::ZERO).await;
 }

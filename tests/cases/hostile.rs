@@ -574,13 +574,13 @@ async fn the_gate_refuses_what_it_cannot_classify_and_forwards_nothing() {
     let total = || {
         ErrorKind::ALL
             .iter()
-            .map(|k| metrics.refused_count(*k))
+            .map(|k| metrics.refusals.refused_count(*k))
             .sum::<u64>()
     };
     let counts = |kind, label: Option<&str>| {
         (
-            metrics.refused_count(kind),
-            label.map(|l| metrics.verified_count(l)),
+            metrics.refusals.refused_count(kind),
+            label.map(|l| metrics.path.verified_count(l)),
         )
     };
     let rows = rows(&anon, &alice);
@@ -650,7 +650,13 @@ async fn a_chunked_body_over_the_limit_is_refused_without_content_length() {
         (&body["id"], &body["error"]["code"]),
         (&Value::Null, &json!(-32600))
     );
-    assert_eq!(sidecar.metrics().refused_count(ErrorKind::BodyTooLarge), 1);
+    assert_eq!(
+        sidecar
+            .metrics()
+            .refusals
+            .refused_count(ErrorKind::BodyTooLarge),
+        1
+    );
     assert_eq!(fake.count(), 0);
     // The same body, small enough, is fine chunked too.
     let (a, b) = BASE.split_at(20);

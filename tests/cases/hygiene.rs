@@ -41,7 +41,10 @@ async fn a_json_body_that_stalls_after_its_head_times_out() {
     assert_eq!(reply.status, 504, "{}", reply.text());
     assert_eq!(reply.json()["id"], 1);
     assert_eq!(
-        sidecar.metrics().refused_count(ErrorKind::UpstreamTimeout),
+        sidecar
+            .metrics()
+            .refusals
+            .refused_count(ErrorKind::UpstreamTimeout),
         1
     );
     sidecar.stop().await;
@@ -205,19 +208,19 @@ async fn an_unreadable_key_file_keeps_the_keys_in_use() {
     let token = crate::support::fake::sealed(&first["result"]);
     std::fs::remove_file(sidecar.keys_dir.as_ref().unwrap().path().join("keys")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while sidecar.metrics().key_reload_count(false) == 0 {
+    while sidecar.metrics().keys.key_reload_count(false) == 0 {
         assert!(Instant::now() < deadline, "the outage was not reported");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Reported once, not on every poll; the old ring still opens and mints.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(sidecar.metrics().key_reload_count(false), 1);
+    assert_eq!(sidecar.metrics().keys.key_reload_count(false), 1);
     let retry = post_mcp(
         &sidecar.mcp_url(),
         &tools_call(2, Some(serde_json::json!(token))),
     )
     .await;
     assert_eq!(retry.status, 200, "{}", retry.text());
-    assert_eq!(sidecar.metrics().verified_count("ok"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("ok"), 1);
     sidecar.stop().await;
 }

@@ -13,7 +13,7 @@ use crate::support::python::client_flows;
 use crate::support::redis::RedisServer;
 use crate::support::sidecar::{Sidecar, config};
 use mcp_state_guard::config::{Config, PrincipalSource, SingleUseStore};
-use mcp_state_guard::metrics::IdempotencyResult;
+use mcp_state_guard::tools::IdempotencyResult;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -174,8 +174,11 @@ async fn applied_once(mode: Mode) {
     assert_eq!(structured(&bobs)["total"], json!(7));
     assert_eq!(rows(&upstream, &import), (json!(7), json!(3)));
     let metrics = sidecar.metrics();
-    assert!(metrics.idempotency_count(IdempotencyResult::Replayed) >= 4);
-    assert_eq!(metrics.idempotency_count(IdempotencyResult::Conflict), 1);
+    assert!(metrics.tools.idempotency_count(IdempotencyResult::Replayed) >= 4);
+    assert_eq!(
+        metrics.tools.idempotency_count(IdempotencyResult::Conflict),
+        1
+    );
     sidecar.stop().await;
 }
 
@@ -407,8 +410,16 @@ async fn a_long_call_outlives_its_lease(redis: Option<&RedisServer>) {
     assert_eq!(result_of(&again), result_of(&first));
     assert_eq!(rows(&upstream, &import), (json!(1), json!(1)));
     let metrics = sidecar.metrics();
-    assert_eq!(metrics.idempotency_count(IdempotencyResult::LeaseLost), 0);
-    assert_eq!(metrics.idempotency_count(IdempotencyResult::Recorded), 1);
+    assert_eq!(
+        metrics
+            .tools
+            .idempotency_count(IdempotencyResult::LeaseLost),
+        0
+    );
+    assert_eq!(
+        metrics.tools.idempotency_count(IdempotencyResult::Recorded),
+        1
+    );
     sidecar.stop().await;
 }
 
@@ -447,6 +458,7 @@ async fn a_reservation_that_timed_out_is_deleted_when_redis_resumes() {
     assert_eq!(
         sidecar
             .metrics()
+            .tools
             .idempotency_count(IdempotencyResult::ReserveUnconfirmed),
         1
     );
@@ -512,8 +524,8 @@ async fn memory_records_are_bounded_without_evicting_one() {
         assert!(replayed(&again), "{who}/{key} evicted: {}", again.text());
     }
     let metrics = sidecar.metrics();
-    assert_eq!(metrics.idempotency_count(IdempotencyResult::Quota), 1);
-    assert_eq!(metrics.idempotency_count(IdempotencyResult::Full), 1);
+    assert_eq!(metrics.tools.idempotency_count(IdempotencyResult::Quota), 1);
+    assert_eq!(metrics.tools.idempotency_count(IdempotencyResult::Full), 1);
     sidecar.stop().await;
 }
 
@@ -605,10 +617,15 @@ async fn only_a_complete_2xx_answer_is_recorded() {
     }
     let metrics = sidecar.metrics();
     assert_eq!(
-        metrics.idempotency_count(IdempotencyResult::UpstreamFailed),
+        metrics
+            .tools
+            .idempotency_count(IdempotencyResult::UpstreamFailed),
         4
     );
-    assert_eq!(metrics.idempotency_count(IdempotencyResult::Recorded), 3);
+    assert_eq!(
+        metrics.tools.idempotency_count(IdempotencyResult::Recorded),
+        3
+    );
     sidecar.stop().await;
 }
 
@@ -631,13 +648,19 @@ async fn a_client_leaving_a_stream_mid_call_releases_the_key() {
     assert!(left.is_err(), "the client left before the answer");
     let metrics = sidecar.metrics();
     for _ in 0..100 {
-        if metrics.idempotency_count(IdempotencyResult::Released) == 1 {
+        if metrics.tools.idempotency_count(IdempotencyResult::Released) == 1 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(metrics.idempotency_count(IdempotencyResult::Released), 1);
-    assert_eq!(metrics.idempotency_count(IdempotencyResult::Recorded), 0);
+    assert_eq!(
+        metrics.tools.idempotency_count(IdempotencyResult::Released),
+        1
+    );
+    assert_eq!(
+        metrics.tools.idempotency_count(IdempotencyResult::Recorded),
+        0
+    );
     let repeat = append(&url, "alice", &import, json!([1]), "left").await;
     assert_eq!(repeat.status, 200, "{}", repeat.text());
     assert!(!replayed(&repeat), "nothing was recorded to replay");

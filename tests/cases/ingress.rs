@@ -50,6 +50,7 @@ async fn foreign_hosts_get_421_and_nothing_is_forwarded() {
     assert_eq!(
         sidecar
             .metrics()
+            .refusals
             .refused_count(ErrorKind::MisdirectedRequest),
         6
     );
@@ -190,7 +191,10 @@ async fn the_identity_header_is_taken_only_from_trusted_proxies() {
     let reply = post_mcp_with(&sidecar.mcp_url(), &tools_call(1, None), &identity).await;
     assert_eq!(reply.status, 400, "{}", reply.text());
     assert_eq!(
-        sidecar.metrics().refused_count(ErrorKind::PrincipalHeader),
+        sidecar
+            .metrics()
+            .refusals
+            .refused_count(ErrorKind::PrincipalHeader),
         1
     );
     assert_eq!(fake.count(), 0);
@@ -288,7 +292,13 @@ async fn slow_clients_are_cut_off() {
     let (_, received) = closed_after(&mut stream).await;
     let text = String::from_utf8_lossy(&received);
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
-    assert_eq!(sidecar.metrics().refused_count(ErrorKind::BodyTimeout), 1);
+    assert_eq!(
+        sidecar
+            .metrics()
+            .refusals
+            .refused_count(ErrorKind::BodyTimeout),
+        1
+    );
     assert_eq!(fake.count(), 0);
     sidecar.stop().await;
 }

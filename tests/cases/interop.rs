@@ -191,19 +191,27 @@ async fn cell(client: Sdk, upstream_sdk: Sdk, mode: Mode) {
     };
     assert!(!upstream.http_log().iter().any(forwarded_token), "{cell}");
     let metrics = sidecar.metrics();
-    let sealed = metrics.sealed_count();
-    assert_eq!(metrics.verified_count("malformed"), 1, "{cell}");
+    let sealed = metrics.path.sealed_count();
+    assert_eq!(metrics.path.verified_count("malformed"), 1, "{cell}");
     // Every token came back once, except the one the tamper forged.
-    assert_eq!(metrics.verified_count("ok") + 1, sealed, "{cell}");
+    assert_eq!(metrics.path.verified_count("ok") + 1, sealed, "{cell}");
     for reject in Reject::ALL.map(Reject::as_str) {
         let expected = u64::from(reject == "malformed");
-        assert_eq!(metrics.verified_count(reject), expected, "{cell}: {reject}");
+        assert_eq!(
+            metrics.path.verified_count(reject),
+            expected,
+            "{cell}: {reject}"
+        );
     }
 
     // Refusals: the forged state, and nothing else (the -32020 was the upstream's).
     for kind in ErrorKind::ALL {
         let expected = u64::from(kind == ErrorKind::InvalidState);
-        assert_eq!(metrics.refused_count(kind), expected, "{cell}: {kind:?}");
+        assert_eq!(
+            metrics.refusals.refused_count(kind),
+            expected,
+            "{cell}: {kind:?}"
+        );
     }
 
     // 6. The same attack by the same client works against the upstream directly.

@@ -314,7 +314,7 @@ impl Harness {
         let metrics = self.sidecar.metrics();
         ErrorKind::ALL
             .iter()
-            .map(|k| metrics.refused_count(*k))
+            .map(|k| metrics.refusals.refused_count(*k))
             .sum()
     }
 

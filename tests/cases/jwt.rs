@@ -57,7 +57,10 @@ async fn assert_unauthorized(
     token: Option<&str>,
     reason: AuthFailure,
 ) {
-    let before = (up.count(), sidecar.metrics().auth_failure_count(reason));
+    let before = (
+        up.count(),
+        sidecar.metrics().auth.auth_failure_count(reason),
+    );
     let auth = token.map(bearer);
     let extra: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
     let reply = post_mcp_with(&sidecar.mcp_url(), &tools_call(1, None), &extra).await;
@@ -69,7 +72,7 @@ async fn assert_unauthorized(
     );
     assert_eq!(up.count(), before.0, "{reason:?} reached the upstream");
     assert_eq!(
-        sidecar.metrics().auth_failure_count(reason),
+        sidecar.metrics().auth.auth_failure_count(reason),
         before.1 + 1,
         "{reason:?} not counted"
     );
@@ -250,8 +253,8 @@ async fn states_are_bound_to_client_issuer_and_subject() {
     alice_elsewhere["iss"] = json!("https://issuer-2.example");
     let (status, _) = flow((&a, &alice), (&b, &two.sign(&alice_elsewhere))).await;
     assert_eq!(status, 400);
-    assert_eq!(a.metrics().verified_count("principal"), 1);
-    assert_eq!(b.metrics().verified_count("principal"), 1);
+    assert_eq!(a.metrics().path.verified_count("principal"), 1);
+    assert_eq!(b.metrics().path.verified_count("principal"), 1);
     // The same caller with a fresh token (another `jti`, later `iat`) is the same principal.
     let mut later = claims("client-1", "alice");
     later["jti"] = json!("another");
@@ -347,7 +350,7 @@ async fn jwks_url_rotates_on_an_unknown_kid_and_survives_an_outage() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(status_with(&sidecar, &k3).await, 401);
     assert_eq!(server.hits(), 3);
-    assert_eq!(sidecar.metrics().jwks_refresh_count(false), 1);
+    assert_eq!(sidecar.metrics().auth.jwks_refresh_count(false), 1);
     assert_eq!(status_with(&sidecar, &k1).await, 200);
     assert_eq!(status_with(&sidecar, &k2).await, 200);
     sidecar.stop().await;
@@ -366,13 +369,14 @@ async fn jwks_url_rotates_on_an_unknown_kid_and_survives_an_outage() {
     assert_eq!(reply.headers["retry-after"], "5");
     assert_eq!(
         late.metrics()
+            .auth
             .auth_failure_count(AuthFailure::KeysUnavailable),
         1
     );
     // Background refreshes (every second here) pick the keys up before any request needs them.
     server.set(Some(&jwks(&[&k1])));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while late.metrics().jwks_refresh_count(true) == 0 {
+    while late.metrics().auth.jwks_refresh_count(true) == 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "no background refresh"

@@ -10,7 +10,7 @@ use crate::support::sidecar::{Sidecar, config};
 use bytes::Bytes;
 use http::Method;
 use mcp_state_guard::config::{Config, PrincipalSource, SingleUseStore};
-use mcp_state_guard::metrics::MrtrRefusal;
+use mcp_state_guard::policy::MrtrRefusal;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -135,10 +135,15 @@ async fn rounds_the_client_cannot_answer_get_32021_listing_every_missing_capabil
             assert_eq!(error["id"], 5);
         }
     }
-    assert_eq!(sidecar.metrics().sealed_count(), 0, "nothing was sealed");
+    assert_eq!(
+        sidecar.metrics().path.sealed_count(),
+        0,
+        "nothing was sealed"
+    );
     assert_eq!(
         sidecar
             .metrics()
+            .policy
             .mrtr_refusal_count(MrtrRefusal::MissingCapability),
         10
     );
@@ -249,6 +254,7 @@ async fn flows_end_after_max_rounds_and_max_flow_seconds() {
     assert_eq!(
         sidecar
             .metrics()
+            .policy
             .mrtr_refusal_count(MrtrRefusal::RoundLimit),
         1
     );
@@ -269,9 +275,12 @@ async fn flows_end_after_max_rounds_and_max_flow_seconds() {
         "Invalid or expired requestState"
     );
     assert_eq!(fake.count(), forwarded);
-    assert_eq!(sidecar.metrics().verified_count("expired"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("expired"), 1);
     assert_eq!(
-        sidecar.metrics().mrtr_refusal_count(MrtrRefusal::FlowLimit),
+        sidecar
+            .metrics()
+            .policy
+            .mrtr_refusal_count(MrtrRefusal::FlowLimit),
         1
     );
     sidecar.stop().await;
@@ -343,7 +352,7 @@ async fn revoking_a_caller_stops_its_flows_on_every_replica() {
             reply.json()["error"]["message"],
             "Invalid or expired requestState"
         );
-        assert_eq!(replica.metrics().verified_count("revoked"), 1);
+        assert_eq!(replica.metrics().path.verified_count("revoked"), 1);
     }
     assert_eq!(
         fake.count(),
@@ -424,7 +433,7 @@ async fn the_revoke_command_reaches_every_replica_through_redis() {
     )
     .await;
     assert_eq!(reply.status, 400, "{}", reply.text());
-    assert_eq!(sidecar.metrics().verified_count("revoked"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("revoked"), 1);
     sidecar.stop().await;
 }
 
@@ -454,7 +463,7 @@ async fn an_unanswerable_revocation_check_follows_the_store_error_policy() {
     let retry = call(caps, Some(&token), answer);
     let refused = post(&strict.mcp_url(), &retry, &dave).await;
     assert_eq!(refused.status, 400, "{}", refused.text());
-    assert_eq!(strict.metrics().verified_count("store_unavailable"), 1);
+    assert_eq!(strict.metrics().path.verified_count("store_unavailable"), 1);
     let allowed = post(&lenient.mcp_url(), &retry, &dave).await;
     assert_eq!(allowed.status, 200, "{}", allowed.text());
     strict.stop().await;

@@ -94,7 +94,7 @@ async fn handshakes_without_a_valid_client_certificate_are_refused() {
         assert!(outcome.is_err(), "{what}: {outcome:?}");
     }
     assert_eq!(up.count(), 0, "a refused handshake reached the upstream");
-    assert!(sidecar.metrics().tls_handshake_failure_count() >= refused.len() as u64);
+    assert!(sidecar.metrics().tls.tls_handshake_failure_count() >= refused.len() as u64);
     let good = clients.client(spiffe, "x");
     let (status, _) = call(&sidecar, &server_ca, Some(&good), &tools_call(1, None))
         .await
@@ -103,10 +103,10 @@ async fn handshakes_without_a_valid_client_certificate_are_refused() {
 
     // The client CA is re-read when it changes: clients of the new CA only.
     let next = Ca::new("clients-2");
-    let before = sidecar.metrics().tls_reload_count(true);
+    let before = sidecar.metrics().tls.tls_reload_count(true);
     files.put("clients.pem", &next.pem);
     wait_until(
-        || sidecar.metrics().tls_reload_count(true) > before,
+        || sidecar.metrics().tls.tls_reload_count(true) > before,
         "the CA reload",
     )
     .await;
@@ -167,7 +167,7 @@ async fn states_are_bound_to_the_certificate_identity() {
         .await
         .unwrap();
     assert_eq!(status, 200);
-    assert_eq!(sidecar.metrics().verified_count("principal"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("principal"), 1);
     sidecar.stop().await;
 
     // With `subject`, the RFC 4514 DN is the principal: same SPIFFE ID, other CN, other caller.
@@ -258,8 +258,8 @@ async fn the_sdk_client_completes_its_flows_over_tls_and_mtls() {
     let tampered = client_flows(&url(&sidecar), &[&args[..], &["tamper"]].concat()).await;
     assert_eq!(tampered["retry_error"]["code"], -32602, "{tampered}");
     let metrics = sidecar.metrics();
-    assert!(metrics.sealed_count() >= 10);
-    assert_eq!(metrics.verified_count("principal"), 0);
+    assert!(metrics.path.sealed_count() >= 10);
+    assert_eq!(metrics.path.verified_count("principal"), 0);
     // Without a client certificate the SDK cannot even connect.
     let refused = tokio::process::Command::new(crate::support::python::interpreter())
         .arg(crate::support::python::repo_path(

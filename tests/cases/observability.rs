@@ -10,7 +10,11 @@ use crate::support::prometheus::{Prometheus, promtool};
 use crate::support::sidecar::{self, Sidecar};
 use bytes::Bytes;
 use http::Method;
-use mcp_state_guard::metrics::{Listener, MethodClass, Outcome, SseEvent, StatusClass};
+use mcp_state_guard::mcp::MethodClass;
+use mcp_state_guard::proxy::SseEvent;
+use mcp_state_guard::proxy::StatusClass;
+use mcp_state_guard::server::Listener;
+use mcp_state_guard::telemetry::audit::Outcome;
 use mcp_state_guard::token::{KeyId, KeyRing};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -135,12 +139,12 @@ async fn per_key_counters_follow_a_rotation() {
     let url = sidecar.mcp_url();
     let first = post_mcp(&url, &tools_call(1, None)).await.json();
     let minted_old = sealed(&first["result"]);
-    assert_eq!(metrics.tokens_count(true, old), Some(1));
-    assert_eq!(metrics.tokens_count(true, new), None);
+    assert_eq!(metrics.keys.tokens_count(true, old), Some(1));
+    assert_eq!(metrics.keys.tokens_count(true, new), None);
 
     sidecar.rewrite_keys(&[NEW, OLD]).await;
     assert_eq!(
-        metrics.tokens_count(true, new),
+        metrics.keys.tokens_count(true, new),
         Some(0),
         "new starts at zero"
     );
@@ -150,10 +154,10 @@ async fn per_key_counters_follow_a_rotation() {
         let retry = post_mcp(&url, &tools_call(id, Some(json!(token)))).await;
         assert_eq!(retry.status, 200, "{}", retry.text());
     }
-    assert_eq!(metrics.tokens_count(true, old), Some(1));
-    assert_eq!(metrics.tokens_count(true, new), Some(1));
-    assert_eq!(metrics.tokens_count(false, old), Some(1));
-    assert_eq!(metrics.tokens_count(false, new), Some(1));
+    assert_eq!(metrics.keys.tokens_count(true, old), Some(1));
+    assert_eq!(metrics.keys.tokens_count(true, new), Some(1));
+    assert_eq!(metrics.keys.tokens_count(false, old), Some(1));
+    assert_eq!(metrics.keys.tokens_count(false, new), Some(1));
     let (_, text) = admin_get(&sidecar, "/metrics").await;
     assert!(text.contains(&format!(
         "mcp_state_guard_key_ring_minting{{kid=\"{new}\"}} 1"
@@ -215,34 +219,54 @@ async fn latency_outcomes_status_classes_streams_and_connections_are_counted() {
     .await;
     assert_eq!(bad_type.status, 415);
 
-    crate::support::fake::wait_until(|| metrics.sse_streams_open() == 0, "the stream is closed")
-        .await;
-    assert_eq!(metrics.sse_event_count(SseEvent::Passed), 1);
-    assert_eq!(metrics.sse_event_count(SseEvent::Sealed), 1);
+    crate::support::fake::wait_until(
+        || metrics.path.sse_streams_open() == 0,
+        "the stream is closed",
+    )
+    .await;
+    assert_eq!(metrics.path.sse_event_count(SseEvent::Passed), 1);
+    assert_eq!(metrics.path.sse_event_count(SseEvent::Sealed), 1);
     assert_eq!(
-        metrics.request_count(MethodClass::ToolsCall, Outcome::Ok),
+        metrics
+            .path
+            .request_count(MethodClass::ToolsCall, Outcome::Ok),
         3
     );
-    assert_eq!(metrics.request_count(MethodClass::Other, Outcome::Ok), 1);
     assert_eq!(
-        metrics.request_count(MethodClass::Other, Outcome::Refused),
+        metrics.path.request_count(MethodClass::Other, Outcome::Ok),
         1
     );
-    assert_eq!(metrics.upstream_response_count(StatusClass::Success), 3);
-    assert_eq!(metrics.upstream_response_count(StatusClass::ServerError), 1);
+    assert_eq!(
+        metrics
+            .path
+            .request_count(MethodClass::Other, Outcome::Refused),
+        1
+    );
+    assert_eq!(
+        metrics.path.upstream_response_count(StatusClass::Success),
+        3
+    );
+    assert_eq!(
+        metrics
+            .path
+            .upstream_response_count(StatusClass::ServerError),
+        1
+    );
 
     // A dead upstream: an upstream_error outcome.
     drop(fake);
     let gone = post_mcp(&url, &call(5, "plain")).await;
     assert_eq!(gone.status, 502);
     assert_eq!(
-        metrics.request_count(MethodClass::ToolsCall, Outcome::UpstreamError),
+        metrics
+            .path
+            .request_count(MethodClass::ToolsCall, Outcome::UpstreamError),
         1
     );
 
     // Connections: the test client's pool keeps none open once it is dropped.
     crate::support::fake::wait_until(
-        || metrics.connections_open(Listener::Proxy) == 0,
+        || metrics.connections.connections_open(Listener::Proxy) == 0,
         "client connections are closed",
     )
     .await;

@@ -8,7 +8,7 @@ use crate::support::fake::{FakeUpstream, Reply, complete, pairs};
 use crate::support::http::send;
 use crate::support::sidecar::{self, Sidecar};
 use http::Method;
-use mcp_state_guard::metrics::Listener;
+use mcp_state_guard::server::Listener;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -118,7 +118,7 @@ async fn connections_over_the_limit_wait_in_the_backlog_and_are_counted() {
         // Busy again (a request head on its way), so neither is idle to be reclaimed.
         stream.write_all(b"POST /mcp HTTP/1.1\r\n").await.unwrap();
     }
-    assert_eq!(metrics.connections_open(Listener::Proxy), 2);
+    assert_eq!(metrics.connections.connections_open(Listener::Proxy), 2);
     // The third connects (the kernel's backlog) but is not served while two are open.
     let mut third = TcpStream::connect(sidecar.addr).await.unwrap();
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
@@ -131,8 +131,8 @@ async fn connections_over_the_limit_wait_in_the_backlog_and_are_counted() {
     let mut buffer = [0u8; 1024];
     let waited = tokio::time::timeout(Duration::from_millis(500), third.read(&mut buffer)).await;
     assert!(waited.is_err(), "served over the limit");
-    assert_eq!(metrics.connections_open(Listener::Proxy), 2);
-    assert!(metrics.connection_limit_count(Listener::Proxy) >= 1);
+    assert_eq!(metrics.connections.connections_open(Listener::Proxy), 2);
+    assert!(metrics.connections.connection_limit_count(Listener::Proxy) >= 1);
     // The admin listener has its own allowance: probes still answer.
     let ready = send(
         Method::GET,
@@ -285,8 +285,8 @@ async fn readyz_fails_while_the_key_file_stays_broken_and_says_so() {
     std::fs::write(&keys, "too short\n").unwrap();
     let body = readyz_until(&sidecar, 503).await;
     assert!(body.contains("key ring stale"), "{body}");
-    assert_eq!(metrics.key_reload_count(false), 1);
-    assert!(metrics.key_ring_age().unwrap() > Duration::from_secs(1));
+    assert_eq!(metrics.keys.key_reload_count(false), 1);
+    assert!(metrics.keys.key_ring_age().unwrap() > Duration::from_secs(1));
     let text = send(
         Method::GET,
         &format!("http://{}/metrics", sidecar.admin_addr),

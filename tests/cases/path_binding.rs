@@ -59,8 +59,14 @@ async fn a_state_opens_only_on_the_path_it_was_minted_on() {
         forwarded,
         "a refused retry reached the upstream"
     );
-    assert_eq!(sidecar.metrics().verified_count("binding"), 5);
-    assert_eq!(sidecar.metrics().refused_count(ErrorKind::InvalidState), 5);
+    assert_eq!(sidecar.metrics().path.verified_count("binding"), 5);
+    assert_eq!(
+        sidecar
+            .metrics()
+            .refusals
+            .refused_count(ErrorKind::InvalidState),
+        5
+    );
     let reply = call(
         &sidecar,
         "/tenants/a/mcp",

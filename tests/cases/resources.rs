@@ -45,7 +45,10 @@ async fn bodies_with_too_many_values_are_refused_before_anything_is_kept() {
     assert_eq!(reply.status, 413, "{}", reply.text());
     assert_eq!(reply.json()["error"]["code"], -32600);
     assert_eq!(fake.count(), 0);
-    assert_eq!(sidecar.metrics().refused_count(ErrorKind::Parse), 1);
+    assert_eq!(
+        sidecar.metrics().refusals.refused_count(ErrorKind::Parse),
+        1
+    );
     // Under the cap, the same shape is forwarded.
     let reply = send(
         Method::POST,
@@ -86,7 +89,7 @@ async fn buffered_bodies_share_one_budget() {
     for _ in 0..8 {
         idle.push(announce(0).await);
     }
-    let budget = || sidecar.metrics().buffered_bytes().get();
+    let budget = || sidecar.metrics().path.buffered_bytes().get();
     let small = serde_json::to_vec(&tools_call(5, None)).unwrap();
     let headers = mcp_headers("tools/call", Some("provision"));
     let reply = send(Method::POST, &sidecar.mcp_url(), &headers, small, T).await;
@@ -114,7 +117,13 @@ async fn buffered_bodies_share_one_budget() {
     .await;
     assert_eq!(reply.status, 503, "{}", reply.text());
     assert_eq!(reply.headers.get("retry-after").unwrap(), "1");
-    assert_eq!(sidecar.metrics().refused_count(ErrorKind::Overloaded), 1);
+    assert_eq!(
+        sidecar
+            .metrics()
+            .refusals
+            .refused_count(ErrorKind::Overloaded),
+        1
+    );
     assert_eq!(fake.count(), 1, "only the small request was forwarded");
     drop(idle);
     // The slow client leaves: its bytes come back, and the same request goes through.
@@ -136,7 +145,7 @@ async fn in_flight_counts_streams_until_they_end_or_the_client_leaves() {
     })
     .await;
     let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
-    let gauge = || sidecar.metrics().in_flight().get();
+    let gauge = || sidecar.metrics().path.in_flight().get();
     let body = serde_json::to_vec(&tools_call(5, None)).unwrap();
     let response = open(
         Method::POST,

@@ -11,7 +11,7 @@ use crate::support::fake::{
 use crate::support::http::{Reply as ClientReply, post_mcp};
 use crate::support::sidecar::Sidecar;
 use bytes::Bytes;
-use mcp_state_guard::metrics::SealFailure;
+use mcp_state_guard::proxy::SealFailure;
 use serde_json::json;
 use std::io::Write;
 
@@ -60,6 +60,7 @@ async fn json_under_any_label_is_sealed_or_refused() {
     assert_eq!(
         sidecar
             .metrics()
+            .path
             .seal_failure_count(SealFailure::UnparseableBody),
         1
     );
@@ -76,7 +77,9 @@ async fn a_2xx_answer_that_is_not_json_sse_or_empty_is_refused() {
     assert_internal_error(&reply.body, 7, "html 200");
     let failures = sidecar.metrics();
     assert_eq!(
-        failures.seal_failure_count(SealFailure::UnexpectedContentType),
+        failures
+            .path
+            .seal_failure_count(SealFailure::UnexpectedContentType),
         1
     );
     sidecar.stop().await;
@@ -173,6 +176,7 @@ async fn informational_answers_and_notification_bodies() {
     assert_eq!(
         sidecar
             .metrics()
+            .path
             .seal_failure_count(SealFailure::UnexpectedStatus),
         1
     );
@@ -316,6 +320,7 @@ async fn transfer_codings_other_than_chunked_are_refused() {
         assert_eq!(
             sidecar
                 .metrics()
+                .path
                 .seal_failure_count(SealFailure::TransferCoding),
             1,
             "{label}"

@@ -150,6 +150,6 @@ async fn rounds_without_upstream_state_bind_their_input_responses() {
         .keys()
         .collect();
     assert_eq!(keys, ["region"]);
-    assert_eq!(sidecar.metrics().input_responses_dropped_count(), 2);
+    assert_eq!(sidecar.metrics().path.input_responses_dropped_count(), 2);
     sidecar.stop().await;
 }

@@ -14,8 +14,9 @@ use crate::support::redis::{RedisCluster, RedisServer};
 use crate::support::sidecar::{Sidecar, config};
 use bytes::Bytes;
 use http::Method;
+use mcp_state_guard::config::reload::ReloadOutcome;
 use mcp_state_guard::config::{Config, OnStoreError, SingleUseStore};
-use mcp_state_guard::metrics::{ConfigReload, Consumption};
+use mcp_state_guard::policy::Consumption;
 use mcp_state_guard::store::StoreKind;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -118,14 +119,18 @@ async fn listed_targets_are_consumed_once_and_others_are_not() {
             "{target}: a replay reached the upstream"
         );
     }
-    assert_eq!(sidecar.metrics().verified_count("replayed"), 3);
+    assert_eq!(sidecar.metrics().path.verified_count("replayed"), 3);
     let metrics = sidecar.metrics();
     assert_eq!(
-        metrics.consumption_count(StoreKind::Memory, Consumption::Consumed),
+        metrics
+            .policy
+            .consumption_count(StoreKind::Memory, Consumption::Consumed),
         3
     );
     assert_eq!(
-        metrics.consumption_count(StoreKind::Memory, Consumption::Replayed),
+        metrics
+            .policy
+            .consumption_count(StoreKind::Memory, Consumption::Replayed),
         3
     );
     // Unlisted targets (and a listed name under another method) are not single-use.
@@ -222,7 +227,10 @@ async fn a_redis_outage_fails_closed_and_heals_without_a_restart() {
         forwarded,
         "forwarded without a recorded consumption"
     );
-    assert_eq!(sidecar.metrics().verified_count("store_unavailable"), 1);
+    assert_eq!(
+        sidecar.metrics().path.verified_count("store_unavailable"),
+        1
+    );
     let readiness = sidecar.running().readiness().clone();
     crate::support::fake::wait_until(|| !readiness.get(), "readiness fails").await;
     assert!(
@@ -269,7 +277,9 @@ async fn on_store_error_allow_lets_retries_through_and_counts_them() {
     assert_eq!(reply.status, 200, "{}", reply.text());
     let metrics = sidecar.metrics();
     assert_eq!(
-        metrics.consumption_count(StoreKind::Redis, Consumption::StoreUnavailable),
+        metrics
+            .policy
+            .consumption_count(StoreKind::Redis, Consumption::StoreUnavailable),
         1
     );
     assert!(
@@ -310,6 +320,7 @@ async fn a_full_memory_store_refuses_instead_of_forgetting() {
     assert_eq!(
         sidecar
             .metrics()
+            .policy
             .consumption_count(StoreKind::Memory, Consumption::Full),
         1
     );
@@ -340,10 +351,10 @@ async fn policy_changes_apply_live_and_the_sealed_claim_closes_the_window() {
         .unwrap();
     let url = format!("http://{}/mcp", running.addr());
     let reloads = |ok: bool| {
-        running.metrics().config_reload_count(if ok {
-            ConfigReload::Ok
+        running.metrics().process.config_reload_count(if ok {
+            ReloadOutcome::Ok
         } else {
-            ConfigReload::Error
+            ReloadOutcome::Error
         })
     };
     let wait_reload = |before: u64, ok: bool| async move {
@@ -410,7 +421,9 @@ async fn a_retry_the_upstream_never_received_can_be_tried_again() {
     assert_eq!(down.status, 502, "{}", down.text());
     let metrics = sidecar.metrics();
     assert_eq!(
-        metrics.consumption_count(StoreKind::Memory, Consumption::Released),
+        metrics
+            .policy
+            .consumption_count(StoreKind::Memory, Consumption::Released),
         1
     );
     let fake = FakeUpstream::start_at(port, asking).await;
@@ -451,7 +464,7 @@ async fn the_python_sdk_client_completes_a_single_use_flow_and_its_replay_fails(
         "Provisioned web-1 (tier=free) in eu-west-1"
     );
     assert_eq!(replay["second"]["error"]["code"], -32602, "{replay}");
-    assert_eq!(sidecar.metrics().verified_count("replayed"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("replayed"), 1);
     sidecar.stop().await;
 }
 

@@ -65,7 +65,7 @@ async fn tampering_works_directly_and_fails_through_the_sidecar() {
         ok["result"]["content"][0]["text"],
         "Provisioned web-1 (tier=free) in eu-west-1"
     );
-    assert_eq!(sidecar.metrics().verified_count("malformed"), 1);
-    assert_eq!(sidecar.metrics().verified_count("ok"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("malformed"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("ok"), 1);
     sidecar.stop().await;
 }

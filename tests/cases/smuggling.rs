@@ -443,7 +443,7 @@ async fn framing_attacks_are_refused_or_normalised() {
         let refusals = expect.refusals();
         let kinds_before: Vec<u64> = refusals
             .iter()
-            .map(|(_, kind)| metrics.refused_count(*kind))
+            .map(|(_, kind)| metrics.refusals.refused_count(*kind))
             .collect();
         let expected_answers = match expect {
             Normalised(n) => n,
@@ -480,7 +480,7 @@ async fn framing_attacks_are_refused_or_normalised() {
                     for ((_, kind), before) in refusals.iter().zip(&kinds_before) {
                         let times = refusals.iter().filter(|(_, k)| k == kind).count() as u64;
                         if counted != refusals.len() as u64
-                            || metrics.refused_count(*kind) != before + times
+                            || metrics.refusals.refused_count(*kind) != before + times
                         {
                             return Err(format!("counted {counted}, expected {refusals:?}"));
                         }
@@ -542,9 +542,9 @@ fn show(got: &Exchange) -> String {
     )
 }
 
-fn total(metrics: &mcp_state_guard::metrics::Metrics) -> u64 {
+fn total(metrics: &mcp_state_guard::app::Metrics) -> u64 {
     ErrorKind::ALL
         .iter()
-        .map(|k| metrics.refused_count(*k))
+        .map(|k| metrics.refusals.refused_count(*k))
         .sum()
 }

@@ -111,7 +111,7 @@ async fn the_listener_speaks_h2_and_http1_and_rotates_certificates_under_open_co
     files.put("tls.key", &leaf.key_pem);
     let metrics = sidecar.metrics();
     wait_until(
-        || metrics.tls_reload_count(true) >= 1,
+        || metrics.tls.tls_reload_count(true) >= 1,
         "the new certificate",
     )
     .await;
@@ -133,19 +133,19 @@ async fn the_listener_speaks_h2_and_http1_and_rotates_certificates_under_open_co
     );
 
     // A broken pair keeps the certificate in use, counted and logged once.
-    let errors = metrics.tls_reload_count(false);
+    let errors = metrics.tls.tls_reload_count(false);
     files.put(
         "tls.crt",
         "-----BEGIN CERTIFICATE-----\nbroken\n-----END CERTIFICATE-----\n",
     );
     wait_until(
-        || metrics.tls_reload_count(false) > errors,
+        || metrics.tls.tls_reload_count(false) > errors,
         "the refused reload",
     )
     .await;
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     assert_eq!(
-        metrics.tls_reload_count(false),
+        metrics.tls.tls_reload_count(false),
         errors + 1,
         "logged and counted once"
     );

@@ -46,8 +46,8 @@ async fn suite_direct_and_through(mode: Mode) {
     assert!(through.failed().is_empty(), "{report}");
     // The tampered state was refused here, and the genuine retries opened.
     let metrics = sidecar.metrics();
-    assert!(metrics.verified_count("malformed") >= 1, "{report}");
-    assert!(metrics.verified_count("ok") >= 1, "{report}");
+    assert!(metrics.path.verified_count("malformed") >= 1, "{report}");
+    assert!(metrics.path.verified_count("ok") >= 1, "{report}");
     sidecar.stop().await;
 }
 

@@ -164,7 +164,7 @@ async fn upstream_errors_pass_through(mode: Mode) {
     // None of it was the sidecar's own doing.
     let metrics = sidecar.metrics();
     for kind in ErrorKind::ALL {
-        assert_eq!(metrics.refused_count(kind), 0, "{kind:?}");
+        assert_eq!(metrics.refusals.refused_count(kind), 0, "{kind:?}");
     }
     sidecar.stop().await;
 }
@@ -206,7 +206,7 @@ async fn the_typescript_client_sees_what_it_sees_directly() {
         provision.starts_with("ERROR: Cannot request input 'region'"),
         "{unpinned}"
     );
-    assert_eq!(sidecar.metrics().sealed_count(), 0);
+    assert_eq!(sidecar.metrics().path.sealed_count(), 0);
     sidecar.stop().await;
 }
 
@@ -354,7 +354,7 @@ async fn lf_framed_sse_and_keepalive_comments_stream_through() {
     let done = ts::post_streaming(&sidecar.mcp_url(), &headers, body).await;
     let text = &done.message()["result"]["content"][0]["text"];
     assert_eq!(text, "progress_ask done ok=true");
-    assert_eq!(sidecar.metrics().verified_count("ok"), 1);
+    assert_eq!(sidecar.metrics().path.verified_count("ok"), 1);
     sidecar.stop().await;
 }
 

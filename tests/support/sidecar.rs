@@ -1,8 +1,8 @@
 //! The sidecar started in-process on free loopback ports.
 
+use mcp_state_guard::app::Metrics;
 use mcp_state_guard::app::{self, Running};
 use mcp_state_guard::config::Config;
-use mcp_state_guard::metrics::Metrics;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,7 +81,7 @@ impl Sidecar {
     /// Secret update does, and wait until the sidecar has reloaded it.
     pub async fn rewrite_keys(&self, keys: &[&str]) {
         let dir = self.keys_dir.as_ref().expect("started with_keys").path();
-        let reloads = || self.metrics().key_reload_count(true);
+        let reloads = || self.metrics().keys.key_reload_count(true);
         let before = reloads();
         std::fs::write(dir.join("keys.next"), keys.join("\n") + "\n").unwrap();
         std::fs::rename(dir.join("keys.next"), dir.join("keys")).unwrap();

@@ -15,10 +15,11 @@
 use super::{ring, visible};
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use mcp_state_guard::metrics::Metrics;
 use mcp_state_guard::policy::flow::FlowLimits;
 use mcp_state_guard::policy::single_use::SingleUsePolicy;
+use mcp_state_guard::proxy::Meters;
 use mcp_state_guard::proxy::response::{SealContext, Sealer};
+use mcp_state_guard::registry::Registry;
 use mcp_state_guard::sse::{
     Buffered, EventFramer, EventRewriter, Rewrite, SseRewriteBody, StreamFailure,
 };
@@ -111,8 +112,10 @@ impl EventRewriter for PassThrough {
 
 /// The proxy's sealer for one `tools/call` whose client declared every capability.
 fn sealer() -> Sealer {
-    static METRICS: OnceLock<Arc<Metrics>> = OnceLock::new();
-    let metrics = METRICS.get_or_init(|| Arc::new(Metrics::new())).clone();
+    static METRICS: OnceLock<Meters> = OnceLock::new();
+    let metrics = METRICS
+        .get_or_init(|| Meters::register(&Registry::new()))
+        .clone();
     let capabilities = serde_json::json!({
         "elicitation": {"form": {}, "url": {}},
         "sampling": {"tools": {}},

@@ -1,12 +1,12 @@
-//! The tool-feature families: handles sealed and presented (`handles_total{result}`)
+//! The tool features' families: handles sealed and presented (`handles_total{result}`)
 //! and idempotency-key outcomes (`idempotency_total{result}`).
 //!
 //! Invariant: as for every family, labels come from closed sets ([`HandleResult`],
 //! [`IdempotencyResult`]) and every series exists at zero from the first scrape.
 
-use super::Metrics;
+use crate::registry::{Family, Label, Registry, closed_label};
 use crate::token::HandleReject;
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::IntCounterVec;
 
 /// What happened to a handle (`result` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,8 +22,8 @@ pub enum HandleResult {
     Missing,
 }
 
-impl HandleResult {
-    pub fn all() -> impl Iterator<Item = HandleResult> {
+impl Label for HandleResult {
+    fn all() -> impl Iterator<Item = HandleResult> {
         [
             HandleResult::Sealed,
             HandleResult::Ok,
@@ -33,7 +33,7 @@ impl HandleResult {
         .chain(HandleReject::ALL.into_iter().map(HandleResult::Refused))
     }
 
-    pub fn as_str(self) -> &'static str {
+    fn as_str(self) -> &'static str {
         match self {
             HandleResult::Sealed => "sealed",
             HandleResult::Ok => "ok",
@@ -121,73 +121,44 @@ impl IdempotencyResult {
     }
 }
 
-pub(super) struct ToolMetrics {
-    handles: IntCounterVec,
-    idempotency: IntCounterVec,
+closed_label!(IdempotencyResult);
+
+/// The tool features' families; registered once, shared by [`super::Handles`] and
+/// [`super::Idempotency`].
+pub struct ToolMetrics {
+    handles: Family<IntCounterVec, HandleResult>,
+    idempotency: Family<IntCounterVec, IdempotencyResult>,
 }
 
 impl ToolMetrics {
-    pub(super) fn new(registry: &Registry) -> Self {
-        let handles = IntCounterVec::new(
-            Opts::new(
+    pub fn register(registry: &Registry) -> Self {
+        Self {
+            handles: registry.counters(
                 "handles_total",
                 "Handles sealed on the way out and presented on the way in, by result (refusals by reason).",
+                "result",
             ),
-            &["result"],
-        )
-        .unwrap();
-        let idempotency = IntCounterVec::new(
-            Opts::new(
+            idempotency: registry.counters(
                 "idempotency_total",
                 "Idempotency-key outcomes of tools/call, by result.",
+                "result",
             ),
-            &["result"],
-        )
-        .unwrap();
-        for result in HandleResult::all() {
-            handles.with_label_values(&[result.as_str()]);
-        }
-        for result in IdempotencyResult::ALL {
-            idempotency.with_label_values(&[result.as_str()]);
-        }
-        for collector in [handles.clone(), idempotency.clone()] {
-            registry
-                .register(Box::new(collector))
-                .expect("metric names are unique");
-        }
-        Self {
-            handles,
-            idempotency,
         }
     }
-}
 
-impl Metrics {
     pub fn handle(&self, result: HandleResult) {
-        self.tools
-            .handles
-            .with_label_values(&[result.as_str()])
-            .inc();
+        self.handles.at(result).inc();
     }
 
     pub fn handle_count(&self, result: HandleResult) -> u64 {
-        self.tools
-            .handles
-            .with_label_values(&[result.as_str()])
-            .get()
+        self.handles.at(result).get()
     }
 
     pub fn idempotency(&self, result: IdempotencyResult) {
-        self.tools
-            .idempotency
-            .with_label_values(&[result.as_str()])
-            .inc();
+        self.idempotency.at(result).inc();
     }
 
     pub fn idempotency_count(&self, result: IdempotencyResult) -> u64 {
-        self.tools
-            .idempotency
-            .with_label_values(&[result.as_str()])
-            .get()
+        self.idempotency.at(result).get()
     }
 }

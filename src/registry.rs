@@ -1,0 +1,321 @@
+//! The metrics' ground floor: a Prometheus registry of our own (names prefixed
+//! `mcp_state_guard_`, text format 0.0.4), and families whose label values come from
+//! closed sets. Each component registers and owns its families ([`crate::proxy`]'s,
+//! [`crate::tools`]'s, ...); only the process's wiring holds them all.
+//!
+//! Invariant: a label value is only ever the `as_str` of a [`Label`], and every value of
+//! every label is created at zero when its family is registered, so a wrong label cannot
+//! compile, cardinality is fixed at start and dashboards and alerts see each series from
+//! the first scrape. The one open label, `kid`, is bounded by the key ring; its owner
+//! ([`crate::token::KeyMetrics`]) creates and removes those series with the ring.
+
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
+use prometheus::{
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, TextEncoder,
+};
+use std::marker::PhantomData;
+use std::sync::Mutex;
+
+/// A closed set of label values: every value, and its spelling on the wire.
+pub trait Label: Copy + Send + Sync + 'static {
+    /// Every value the label can take.
+    fn all() -> impl Iterator<Item = Self>;
+    /// The label value as exposed.
+    fn as_str(self) -> &'static str;
+}
+
+/// Implement [`Label`] for enums that have an inherent `ALL` array and `as_str`.
+macro_rules! closed_label {
+    ($($label:ty),+ $(,)?) => {$(
+        impl $crate::registry::Label for $label {
+            fn all() -> impl Iterator<Item = Self> {
+                <$label>::ALL.into_iter()
+            }
+            fn as_str(self) -> &'static str {
+                <$label>::as_str(self)
+            }
+        }
+    )+};
+}
+pub(crate) use closed_label;
+
+/// Whether reading a source (a key file, certificates, a key set, a token file) gave
+/// something usable (`result` label: `ok`, or `error` and the previous value stays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadResult {
+    Ok,
+    Error,
+}
+
+impl ReadResult {
+    pub const ALL: [ReadResult; 2] = [ReadResult::Ok, ReadResult::Error];
+
+    pub fn of(ok: bool) -> Self {
+        if ok {
+            ReadResult::Ok
+        } else {
+            ReadResult::Error
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadResult::Ok => "ok",
+            ReadResult::Error => "error",
+        }
+    }
+}
+
+closed_label!(ReadResult);
+
+/// A family with one closed label.
+pub struct Family<V, L> {
+    vec: V,
+    label: PhantomData<fn(L)>,
+}
+
+impl<B: MetricVecBuilder, L: Label> Family<MetricVec<B>, L> {
+    /// The series of `value`.
+    pub fn at(&self, value: L) -> B::M {
+        self.vec.with_label_values(&[value.as_str()])
+    }
+}
+
+/// A family with two closed labels.
+pub struct Family2<V, A, C> {
+    vec: V,
+    labels: PhantomData<fn(A, C)>,
+}
+
+impl<B: MetricVecBuilder, A: Label, C: Label> Family2<MetricVec<B>, A, C> {
+    /// The series of `(first, second)`.
+    pub fn at(&self, first: A, second: C) -> B::M {
+        self.vec
+            .with_label_values(&[first.as_str(), second.as_str()])
+    }
+}
+
+/// One unit of a gauge, given back when dropped (an open connection, an open stream).
+#[derive(Debug)]
+pub struct Held(IntGauge);
+
+impl Held {
+    pub fn take(gauge: &IntGauge) -> Self {
+        gauge.inc();
+        Held(gauge.clone())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+type Refresh = Box<dyn Fn() + Send + Sync>;
+
+/// The sidecar's registry.
+pub struct Registry {
+    inner: prometheus::Registry,
+    /// Gauges brought up to date before each exposition (ages, task counts).
+    on_scrape: Mutex<Vec<Refresh>>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self {
+            inner: prometheus::Registry::new_custom(Some("mcp_state_guard".into()), None)
+                .expect("a static prefix is valid"),
+            on_scrape: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Register a family whose labels its owner manages (`kid`, `build_info`).
+    pub fn register<C: Collector + Clone + 'static>(&self, collector: C) -> C {
+        self.inner
+            .register(Box::new(collector.clone()))
+            .expect("metric names are unique and valid");
+        collector
+    }
+
+    pub fn counter(&self, name: &str, help: &str) -> IntCounter {
+        self.register(IntCounter::new(name, help).expect("a valid counter"))
+    }
+
+    pub fn gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.register(IntGauge::new(name, help).expect("a valid gauge"))
+    }
+
+    pub fn float_gauge(&self, name: &str, help: &str) -> Gauge {
+        self.register(Gauge::new(name, help).expect("a valid gauge"))
+    }
+
+    pub fn counters<L: Label>(
+        &self,
+        name: &str,
+        help: &str,
+        label: &str,
+    ) -> Family<IntCounterVec, L> {
+        self.family(IntCounterVec::new(Opts::new(name, help), &[label]).expect("a valid counter"))
+    }
+
+    pub fn gauges<L: Label>(&self, name: &str, help: &str, label: &str) -> Family<IntGaugeVec, L> {
+        self.family(IntGaugeVec::new(Opts::new(name, help), &[label]).expect("a valid gauge"))
+    }
+
+    pub fn float_gauges<L: Label>(
+        &self,
+        name: &str,
+        help: &str,
+        label: &str,
+    ) -> Family<GaugeVec, L> {
+        self.family(GaugeVec::new(Opts::new(name, help), &[label]).expect("a valid gauge"))
+    }
+
+    pub fn histograms<L: Label>(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: &[f64],
+        label: &str,
+    ) -> Family<HistogramVec, L> {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.family(HistogramVec::new(opts, &[label]).expect("a valid histogram"))
+    }
+
+    pub fn counters2<A: Label, C: Label>(
+        &self,
+        name: &str,
+        help: &str,
+        labels: [&str; 2],
+    ) -> Family2<IntCounterVec, A, C> {
+        self.family2(IntCounterVec::new(Opts::new(name, help), &labels).expect("a valid counter"))
+    }
+
+    pub fn histograms2<A: Label, C: Label>(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: &[f64],
+        labels: [&str; 2],
+    ) -> Family2<HistogramVec, A, C> {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.family2(HistogramVec::new(opts, &labels).expect("a valid histogram"))
+    }
+
+    fn family<B, L>(&self, vec: MetricVec<B>) -> Family<MetricVec<B>, L>
+    where
+        B: MetricVecBuilder + 'static,
+        L: Label,
+    {
+        for value in L::all() {
+            vec.with_label_values(&[value.as_str()]);
+        }
+        Family {
+            vec: self.register(vec),
+            label: PhantomData,
+        }
+    }
+
+    fn family2<B, A, C>(&self, vec: MetricVec<B>) -> Family2<MetricVec<B>, A, C>
+    where
+        B: MetricVecBuilder + 'static,
+        A: Label,
+        C: Label,
+    {
+        for first in A::all() {
+            for second in C::all() {
+                vec.with_label_values(&[first.as_str(), second.as_str()]);
+            }
+        }
+        Family2 {
+            vec: self.register(vec),
+            labels: PhantomData,
+        }
+    }
+
+    /// Run `refresh` before every exposition (a gauge computed from a clock or the
+    /// runtime rather than counted).
+    pub fn on_scrape(&self, refresh: impl Fn() + Send + Sync + 'static) {
+        self.on_scrape
+            .lock()
+            .expect("not poisoned")
+            .push(Box::new(refresh));
+    }
+
+    /// Text exposition format 0.0.4.
+    pub fn render(&self) -> String {
+        for refresh in self.on_scrape.lock().expect("not poisoned").iter() {
+            refresh();
+        }
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.inner.gather(), &mut out)
+            .expect("encoding to a Vec cannot fail");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Colour {
+        Red,
+        Blue,
+    }
+
+    impl Colour {
+        const ALL: [Colour; 2] = [Colour::Red, Colour::Blue];
+
+        fn as_str(self) -> &'static str {
+            match self {
+                Colour::Red => "red",
+                Colour::Blue => "blue",
+            }
+        }
+    }
+
+    closed_label!(Colour);
+
+    #[test]
+    fn every_label_value_exists_at_zero_and_counts_apart() {
+        let registry = Registry::new();
+        let one = registry.counters::<Colour>("paints_total", "Paints.", "colour");
+        let two =
+            registry.counters2::<Colour, ReadResult>("reads_total", "Reads.", ["colour", "result"]);
+        one.at(Colour::Blue).inc();
+        two.at(Colour::Red, ReadResult::Error).inc_by(2);
+        let text = registry.render();
+        assert!(text.contains("mcp_state_guard_paints_total{colour=\"red\"} 0"));
+        assert!(text.contains("mcp_state_guard_paints_total{colour=\"blue\"} 1"));
+        assert!(text.contains("mcp_state_guard_reads_total{colour=\"blue\",result=\"ok\"} 0"));
+        assert!(text.contains("mcp_state_guard_reads_total{colour=\"red\",result=\"error\"} 2"));
+    }
+
+    #[test]
+    fn scrape_hooks_run_before_each_exposition() {
+        let registry = Registry::new();
+        let gauge = registry.gauge("scrapes", "Scrapes.");
+        let seen = gauge.clone();
+        registry.on_scrape(move || seen.inc());
+        assert!(registry.render().contains("mcp_state_guard_scrapes 1"));
+        assert!(registry.render().contains("mcp_state_guard_scrapes 2"));
+    }
+
+    #[test]
+    #[should_panic(expected = "unique")]
+    fn a_name_registered_twice_is_a_bug() {
+        let registry = Registry::new();
+        registry.counter("twice_total", "Once.");
+        registry.counter("twice_total", "Twice.");
+    }
+}
