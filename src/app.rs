@@ -425,31 +425,33 @@ async fn principal_source(
     connect_timeout: Duration,
 ) -> Result<(Identifier, Option<Arc<Jwks>>), StartError> {
     let principal = &config.principal;
+    let invalid = |problems: Vec<config::ConfigProblem>| {
+        StartError::Config(config::ConfigErrors(problems).to_string())
+    };
     Ok(match principal.source {
         config::PrincipalSource::None => (Identifier::None, None),
         config::PrincipalSource::Header => (
             Identifier::Header {
-                name: http::HeaderName::from_bytes(principal.header.as_bytes())
-                    .expect("validated: a header name"),
+                name: principal.header_name().map_err(|p| invalid(vec![p]))?,
                 forward: principal.forward_header,
             },
             None,
         ),
         config::PrincipalSource::Mtls => (Identifier::Mtls, None),
         config::PrincipalSource::Jwt => {
-            let jwt = &principal.jwt;
-            let source = match (&jwt.jwks_file, &jwt.jwks_url) {
-                (Some(path), _) => jwks::Source::File(path.clone()),
-                (None, Some(url)) => {
+            let jwt = principal.jwt.settings().map_err(invalid)?;
+            let source = match &jwt.keys {
+                config::JwksKeys::File(path) => jwks::Source::File(path.clone()),
+                config::JwksKeys::Url { uri, ca_file } => {
                     let tls = crate::tls::client_config(
-                        jwt.jwks_ca_file
+                        ca_file
                             .as_deref()
                             .map(|p| ("principal.jwt.jwks_ca_file", p)),
                         None,
                     )?;
                     let connector = crate::tls::https_connector(tls, connect_timeout, true);
                     jwks::Source::Url {
-                        uri: url.parse().expect("validated: an https URL"),
+                        uri: uri.clone(),
                         client: Box::new(
                             hyper_util::client::legacy::Client::builder(
                                 hyper_util::rt::TokioExecutor::new(),
@@ -458,26 +460,30 @@ async fn principal_source(
                         ),
                     }
                 }
-                (None, None) => unreachable!("validated: jwt has a key source"),
             };
             let cooldown = Duration::from_secs(jwt.jwks_cooldown_seconds);
             let keys = Arc::new(Jwks::new(source, cooldown, metrics.clone()));
             if let Err(source) = keys.refresh().await {
-                match &jwt.jwks_file {
-                    Some(path) => {
+                match &jwt.keys {
+                    config::JwksKeys::File(path) => {
                         return Err(StartError::Jwks {
                             path: path.clone(),
                             source,
                         });
                     }
-                    None => tracing::warn!(
+                    config::JwksKeys::Url { .. } => tracing::warn!(
                         "principal.jwt.jwks_url could not be fetched at startup; requests \
                          get 503 until it answers"
                     ),
                 }
             }
-            let verifier = Arc::new(JwtVerifier::new(jwt, keys.clone()));
-            (Identifier::Jwt(verifier), Some(keys))
+            let verifier = JwtVerifier::new(&jwt, keys.clone()).map_err(|_| {
+                invalid(vec![config::ConfigProblem::new(
+                    "principal.jwt.resource_metadata",
+                    "cannot be sent in WWW-Authenticate",
+                )])
+            })?;
+            (Identifier::Jwt(Arc::new(verifier)), Some(keys))
         }
     })
 }

@@ -114,6 +114,44 @@ impl Default for JwtConfig {
     }
 }
 
+/// Where the keys that verify a JWT come from (`principal.jwt.jwks_file` or
+/// `principal.jwt.jwks_url`: exactly one).
+#[derive(Debug, Clone, PartialEq)]
+pub enum JwksKeys {
+    File(PathBuf),
+    Url {
+        uri: http::Uri,
+        /// PEM CA bundle for the URL. Unset: the compiled-in Mozilla roots.
+        ca_file: Option<PathBuf>,
+    },
+}
+
+/// A `principal.jwt` section that passed its rules, its values typed: what a verifier
+/// needs, nothing left to unwrap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JwtSettings {
+    pub issuer: String,
+    pub audience: String,
+    pub keys: JwksKeys,
+    pub leeway_seconds: u64,
+    /// Safe inside a quoted string of `WWW-Authenticate`.
+    pub resource_metadata: Option<String>,
+    pub forward_authorization: bool,
+    pub jwks_cooldown_seconds: u64,
+}
+
+impl JwtConfig {
+    /// This section as `principal.source = "jwt"` uses it, or every problem its rules
+    /// find (the same ones [`Config::validate`] lists for it).
+    pub fn settings(&self) -> Result<JwtSettings, Vec<ConfigProblem>> {
+        let mut problems = Vec::new();
+        let settings = jwt_source(self, &mut |key: &str, message: String| {
+            problems.push(ConfigProblem::new(key, message));
+        });
+        settings.ok_or(problems)
+    }
+}
+
 /// The most clock skew a JWT may be granted.
 const MAX_LEEWAY_SECONDS: u64 = 600;
 
@@ -185,8 +223,7 @@ fn upstream_tls(config: &Config, problem: &mut impl FnMut(&str, String)) {
         &upstream_tls.cert_file,
         &upstream_tls.key_file,
     );
-    let https_upstream = super::parse_upstream(&config.upstream)
-        .is_ok_and(|uri| uri.scheme() == Some(&http::uri::Scheme::HTTPS));
+    let https_upstream = super::parse_upstream(&config.upstream).is_ok_and(|url| url.is_https());
     if !https_upstream {
         for (key, value) in [
             ("upstream_tls.ca_file", &upstream_tls.ca_file),
@@ -201,18 +238,15 @@ fn upstream_tls(config: &Config, problem: &mut impl FnMut(&str, String)) {
 }
 
 /// `principal.source = "jwt"`: who issues the tokens, for whom, where their keys are, and
-/// the bounds of the timings.
-fn jwt_source(jwt: &JwtConfig, problem: &mut impl FnMut(&str, String)) {
-    for (key, value) in [
-        ("principal.jwt.issuer", &jwt.issuer),
-        ("principal.jwt.audience", &jwt.audience),
-    ] {
-        match value {
-            None => problem(key, "required when principal.source = \"jwt\"".to_owned()),
-            Some(v) if v.trim().is_empty() => problem(key, "must not be empty".to_owned()),
-            Some(_) => {}
-        }
-    }
+/// the bounds of the timings. The typed section if no rule failed.
+fn jwt_source(jwt: &JwtConfig, report: &mut impl FnMut(&str, String)) -> Option<JwtSettings> {
+    let mut passed = true;
+    let mut problem = |key: &str, message: String| {
+        passed = false;
+        report(key, message);
+    };
+    let issuer = required(&mut problem, "principal.jwt.issuer", &jwt.issuer);
+    let audience = required(&mut problem, "principal.jwt.audience", &jwt.audience);
     match (&jwt.jwks_file, &jwt.jwks_url) {
         (None, None) => problem(
             "principal.jwt.jwks_file",
@@ -226,11 +260,14 @@ fn jwt_source(jwt: &JwtConfig, problem: &mut impl FnMut(&str, String)) {
         ),
         _ => {}
     }
-    if let Some(url) = &jwt.jwks_url
-        && let Err(message) = check_https_url(url)
-    {
-        problem("principal.jwt.jwks_url", message.to_owned());
-    }
+    let jwks_uri = match jwt.jwks_url.as_deref().map(check_https_url) {
+        Some(Err(message)) => {
+            problem("principal.jwt.jwks_url", message.to_owned());
+            None
+        }
+        Some(Ok(uri)) => Some(uri),
+        None => None,
+    };
     if jwt.jwks_ca_file.is_some() && jwt.jwks_url.is_none() {
         problem(
             "principal.jwt.jwks_ca_file",
@@ -260,6 +297,41 @@ fn jwt_source(jwt: &JwtConfig, problem: &mut impl FnMut(&str, String)) {
             "must be between 1 and 3600".to_owned(),
         );
     }
+    if !passed {
+        return None;
+    }
+    // Every rule passed: exactly one key source, and each value below is present.
+    let keys = match (&jwt.jwks_file, jwks_uri) {
+        (Some(path), None) => JwksKeys::File(path.clone()),
+        (None, Some(uri)) => JwksKeys::Url {
+            uri,
+            ca_file: jwt.jwks_ca_file.clone(),
+        },
+        _ => return None,
+    };
+    Some(JwtSettings {
+        issuer: issuer?,
+        audience: audience?,
+        keys,
+        leeway_seconds: jwt.leeway_seconds,
+        resource_metadata: jwt.resource_metadata.clone(),
+        forward_authorization: jwt.forward_authorization,
+        jwks_cooldown_seconds: jwt.jwks_cooldown_seconds,
+    })
+}
+
+/// A value `principal.source = "jwt"` requires, not blank.
+fn required(
+    problem: &mut impl FnMut(&str, String),
+    key: &str,
+    value: &Option<String>,
+) -> Option<String> {
+    match value {
+        None => problem(key, "required when principal.source = \"jwt\"".to_owned()),
+        Some(v) if v.trim().is_empty() => problem(key, "must not be empty".to_owned()),
+        Some(v) => return Some(v.clone()),
+    }
+    None
 }
 
 /// Settings of a source that is not in use are problems: most likely a forgotten

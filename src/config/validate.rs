@@ -6,8 +6,6 @@
 
 use std::collections::HashSet;
 
-use http::HeaderName;
-
 use super::hosts::{parse_hosts, parse_nets};
 use super::{Config, ConfigProblem, SingleUseStore};
 
@@ -115,11 +113,8 @@ impl Config {
         if let Err(message) = parse_nets(&principal.trusted_proxies) {
             problem("principal.trusted_proxies", message);
         }
-        if HeaderName::from_bytes(principal.header.as_bytes()).is_err() {
-            problem(
-                "principal.header",
-                "must be a valid HTTP header name".to_owned(),
-            );
+        if let Err(invalid) = principal.header_name() {
+            problem(&invalid.key, invalid.message);
         }
     }
 
@@ -224,7 +219,7 @@ impl Config {
 /// Parses an upstream base URL: absolute `http://` or `https://`, with a host, an
 /// optional port and base path, and no query, fragment or userinfo. The error never
 /// echoes the URL (a userinfo part would hold a password).
-pub fn parse_upstream(url: &str) -> Result<http::Uri, &'static str> {
+pub fn parse_upstream(url: &str) -> Result<UpstreamUrl, &'static str> {
     const NOT_HTTP: &str =
         "must be an absolute http:// or https:// URL such as http://127.0.0.1:3000";
     // `http::Uri` drops a fragment silently; refuse it before parsing.
@@ -235,7 +230,7 @@ pub fn parse_upstream(url: &str) -> Result<http::Uri, &'static str> {
     if !matches!(uri.scheme_str(), Some("http" | "https")) {
         return Err(NOT_HTTP);
     }
-    let authority = uri.authority().ok_or(NOT_HTTP)?;
+    let authority = uri.authority().ok_or(NOT_HTTP)?.clone();
     if authority.as_str().contains('@') {
         return Err("must not contain userinfo (user:password@)");
     }
@@ -253,7 +248,32 @@ pub fn parse_upstream(url: &str) -> Result<http::Uri, &'static str> {
     if uri.query().is_some() || url.contains('?') {
         return Err("must not have a query (?...)");
     }
-    Ok(uri)
+    Ok(UpstreamUrl { uri, authority })
+}
+
+/// An upstream base URL that [`parse_upstream`] accepted: its authority is there (a
+/// host, a valid port if any, no userinfo), so users need not unwrap it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamUrl {
+    uri: http::Uri,
+    authority: http::uri::Authority,
+}
+
+impl UpstreamUrl {
+    /// The whole URL.
+    pub fn uri(&self) -> &http::Uri {
+        &self.uri
+    }
+
+    /// `host[:port]`.
+    pub fn authority(&self) -> &http::uri::Authority {
+        &self.authority
+    }
+
+    /// `http` or `https`.
+    pub fn is_https(&self) -> bool {
+        self.uri.scheme() == Some(&http::uri::Scheme::HTTPS)
+    }
 }
 
 /// A passthrough entry is compared byte for byte with the request path, so it must be a
