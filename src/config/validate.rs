@@ -168,18 +168,13 @@ impl Config {
         }
     }
 
-    /// Flow limits, the admin secret, sizes and deadlines.
+    /// Flow limits, sizes and deadlines.
     fn validate_limits(&self, problem: &mut impl FnMut(&str, String)) {
         if self.mrtr.max_rounds == 0 {
             problem("mrtr.max_rounds", "must be at least 1".to_owned());
         }
         if self.mrtr.max_flow_seconds == 0 {
             problem("mrtr.max_flow_seconds", "must be at least 1".to_owned());
-        }
-        if let Some(path) = &self.admin.token_file
-            && let Err(message) = super::admin_token::read_token(path)
-        {
-            problem("admin.token_file", message);
         }
         for (key, value, min) in [
             ("limits.max_body_bytes", self.limits.max_body_bytes, 1024),
@@ -494,15 +489,9 @@ pub(crate) mod tests {
         assert_only(&rounds, "mrtr.max_rounds", "at least 1");
         let age = invalid(|c| c.mrtr.max_flow_seconds = 0);
         assert_only(&age, "mrtr.max_flow_seconds", "at least 1");
-        let dir = tempfile::tempdir().unwrap();
-        let token = dir.path().join("token");
-        let missing = invalid(|c| c.admin.token_file = Some(token.clone()));
-        assert_only(&missing, "admin.token_file", "cannot be read");
-        std::fs::write(&token, " \n").unwrap();
-        let blank = invalid(|c| c.admin.token_file = Some(token.clone()));
-        assert_only(&blank, "admin.token_file", "at least 16");
-        std::fs::write(&token, "0123456789abcdef0123\n").unwrap();
-        assert!(invalid(|c| c.admin.token_file = Some(token.clone())).is_empty());
+        // The admin secret's file is read at start-up (`app::files`), not here.
+        let unread = std::path::PathBuf::from("/nonexistent/admin-token");
+        assert!(invalid(|c| c.admin.token_file = Some(unread)).is_empty());
         let zero = invalid(|c| c.single_use.memory_max_entries = 0);
         assert_only(&zero, "single_use.memory_max_entries", "at least 1");
         let prefix = invalid(|c| c.single_use.redis_key_prefix = String::new());
