@@ -98,7 +98,7 @@ impl Admin {
 /// The admin bearer secret in use, replaced when `admin.token_file` changes.
 pub type Token = ArcSwap<Zeroizing<String>>;
 
-pub use crate::config::admin_token::{parse_token, read_token};
+pub use crate::config::admin_token::parse_token;
 
 /// Readiness: serving (flipped to false when draining starts so load balancers stop
 /// sending), and every dependency check passing.

@@ -134,7 +134,7 @@ pub async fn start_from(
     let (admin_token, token_poll) =
         live::load_admin_token(config.admin.token_file.as_deref()).map_err(StartError::Config)?;
     let (server_tls, tls_poll) = parts::listener_tls(config, &metrics)?;
-    let mut proxy = Proxy::new(
+    let proxy = Proxy::new(
         config,
         sealer.clone(),
         single_use.clone(),
@@ -143,11 +143,8 @@ pub async fn start_from(
         principal,
         upstream,
     )
+    .map(Arc::new)
     .map_err(StartError::Config)?;
-    if server_tls.is_some() {
-        proxy.scheme = "https";
-    }
-    let proxy = Arc::new(proxy);
     let admin_hosts = HostPolicy::for_admin(config.allowed_hosts.as_deref(), config.admin_listen)
         .map_err(StartError::Config)?;
     let (listener, addr) = parts::bind("listen", config.listen).await?;
@@ -195,6 +192,8 @@ pub async fn start_from(
         jwks,
         keys: key_poll,
         admin_token: token_poll.map(|poll| (poll, admin.clone())),
+        store: matches!(single_use.store(), Store::Redis(_))
+            .then(|| (single_use.clone(), readiness.clone())),
         config: source.map(|source| {
             let live = live::Live {
                 proxy,
@@ -207,13 +206,6 @@ pub async fn start_from(
         }),
     }
     .spawn(config, &sealer, &metrics, &stop, &mut tasks);
-    if matches!(single_use.store(), Store::Redis(_)) {
-        tasks.push(tokio::spawn(watch_store(
-            single_use.clone(),
-            readiness.clone(),
-            stop,
-        )));
-    }
     readiness.set(true);
     tracing::info!(%addr, %admin_addr, upstream = %config.upstream, "mcp-state-guard ready");
     Ok(Running {
@@ -264,31 +256,33 @@ async fn principal_source(
     connect_timeout: Duration,
 ) -> Result<(Identifier, Option<Arc<Jwks>>), StartError> {
     let principal = &config.principal;
+    let invalid = |problems: Vec<config::ConfigProblem>| {
+        StartError::Config(config::ConfigErrors(problems).to_string())
+    };
     Ok(match principal.source {
         config::PrincipalSource::None => (Identifier::None, None),
         config::PrincipalSource::Header => (
             Identifier::Header {
-                name: http::HeaderName::from_bytes(principal.header.as_bytes())
-                    .expect("validated: a header name"),
+                name: principal.header_name().map_err(|p| invalid(vec![p]))?,
                 forward: principal.forward_header,
             },
             None,
         ),
         config::PrincipalSource::Mtls => (Identifier::Mtls, None),
         config::PrincipalSource::Jwt => {
-            let jwt = &principal.jwt;
-            let source = match (&jwt.jwks_file, &jwt.jwks_url) {
-                (Some(path), _) => jwks::Source::File(path.clone()),
-                (None, Some(url)) => {
+            let jwt = principal.jwt.settings().map_err(invalid)?;
+            let source = match &jwt.keys {
+                config::JwksKeys::File(path) => jwks::Source::File(path.clone()),
+                config::JwksKeys::Url { uri, ca_file } => {
                     let tls = crate::tls::client_config(
-                        jwt.jwks_ca_file
+                        ca_file
                             .as_deref()
                             .map(|p| ("principal.jwt.jwks_ca_file", p)),
                         None,
                     )?;
                     let connector = crate::tls::https_connector(tls, connect_timeout, true);
                     jwks::Source::Url {
-                        uri: url.parse().expect("validated: an https URL"),
+                        uri: uri.clone(),
                         client: Box::new(
                             hyper_util::client::legacy::Client::builder(
                                 hyper_util::rt::TokioExecutor::new(),
@@ -297,26 +291,30 @@ async fn principal_source(
                         ),
                     }
                 }
-                (None, None) => unreachable!("validated: jwt has a key source"),
             };
             let cooldown = Duration::from_secs(jwt.jwks_cooldown_seconds);
             let keys = Arc::new(Jwks::new(source, cooldown, metrics.clone()));
             if let Err(source) = keys.refresh().await {
-                match &jwt.jwks_file {
-                    Some(path) => {
+                match &jwt.keys {
+                    config::JwksKeys::File(path) => {
                         return Err(StartError::Jwks {
                             path: path.clone(),
                             source,
                         });
                     }
-                    None => tracing::warn!(
+                    config::JwksKeys::Url { .. } => tracing::warn!(
                         "principal.jwt.jwks_url could not be fetched at startup; requests \
                          get 503 until it answers"
                     ),
                 }
             }
-            let verifier = Arc::new(JwtVerifier::new(jwt, keys.clone()));
-            (Identifier::Jwt(verifier), Some(keys))
+            let verifier = JwtVerifier::new(&jwt, keys.clone()).map_err(|_| {
+                invalid(vec![config::ConfigProblem::new(
+                    "principal.jwt.resource_metadata",
+                    "cannot be sent in WWW-Authenticate",
+                )])
+            })?;
+            (Identifier::Jwt(Arc::new(verifier)), Some(keys))
         }
     })
 }

@@ -8,6 +8,7 @@
 //! share one attempt, and every failing check is named (in [`Checks::failing`]) for the
 //! `/readyz` body; a check never sees a token, a key or a state.
 
+use crate::config::UpstreamUrl;
 use crate::token::KeyMetrics;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,11 +31,9 @@ pub struct UpstreamProbe {
 }
 
 impl UpstreamProbe {
-    /// Probe the authority of `upstream` (an `http://` URL, validated), within `timeout`.
-    pub fn new(upstream: &http::Uri, timeout: Duration) -> Self {
-        let authority = upstream
-            .authority()
-            .expect("validated: the upstream has a host");
+    /// Probe the authority of `upstream`, within `timeout`.
+    pub fn new(upstream: &UpstreamUrl, timeout: Duration) -> Self {
+        let authority = upstream.authority();
         let port = authority.port_u16().unwrap_or(80);
         Self {
             address: format!("{}:{port}", authority.host()),
@@ -103,7 +102,7 @@ mod tests {
     async fn the_upstream_probe_follows_the_listener_and_caches_a_second() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let uri: http::Uri = format!("http://127.0.0.1:{port}/mcp").parse().unwrap();
+        let uri = crate::config::parse_upstream(&format!("http://127.0.0.1:{port}/mcp")).unwrap();
         let probe = UpstreamProbe::new(&uri, Duration::from_millis(200));
         probe.refresh().await;
         assert!(!probe.is_down());

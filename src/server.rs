@@ -97,26 +97,10 @@ pub async fn serve<H, F>(
         while connections.try_join_next().is_some() {}
         // A permit before accepting: at the limit, new connections stay in the kernel's
         // backlog (bounded by it) instead of being accepted and queued here.
-        let permit = match limit.clone().try_acquire_owned() {
-            Ok(permit) => {
-                at_limit = false;
-                permit
-            }
-            Err(_) => {
-                options.metrics.connection_limit_reached(options.listener);
-                if !std::mem::replace(&mut at_limit, true) {
-                    tracing::warn!(
-                        listener = name,
-                        max_connections = options.max_connections,
-                        "connection limit reached; idle connections are closed to make room, \
-                         new connections wait in the accept backlog"
-                    );
-                }
-                match wait_for_slot(&limit, &slots, &mut shutdown).await {
-                    Some(permit) => permit,
-                    None => break,
-                }
-            }
+        let Some(permit) =
+            take_permit(&limit, &slots, &mut shutdown, &options, &mut at_limit).await
+        else {
+            break;
         };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -138,16 +122,7 @@ pub async fn serve<H, F>(
         {
             // Over its share with nothing idle to give: answered without a slot.
             drop(permit);
-            options.refusals.quota_refused(Share::Connections);
-            tracing::debug!(listener = name, %peer, "connection refused: limits.max_connections_per_peer reached for its address");
-            if let Ok(refusal) = refusals.clone().try_acquire_owned() {
-                let tls = tls.clone();
-                let timeout = options.header_read_timeout;
-                connections.spawn(async move {
-                    let _held = refusal;
-                    let _ = tokio::time::timeout(timeout, refuse(stream, tls)).await;
-                });
-            }
+            refuse_over_share(&mut connections, &refusals, stream, peer, &tls, &options);
             continue;
         }
         let open = options.metrics.connection(options.listener);
@@ -168,6 +143,66 @@ pub async fn serve<H, F>(
         });
     }
     drop(listener);
+    drain(connections, &options).await;
+}
+
+/// A permit for one more connection: at the limit (counted each time, logged when first
+/// reached) idle connections are closed to make room, or it waits for one to end.
+/// `None`: shutdown came first.
+async fn take_permit(
+    limit: &Arc<Semaphore>,
+    slots: &Slots,
+    shutdown: &mut watch::Receiver<bool>,
+    options: &ServeOptions,
+    at_limit: &mut bool,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let name = options.name;
+    match limit.clone().try_acquire_owned() {
+        Ok(permit) => {
+            *at_limit = false;
+            Some(permit)
+        }
+        Err(_) => {
+            options.metrics.connection_limit_reached(options.listener);
+            if !std::mem::replace(at_limit, true) {
+                tracing::warn!(
+                    listener = name,
+                    max_connections = options.max_connections,
+                    "connection limit reached; idle connections are closed to make room, \
+                     new connections wait in the accept backlog"
+                );
+            }
+            wait_for_slot(limit, slots, shutdown).await
+        }
+    }
+}
+
+/// A connection of an address over its share, with nothing idle to give, holds no slot:
+/// it is answered 429 (within the head deadline) while few are, else just closed.
+fn refuse_over_share(
+    connections: &mut JoinSet<()>,
+    refusals: &Arc<Semaphore>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    tls: &Option<Arc<crate::tls::ServerTls>>,
+    options: &ServeOptions,
+) {
+    let name = options.name;
+    options.refusals.quota_refused(Share::Connections);
+    tracing::debug!(listener = name, %peer, "connection refused: limits.max_connections_per_peer reached for its address");
+    if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+        let tls = tls.clone();
+        let timeout = options.header_read_timeout;
+        connections.spawn(async move {
+            let _held = refusal;
+            let _ = tokio::time::timeout(timeout, refuse(stream, tls)).await;
+        });
+    }
+}
+
+/// After shutdown: connections in flight get until the drain deadline, then are closed.
+async fn drain(mut connections: JoinSet<()>, options: &ServeOptions) {
+    let name = options.name;
     let drained = tokio::time::timeout(options.drain, async {
         while connections.join_next().await.is_some() {}
     });

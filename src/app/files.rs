@@ -1,6 +1,6 @@
 //! The files a configuration names, read and checked the way the sidecar will use them
 //! (the key file, PEM certificates and keys: parse, key matches certificate, not
-//! expired; CA bundles; a JWKS file): start-up's business, so the configuration itself
+//! expired; CA bundles; the admin secret; a JWKS file): start-up's business, so the configuration itself
 //! does no I/O and imports nothing above its floor.
 //!
 //! Invariant: every file is checked in the same pass and each failure becomes one
@@ -10,6 +10,8 @@
 use crate::auth::jwks::KeySet;
 use crate::config::{Config, ConfigProblem};
 use crate::tls;
+use std::path::Path;
+use zeroize::Zeroizing;
 
 /// Every problem with the files a (validated) configuration names.
 pub fn check_files(config: &Config) -> Vec<ConfigProblem> {
@@ -43,6 +45,11 @@ pub fn check_files(config: &Config) -> Vec<ConfigProblem> {
     if let Some(ca) = &jwt.jwks_ca_file {
         check(tls::roots("principal.jwt.jwks_ca_file", ca).map(drop));
     }
+    if let Some(path) = &config.admin.token_file
+        && let Err(message) = read_admin_token(path)
+    {
+        problems.push(ConfigProblem::new("admin.token_file", message));
+    }
     if let Some(path) = &jwt.jwks_file {
         let outcome = std::fs::read(path)
             .map_err(|e| format!("cannot read: {}", e.to_string().to_lowercase()))
@@ -53,6 +60,15 @@ pub fn check_files(config: &Config) -> Vec<ConfigProblem> {
         }
     }
     problems
+}
+
+/// Read `admin.token_file`: one secret, surrounding whitespace trimmed. The message
+/// never contains the secret.
+fn read_admin_token(path: &Path) -> Result<Zeroizing<String>, String> {
+    let bytes = std::fs::read(path)
+        .map(Zeroizing::new)
+        .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+    crate::config::admin_token::parse_token(&bytes, path)
 }
 
 #[cfg(test)]
@@ -132,5 +148,26 @@ mod tests {
                 .iter()
                 .any(|p| p.key.starts_with("tls."))
         );
+    }
+
+    /// The admin secret's file: read here, at start-up and by `check-config`, not by the
+    /// configuration's validation.
+    #[test]
+    fn the_admin_token_file_is_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        let mut config = Config::default();
+        config.admin.token_file = Some(token.clone());
+        let only = |config: &Config, needle: &str| {
+            let problems = check_files(config);
+            assert_eq!(problems.len(), 1, "{problems:#?}");
+            assert_eq!(problems[0].key, "admin.token_file");
+            assert!(problems[0].message.contains(needle), "{}", problems[0]);
+        };
+        only(&config, "cannot be read");
+        std::fs::write(&token, " \n").unwrap();
+        only(&config, "at least 16");
+        std::fs::write(&token, "0123456789abcdef0123\n").unwrap();
+        assert!(check_files(&config).is_empty());
     }
 }

@@ -6,7 +6,7 @@
 //! Invariant: nothing here starts serving; a part that cannot be built stops the start
 //! with a [`StartError`] naming the setting.
 
-use super::{ADMIN_MAX_CONNECTIONS, Metrics, StartError, live, reload_keys};
+use super::{ADMIN_MAX_CONNECTIONS, Metrics, StartError, live, reload_keys, watch_store};
 use crate::admin;
 use crate::auth::Identifier;
 use crate::auth::jwks::Jwks;
@@ -124,7 +124,7 @@ pub(super) fn warn_about_weak_principals(config: &Config, principal: &Identifier
 /// The pooled client of the upstream, with `upstream_tls` for an `https://` upstream.
 pub(super) fn upstream_client(
     config: &Config,
-    upstream_uri: &http::Uri,
+    upstream_uri: &crate::config::UpstreamUrl,
     connect_timeout: Duration,
 ) -> Result<Upstream, StartError> {
     let upstream_tls = &config.upstream_tls;
@@ -174,7 +174,7 @@ pub(super) async fn bind(
 /// and the key file's age (`readyz.max_key_age_seconds`, with a key file).
 pub(super) fn readiness_checks(
     config: &Config,
-    upstream_uri: &http::Uri,
+    upstream_uri: &crate::config::UpstreamUrl,
     keys: &Arc<KeyMetrics>,
 ) -> health::Checks {
     health::Checks {
@@ -241,13 +241,15 @@ impl<'a> Listeners<'a> {
 }
 
 /// What is watched while the sidecar runs: the listener's TLS files, the JWT key set,
-/// the key file, the admin token file and the configuration file.
+/// the key file, the admin token file, the configuration file and a Redis store.
 pub(super) struct Watched {
     pub(super) tls: Option<(Arc<ServerTls>, FilePoll)>,
     pub(super) jwks: Option<Arc<Jwks>>,
     pub(super) keys: Option<FilePoll>,
     pub(super) admin_token: Option<(FilePoll, Arc<admin::Admin>)>,
     pub(super) config: Option<(ConfigSource, live::Live)>,
+    /// A fail-closed shared store whose reachability readiness follows (Redis).
+    pub(super) store: Option<(Arc<SingleUse>, Arc<admin::Readiness>)>,
 }
 
 impl Watched {
@@ -299,6 +301,13 @@ impl Watched {
                 stop.clone(),
                 config.clone(),
                 move |in_force, changed| live.apply(in_force, changed),
+            )));
+        }
+        if let Some((single_use, readiness)) = self.store {
+            tasks.push(tokio::spawn(watch_store(
+                single_use,
+                readiness,
+                stop.clone(),
             )));
         }
     }

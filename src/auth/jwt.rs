@@ -11,9 +11,9 @@
 
 use super::AuthFailure;
 use super::jwks::{ACCEPTED, Jwks, KeyLookup};
-use crate::config::JwtConfig;
+use crate::config::JwtSettings;
 use crate::token::canonical::write_python_json;
-use http::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use http::header::{AUTHORIZATION, HeaderMap, HeaderValue, InvalidHeaderValue};
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{Map, Value};
@@ -34,19 +34,18 @@ pub struct JwtVerifier {
 }
 
 impl JwtVerifier {
-    /// From a validated `principal.jwt` section.
-    pub fn new(config: &JwtConfig, jwks: Arc<Jwks>) -> Self {
-        Self {
-            issuer: config.issuer.clone().expect("validated: jwt has an issuer"),
-            audience: config
-                .audience
-                .clone()
-                .expect("validated: jwt has an audience"),
+    /// From a `principal.jwt` section that passed its rules. Fails only if the
+    /// resource metadata URL cannot go into the challenge header (its rules refuse such
+    /// a URL).
+    pub fn new(config: &JwtSettings, jwks: Arc<Jwks>) -> Result<Self, InvalidHeaderValue> {
+        Ok(Self {
+            issuer: config.issuer.clone(),
+            audience: config.audience.clone(),
             leeway_seconds: config.leeway_seconds,
             jwks,
-            challenge: challenge(config.resource_metadata.as_deref()),
+            challenge: challenge(config.resource_metadata.as_deref())?,
             forward: config.forward_authorization,
-        }
+        })
     }
 
     /// The `WWW-Authenticate` value of every 401.
@@ -137,14 +136,14 @@ pub fn principal(client_id: Option<&str>, issuer: &str, subject: Option<&str>) -
 /// `Bearer error="invalid_token", ...` as the reference's `RequireAuthMiddleware` sends
 /// it, with the protected resource metadata URL when configured (validated to be safe
 /// inside a quoted string).
-fn challenge(resource_metadata: Option<&str>) -> HeaderValue {
+fn challenge(resource_metadata: Option<&str>) -> Result<HeaderValue, InvalidHeaderValue> {
     let mut value = String::from(
         r#"Bearer error="invalid_token", error_description="Authentication required""#,
     );
     if let Some(url) = resource_metadata {
         value.push_str(&format!(r#", resource_metadata="{url}""#));
     }
-    HeaderValue::from_str(&value).expect("validated: printable ASCII without quotes")
+    HeaderValue::from_str(&value)
 }
 
 /// The one bearer token of the request.

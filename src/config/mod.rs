@@ -31,9 +31,11 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-pub use security::{JwtConfig, MtlsConfig, MtlsIdentity, TlsConfig, UpstreamTlsConfig};
+pub use security::{
+    JwksKeys, JwtConfig, JwtSettings, MtlsConfig, MtlsIdentity, TlsConfig, UpstreamTlsConfig,
+};
 pub use tools::{HandleConfig, IdempotencyConfig};
-pub use validate::parse_upstream;
+pub use validate::{UpstreamUrl, parse_upstream};
 
 /// Prefix of every environment variable the configuration reads.
 pub const ENV_PREFIX: &str = "MCP_STATE_GUARD_";
@@ -184,6 +186,14 @@ impl Default for PrincipalConfig {
             mtls: MtlsConfig::default(),
             jwt: JwtConfig::default(),
         }
+    }
+}
+
+impl PrincipalConfig {
+    /// `header` as the header name it must be (checked by [`Config::validate`] too).
+    pub fn header_name(&self) -> Result<http::HeaderName, ConfigProblem> {
+        http::HeaderName::from_bytes(self.header.as_bytes())
+            .map_err(|_| ConfigProblem::new("principal.header", "must be a valid HTTP header name"))
     }
 }
 

@@ -27,6 +27,13 @@ pub struct TlsConfig {
     pub reload_interval_ms: u64,
 }
 
+impl TlsConfig {
+    /// Whether the client-facing listener speaks TLS: both files are set.
+    pub fn enabled(&self) -> bool {
+        self.cert_file.is_some() && self.key_file.is_some()
+    }
+}
+
 impl Default for TlsConfig {
     fn default() -> Self {
         TlsConfig {
@@ -114,6 +121,44 @@ impl Default for JwtConfig {
     }
 }
 
+/// Where the keys that verify a JWT come from (`principal.jwt.jwks_file` or
+/// `principal.jwt.jwks_url`: exactly one).
+#[derive(Debug, Clone, PartialEq)]
+pub enum JwksKeys {
+    File(PathBuf),
+    Url {
+        uri: http::Uri,
+        /// PEM CA bundle for the URL. Unset: the compiled-in Mozilla roots.
+        ca_file: Option<PathBuf>,
+    },
+}
+
+/// A `principal.jwt` section that passed its rules, its values typed: what a verifier
+/// needs, nothing left to unwrap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JwtSettings {
+    pub issuer: String,
+    pub audience: String,
+    pub keys: JwksKeys,
+    pub leeway_seconds: u64,
+    /// Safe inside a quoted string of `WWW-Authenticate`.
+    pub resource_metadata: Option<String>,
+    pub forward_authorization: bool,
+    pub jwks_cooldown_seconds: u64,
+}
+
+impl JwtConfig {
+    /// This section as `principal.source = "jwt"` uses it, or every problem its rules
+    /// find (the same ones [`Config::validate`] lists for it).
+    pub fn settings(&self) -> Result<JwtSettings, Vec<ConfigProblem>> {
+        let mut problems = Vec::new();
+        let settings = jwt_source(self, &mut |key: &str, message: String| {
+            problems.push(ConfigProblem::new(key, message));
+        });
+        settings.ok_or(problems)
+    }
+}
+
 /// The most clock skew a JWT may be granted.
 const MAX_LEEWAY_SECONDS: u64 = 600;
 
@@ -121,14 +166,30 @@ const MAX_LEEWAY_SECONDS: u64 = 600;
 pub(super) fn validate(config: &Config) -> Vec<ConfigProblem> {
     let mut problems = Vec::new();
     let mut problem = |key: &str, message: String| problems.push(ConfigProblem::new(key, message));
-    let empty_path =
-        |path: &Option<PathBuf>| path.as_ref().is_some_and(|p| p.as_os_str().is_empty());
+    empty_paths(config, &mut problem);
+    listener_tls(&config.tls, &mut problem);
+    upstream_tls(config, &mut problem);
+    let principal = &config.principal;
+    if principal.source == PrincipalSource::Mtls && config.tls.client_ca_file.is_none() {
+        problem(
+            "tls.client_ca_file",
+            "required when principal.source = \"mtls\"".to_owned(),
+        );
+    }
+    if principal.source == PrincipalSource::Jwt {
+        jwt_source(&principal.jwt, &mut problem);
+    } else {
+        jwt_unused(&principal.jwt, &mut problem);
+    }
+    problems
+}
 
-    let tls = &config.tls;
+/// A file setting, if set, names a file: an empty path is a problem.
+fn empty_paths(config: &Config, problem: &mut impl FnMut(&str, String)) {
     for (key, path) in [
-        ("tls.cert_file", &tls.cert_file),
-        ("tls.key_file", &tls.key_file),
-        ("tls.client_ca_file", &tls.client_ca_file),
+        ("tls.cert_file", &config.tls.cert_file),
+        ("tls.key_file", &config.tls.key_file),
+        ("tls.client_ca_file", &config.tls.client_ca_file),
         ("upstream_tls.ca_file", &config.upstream_tls.ca_file),
         ("upstream_tls.cert_file", &config.upstream_tls.cert_file),
         ("upstream_tls.key_file", &config.upstream_tls.key_file),
@@ -138,11 +199,15 @@ pub(super) fn validate(config: &Config) -> Vec<ConfigProblem> {
             &config.principal.jwt.jwks_ca_file,
         ),
     ] {
-        if empty_path(path) {
+        if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
             problem(key, "must not be empty".to_owned());
         }
     }
-    pair(&mut problem, "tls", &tls.cert_file, &tls.key_file);
+}
+
+/// The listener's certificate and key come together, client certificates need them.
+fn listener_tls(tls: &TlsConfig, problem: &mut impl FnMut(&str, String)) {
+    pair(&mut *problem, "tls", &tls.cert_file, &tls.key_file);
     if tls.client_ca_file.is_some() && tls.cert_file.is_none() {
         problem(
             "tls.client_ca_file",
@@ -153,16 +218,19 @@ pub(super) fn validate(config: &Config) -> Vec<ConfigProblem> {
     if tls.reload_interval_ms < 100 {
         problem("tls.reload_interval_ms", "must be at least 100".to_owned());
     }
+}
 
+/// The upstream leg's client certificate and key come together, and its TLS settings
+/// are only for an `https://` upstream.
+fn upstream_tls(config: &Config, problem: &mut impl FnMut(&str, String)) {
     let upstream_tls = &config.upstream_tls;
     pair(
-        &mut problem,
+        &mut *problem,
         "upstream_tls",
         &upstream_tls.cert_file,
         &upstream_tls.key_file,
     );
-    let https_upstream = super::parse_upstream(&config.upstream)
-        .is_ok_and(|uri| uri.scheme() == Some(&http::uri::Scheme::HTTPS));
+    let https_upstream = super::parse_upstream(&config.upstream).is_ok_and(|url| url.is_https());
     if !https_upstream {
         for (key, value) in [
             ("upstream_tls.ca_file", &upstream_tls.ca_file),
@@ -174,95 +242,126 @@ pub(super) fn validate(config: &Config) -> Vec<ConfigProblem> {
             }
         }
     }
+}
 
-    let principal = &config.principal;
-    if principal.source == PrincipalSource::Mtls && tls.client_ca_file.is_none() {
+/// `principal.source = "jwt"`: who issues the tokens, for whom, where their keys are, and
+/// the bounds of the timings. The typed section if no rule failed.
+fn jwt_source(jwt: &JwtConfig, report: &mut impl FnMut(&str, String)) -> Option<JwtSettings> {
+    let mut passed = true;
+    let mut problem = |key: &str, message: String| {
+        passed = false;
+        report(key, message);
+    };
+    let issuer = required(&mut problem, "principal.jwt.issuer", &jwt.issuer);
+    let audience = required(&mut problem, "principal.jwt.audience", &jwt.audience);
+    match (&jwt.jwks_file, &jwt.jwks_url) {
+        (None, None) => problem(
+            "principal.jwt.jwks_file",
+            "one of principal.jwt.jwks_file or principal.jwt.jwks_url is required when \
+             principal.source = \"jwt\""
+                .to_owned(),
+        ),
+        (Some(_), Some(_)) => problem(
+            "principal.jwt.jwks_url",
+            "set either principal.jwt.jwks_file or principal.jwt.jwks_url, not both".to_owned(),
+        ),
+        _ => {}
+    }
+    let jwks_uri = match jwt.jwks_url.as_deref().map(check_https_url) {
+        Some(Err(message)) => {
+            problem("principal.jwt.jwks_url", message.to_owned());
+            None
+        }
+        Some(Ok(uri)) => Some(uri),
+        None => None,
+    };
+    if jwt.jwks_ca_file.is_some() && jwt.jwks_url.is_none() {
         problem(
-            "tls.client_ca_file",
-            "required when principal.source = \"mtls\"".to_owned(),
+            "principal.jwt.jwks_ca_file",
+            "only allowed with principal.jwt.jwks_url".to_owned(),
         );
     }
-    let jwt = &principal.jwt;
-    if principal.source == PrincipalSource::Jwt {
-        for (key, value) in [
-            ("principal.jwt.issuer", &jwt.issuer),
-            ("principal.jwt.audience", &jwt.audience),
-        ] {
-            match value {
-                None => problem(key, "required when principal.source = \"jwt\"".to_owned()),
-                Some(v) if v.trim().is_empty() => problem(key, "must not be empty".to_owned()),
-                Some(_) => {}
-            }
-        }
-        match (&jwt.jwks_file, &jwt.jwks_url) {
-            (None, None) => problem(
-                "principal.jwt.jwks_file",
-                "one of principal.jwt.jwks_file or principal.jwt.jwks_url is required when \
-                 principal.source = \"jwt\""
-                    .to_owned(),
-            ),
-            (Some(_), Some(_)) => problem(
-                "principal.jwt.jwks_url",
-                "set either principal.jwt.jwks_file or principal.jwt.jwks_url, not both".to_owned(),
-            ),
-            _ => {}
-        }
-        if let Some(url) = &jwt.jwks_url
-            && let Err(message) = check_https_url(url)
-        {
-            problem("principal.jwt.jwks_url", message.to_owned());
-        }
-        if jwt.jwks_ca_file.is_some() && jwt.jwks_url.is_none() {
+    if let Some(url) = &jwt.resource_metadata
+        && let Err(message) = check_resource_metadata(url)
+    {
+        problem("principal.jwt.resource_metadata", message.to_owned());
+    }
+    if jwt.leeway_seconds > MAX_LEEWAY_SECONDS {
+        problem(
+            "principal.jwt.leeway_seconds",
+            format!("must be at most {MAX_LEEWAY_SECONDS}"),
+        );
+    }
+    if !(1..=86_400).contains(&jwt.jwks_refresh_seconds) {
+        problem(
+            "principal.jwt.jwks_refresh_seconds",
+            "must be between 1 and 86400".to_owned(),
+        );
+    }
+    if !(1..=3600).contains(&jwt.jwks_cooldown_seconds) {
+        problem(
+            "principal.jwt.jwks_cooldown_seconds",
+            "must be between 1 and 3600".to_owned(),
+        );
+    }
+    if !passed {
+        return None;
+    }
+    // Every rule passed: exactly one key source, and each value below is present.
+    let keys = match (&jwt.jwks_file, jwks_uri) {
+        (Some(path), None) => JwksKeys::File(path.clone()),
+        (None, Some(uri)) => JwksKeys::Url {
+            uri,
+            ca_file: jwt.jwks_ca_file.clone(),
+        },
+        _ => return None,
+    };
+    Some(JwtSettings {
+        issuer: issuer?,
+        audience: audience?,
+        keys,
+        leeway_seconds: jwt.leeway_seconds,
+        resource_metadata: jwt.resource_metadata.clone(),
+        forward_authorization: jwt.forward_authorization,
+        jwks_cooldown_seconds: jwt.jwks_cooldown_seconds,
+    })
+}
+
+/// A value `principal.source = "jwt"` requires, not blank.
+fn required(
+    problem: &mut impl FnMut(&str, String),
+    key: &str,
+    value: &Option<String>,
+) -> Option<String> {
+    match value {
+        None => problem(key, "required when principal.source = \"jwt\"".to_owned()),
+        Some(v) if v.trim().is_empty() => problem(key, "must not be empty".to_owned()),
+        Some(v) => return Some(v.clone()),
+    }
+    None
+}
+
+/// Settings of a source that is not in use are problems: most likely a forgotten
+/// `source`.
+fn jwt_unused(jwt: &JwtConfig, problem: &mut impl FnMut(&str, String)) {
+    for (key, set) in [
+        ("principal.jwt.issuer", jwt.issuer.is_some()),
+        ("principal.jwt.audience", jwt.audience.is_some()),
+        ("principal.jwt.jwks_file", jwt.jwks_file.is_some()),
+        ("principal.jwt.jwks_url", jwt.jwks_url.is_some()),
+        ("principal.jwt.jwks_ca_file", jwt.jwks_ca_file.is_some()),
+        (
+            "principal.jwt.resource_metadata",
+            jwt.resource_metadata.is_some(),
+        ),
+    ] {
+        if set {
             problem(
-                "principal.jwt.jwks_ca_file",
-                "only allowed with principal.jwt.jwks_url".to_owned(),
+                key,
+                "only allowed with principal.source = \"jwt\"".to_owned(),
             );
-        }
-        if let Some(url) = &jwt.resource_metadata
-            && let Err(message) = check_resource_metadata(url)
-        {
-            problem("principal.jwt.resource_metadata", message.to_owned());
-        }
-        if jwt.leeway_seconds > MAX_LEEWAY_SECONDS {
-            problem(
-                "principal.jwt.leeway_seconds",
-                format!("must be at most {MAX_LEEWAY_SECONDS}"),
-            );
-        }
-        if !(1..=86_400).contains(&jwt.jwks_refresh_seconds) {
-            problem(
-                "principal.jwt.jwks_refresh_seconds",
-                "must be between 1 and 86400".to_owned(),
-            );
-        }
-        if !(1..=3600).contains(&jwt.jwks_cooldown_seconds) {
-            problem(
-                "principal.jwt.jwks_cooldown_seconds",
-                "must be between 1 and 3600".to_owned(),
-            );
-        }
-    } else {
-        // Settings of a source that is not in use: most likely a forgotten `source`.
-        for (key, set) in [
-            ("principal.jwt.issuer", jwt.issuer.is_some()),
-            ("principal.jwt.audience", jwt.audience.is_some()),
-            ("principal.jwt.jwks_file", jwt.jwks_file.is_some()),
-            ("principal.jwt.jwks_url", jwt.jwks_url.is_some()),
-            ("principal.jwt.jwks_ca_file", jwt.jwks_ca_file.is_some()),
-            (
-                "principal.jwt.resource_metadata",
-                jwt.resource_metadata.is_some(),
-            ),
-        ] {
-            if set {
-                problem(
-                    key,
-                    "only allowed with principal.source = \"jwt\"".to_owned(),
-                );
-            }
         }
     }
-    problems
 }
 
 /// `{section}.cert_file` and `{section}.key_file` come together.

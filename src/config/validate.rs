@@ -6,8 +6,6 @@
 
 use std::collections::HashSet;
 
-use http::HeaderName;
-
 use super::hosts::{parse_hosts, parse_nets};
 use super::{Config, ConfigProblem, SingleUseStore};
 
@@ -115,11 +113,8 @@ impl Config {
         if let Err(message) = parse_nets(&principal.trusted_proxies) {
             problem("principal.trusted_proxies", message);
         }
-        if HeaderName::from_bytes(principal.header.as_bytes()).is_err() {
-            problem(
-                "principal.header",
-                "must be a valid HTTP header name".to_owned(),
-            );
+        if let Err(invalid) = principal.header_name() {
+            problem(&invalid.key, invalid.message);
         }
     }
 
@@ -173,18 +168,13 @@ impl Config {
         }
     }
 
-    /// Flow limits, the admin secret, sizes and deadlines.
+    /// Flow limits, sizes and deadlines.
     fn validate_limits(&self, problem: &mut impl FnMut(&str, String)) {
         if self.mrtr.max_rounds == 0 {
             problem("mrtr.max_rounds", "must be at least 1".to_owned());
         }
         if self.mrtr.max_flow_seconds == 0 {
             problem("mrtr.max_flow_seconds", "must be at least 1".to_owned());
-        }
-        if let Some(path) = &self.admin.token_file
-            && let Err(message) = super::admin_token::read_token(path)
-        {
-            problem("admin.token_file", message);
         }
         for (key, value, min) in [
             ("limits.max_body_bytes", self.limits.max_body_bytes, 1024),
@@ -224,7 +214,7 @@ impl Config {
 /// Parses an upstream base URL: absolute `http://` or `https://`, with a host, an
 /// optional port and base path, and no query, fragment or userinfo. The error never
 /// echoes the URL (a userinfo part would hold a password).
-pub fn parse_upstream(url: &str) -> Result<http::Uri, &'static str> {
+pub fn parse_upstream(url: &str) -> Result<UpstreamUrl, &'static str> {
     const NOT_HTTP: &str =
         "must be an absolute http:// or https:// URL such as http://127.0.0.1:3000";
     // `http::Uri` drops a fragment silently; refuse it before parsing.
@@ -235,7 +225,7 @@ pub fn parse_upstream(url: &str) -> Result<http::Uri, &'static str> {
     if !matches!(uri.scheme_str(), Some("http" | "https")) {
         return Err(NOT_HTTP);
     }
-    let authority = uri.authority().ok_or(NOT_HTTP)?;
+    let authority = uri.authority().ok_or(NOT_HTTP)?.clone();
     if authority.as_str().contains('@') {
         return Err("must not contain userinfo (user:password@)");
     }
@@ -253,7 +243,32 @@ pub fn parse_upstream(url: &str) -> Result<http::Uri, &'static str> {
     if uri.query().is_some() || url.contains('?') {
         return Err("must not have a query (?...)");
     }
-    Ok(uri)
+    Ok(UpstreamUrl { uri, authority })
+}
+
+/// An upstream base URL that [`parse_upstream`] accepted: its authority is there (a
+/// host, a valid port if any, no userinfo), so users need not unwrap it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamUrl {
+    uri: http::Uri,
+    authority: http::uri::Authority,
+}
+
+impl UpstreamUrl {
+    /// The whole URL.
+    pub fn uri(&self) -> &http::Uri {
+        &self.uri
+    }
+
+    /// `host[:port]`.
+    pub fn authority(&self) -> &http::uri::Authority {
+        &self.authority
+    }
+
+    /// `http` or `https`.
+    pub fn is_https(&self) -> bool {
+        self.uri.scheme() == Some(&http::uri::Scheme::HTTPS)
+    }
 }
 
 /// A passthrough entry is compared byte for byte with the request path, so it must be a
@@ -474,15 +489,9 @@ pub(crate) mod tests {
         assert_only(&rounds, "mrtr.max_rounds", "at least 1");
         let age = invalid(|c| c.mrtr.max_flow_seconds = 0);
         assert_only(&age, "mrtr.max_flow_seconds", "at least 1");
-        let dir = tempfile::tempdir().unwrap();
-        let token = dir.path().join("token");
-        let missing = invalid(|c| c.admin.token_file = Some(token.clone()));
-        assert_only(&missing, "admin.token_file", "cannot be read");
-        std::fs::write(&token, " \n").unwrap();
-        let blank = invalid(|c| c.admin.token_file = Some(token.clone()));
-        assert_only(&blank, "admin.token_file", "at least 16");
-        std::fs::write(&token, "0123456789abcdef0123\n").unwrap();
-        assert!(invalid(|c| c.admin.token_file = Some(token.clone())).is_empty());
+        // The admin secret's file is read at start-up (`app::files`), not here.
+        let unread = std::path::PathBuf::from("/nonexistent/admin-token");
+        assert!(invalid(|c| c.admin.token_file = Some(unread)).is_empty());
         let zero = invalid(|c| c.single_use.memory_max_entries = 0);
         assert_only(&zero, "single_use.memory_max_entries", "at least 1");
         let prefix = invalid(|c| c.single_use.redis_key_prefix = String::new());

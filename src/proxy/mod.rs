@@ -120,7 +120,7 @@ pub struct Proxy {
     pub(crate) hosts: ArcSwap<HostPolicy>,
     pub(crate) trusted_proxies: TrustedProxies,
     /// The scheme clients reached us with, for `X-Forwarded-Proto`.
-    pub(crate) scheme: &'static str,
+    scheme: &'static str,
     pub(crate) principal: Identifier,
     pub(crate) gate: Gate,
     pub(crate) opener: StateOpener,
@@ -168,7 +168,11 @@ impl Proxy {
                 config.listen,
             )?),
             trusted_proxies: TrustedProxies::new(&config.principal.trusted_proxies)?,
-            scheme: "http",
+            scheme: if config.tls.enabled() {
+                "https"
+            } else {
+                "http"
+            },
             principal,
             gate: Gate::new(
                 limits.clone(),

@@ -190,35 +190,17 @@ impl Sealer {
     }
 
     fn seal_message_parts(&self, message: &mut Map<String, Value>) -> Result<bool, Withheld> {
-        jsonrpc::check_reserved(message, jsonrpc::ENVELOPE_FIELDS)
-            .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
-        // A server→client request or notification carries no state of ours; one that
-        // does cannot be bound to anything.
-        if let Some(Value::Object(params)) = message.get("params") {
-            jsonrpc::check_result_fields(params)
-                .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
-            if params.get("requestState").is_some_and(|s| !s.is_null()) {
-                return Err(SealFailure::NoRequestContext.into());
-            }
-        }
-        // A folding client reads `meſſage` as the error's `message`: the error's own keys
-        // get the same scrutiny as the envelope's.
-        if let Some(Value::Object(error)) = message.get("error") {
-            jsonrpc::check_reserved(error, jsonrpc::ERROR_FIELDS)
-                .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
-        }
-        // An error that carries a state (`error.data.requestState`) has no round to bind
-        // it to; a client could still read it.
-        if let Some(Value::Object(data)) = message.get("error").and_then(|e| e.get("data")) {
-            jsonrpc::check_result_fields(data)
-                .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
-            if data.get("requestState").is_some_and(|s| !s.is_null()) {
-                return Err(SealFailure::NoRequestContext.into());
-            }
-        }
+        no_state_outside_result(message)?;
         let Some(Value::Object(result)) = message.get_mut("result") else {
             return Ok(false);
         };
+        self.seal_result(result)
+    }
+
+    /// Seal the `requestState` of a result (or give a round that asks for input a token
+    /// of its own): bound to the request, the round's questions and the flow's next
+    /// round. `false`: the result needs none.
+    fn seal_result(&self, result: &mut Map<String, Value>) -> Result<bool, Withheld> {
         jsonrpc::check_result_fields(result)
             .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
         let asks = crate::mcp::asks_for_input(result);
@@ -237,6 +219,38 @@ impl Sealer {
         let Some(binding) = &self.context.binding else {
             return Err(SealFailure::NoRequestContext.into());
         };
+        let (asked, questions) = self.questions(result)?;
+        let flow = self
+            .limits
+            .next(self.context.flow, crate::token::now())
+            .map_err(|_| Withheld::Refused(MrtrRefusal::RoundLimit, ProxyError::RoundLimit))?;
+        let options = SealOptions {
+            principal: self.context.principal.as_deref(),
+            single_use: self.single_use.applies(&binding.method, &binding.target),
+            no_upstream_state: state.is_none(),
+            asked: Some(&asked),
+            questions: Some(&questions),
+            flow: Some(flow),
+        };
+        let token = self
+            .sealer
+            .seal(state.unwrap_or_default(), binding, &options);
+        if token.len() > super::max_token_bytes(self.max_state_bytes) {
+            // A long path or many asked keys on top of a large state: the gate would refuse
+            // this token on the retry, so it is not handed out.
+            return Err(SealFailure::StateTooLarge.into());
+        }
+        if let Some(kid) = crate::token::KeyId::of_token(&token) {
+            self.metrics.keys.token_minted(kid);
+        }
+        result.insert("requestState".into(), Value::String(token));
+        self.metrics.path.sealed();
+        Ok(true)
+    }
+
+    /// The keys a round asks for input under and its questions as recorded in its
+    /// token, if the client can answer them: it declared every capability they need.
+    fn questions(&self, result: &Map<String, Value>) -> Result<(Vec<String>, Value), Withheld> {
         let asked: Vec<String> = match result.get("inputRequests") {
             Some(Value::Object(requests)) => requests.keys().cloned().collect(),
             _ => Vec::new(),
@@ -273,32 +287,7 @@ impl Sealer {
                 ProxyError::UpstreamResponse("questions_too_large"),
             )
         })?;
-        let flow = self
-            .limits
-            .next(self.context.flow, crate::token::now())
-            .map_err(|_| Withheld::Refused(MrtrRefusal::RoundLimit, ProxyError::RoundLimit))?;
-        let options = SealOptions {
-            principal: self.context.principal.as_deref(),
-            single_use: self.single_use.applies(&binding.method, &binding.target),
-            no_upstream_state: state.is_none(),
-            asked: Some(&asked),
-            questions: Some(&questions),
-            flow: Some(flow),
-        };
-        let token = self
-            .sealer
-            .seal(state.unwrap_or_default(), binding, &options);
-        if token.len() > super::max_token_bytes(self.max_state_bytes) {
-            // A long path or many asked keys on top of a large state: the gate would refuse
-            // this token on the retry, so it is not handed out.
-            return Err(SealFailure::StateTooLarge.into());
-        }
-        if let Some(kid) = crate::token::KeyId::of_token(&token) {
-            self.metrics.keys.token_minted(kid);
-        }
-        result.insert("requestState".into(), Value::String(token));
-        self.metrics.path.sealed();
-        Ok(true)
+        Ok((asked, questions))
     }
 
     /// Make a whole JSON body safe: the sealed body, or why it is withheld.
@@ -461,6 +450,38 @@ pub fn with_body(
         None => body,
     };
     http::Response::from_parts(parts, body)
+}
+
+/// Nothing but a result may carry a state of ours, and every object a client reads
+/// keys from is checked for keys it could read as reserved ones.
+fn no_state_outside_result(message: &Map<String, Value>) -> Result<(), Withheld> {
+    jsonrpc::check_reserved(message, jsonrpc::ENVELOPE_FIELDS)
+        .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
+    // A server→client request or notification carries no state of ours; one that
+    // does cannot be bound to anything.
+    if let Some(Value::Object(params)) = message.get("params") {
+        jsonrpc::check_result_fields(params)
+            .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
+        if params.get("requestState").is_some_and(|s| !s.is_null()) {
+            return Err(SealFailure::NoRequestContext.into());
+        }
+    }
+    // A folding client reads `meſſage` as the error's `message`: the error's own keys
+    // get the same scrutiny as the envelope's.
+    if let Some(Value::Object(error)) = message.get("error") {
+        jsonrpc::check_reserved(error, jsonrpc::ERROR_FIELDS)
+            .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
+    }
+    // An error that carries a state (`error.data.requestState`) has no round to bind
+    // it to; a client could still read it.
+    if let Some(Value::Object(data)) = message.get("error").and_then(|e| e.get("data")) {
+        jsonrpc::check_result_fields(data)
+            .map_err(|_| Withheld::from(SealFailure::AmbiguousKey))?;
+        if data.get("requestState").is_some_and(|s| !s.is_null()) {
+            return Err(SealFailure::NoRequestContext.into());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

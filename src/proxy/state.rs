@@ -18,7 +18,7 @@ use crate::policy::revocation::{NotCleared, Revocations};
 use crate::policy::single_use::{Claim, NotConsumed, SingleUse};
 use crate::store::Owner;
 use crate::text::Clipped;
-use crate::token::{Flow, Reject, RequestBinding, StateSealer};
+use crate::token::{Flow, Opened, Reject, RequestBinding, StateSealer};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -81,6 +81,34 @@ impl StateOpener {
             .sealer
             .open(token, &binding, principal)
             .map_err(|rejection| self.refuse(method, rejection.reason, rejection.detail))?;
+        self.still_good(method, &opened, principal).await?;
+        self.check_answers(params, &opened)?;
+        // Last, after every other check passed and right before forwarding: a request
+        // refused for another reason must not spend the state. A replay is found here, on
+        // any replica sharing the store.
+        let claim = self.consume(method, &opened, &binding, owner).await?;
+        self.metrics.path.verified(VerifyResult::Ok);
+        if opened.no_upstream_state {
+            // The upstream sent no state this round; it gets none back.
+            params.remove("requestState");
+        } else {
+            params.insert("requestState".into(), Value::String(opened.state));
+        }
+        Ok(Some(OpenedRetry {
+            binding,
+            claim,
+            flow: opened.flow,
+        }))
+    }
+
+    /// The opened token still holds now: its flow is not older than allowed and its
+    /// principal was not revoked since it was issued.
+    async fn still_good(
+        &self,
+        method: &str,
+        opened: &Opened,
+        principal: Option<&str>,
+    ) -> Result<(), ProxyError> {
         let now = crate::token::now();
         if self.flow_limits.too_old(opened.flow, now) {
             self.metrics.policy.mrtr_refused(MrtrRefusal::FlowLimit);
@@ -96,18 +124,26 @@ impl StateOpener {
             .check(principal, opened.issued_at, fails_open, "requestState")
             .await
         {
-            Ok(()) => {}
+            Ok(()) => Ok(()),
             Err(NotCleared::Revoked) => {
-                return Err(self.refuse(method, Reject::Revoked, "principal revoked since"));
+                Err(self.refuse(method, Reject::Revoked, "principal revoked since"))
             }
-            Err(NotCleared::StoreUnavailable) => {
-                return Err(self.refuse(
-                    method,
-                    Reject::StoreUnavailable,
-                    "revocations could not be checked",
-                ));
-            }
+            Err(NotCleared::StoreUnavailable) => Err(self.refuse(
+                method,
+                Reject::StoreUnavailable,
+                "revocations could not be checked",
+            )),
         }
+    }
+
+    /// `inputResponses` answers what the minting round asked, and only that: entries it
+    /// did not ask for are dropped, an answer that does not answer its question refuses
+    /// the request (the token itself was good: counted as verified).
+    fn check_answers(
+        &self,
+        params: &mut Map<String, Value>,
+        opened: &Opened,
+    ) -> Result<(), ProxyError> {
         if let Some(asked) = &opened.asked
             && let Err(error) = self.filter_input_responses(params, asked)
         {
@@ -129,41 +165,38 @@ impl StateOpener {
                 rule: bad.rule,
             });
         }
-        // Last, after every other check passed and right before forwarding: a request
-        // refused for another reason must not spend the state. A replay is found here, on
-        // any replica sharing the store.
-        let claim = match self
+        Ok(())
+    }
+
+    /// Spend a single-use state in the shared store (a replay is refused here); the
+    /// claim, if any, is given back should the request not reach the upstream.
+    async fn consume(
+        &self,
+        method: &str,
+        opened: &Opened,
+        binding: &RequestBinding,
+        owner: &Owner,
+    ) -> Result<Option<Claim>, ProxyError> {
+        match self
             .single_use
-            .consume(&opened, &binding.method, &binding.target, owner)
+            .consume(opened, &binding.method, &binding.target, owner)
             .await
         {
-            Ok(claim) => claim,
+            Ok(claim) => Ok(claim),
             Err(NotConsumed::Refused(reason)) => {
-                return Err(self.refuse(method, reason, "single-use state"));
+                Err(self.refuse(method, reason, "single-use state"))
             }
             // The token was good and stays unspent: the client may retry it later.
             Err(NotConsumed::Share) => {
                 self.metrics.path.verified(VerifyResult::Ok);
                 self.metrics.refusals.quota_refused(Share::SingleUseEntries);
-                return Err(ProxyError::Quota(Share::SingleUseEntries));
+                Err(ProxyError::Quota(Share::SingleUseEntries))
             }
             Err(NotConsumed::Full) => {
                 self.metrics.path.verified(VerifyResult::Ok);
-                return Err(ProxyError::StoreFull(Resource::SingleUse));
+                Err(ProxyError::StoreFull(Resource::SingleUse))
             }
-        };
-        self.metrics.path.verified(VerifyResult::Ok);
-        if opened.no_upstream_state {
-            // The upstream sent no state this round; it gets none back.
-            params.remove("requestState");
-        } else {
-            params.insert("requestState".into(), Value::String(opened.state));
         }
-        Ok(Some(OpenedRetry {
-            binding,
-            claim,
-            flow: opened.flow,
-        }))
     }
 
     /// Give back a consumption whose request never reached the upstream.

@@ -10,6 +10,7 @@
 //! An `https://` upstream is reached only over TLS verified for its host (SNI and the
 //! certificate name both from the configured URL), never in the clear.
 
+use crate::config::UpstreamUrl;
 use crate::error::ProxyError;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme, Uri};
@@ -65,10 +66,13 @@ impl Default for Pool {
 }
 
 impl Upstream {
-    /// `base` is an absolute `http://` URL, validated by the configuration (an
-    /// `https://` one is verified against the compiled-in roots: see
-    /// [`Upstream::with_tls`]); the pool keeps the default sizes.
-    pub fn new(base: &Uri, connect_timeout: Duration, response_head_timeout: Duration) -> Self {
+    /// `base` is an `http://` upstream URL (an `https://` one is verified against the
+    /// compiled-in roots: see [`Upstream::with_tls`]); the pool keeps the default sizes.
+    pub fn new(
+        base: &UpstreamUrl,
+        connect_timeout: Duration,
+        response_head_timeout: Duration,
+    ) -> Self {
         let tls = crate::tls::client_config(None, None).expect("no files to read");
         Self::with_tls(
             base,
@@ -79,16 +83,16 @@ impl Upstream {
         )
     }
 
-    /// `base` is an absolute `http://` or `https://` URL, validated by the configuration;
-    /// `tls` is used for an `https://` one (which is then never spoken to in the clear).
+    /// `base` is an `http://` or `https://` upstream URL; `tls` is used for an
+    /// `https://` one (which is then never spoken to in the clear).
     pub fn with_tls(
-        base: &Uri,
+        base: &UpstreamUrl,
         tls: rustls::ClientConfig,
         connect_timeout: Duration,
         response_head_timeout: Duration,
         pool: Pool,
     ) -> Self {
-        let https_only = base.scheme() == Some(&Scheme::HTTPS);
+        let https_only = base.is_https();
         let connector = crate::tls::https_connector(tls, connect_timeout, https_only);
         let client = Client::builder(TokioExecutor::new())
             // Without a timer the idle timeout is not enforced at all.
@@ -96,18 +100,15 @@ impl Upstream {
             .pool_idle_timeout(pool.idle_timeout)
             .pool_max_idle_per_host(pool.max_idle)
             .build(connector);
-        let authority = base
-            .authority()
-            .expect("validated: the upstream has a host")
-            .clone();
+        let authority = base.authority().clone();
         let host = HeaderValue::from_str(authority.as_str())
             .expect("an authority is a valid header value");
         Self {
             client,
-            scheme: base.scheme().cloned().unwrap_or(Scheme::HTTP),
+            scheme: base.uri().scheme().cloned().unwrap_or(Scheme::HTTP),
             authority,
             host,
-            base_path: base.path().trim_end_matches('/').to_owned(),
+            base_path: base.uri().path().trim_end_matches('/').to_owned(),
             response_head_timeout,
         }
     }
@@ -219,7 +220,7 @@ mod tests {
 
     fn upstream(base: &str) -> Upstream {
         Upstream::new(
-            &base.parse().unwrap(),
+            &crate::config::parse_upstream(base).unwrap(),
             Duration::from_secs(1),
             Duration::from_secs(1),
         )

@@ -38,6 +38,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 
+mod lease;
+
+use lease::{release_phantom, renew};
+
 /// The header a client may carry the key in instead of `params.idempotencyKey`.
 pub const HEADER: &str = "idempotency-key";
 /// The header on a replayed answer.
@@ -200,10 +204,46 @@ impl Idempotency {
         principal: Option<&str>,
         owner: &Owner,
     ) -> Result<Admission, ProxyError> {
+        let Some(key) = self.read_key(tool, params, headers)? else {
+            return Ok(Admission::Untracked);
+        };
+        if self.config.strip_key {
+            params.remove("idempotencyKey");
+            headers.remove(HEADER);
+        }
+        let digest = crate::token::args_digest(params.get("arguments"))
+            .map_err(|_| ProxyError::Parse(crate::jsonrpc::ParseError::Params))?;
+        let record = self.record_name(principal, path, tool, &key);
+        // Before the store is asked: a caller at its share of calls in flight holds
+        // nothing more (its own repeats included: they would wait on its own calls).
+        let Some(in_flight) = self.take_in_flight(owner) else {
+            return Err(self.over_share(Share::IdempotencyInFlight));
+        };
+        let reserved = format!(
+            "{RESERVED}{digest}:{}",
+            hex::encode(crate::token::keyring::random_bytes::<16>())
+        );
+        let Some(held) = self.reserve(&record, &reserved, owner).await? else {
+            self.metrics.idempotency(IdempotencyResult::Reserved);
+            let ticket = self.ticket(record, reserved, digest, in_flight);
+            return Ok(Admission::Reserved(Arc::new(ticket)));
+        };
+        self.answer_held(&held, &digest)
+    }
+
+    /// The call's idempotency key, checked: `None` if the call is not tracked (a tool
+    /// not listed, or no key where none is required). The key may come in the header or
+    /// in `params.idempotencyKey`, or in both if they agree.
+    fn read_key(
+        &self,
+        tool: &str,
+        params: &Map<String, Value>,
+        headers: &HeaderMap,
+    ) -> Result<Option<String>, ProxyError> {
         let required = self.config.require_key.iter().any(|g| glob_match(g, tool));
         let listed = required || self.config.tools.iter().any(|g| glob_match(g, tool));
         if !listed {
-            return Ok(Admission::Untracked);
+            return Ok(None);
         }
         let mut from_header = headers.get_all(HEADER).iter();
         let header = match (from_header.next(), from_header.next()) {
@@ -225,40 +265,36 @@ impl Idempotency {
             (Some(a), Some(b)) if a != b => return Err(self.refuse("header and params differ")),
             (Some(key), _) | (None, Some(key)) => key,
             (None, None) if required => return Err(self.refuse("key required")),
-            (None, None) => return Ok(Admission::Untracked),
+            (None, None) => return Ok(None),
         };
         let chars = key.chars().count();
         if !(1..=MAX_KEY_CHARS).contains(&chars) || key.chars().any(char::is_control) {
             return Err(self.refuse("not 1 to 255 printable characters"));
         }
-        if self.config.strip_key {
-            params.remove("idempotencyKey");
-            headers.remove(HEADER);
-        }
-        let digest = crate::token::args_digest(params.get("arguments"))
-            .map_err(|_| ProxyError::Parse(crate::jsonrpc::ParseError::Params))?;
-        let record = self.record_name(principal, path, tool, &key);
-        // Before the store is asked: a caller at its share of calls in flight holds
-        // nothing more (its own repeats included: they would wait on its own calls).
-        let Some(in_flight) = self.take_in_flight(owner) else {
-            return Err(self.over_share(Share::IdempotencyInFlight));
-        };
-        let reserved = format!(
-            "{RESERVED}{digest}:{}",
-            hex::encode(crate::token::keyring::random_bytes::<16>())
-        );
-        let held = match self
+        Ok(Some(key))
+    }
+
+    /// Reserve `record` with the value `reserved` unless it is held: `None` when it is
+    /// now ours, the value held otherwise. A store that cannot answer, or is full, or
+    /// holds the owner's share already, refuses the call.
+    async fn reserve(
+        &self,
+        record: &str,
+        reserved: &str,
+        owner: &Owner,
+    ) -> Result<Option<String>, ProxyError> {
+        match self
             .store
             .reserve_record(
-                &record,
-                &reserved,
+                record,
+                reserved,
                 self.lease,
                 owner,
                 self.config.max_result_bytes as u64,
             )
             .await
         {
-            Ok(held) => held,
+            Ok(held) => Ok(held),
             Err(error @ (StoreError::Timeout | StoreError::Unavailable)) => {
                 // The command may have reached Redis and been applied all the same: a
                 // key reserved by nobody until its lease ends. Ours is the only value
@@ -267,47 +303,58 @@ impl Idempotency {
                     .idempotency(IdempotencyResult::ReserveUnconfirmed);
                 tokio::spawn(release_phantom(
                     self.store.clone(),
-                    record,
-                    reserved,
+                    record.to_owned(),
+                    reserved.to_owned(),
                     self.lease,
                 ));
-                return Err(self.unavailable(error));
+                Err(self.unavailable(error))
             }
-            Err(StoreError::Full) => return Err(self.full()),
-            Err(StoreError::OwnerFull) => return Err(self.over_share(Share::IdempotencyRecords)),
-            Err(StoreError::OwnerBytesFull) => {
-                return Err(self.over_share(Share::IdempotencyBytes));
-            }
-        };
-        let Some(held) = held else {
-            self.metrics.idempotency(IdempotencyResult::Reserved);
-            let renewal = tokio::spawn(renew(
-                self.store.clone(),
-                record.clone(),
-                reserved.clone(),
-                self.lease,
-            ));
-            return Ok(Admission::Reserved(Arc::new(Ticket {
-                pending: Mutex::new(Some(Pending {
-                    store: self.store.clone(),
-                    metrics: self.metrics.clone(),
-                    record,
-                    reserved,
-                    digest,
-                    ttl: Duration::from_secs(self.config.ttl_seconds),
-                    max_result_bytes: self.config.max_result_bytes,
-                    _renewal: Renewal(renewal.abort_handle()),
-                    _in_flight: in_flight,
-                })),
-                outcome: Mutex::new(None),
-                status: AtomicU16::new(0),
-            })));
-        };
+            Err(StoreError::Full) => Err(self.full()),
+            Err(StoreError::OwnerFull) => Err(self.over_share(Share::IdempotencyRecords)),
+            Err(StoreError::OwnerBytesFull) => Err(self.over_share(Share::IdempotencyBytes)),
+        }
+    }
+
+    /// The ticket of a reservation just made: its lease renewed from now until the
+    /// ticket finishes or is dropped, the owner's share in flight held as long.
+    fn ticket(
+        &self,
+        record: String,
+        reserved: String,
+        digest: String,
+        in_flight: InFlight,
+    ) -> Ticket {
+        let renewal = tokio::spawn(renew(
+            self.store.clone(),
+            record.clone(),
+            reserved.clone(),
+            self.lease,
+        ));
+        Ticket {
+            pending: Mutex::new(Some(Pending {
+                store: self.store.clone(),
+                metrics: self.metrics.clone(),
+                record,
+                reserved,
+                digest,
+                ttl: Duration::from_secs(self.config.ttl_seconds),
+                max_result_bytes: self.config.max_result_bytes,
+                _renewal: Renewal(renewal.abort_handle()),
+                _in_flight: in_flight,
+            })),
+            outcome: Mutex::new(None),
+            status: AtomicU16::new(0),
+        }
+    }
+
+    /// The answer to a call whose record is held already: a conflict if its arguments
+    /// differ, in progress if it is still reserved, else the stored answer replayed.
+    fn answer_held(&self, held: &str, digest: &str) -> Result<Admission, ProxyError> {
         // A value of another program under a shared prefix must not panic the parse.
         let (state, rest) = [RESERVED, ANSWERED, ANSWERED_V1]
             .into_iter()
             .find_map(|prefix| held.strip_prefix(prefix).map(|rest| (prefix, rest)))
-            .unwrap_or(("", held.as_str()));
+            .unwrap_or(("", held));
         let (held_digest, stored) = rest.split_once(':').unwrap_or((rest, ""));
         if held_digest != digest {
             self.metrics.idempotency(IdempotencyResult::Conflict);
@@ -395,59 +442,6 @@ impl Idempotency {
         }
         hex::encode(&hash.finalize()[..16])
     }
-}
-
-/// Keep a reservation while its answer is in progress: every third of the lease, extend
-/// it to a whole lease from now, only while it still holds our value. Runs until
-/// aborted (the ticket finished or was dropped) or the reservation is no longer ours.
-async fn renew(store: Arc<Store>, record: String, reserved: String, lease: Duration) {
-    let period = lease / 3;
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        match store.renew_record(&record, &reserved, lease).await {
-            Ok(true) => {}
-            Ok(false) => {
-                // Counted as `lease_lost` when the answer comes and cannot be recorded.
-                tracing::warn!(
-                    "idempotency reservation gone while its call is in progress (its lease \
-                     ended before a renewal reached the store): a repeat may be applied"
-                );
-                return;
-            }
-            // The next period tries again; two more failures in a row lose the lease.
-            Err(error) => tracing::warn!(
-                store = store.kind().as_str(),
-                error = %error,
-                "idempotency reservation could not be renewed"
-            ),
-        }
-    }
-}
-
-/// After a reservation timed out: delete it if the store applied it after all (only
-/// while it holds our value), trying until the store answers or the lease would have
-/// freed the key anyway. A delete that itself timed out may still be applied (Redis
-/// runs one connection's commands in order), so `removed = false` at the end can also
-/// mean an earlier attempt removed it.
-async fn release_phantom(store: Arc<Store>, record: String, reserved: String, lease: Duration) {
-    let give_up = tokio::time::Instant::now() + lease;
-    while tokio::time::Instant::now() < give_up {
-        match store.swap_record(&record, &reserved, None, lease).await {
-            Ok(removed) => {
-                tracing::info!(
-                    removed,
-                    "idempotency reservation that timed out cleaned up (removed: the store had applied it)"
-                );
-                return;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    tracing::warn!(
-        "idempotency reservation that timed out could not be cleaned up: it ends with its lease"
-    );
 }
 
 impl Ticket {

@@ -82,6 +82,34 @@ fn check_config_lists_every_problem_with_key_and_env_var() {
     std::fs::write(&keys, "0123456789abcdef0123456789abcdef0123456789abcdef\n").unwrap();
     let (code, stderr) = check_config(&config);
     assert_eq!(code, Some(0), "{stderr}");
+
+    // The admin secret's file is read by start-up's file checks, which check-config runs.
+    let token = dir.path().join("admin-token");
+    std::fs::write(&token, "short-secret\n").unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "[state]\nkeys_file = {:?}\naudience = \"svc\"\n[admin]\ntoken_file = {:?}\n",
+            keys.display().to_string(),
+            token.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (code, stderr) = check_config(&config);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("admin.token_file (MCP_STATE_GUARD_ADMIN__TOKEN_FILE)")
+            && stderr.contains("at least 16"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("short-secret"),
+        "the secret leaked: {stderr}"
+    );
+    std::fs::remove_file(&token).unwrap();
+    let (code, stderr) = check_config(&config);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("cannot be read"), "{stderr}");
 }
 
 #[test]

@@ -157,3 +157,65 @@ fn the_checks_see_what_they_look_for() {
     assert!(floors["text"] < floors["jsonrpc"]);
     assert!(floors["proxy"] < floors["app"]);
 }
+
+/// `pub struct|enum|trait|type Name` declarations in a source, comments left out.
+fn public_types(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("").trim_start();
+        let Some(rest) = code.strip_prefix("pub ") else {
+            continue;
+        };
+        for kind in ["struct ", "enum ", "trait ", "type "] {
+            if let Some(after) = rest.strip_prefix(kind) {
+                let name: String = after
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// A public type's name says which one it is: no two public types in `src/` share one,
+/// so a reader (or a `use`) never has to ask which `Upstream` is meant.
+#[test]
+fn no_two_public_types_share_a_name() {
+    let mut files = Vec::new();
+    sources(&root().join("src"), &mut files);
+    files.sort();
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for path in files {
+        let relative = path
+            .strip_prefix(root())
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        for name in public_types(&std::fs::read_to_string(&path).unwrap()) {
+            seen.entry(name).or_default().push(relative.clone());
+        }
+    }
+    assert!(seen.len() > 50, "the public types were not read: {seen:?}");
+    let shared: Vec<String> = seen
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "public types sharing a name:\n{}",
+        shared.join("\n")
+    );
+}
+
+/// The declaration scan sees every kind and nothing in comments or private.
+#[test]
+fn public_types_are_read_from_their_declarations() {
+    let text = "pub struct A;\npub enum B {}\n    pub trait C {}\npub type D = u8;\n\
+                struct E;\n// pub struct F;\npub fn g() {}\npub(crate) struct H;";
+    assert_eq!(public_types(text), ["A", "B", "C", "D"]);
+}
