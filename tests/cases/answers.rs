@@ -1,21 +1,23 @@
-//! Rules a legacy server should enforce on a multi-round flow and mostly does not, enforced
-//! for it: client capabilities (`-32021` listing what is missing), answers checked against
-//! the questions asked (named key and rule, nothing forwarded), round and flow limits, and
-//! revocation of one caller's flows across replicas.
+//! Answers go only to the questions a verified round asked. The rules a legacy server
+//! should enforce on a multi-round flow and mostly does not, enforced for it: client
+//! capabilities (`-32021` listing what is missing), answers checked against the questions
+//! asked (named key and rule, nothing forwarded), unasked `inputResponses` dropped (rounds
+//! without an upstream state included), and round and flow limits.
 
-use crate::support::fake::{FakeUpstream, Recorded, Reply, Step, complete, sealed};
-use crate::support::http::{Reply as ClientReply, mcp_headers, send};
-use crate::support::redis::RedisServer;
+use crate::support::fake::{
+    FakeUpstream, Recorded, Reply, Step, complete, input_required, sealed, tools_call,
+};
+use crate::support::flow::{NOBODY, PROVISIONED, mint, region, retry, text};
+use crate::support::http::{Reply as ClientReply, mcp_headers, post_mcp, post_mcp_with, send};
+use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::sidecar::{Sidecar, config};
 use bytes::Bytes;
 use http::Method;
-use mcp_state_guard::config::{Config, PrincipalSource, SingleUseStore};
 use mcp_state_guard::metrics::MrtrRefusal;
 use serde_json::{Value, json};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(20);
-const KEY: &str = "7e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f";
 
 fn schema() -> Value {
     json!({"type": "object", "properties": {
@@ -43,7 +45,7 @@ fn asks(kind: &str) -> Value {
 }
 
 /// Asks (with a plaintext state counting rounds) until a retry carries `done`.
-fn asking(request: &Recorded) -> Reply {
+pub(super) fn asking(request: &Recorded) -> Reply {
     let message = request.json();
     let id = message["id"].clone();
     let kind = request.header("x-ask").unwrap_or("form");
@@ -66,7 +68,7 @@ fn asking(request: &Recorded) -> Reply {
     }
 }
 
-fn call(caps: Value, state: Option<&str>, responses: Value) -> Value {
+pub(super) fn call(caps: Value, state: Option<&str>, responses: Value) -> Value {
     let mut params = json!({"name": "provision", "arguments": {},
         "_meta": {"io.modelcontextprotocol/clientCapabilities": caps}});
     if let Some(state) = state {
@@ -76,7 +78,7 @@ fn call(caps: Value, state: Option<&str>, responses: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": params})
 }
 
-async fn post(url: &str, message: &Value, extra: &[(&str, &str)]) -> ClientReply {
+pub(super) async fn post(url: &str, message: &Value, extra: &[(&str, &str)]) -> ClientReply {
     let mut headers = mcp_headers("tools/call", Some("provision"));
     headers.extend(extra.iter().map(|(n, v)| (n.to_string(), v.to_string())));
     send(
@@ -212,6 +214,82 @@ async fn answers_must_answer_the_question_asked() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn unasked_input_responses_are_dropped() {
+    let upstream = LegacyServer::start(Mode::Json);
+    let sidecar = Sidecar::in_front_of(&upstream.base_url()).await;
+    let token = mint(&sidecar.mcp_url(), NOBODY).await;
+    upstream.reset();
+    let mut message = retry(2, &token);
+    let tier = json!({"action": "accept", "content": {"tier": "enterprise"}});
+    message["params"]["inputResponses"]["tier"] = tier;
+    let reply = post_mcp_with(&sidecar.mcp_url(), &message, NOBODY).await;
+    assert_eq!(text(&reply.json()), PROVISIONED);
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0]["inputResponses"], json!(["region"]));
+    let state = r#"{"k":"provision","name":"web-1","r":1,"tier":"free"}"#;
+    assert_eq!(seen[0]["requestState"], state);
+    // Byte-level too: the forwarded body holds the asked key only.
+    let body = upstream.http_log()[0]["body"].as_str().unwrap().to_owned();
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["params"]["inputResponses"], region());
+    assert_eq!(sidecar.metrics().input_responses_dropped_count(), 1);
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rounds_without_upstream_state_bind_their_input_responses() {
+    // The upstream asks but keeps no state (legal: inputRequests alone). The sidecar
+    // still hands out a token, so the answers of the retry are checked against what was
+    // asked, and the upstream gets its round back without a state it never sent.
+    let fake = FakeUpstream::start(|request| {
+        let params = &request.json()["params"];
+        let answer = if params.get("inputResponses").is_some() {
+            json!({"jsonrpc": "2.0", "id": request.json()["id"], "result": {"content": []}})
+        } else {
+            let mut asked = input_required(request.json()["id"].clone(), Value::Null);
+            asked["result"]
+                .as_object_mut()
+                .unwrap()
+                .remove("requestState");
+            asked
+        };
+        Reply::json(answer.to_string())
+    })
+    .await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let first = post_mcp(&sidecar.mcp_url(), &tools_call(1, None))
+        .await
+        .json();
+    let token = sealed(&first["result"]);
+
+    // Answers without any token were asked by no verified round: all dropped.
+    let mut forged = tools_call(2, None);
+    forged["params"]["inputResponses"] = json!({"region": {"action": "accept"}});
+    post_mcp(&sidecar.mcp_url(), &forged).await;
+    assert!(fake.last().json()["params"].get("inputResponses").is_some());
+    assert_eq!(fake.last().json()["params"]["inputResponses"], json!({}));
+
+    // With the token: the asked key passes, the unasked one is dropped, and no state
+    // reaches the upstream.
+    let mut retry = tools_call(3, Some(json!(token)));
+    retry["params"]["inputResponses"]["tier"] =
+        json!({"action": "accept", "content": {"tier": "enterprise"}});
+    let reply = post_mcp(&sidecar.mcp_url(), &retry).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let seen = fake.last().json();
+    assert_eq!(seen["params"].get("requestState"), None, "{seen}");
+    let keys: Vec<&String> = seen["params"]["inputResponses"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(keys, ["region"]);
+    assert_eq!(sidecar.metrics().input_responses_dropped_count(), 2);
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn flows_end_after_max_rounds_and_max_flow_seconds() {
     let fake = FakeUpstream::start(asking).await;
     let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
@@ -274,236 +352,5 @@ async fn flows_end_after_max_rounds_and_max_flow_seconds() {
         sidecar.metrics().mrtr_refusal_count(MrtrRefusal::FlowLimit),
         1
     );
-    sidecar.stop().await;
-}
-
-fn replica(fake: &FakeUpstream, redis: &RedisServer, token_file: &std::path::Path) -> Config {
-    let mut c = config(&fake.base_url());
-    c.principal.source = PrincipalSource::Header;
-    c.single_use.store = SingleUseStore::Redis;
-    c.single_use.redis_url = Some(redis.url());
-    c.admin.token_file = Some(token_file.to_owned());
-    c
-}
-
-async fn admin_revoke(sidecar: &Sidecar, bearer: Option<&str>, principal: &str) -> ClientReply {
-    let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
-    if let Some(bearer) = bearer {
-        headers.push(("authorization".into(), format!("Bearer {bearer}")));
-    }
-    let url = format!("http://{}/admin/revoke", sidecar.admin_addr);
-    let body = serde_json::to_vec(&json!({"principal": principal})).unwrap();
-    send(Method::POST, &url, &headers, body, T).await
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn revoking_a_caller_stops_its_flows_on_every_replica() {
-    const SECRET: &str = "admin-secret-0123456789";
-    let redis = RedisServer::start();
-    let fake = FakeUpstream::start(asking).await;
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("admin-token");
-    std::fs::write(&token_file, format!("  {SECRET}\n")).unwrap();
-    let a = Sidecar::with_keys(replica(&fake, &redis, &token_file), &[KEY], "svc").await;
-    let b = Sidecar::with_keys(replica(&fake, &redis, &token_file), &[KEY], "svc").await;
-    let caps = json!({"elicitation": {}});
-    let answer = json!({"form": {"action": "accept", "content": {"region": "eu"}}});
-    let mint = |user: &'static str| {
-        let url = a.mcp_url();
-        let caps = caps.clone();
-        async move {
-            let reply = post(
-                &url,
-                &call(caps, None, Value::Null),
-                &[("x-forwarded-user", user)],
-            )
-            .await;
-            sealed(&reply.json()["result"])
-        }
-    };
-    let alice = mint("alice").await;
-    let bob = mint("bob").await;
-
-    assert_eq!(admin_revoke(&a, None, "alice").await.status, 401);
-    assert_eq!(
-        admin_revoke(&a, Some("wrong-secret-000000"), "alice")
-            .await
-            .status,
-        401
-    );
-    let done = admin_revoke(&a, Some(SECRET), "alice").await;
-    assert_eq!(done.status, 200, "{}", done.text());
-
-    let forwarded = fake.count();
-    for replica in [&a, &b] {
-        let retry = call(caps.clone(), Some(&alice), answer.clone());
-        let reply = post(&replica.mcp_url(), &retry, &[("x-forwarded-user", "alice")]).await;
-        assert_eq!(reply.status, 400, "{}", reply.text());
-        assert_eq!(
-            reply.json()["error"]["message"],
-            "Invalid or expired requestState"
-        );
-        assert_eq!(replica.metrics().verified_count("revoked"), 1);
-    }
-    assert_eq!(
-        fake.count(),
-        forwarded,
-        "a revoked retry reached the upstream"
-    );
-    let retry = call(caps.clone(), Some(&bob), answer.clone());
-    let reply = post(&b.mcp_url(), &retry, &[("x-forwarded-user", "bob")]).await;
-    assert_eq!(reply.status, 200, "bob is unaffected: {}", reply.text());
-    // A flow alice starts after the revocation works (a second later: iat is whole seconds).
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let fresh = mint("alice").await;
-    let retry = call(caps.clone(), Some(&fresh), answer.clone());
-    let reply = post(&b.mcp_url(), &retry, &[("x-forwarded-user", "alice")]).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    a.stop().await;
-    b.stop().await;
-
-    // No admin.token_file: the endpoint is refused.
-    let c = config(&fake.base_url());
-    let plain = Sidecar::start(c).await;
-    assert_eq!(
-        admin_revoke(&plain, Some(SECRET), "alice").await.status,
-        403
-    );
-    plain.stop().await;
-}
-
-/// The `revoke` command writes the same record, from outside the sidecars.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_revoke_command_reaches_every_replica_through_redis() {
-    let redis = RedisServer::start();
-    let fake = FakeUpstream::start(asking).await;
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("admin-token");
-    std::fs::write(&token_file, "admin-secret-0123456789").unwrap();
-    let sidecar = Sidecar::with_keys(replica(&fake, &redis, &token_file), &[KEY], "svc").await;
-    let caps = json!({"elicitation": {}});
-    let first = post(
-        &sidecar.mcp_url(),
-        &call(caps.clone(), None, Value::Null),
-        &[("x-forwarded-user", "carol")],
-    )
-    .await;
-    let token = sealed(&first.json()["result"]);
-    let file = dir.path().join("c.toml");
-    std::fs::write(
-        &file,
-        format!(
-            // The sidecars' own audience: a revocation holds for one service.
-            "[state]\naudience = \"svc\"\n[single_use]\nstore = \"redis\"\nredis_url = \"{}\"\n",
-            redis.url()
-        ),
-    )
-    .unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-state-guard"))
-        .args(["revoke", "--config"])
-        .arg(&file)
-        .args(["--principal", "carol"])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).starts_with("revoked for audience svc:"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let answer = json!({"form": {"action": "accept", "content": {"region": "eu"}}});
-    let reply = post(
-        &sidecar.mcp_url(),
-        &call(caps, Some(&token), answer),
-        &[("x-forwarded-user", "carol")],
-    )
-    .await;
-    assert_eq!(reply.status, 400, "{}", reply.text());
-    assert_eq!(sidecar.metrics().verified_count("revoked"), 1);
-    sidecar.stop().await;
-}
-
-/// A revocation check the store cannot answer follows `single_use.on_store_error`.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_unanswerable_revocation_check_follows_the_store_error_policy() {
-    let mut redis = RedisServer::start();
-    let fake = FakeUpstream::start(asking).await;
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("admin-token");
-    std::fs::write(&token_file, "admin-secret-0123456789").unwrap();
-    let strict = Sidecar::with_keys(replica(&fake, &redis, &token_file), &[KEY], "svc").await;
-    let mut lenient = replica(&fake, &redis, &token_file);
-    lenient.single_use.on_store_error = mcp_state_guard::config::OnStoreError::Allow;
-    let lenient = Sidecar::with_keys(lenient, &[KEY], "svc").await;
-    let caps = json!({"elicitation": {}});
-    let answer = json!({"form": {"action": "accept", "content": {"region": "eu"}}});
-    let dave = [("x-forwarded-user", "dave")];
-    let first = post(
-        &strict.mcp_url(),
-        &call(caps.clone(), None, Value::Null),
-        &dave,
-    )
-    .await;
-    let token = sealed(&first.json()["result"]);
-    redis.stop();
-    let retry = call(caps, Some(&token), answer);
-    let refused = post(&strict.mcp_url(), &retry, &dave).await;
-    assert_eq!(refused.status, 400, "{}", refused.text());
-    assert_eq!(strict.metrics().verified_count("store_unavailable"), 1);
-    let allowed = post(&lenient.mcp_url(), &retry, &dave).await;
-    assert_eq!(allowed.status, 200, "{}", allowed.text());
-    strict.stop().await;
-    lenient.stop().await;
-}
-
-/// `POST /admin/revoke` with the right secret but a body it cannot read: refused, and no
-/// revocation recorded.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_revoke_endpoint_refuses_what_it_cannot_read() {
-    const SECRET: &str = "admin-secret-0123456789";
-    let fake = FakeUpstream::start(asking).await;
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("admin-token");
-    std::fs::write(&token_file, SECRET).unwrap();
-    let mut c = config(&fake.base_url());
-    c.principal.source = PrincipalSource::Header;
-    c.admin.token_file = Some(token_file);
-    let sidecar = Sidecar::with_keys(c, &[KEY], "svc").await;
-    let caps = json!({"elicitation": {}});
-    let erin = [("x-forwarded-user", "erin")];
-    let first = post(
-        &sidecar.mcp_url(),
-        &call(caps.clone(), None, Value::Null),
-        &erin,
-    )
-    .await;
-    let token = sealed(&first.json()["result"]);
-    let url = format!("http://{}/admin/revoke", sidecar.admin_addr);
-    let headers = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("authorization".to_owned(), format!("Bearer {SECRET}")),
-    ];
-    let oversized = format!(r#"{{"principal":"{}"}}"#, "e".repeat(70 * 1024));
-    for body in [
-        "not json".to_owned(),
-        r#"{"principal":""}"#.to_owned(),
-        r#"{"principal":5}"#.to_owned(),
-        r#"{"who":"erin"}"#.to_owned(),
-        oversized,
-    ] {
-        let reply = send(Method::POST, &url, &headers, body.clone(), T).await;
-        assert_eq!(reply.status, 400, "{}", &body[..body.len().min(40)]);
-    }
-    let get = send(Method::GET, &url, &headers, "", T).await;
-    assert_eq!(get.status, 405);
-    // Nothing was revoked: erin's flow goes on.
-    let answer = json!({"form": {"action": "accept", "content": {"region": "eu"}}});
-    let reply = post(&sidecar.mcp_url(), &call(caps, Some(&token), answer), &erin).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
     sidecar.stop().await;
 }
