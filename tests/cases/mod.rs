@@ -1,8 +1,8 @@
 //! Integration cases. The modules of the first group are the guarantees of the security
 //! model, in the order of its table in README.md ("What is protected, against whom, and
-//! the test that proves it"), each named by the guarantee it proves. The second group is
-//! everything else: what the sidecar must not break, how it is run and observed, and the
-//! peers it interoperates with.
+//! the test that proves it"), each named by the guarantee it proves; `security_model`
+//! checks that table against these files. The second group is everything else: what the
+//! sidecar must not break, how it is run and observed, and the peers it interoperates with.
 
 // The client never sees the upstream's state.
 mod sealing;
@@ -55,7 +55,7 @@ mod fairness;
 mod faults;
 mod upstream_faults;
 
-// Not guarantees of the security model.
+// Not guarantees of the security model (the allow-list in `security_model`).
 mod cli;
 mod conformance;
 mod fuzz_regressions;
@@ -66,6 +66,7 @@ mod layers;
 mod observability;
 mod operations;
 mod passthrough;
+mod security_model;
 mod tls;
 mod token_interop;
 mod ts_conformance;
