@@ -5,10 +5,10 @@
 //!
 //! Faults proved elsewhere, not repeated here:
 //! - upstream refusing connections, or not sending a head in time →
-//!   `fake_upstream::upstream_failures_become_gateway_errors_with_the_request_id`;
+//!   `upstream_faults::upstream_failures_become_gateway_errors_with_the_request_id`;
 //!   readiness while it is down → `operations::readyz_fails_while_the_upstream_is_unreachable`;
 //! - upstream cutting (FIN or reset) one SSE stream →
-//!   `fake_upstream::a_connection_cut_mid_stream_ends_with_an_error_event`;
+//!   `upstream_faults::a_connection_cut_mid_stream_ends_with_an_error_event`;
 //! - Redis down and back (fails closed, readiness off, the refused token still works
 //!   once after) → `single_use::a_redis_outage_fails_closed_and_heals_without_a_restart`;
 //! - JWKS endpoint down (last good keys kept, refreshed when it answers) →

@@ -1,13 +1,14 @@
 //! Before the body: `allowed_hosts` (the upstream's DNS-rebinding defence, which the
 //! `Host` rewrite would otherwise disable) on the proxy port and on the admin port (its
 //! own default: IP literals and `localhost`), forwarding headers only from trusted proxies,
-//! the identity header only from them when they are listed, a client's `Connection`
-//! header unable to delete the headers the sidecar sets, and slow clients cut off by the
-//! header and body read timeouts. Each refusal forwards nothing.
+//! the identity header only from them when they are listed (and never a look-alike of it,
+//! on `passthrough_paths` too), a client's `Connection` header unable to delete the
+//! headers the sidecar sets, and slow clients cut off by the header and body read
+//! timeouts. Each refusal forwards nothing.
 
-use crate::support::fake::{FakeUpstream, Reply, complete, tools_call};
+use crate::support::fake::{FakeBody, FakeUpstream, Reply, complete, pairs, tools_call};
 use crate::support::http::{mcp_headers, post_mcp, post_mcp_with, send};
-use crate::support::sidecar::{Sidecar, config};
+use crate::support::sidecar::{self, Sidecar, config};
 use http::Method;
 use mcp_state_guard::config::PrincipalSource;
 use mcp_state_guard::error::ErrorKind;
@@ -300,5 +301,59 @@ async fn slow_clients_are_cut_off() {
         1
     );
     assert_eq!(fake.count(), 0);
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn identity_look_alike_headers_never_reach_the_upstream() {
+    let fake =
+        FakeUpstream::always(|| Reply::json(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#)).await;
+    for forward in [false, true] {
+        let mut config = sidecar::config(&fake.base_url());
+        config.principal.source = PrincipalSource::Header;
+        config.principal.forward_header = forward;
+        let sidecar = Sidecar::start(config).await;
+        let mut headers = pairs(&[
+            ("content-type", "application/json"),
+            ("x-forwarded-user", "alice"),
+        ]);
+        // A WSGI upstream reads `x_forwarded_user` as the same HTTP_X_FORWARDED_USER.
+        headers.extend(pairs(&[("x_forwarded_user", "admin")]));
+        let body = serde_json::to_vec(&tools_call(1, None)).unwrap();
+        let reply = send(Method::POST, &sidecar.mcp_url(), &headers, body, T).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let seen = fake.last();
+        assert_eq!(seen.header("x_forwarded_user"), None, "forward={forward}");
+        assert_eq!(seen.header("x-forwarded-user"), forward.then_some("alice"));
+        sidecar.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn passthrough_paths_get_the_identity_rules_too() {
+    let fake = FakeUpstream::always(|| Reply::new(200, FakeBody::whole("ok"))).await;
+    let mut config = sidecar::config(&fake.base_url());
+    config.principal.source = PrincipalSource::Header;
+    config.passthrough_paths = vec!["/oauth/token".into()];
+    let sidecar = Sidecar::start(config).await;
+    let url = format!("{}/oauth/token", sidecar.base_url());
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let headers = pairs(&[
+        form,
+        ("x-forwarded-user", "alice"),
+        ("x_forwarded_user", "admin"),
+    ]);
+    let reply = send(Method::POST, &url, &headers, "grant_type=x", T).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(fake.last().header("x-forwarded-user"), None);
+    assert_eq!(fake.last().header("x_forwarded_user"), None);
+    let twice = pairs(&[
+        form,
+        ("x-forwarded-user", "alice"),
+        ("x-forwarded-user", "bob"),
+    ]);
+    let reply = send(Method::POST, &url, &twice, "grant_type=x", T).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(fake.count(), 1);
     sidecar.stop().await;
 }

@@ -31,9 +31,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
+mod cases;
 mod client;
 mod messages;
 
+pub use cases::{call_case, case_of, first_progress, sidecar_with};
 pub use client::{contains, last_data, next_data, open, pairs, read_to_end, wait_until};
 pub use messages::{
     SECRET, assert_internal_error, complete, event, input_required, plaintext, progress, sealed,

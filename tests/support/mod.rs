@@ -5,6 +5,7 @@
 pub mod capture;
 pub mod conformance;
 pub mod fake;
+pub mod flow;
 pub mod helm;
 pub mod http;
 pub mod interop;

@@ -1,7 +1,9 @@
-//! HTTP/1.1 framing, attacked with the request-smuggling classes HTTP Garden reported
-//! against proxies and the Transfer-Encoding mutations of smuggler's default list
-//! (written here from their public descriptions), sent as raw bytes to the sidecar's
-//! listener, with a raw capture at the upstream.
+//! Framing: the upstream receives each request framed one way, and the client its answer
+//! in its own HTTP version (an HTTP/1.0 upstream does not set it). HTTP/1.1 framing,
+//! attacked with the request-smuggling classes HTTP Garden reported against proxies and
+//! the Transfer-Encoding mutations of smuggler's default list (written here from their
+//! public descriptions), sent as raw bytes to the sidecar's listener, with a raw capture
+//! at the upstream.
 //!
 //! Each case is either refused (the client reads the stated status, the upstream
 //! receives nothing, and the refusal is counted once under its reason, hyper's own
@@ -35,7 +37,10 @@
 //! | empty lines before the request line, `\n`-only line endings | normalised (CRLF upstream) |
 
 use crate::support::capture::{Capture, Exchange, exchange};
+use crate::support::fake::{FakeUpstream, Step, tools_call};
+use crate::support::http::post_mcp;
 use crate::support::sidecar::{self, Sidecar};
+use bytes::Bytes;
 use mcp_state_guard::error::ErrorKind;
 use serde_json::Value;
 use std::time::Duration;
@@ -547,4 +552,20 @@ fn total(metrics: &mcp_state_guard::app::Metrics) -> u64 {
         .iter()
         .map(|k| metrics.refusals.refused_count(*k))
         .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_1_0_upstream_does_not_set_the_clients_version() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#;
+    let raw = format!(
+        "HTTP/1.0 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let fake = FakeUpstream::raw(vec![Step::Data(Bytes::from(raw))], false).await;
+    let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+    let reply = post_mcp(&sidecar.mcp_url(), &tools_call(1, None)).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.version, http::Version::HTTP_11);
+    assert_eq!(reply.json()["result"]["content"], serde_json::json!([]));
+    sidecar.stop().await;
 }

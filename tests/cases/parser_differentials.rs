@@ -1,12 +1,14 @@
-//! The request gate, attacked by someone who knows the upstream parses with pydantic on
-//! Python's `json`: duplicate keys (Python keeps the last), look-alike spellings pydantic
-//! accepts (`populate_by_name` aliases, case), Unicode look-alikes Go's `encoding/json`
-//! folds (`requeſtState`), escapes, NUL bytes, BOMs, trailing data,
-//! huge numbers, deep nesting, compressed or mislabelled bodies, routing headers that
-//! disagree with the body, and every misuse of `requestState`. Each refusal must carry
-//! the right status, JSON-RPC code and id, be counted under the right metric label, and
-//! forward nothing; each control row, the same content well-formed, must be forwarded
-//! (so the table fails if the gate refuses everything).
+//! Parser differentials: the upstream receives only messages that parse one way, and a
+//! message the gate cannot classify forwards nothing. The request gate, attacked by
+//! someone who knows the upstream parses with pydantic on Python's `json`: duplicate keys
+//! (Python keeps the last), look-alike spellings pydantic accepts (`populate_by_name`
+//! aliases, case), Unicode look-alikes Go's `encoding/json` folds (`requeſtState`),
+//! escapes, NUL bytes, BOMs, trailing data, huge numbers, deep nesting, compressed or
+//! mislabelled bodies, routing headers that disagree with the body, and every misuse of
+//! `requestState`. Each refusal must carry the right status, JSON-RPC code and id, be
+//! counted under the right metric label, and forward nothing; each control row, the same
+//! content well-formed, must be forwarded (so the table fails if the gate refuses
+//! everything).
 
 use crate::support::fake::{
     FakeBody, FakeUpstream, Recorded, Reply, Step, complete, input_required, open, read_to_end,

@@ -1,16 +1,25 @@
-//! What a hostile client can make the sidecar hold: parsed values (bounded per body by
+//! Bounded resources: memory, connections and time per client are bounded, and what
+//! upstream streams buffer shares the same memory budget. What a hostile client can make
+//! the sidecar hold: parsed values (bounded per body by
 //! `limits.max_json_values`), buffered bytes (bounded across requests by
 //! `limits.max_buffered_bytes`), log volume (client text is clipped), and the
 //! `requests_in_flight` gauge (a guard that follows the response body, so streams count and
-//! a client that goes away decrements). The peak-RSS case runs the real binary.
+//! a client that goes away decrements); an upstream's incomplete SSE events held against
+//! the same budget, and a JSON answer stalling after its head cut off by the head timeout.
+//! The peak-RSS case runs the real binary.
 
-use crate::support::fake::{FakeBody, FakeUpstream, Reply, complete, event, open, tools_call};
+use crate::support::fake::{
+    FakeBody, FakeUpstream, Reply, Step, assert_internal_error, call_case, case_of, complete,
+    event, first_progress, input_required, last_data, open, plaintext, sealed as token,
+    sidecar_with, tools_call, wait_until,
+};
 use crate::support::http::{mcp_headers, post_mcp, send};
 use crate::support::process::Process;
-use crate::support::sidecar::{Sidecar, config};
+use crate::support::sidecar::{self, Sidecar, config};
 use bytes::Bytes;
 use http::Method;
 use mcp_state_guard::error::ErrorKind;
+use mcp_state_guard::proxy::SealFailure;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
@@ -236,4 +245,92 @@ async fn amplification_attacks_stay_small_in_memory_and_in_the_log() {
     std::thread::sleep(Duration::from_millis(300));
     let grew = process.log_len() - logged_before;
     assert!(grew < 4096, "two refusals added {grew} bytes of log");
+}
+
+/// Each SSE stream's incomplete event is held against `limits.max_buffered_bytes` while
+/// it waits for its blank line: a stream that would pass the budget ends with an internal
+/// error (counted as `over_budget`), the others go on, and every byte is given back.
+#[tokio::test(flavor = "multi_thread")]
+async fn incomplete_sse_events_share_the_memory_budget() {
+    let fake = FakeUpstream::start(|request| {
+        let mut big = input_required(json!(7), json!(plaintext()));
+        big["result"]["inputRequests"]["region"]["params"]["message"] = json!("x".repeat(2500));
+        let text = event("\r\n", &big);
+        let (head, end) = text.split_at(text.len() - 4);
+        let mut steps = vec![
+            Step::Data(first_progress().into()),
+            Step::Data(Bytes::copy_from_slice(head.as_bytes())),
+        ];
+        if case_of(request) == "slow" {
+            steps.push(Step::Sleep(Duration::from_secs(2)));
+        }
+        steps.push(Step::Data(Bytes::copy_from_slice(end.as_bytes())));
+        Reply::sse(steps)
+    })
+    .await;
+    // Room for one incomplete event (about 2.7 KB), not for two.
+    let sidecar = sidecar_with(&fake, |c| {
+        c.limits.max_body_bytes = 4096;
+        c.limits.max_buffered_bytes = 4096;
+    })
+    .await;
+    let metrics = sidecar.metrics();
+    let slow = call_case(&sidecar, "slow", 7);
+    let second = async {
+        let holding = || metrics.path.buffered_bytes().get() > 2500;
+        wait_until(holding, "the slow stream holds its incomplete event").await;
+        call_case(&sidecar, "fast", 8).await
+    };
+    let (slow, second) = tokio::join!(slow, second);
+
+    assert_internal_error(&second.body, 8, "an event past the budget");
+    assert!(second.body.starts_with(first_progress().as_bytes()));
+    assert_eq!(metrics.path.seal_failure_count(SealFailure::OverBudget), 1);
+    // The stream holding its share was not disturbed: its state arrives sealed.
+    assert!(slow.body.starts_with(first_progress().as_bytes()));
+    token(&last_data(&slow.body)["result"]);
+    assert_eq!(metrics.path.sealed_count(), 1);
+    wait_until(
+        || metrics.path.buffered_bytes().get() == 0,
+        "every buffered byte is given back",
+    )
+    .await;
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_json_body_that_stalls_after_its_head_times_out() {
+    // Head and half a body, then nothing: the JSON is read whole before sealing, so the
+    // read is bounded by the same timeout as the head.
+    let fake = FakeUpstream::always(|| {
+        Reply::new(
+            200,
+            FakeBody::steps(vec![
+                Step::Data(Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":1,")),
+                Step::Sleep(Duration::from_secs(30)),
+            ]),
+        )
+        .header("content-type", "application/json")
+    })
+    .await;
+    let mut config = sidecar::config(&fake.base_url());
+    config.timeouts.response_head_ms = 400;
+    let sidecar = Sidecar::start(config).await;
+    let started = Instant::now();
+    let reply = post_mcp(&sidecar.mcp_url(), &tools_call(1, None)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(reply.status, 504, "{}", reply.text());
+    assert_eq!(reply.json()["id"], 1);
+    assert_eq!(
+        sidecar
+            .metrics()
+            .refusals
+            .refused_count(ErrorKind::UpstreamTimeout),
+        1
+    );
+    sidecar.stop().await;
 }
