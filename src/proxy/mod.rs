@@ -413,7 +413,7 @@ impl Proxy {
             // and the upstream is not called.
             return Ok(tools::replayed(id.as_ref(), answer));
         }
-        let ticket = prepared.tools.ticket.clone();
+        let ticket = prepared.tools.answering.ticket();
         // The parsed body ends here, before the upstream is awaited.
         let (forwarded, reservation) = admitted.into_forwarded();
         parts
@@ -422,7 +422,7 @@ impl Proxy {
         // The method as the audit record already escaped it, for the sealer's log lines.
         let context = SealContext::new(id, record.method(), prepared.binding, principal)
             .with_flow(prepared.capabilities, prepared.flow)
-            .with_tools(prepared.tools);
+            .with_tools(prepared.tools.answering);
         let asked = if context.request_id().is_some() {
             Asked::Call
         } else {

@@ -18,7 +18,7 @@ use crate::policy::single_use::SingleUsePolicy;
 use crate::policy::{answers, capabilities};
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data};
 use crate::token::{Flow, RequestBinding, SealOptions, StateSealer};
-use crate::tools::{Issue, Ticket};
+use crate::tools::Answering;
 use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -37,10 +37,8 @@ pub struct SealContext {
     client_capabilities: Option<Value>,
     /// Where the retry's token stood in its flow (`None`: a first call).
     flow: Option<Flow>,
-    /// The handles a complete result must seal ([`crate::tools::handles`]).
-    issue: Option<Issue>,
-    /// The idempotency reservation the answer completes ([`crate::tools::idempotency`]).
-    ticket: Option<Arc<Ticket>>,
+    /// What the tool features do to the answer (record it, seal its handles).
+    answering: Answering,
 }
 
 impl SealContext {
@@ -58,15 +56,13 @@ impl SealContext {
             principal,
             client_capabilities: None,
             flow: None,
-            issue: None,
-            ticket: None,
+            answering: Answering::default(),
         }
     }
 
     /// What the tool features decided at admission.
-    pub fn with_tools(mut self, inbound: crate::tools::Inbound) -> Self {
-        self.issue = inbound.issue;
-        self.ticket = inbound.ticket;
+    pub fn with_tools(mut self, answering: Answering) -> Self {
+        self.answering = answering;
         self
     }
 
@@ -81,9 +77,7 @@ impl SealContext {
     /// The upstream's response head came with `status` (an idempotent call records
     /// only a 2xx answer).
     pub fn upstream_status(&self, status: http::StatusCode) {
-        if let Some(ticket) = &self.ticket {
-            ticket.upstream_status(status);
-        }
+        self.answering.upstream_status(status);
     }
 
     /// The id of the request.
@@ -97,6 +91,23 @@ impl SealContext {
         Self::new(None, None, None, principal)
     }
 }
+
+/// What is done to each message of a response (a JSON body, each SSE event's message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Seal its `requestState` (or refuse what cannot be sealed: nothing after it runs).
+    SealState,
+    /// Record the answer to an idempotent call.
+    RecordAnswer,
+    /// Seal the handles in an issuing tool's result.
+    SealHandles,
+}
+
+/// The steps, in their one order. An answer is recorded only once it is safe (a message
+/// withheld at [`Step::SealState`] leaves the reservation without an outcome, which
+/// releases the key), with its states sealed and its handles still raw, so each replay
+/// seals them afresh for its caller; handles are sealed last, in every result.
+const STEPS: [Step; 3] = [Step::SealState, Step::RecordAnswer, Step::SealHandles];
 
 /// Seals states in one response (a JSON body, or every event of an SSE stream).
 pub struct Sealer {
@@ -167,24 +178,21 @@ impl Sealer {
         }
     }
 
+    /// Run the [`STEPS`] on one message, in their order. Whether it changed.
     fn seal_message(&self, message: &mut Map<String, Value>) -> Result<bool, Withheld> {
-        let mut changed = self.seal_message_parts(message)?;
-        // Recorded with its states sealed, and only once it is safe (a withheld answer
-        // leaves the ticket without an outcome, which releases the key); its issued
-        // handles raw, sealed afresh for each replay.
-        if let Some(ticket) = &self.context.ticket
-            && message.get("id").is_some()
-            && message.get("id") == self.context.id.as_ref()
-        {
-            ticket.complete(message);
-        }
-        // Every result of an issuing tool, a complete one or a round asking for input:
-        // no raw handle at its pointer reaches the client.
-        if let (Some(issue), Some(Value::Object(result))) =
-            (&self.context.issue, message.get_mut("result"))
-        {
-            issue.seal(result);
-            changed = true;
+        let mut changed = false;
+        for step in STEPS {
+            changed |= match step {
+                Step::SealState => self.seal_message_parts(message)?,
+                Step::RecordAnswer => {
+                    if message.get("id").is_some() && message.get("id") == self.context.id.as_ref()
+                    {
+                        self.context.answering.record(message);
+                    }
+                    false
+                }
+                Step::SealHandles => self.context.answering.seal_handles(message),
+            };
         }
         Ok(changed)
     }
@@ -232,17 +240,15 @@ impl Sealer {
             questions: Some(&questions),
             flow: Some(flow),
         };
-        let token = self
+        let (token, kid) = self
             .sealer
-            .seal(state.unwrap_or_default(), binding, &options);
+            .seal_counted(state.unwrap_or_default(), binding, &options);
         if token.len() > super::max_token_bytes(self.max_state_bytes) {
             // A long path or many asked keys on top of a large state: the gate would refuse
             // this token on the retry, so it is not handed out.
             return Err(SealFailure::StateTooLarge.into());
         }
-        if let Some(kid) = crate::token::KeyId::of_token(&token) {
-            self.metrics.keys.token_minted(kid);
-        }
+        self.metrics.keys.token_minted(kid);
         result.insert("requestState".into(), Value::String(token));
         self.metrics.path.sealed();
         Ok(true)
@@ -487,6 +493,18 @@ fn no_state_outside_result(message: &Map<String, Value>) -> Result<(), Withheld>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The order [`STEPS`] documents. What it gives is proved end to end: an answer is
+    /// recorded with its handles raw and each replay seals them afresh
+    /// (`handles::a_replay_seals_its_handles_afresh`), a withheld answer records nothing
+    /// (`idempotency::only_a_complete_2xx_answer_is_recorded`).
+    #[test]
+    fn states_are_sealed_first_then_the_answer_recorded_then_handles_sealed() {
+        assert_eq!(
+            STEPS,
+            [Step::SealState, Step::RecordAnswer, Step::SealHandles]
+        );
+    }
 
     #[test]
     fn replace_data_keeps_other_lines_and_endings() {

@@ -9,7 +9,7 @@
 
 use super::claims::{principal_claim, principal_matches};
 use super::keyring::{self, HANDLE_PREFIX, OpenError};
-use super::{FUTURE_SKEW_SECONDS, StateSealer};
+use super::{FUTURE_SKEW_SECONDS, KeyId, KeyRing, StateSealer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -107,7 +107,8 @@ impl StateSealer {
         self.seal_handle_at(super::now(), kind, raw, principal, ttl_seconds, None)
     }
 
-    /// [`StateSealer::seal_handle`] bound to the request `path` it was issued on.
+    /// [`StateSealer::seal_handle`] bound to the request `path` it was issued on, and the
+    /// id of the key that minted it (read from the ring it was sealed with).
     pub fn seal_handle_on(
         &self,
         path: &str,
@@ -115,8 +116,11 @@ impl StateSealer {
         raw: &Value,
         principal: Option<&str>,
         ttl_seconds: u64,
-    ) -> String {
-        self.seal_handle_at(super::now(), kind, raw, principal, ttl_seconds, Some(path))
+    ) -> (String, KeyId) {
+        let ring = self.ring.load();
+        let claims =
+            self.handle_claims(super::now(), kind, raw, principal, ttl_seconds, Some(path));
+        (seal_claims(&ring, &claims), KeyId::minting(&ring))
     }
 
     pub fn seal_handle_at(
@@ -128,7 +132,20 @@ impl StateSealer {
         ttl_seconds: u64,
         path: Option<&str>,
     ) -> String {
-        let claims = HandleClaims {
+        let claims = self.handle_claims(now, kind, raw, principal, ttl_seconds, path);
+        seal_claims(&self.ring.load(), &claims)
+    }
+
+    fn handle_claims(
+        &self,
+        now: f64,
+        kind: &str,
+        raw: &Value,
+        principal: Option<&str>,
+        ttl_seconds: u64,
+        path: Option<&str>,
+    ) -> HandleClaims {
+        HandleClaims {
             hv: 1,
             k: kind.to_owned(),
             h: raw.clone(),
@@ -137,14 +154,7 @@ impl StateSealer {
             aud: self.audience.clone(),
             p: principal.map(|p| principal_claim(p, keyring::fast_random_bytes::<8>())),
             u: path.map(str::to_owned),
-        };
-        let text = serde_json::to_string(&claims).expect("claims serialise");
-        self.ring.load().seal_enveloped(
-            HANDLE_PREFIX,
-            keyring::fast_random_bytes(),
-            text.len(),
-            |out| out.push_str(&text),
-        )
+        }
     }
 
     /// Open a sealed handle of `kind` presented by `principal`: the upstream's raw handle.
@@ -229,6 +239,17 @@ impl StateSealer {
     }
 }
 
+/// Seal handle claims under `ring`'s minting key.
+fn seal_claims(ring: &KeyRing, claims: &HandleClaims) -> String {
+    let text = serde_json::to_string(claims).expect("claims serialise");
+    ring.seal_enveloped(
+        HANDLE_PREFIX,
+        keyring::fast_random_bytes(),
+        text.len(),
+        |out| out.push_str(&text),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,7 +267,12 @@ mod tests {
     fn a_handle_issued_on_a_path_opens_only_there() {
         let s = sealer(KEY, "aud");
         let raw = json!("imp-1");
-        let token = s.seal_handle_on("/tenants/a/mcp", "import", &raw, Some("alice"), 60);
+        let (token, kid) = s.seal_handle_on("/tenants/a/mcp", "import", &raw, Some("alice"), 60);
+        assert_eq!(
+            KeyId::of_handle(&token),
+            Some(kid),
+            "the kid it minted with"
+        );
         let open = |path| {
             s.open_handle_on(path, &token, "import", Some("alice"))
                 .map(|opened| opened.raw)

@@ -207,6 +207,11 @@ impl KeyRing {
         self.keys.iter().map(|k| hex::encode(k.kid)).collect()
     }
 
+    /// The id of the key that mints (the first of the ring).
+    pub(crate) fn minting_kid(&self) -> [u8; KID_LEN] {
+        self.keys[0].kid
+    }
+
     /// Seal `payload` under the minting key with a fresh random nonce.
     pub fn seal(&self, payload: &str) -> String {
         self.seal_text(fast_random_bytes::<NONCE_LEN>(), payload.len(), |out| {

@@ -55,6 +55,11 @@ impl KeyId {
         bytes[..KID_LEN].try_into().ok().map(KeyId)
     }
 
+    /// The key `ring` mints with.
+    pub fn minting(ring: &KeyRing) -> KeyId {
+        KeyId(ring.minting_kid())
+    }
+
     /// The key that opened a verified token.
     pub fn of_opened(opened: &Opened) -> KeyId {
         KeyId(

@@ -189,8 +189,32 @@ impl StateSealer {
         self.seal_at(now(), state, binding, options)
     }
 
+    /// [`StateSealer::seal`], and the id of the key that minted the token (read from the
+    /// ring it was sealed with, not decoded back from the token).
+    pub fn seal_counted(
+        &self,
+        state: &str,
+        binding: &RequestBinding,
+        options: &SealOptions<'_>,
+    ) -> (String, KeyId) {
+        let ring = self.ring.load();
+        let token = self.seal_with(&ring, now(), state, binding, options);
+        (token, KeyId::minting(&ring))
+    }
+
     pub fn seal_at(
         &self,
+        now: f64,
+        state: &str,
+        binding: &RequestBinding,
+        options: &SealOptions<'_>,
+    ) -> String {
+        self.seal_with(&self.ring.load(), now, state, binding, options)
+    }
+
+    fn seal_with(
+        &self,
+        ring: &KeyRing,
         now: f64,
         state: &str,
         binding: &RequestBinding,
@@ -203,11 +227,9 @@ impl StateSealer {
             options,
             keyring::fast_random_bytes::<8>(),
         );
-        self.ring
-            .load()
-            .seal_text(keyring::fast_random_bytes(), claims.len_hint(), |out| {
-                claims.encode_into(out)
-            })
+        ring.seal_text(keyring::fast_random_bytes(), claims.len_hint(), |out| {
+            claims.encode_into(out)
+        })
     }
 
     /// Reference-vector hook: fixed salt and nonce give byte-identical tokens.

@@ -203,16 +203,14 @@ impl Issue {
             let mut value = Value::Object(std::mem::take(result));
             match value.pointer_mut(pointer) {
                 Some(raw) if !raw.is_null() => {
-                    let sealed = self.sealer.seal_handle_on(
+                    let (sealed, kid) = self.sealer.seal_handle_on(
                         &self.path,
                         kind,
                         raw,
                         self.principal.as_deref(),
                         *ttl,
                     );
-                    if let Some(kid) = KeyId::of_handle(&sealed) {
-                        self.keys.handle_minted(kid);
-                    }
+                    self.keys.handle_minted(kid);
                     *raw = Value::String(sealed);
                     self.metrics.handle(HandleResult::Sealed);
                 }

@@ -29,13 +29,58 @@ pub struct ToolFeatures {
 /// What admission decided for the response phase.
 #[derive(Default)]
 pub struct Inbound {
-    /// Handles the response must seal.
-    pub issue: Option<Issue>,
-    /// The idempotency reservation the response completes.
-    pub ticket: Option<Arc<Ticket>>,
+    /// What the tool features do to the answer.
+    pub answering: Answering,
     /// A repeat of a completed call: its stored answer (its issued handles sealed for
     /// this caller now), answered without the upstream.
     pub replay: Option<Replay>,
+}
+
+/// What the tool features do to each message of a call's answer, decided at admission:
+/// record a complete answer (idempotency) and seal the handles an issuing tool's result
+/// holds. The response phase calls these as steps of its own order; it knows nothing of
+/// handles or records.
+#[derive(Default)]
+pub struct Answering {
+    /// Handles the response must seal.
+    issue: Option<Issue>,
+    /// The idempotency reservation the response completes.
+    ticket: Option<Arc<Ticket>>,
+}
+
+impl Answering {
+    /// The upstream's response head came with `status` (an idempotent call records only
+    /// a 2xx answer).
+    pub fn upstream_status(&self, status: http::StatusCode) {
+        if let Some(ticket) = &self.ticket {
+            ticket.upstream_status(status);
+        }
+    }
+
+    /// `message` answers the call (its id is the call's): record it, as it reaches the
+    /// client (states sealed, handles raw: they are sealed afresh for each replay).
+    pub fn record(&self, message: &Map<String, Value>) {
+        if let Some(ticket) = &self.ticket {
+            ticket.complete(message);
+        }
+    }
+
+    /// Seal the raw handles in `message`'s result (a complete one or a round asking for
+    /// input: no raw handle at its pointer reaches the client). Whether it changed.
+    pub fn seal_handles(&self, message: &mut Map<String, Value>) -> bool {
+        match (&self.issue, message.get_mut("result")) {
+            (Some(issue), Some(Value::Object(result))) => {
+                issue.seal(result);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The reservation the call holds, to finish once its answer is complete.
+    pub fn ticket(&self) -> Option<Arc<Ticket>> {
+        self.ticket.clone()
+    }
 }
 
 impl ToolFeatures {
@@ -67,8 +112,11 @@ impl ToolFeatures {
         };
         self.handles.unwrap(&tool, path, params, principal).await?;
         let mut inbound = Inbound {
-            issue: self.handles.issue(&tool, path, principal),
-            ..Inbound::default()
+            answering: Answering {
+                issue: self.handles.issue(&tool, path, principal),
+                ticket: None,
+            },
+            replay: None,
         };
         match self
             .idempotency
@@ -76,10 +124,10 @@ impl ToolFeatures {
             .await?
         {
             Admission::Untracked => {}
-            Admission::Reserved(ticket) => inbound.ticket = Some(ticket),
+            Admission::Reserved(ticket) => inbound.answering.ticket = Some(ticket),
             Admission::Replay(mut replay) => {
                 if let (Some(issue), Some(Value::Object(result)), true) = (
-                    &inbound.issue,
+                    &inbound.answering.issue,
                     replay.answer.get_mut("result"),
                     replay.raw_handles,
                 ) {
