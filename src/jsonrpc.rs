@@ -19,7 +19,9 @@ use std::cell::Cell;
 use std::fmt;
 
 mod names;
+mod params;
 pub use names::{CAPABILITIES_META, Lookup, check_capabilities, distinct, lookup, member};
+pub use params::{NotAnObject, Params};
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.
 pub const ENVELOPE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];

@@ -11,7 +11,7 @@
 //! get here, the whole declaration counts for nothing (fail closed: `{"elicitation":
 //! {"URL": {}}}` must not read as "form, since no url").
 
-use crate::jsonrpc::{self, Lookup};
+use crate::jsonrpc::{self, Lookup, Params};
 use serde_json::{Map, Value, json};
 
 /// Where a 2026 request declares its client's capabilities.
@@ -27,8 +27,8 @@ pub struct Missing {
 }
 
 /// The client capabilities a request declared (`params._meta[...]`), if any.
-pub fn declared(params: Option<&Map<String, Value>>) -> Option<Value> {
-    let meta = jsonrpc::member(params?, "_meta").ok()??;
+pub fn declared(params: &Params<'_>) -> Option<Value> {
+    let meta = params.member("_meta")?;
     jsonrpc::lookup(meta, [CAPABILITIES_META])
         .ok()?
         .found()
@@ -123,6 +123,12 @@ fn merge(into: &mut Map<String, Value>, extra: Value) {
 mod tests {
     use super::*;
 
+    /// What `params` declares.
+    fn of(params: Value) -> Option<Value> {
+        let mut params = params.as_object().unwrap().clone();
+        declared(&Params::new(Some(&mut params)))
+    }
+
     fn requests(list: &[Value]) -> Map<String, Value> {
         list.iter()
             .enumerate()
@@ -189,9 +195,9 @@ mod tests {
     #[test]
     fn declared_capabilities_come_from_meta() {
         let params = json!({"_meta": {CAPABILITIES_META: {"roots": {}}}});
-        assert_eq!(declared(params.as_object()), Some(json!({"roots": {}})));
-        assert_eq!(declared(json!({"_meta": {}}).as_object()), None);
-        assert_eq!(declared(None), None);
+        assert_eq!(of(params), Some(json!({"roots": {}})));
+        assert_eq!(of(json!({"_meta": {}})), None);
+        assert_eq!(declared(&Params::absent()), None);
     }
 
     /// The gate refuses these first ([`crate::jsonrpc::classify`]); here they declare
@@ -204,7 +210,7 @@ mod tests {
             json!({"_Meta": {CAPABILITIES_META: {"roots": {}}}}),
             json!({"_meta": {CAPABILITIES_META: {"roots": {}}}, "meta": {}}),
         ] {
-            assert_eq!(declared(params.as_object()), None, "{params}");
+            assert_eq!(of(params.clone()), None, "{params}");
         }
         let ok = |caps: Value, asks: &[Value]| check(Some(&caps), &requests(asks)).is_ok();
         assert!(!ok(json!({"Roots": {}}), &[roots()]));
@@ -214,7 +220,7 @@ mod tests {
         assert!(!ok(json!({"elicitation": {"URL": {}}}), &[form()]));
         assert!(!ok(json!({"roots": {}, "Sampling": {}}), &[roots()]));
         let lookalike = json!({"_meta": {CAPABILITIES_META: {"roots": {}, "ROOTS": {}}}});
-        assert_eq!(declared(lookalike.as_object()), None);
+        assert_eq!(of(lookalike), None);
         assert!(!ok(
             json!({"elicitation": {"url": {}, "Url": {}}}),
             &[url()]

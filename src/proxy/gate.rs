@@ -11,7 +11,7 @@ use super::Failure;
 use super::budget::{self, CollectError, MemoryBudget, Reservation};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
-use crate::jsonrpc::{self, Id, Message};
+use crate::jsonrpc::{self, Id, Message, Params};
 use base64_simd::STANDARD;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -34,7 +34,7 @@ pub struct Gate {
 
 /// A message the gate let in.
 pub struct AdmittedBody {
-    /// The parsed message; the next phases edit its `params` in place.
+    /// The parsed message; the next phases edit its `params` through [`Params`].
     pub value: Value,
     pub message: Message,
     /// The request body's bytes, held until the forwarded body is gone.
@@ -48,12 +48,12 @@ impl AdmittedBody {
 
     /// The method and `params` of a request or notification (a client's response to a
     /// server request has neither).
-    pub fn call_mut(&mut self) -> Option<(&str, Option<&mut Map<String, Value>>)> {
+    pub fn call_mut(&mut self) -> Option<(&str, Params<'_>)> {
         let Message::Call { method, .. } = &self.message else {
             return None;
         };
         let params = self.value.get_mut("params").and_then(Value::as_object_mut);
-        Some((method.as_str(), params))
+        Some((method.as_str(), Params::new(params)))
     }
 
     /// The message as the upstream will receive it, and the reservation that holds its

@@ -38,7 +38,7 @@ pub use metrics::{Meters, PathMetrics, Route, SealFailure, SseEvent, StatusClass
 
 use crate::auth::Identifier;
 use crate::error::ProxyError;
-use crate::jsonrpc::Id;
+use crate::jsonrpc::{Id, Params};
 use crate::mcp::MethodClass;
 use crate::policy::capabilities;
 use crate::policy::flow::FlowLimits;
@@ -452,7 +452,7 @@ impl Proxy {
     async fn prepare_call(
         &self,
         method: &str,
-        mut params: Option<&mut serde_json::Map<String, serde_json::Value>>,
+        mut params: Params<'_>,
         headers: &mut http::HeaderMap,
         caller: &Caller<'_>,
         id: &Option<Id>,
@@ -463,16 +463,22 @@ impl Proxy {
             error,
             upstream_head: None,
         };
-        record.set_call(method, id.as_ref(), params.as_deref());
-        let opened = match params {
-            Some(ref mut params) => self
-                .opener
-                .open(method, caller.path, params, caller.principal, &caller.owner)
+        record.set_call(method, id.as_ref(), &params);
+        let opened = if params.is_present() {
+            self.opener
+                .open(
+                    method,
+                    caller.path,
+                    &mut params,
+                    caller.principal,
+                    &caller.owner,
+                )
                 .await
-                .map_err(refused)?,
-            None => None,
+                .map_err(refused)?
+        } else {
+            None
         };
-        let capabilities = capabilities::declared(params.as_deref());
+        let capabilities = capabilities::declared(&params);
         let (binding, claim, flow) = match opened {
             Some(opened) => {
                 if let Some(kid) = record.kid() {
@@ -483,9 +489,13 @@ impl Proxy {
             // Computed now, for the response: only the binding outlives the request's
             // phases, never the parsed body.
             None => (
-                RequestBinding::of(method, params.as_deref())
-                    .ok()
-                    .map(|b| b.at_path(caller.path)),
+                RequestBinding::of_members(
+                    method,
+                    params.get(crate::mcp::target_field(method)),
+                    params.get("arguments"),
+                )
+                .ok()
+                .map(|b| b.at_path(caller.path)),
                 None,
                 None,
             ),
@@ -497,7 +507,7 @@ impl Proxy {
             .inbound(
                 method,
                 caller.path,
-                params,
+                &mut params,
                 headers,
                 caller.principal,
                 &caller.owner,

@@ -10,7 +10,7 @@
 
 use super::metrics::{Meters, VerifyResult};
 use crate::error::{ProxyError, Resource, Share};
-use crate::jsonrpc::ParseError;
+use crate::jsonrpc::{NotAnObject, Params, ParseError};
 use crate::policy::MrtrRefusal;
 use crate::policy::answers;
 use crate::policy::flow::FlowLimits;
@@ -19,7 +19,7 @@ use crate::policy::single_use::{Claim, NotConsumed, SingleUse};
 use crate::store::Owner;
 use crate::text::Clipped;
 use crate::token::{Flow, Opened, Reject, RequestBinding, StateSealer};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// Opens states; holds only what that needs.
@@ -49,7 +49,7 @@ impl StateOpener {
         &self,
         method: &str,
         path: &str,
-        params: &mut Map<String, Value>,
+        params: &mut Params<'_>,
         principal: Option<&str>,
         owner: &Owner,
     ) -> Result<Option<OpenedRetry>, ProxyError> {
@@ -74,9 +74,13 @@ impl StateOpener {
                 "token longer than any this sidecar mints",
             ));
         }
-        let binding = RequestBinding::of(method, Some(params))
-            .map_err(|_| ProxyError::Parse(ParseError::Params))?
-            .at_path(path);
+        let binding = RequestBinding::of_members(
+            method,
+            params.get(crate::mcp::target_field(method)),
+            params.get("arguments"),
+        )
+        .map_err(|_| ProxyError::Parse(ParseError::Params))?
+        .at_path(path);
         let opened = self
             .sealer
             .open(token, &binding, principal)
@@ -92,7 +96,7 @@ impl StateOpener {
             // The upstream sent no state this round; it gets none back.
             params.remove("requestState");
         } else {
-            params.insert("requestState".into(), Value::String(opened.state));
+            params.set("requestState", Value::String(opened.state));
         }
         Ok(Some(OpenedRetry {
             binding,
@@ -139,11 +143,7 @@ impl StateOpener {
     /// `inputResponses` answers what the minting round asked, and only that: entries it
     /// did not ask for are dropped, an answer that does not answer its question refuses
     /// the request (the token itself was good: counted as verified).
-    fn check_answers(
-        &self,
-        params: &mut Map<String, Value>,
-        opened: &Opened,
-    ) -> Result<(), ProxyError> {
+    fn check_answers(&self, params: &mut Params<'_>, opened: &Opened) -> Result<(), ProxyError> {
         if let Some(asked) = &opened.asked
             && let Err(error) = self.filter_input_responses(params, asked)
         {
@@ -219,22 +219,16 @@ impl StateOpener {
     /// servers should ignore them, and legacy servers often trust them.
     fn filter_input_responses(
         &self,
-        params: &mut Map<String, Value>,
+        params: &mut Params<'_>,
         asked: &[String],
     ) -> Result<(), ProxyError> {
-        match params.get_mut("inputResponses") {
-            None | Some(Value::Null) => Ok(()),
-            Some(Value::Object(responses)) => {
-                let before = responses.len();
-                responses.retain(|key, _| asked.iter().any(|a| a == key));
-                let dropped = before - responses.len();
-                if dropped > 0 {
-                    self.metrics.path.input_responses_dropped(dropped);
-                    tracing::info!(dropped, "dropped inputResponses the round did not ask for");
-                }
-                Ok(())
-            }
-            Some(_) => Err(ProxyError::InputResponses),
+        let dropped = params
+            .retain_answers(|key| asked.iter().any(|a| a == key))
+            .map_err(|NotAnObject| ProxyError::InputResponses)?;
+        if dropped > 0 {
+            self.metrics.path.input_responses_dropped(dropped);
+            tracing::info!(dropped, "dropped inputResponses the round did not ask for");
         }
+        Ok(())
     }
 }

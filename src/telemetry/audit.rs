@@ -13,6 +13,7 @@
 //! level leaves it out: most requests' access lines are at `debug`.
 
 use crate::error::{Category, ProxyError};
+use crate::jsonrpc::Params;
 use crate::mcp::MethodClass;
 use crate::text::{MAX_LOGGED_BYTES, printable};
 use crate::token::{KeyId, Reject};
@@ -113,24 +114,15 @@ impl Record {
     }
 
     /// The JSON-RPC call: its method (which also sets the class), id and target.
-    pub fn set_call(
-        &mut self,
-        method: &str,
-        id: Option<&serde_json::Value>,
-        params: Option<&serde_json::Map<String, serde_json::Value>>,
-    ) {
+    pub fn set_call(&mut self, method: &str, id: Option<&serde_json::Value>, params: &Params<'_>) {
         self.class = MethodClass::of_method(method);
         self.method = Some(printable(method, MAX_LOGGED_BYTES));
         self.request_id = id.map(id_text);
         let field = crate::mcp::target_field(method);
         self.target = params
-            .and_then(|p| p.get(field))
-            .and_then(serde_json::Value::as_str)
+            .get_str(field)
             .map(|t| printable(t, MAX_LOGGED_BYTES));
-        self.kid = params
-            .and_then(|p| p.get("requestState"))
-            .and_then(serde_json::Value::as_str)
-            .and_then(KeyId::of_token);
+        self.kid = params.get_str("requestState").and_then(KeyId::of_token);
     }
 
     /// The key id named by the request's token, if it carried one.

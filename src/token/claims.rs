@@ -62,13 +62,28 @@ impl RequestBinding {
     /// so a future wire field cannot silently join (or escape) the digest.
     pub fn of(method: &str, params: Option<&Map<String, Value>>) -> Result<Self, BindingError> {
         let field = crate::mcp::target_field(method);
-        let target = match params.and_then(|p| p.get(field)) {
+        Self::of_members(
+            method,
+            params.and_then(|p| p.get(field)),
+            params.and_then(|p| p.get("arguments")),
+        )
+    }
+
+    /// [`RequestBinding::of`] from the two members it reads: the method's target field
+    /// ([`crate::mcp::target_field`]) and `arguments`.
+    pub fn of_members(
+        method: &str,
+        target: Option<&Value>,
+        arguments: Option<&Value>,
+    ) -> Result<Self, BindingError> {
+        let field = crate::mcp::target_field(method);
+        let target = match target {
             None => String::new(),
             Some(Value::String(s)) => s.clone(),
             // Python would `str()` it ("None", "123"); no real client sends that, so refuse.
             Some(_) => return Err(BindingError::NonStringTarget(field)),
         };
-        let arguments = match params.and_then(|p| p.get("arguments")) {
+        let arguments = match arguments {
             Some(args) if method != "resources/read" && !python_falsy(args) => Some(args),
             _ => None,
         };

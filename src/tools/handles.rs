@@ -21,6 +21,7 @@ use super::metrics::{HandleResult, ToolMetrics};
 use crate::config::HandleConfig;
 use crate::error::ProxyError;
 use crate::glob::glob_match;
+use crate::jsonrpc::Params;
 use crate::jsonrpc::{self, Lookup};
 use crate::policy::revocation::{NotCleared, Revocations};
 use crate::policy::single_use::SingleUse;
@@ -78,7 +79,7 @@ impl Handles {
         &self,
         tool: &str,
         path: &str,
-        params: &mut Map<String, Value>,
+        params: &mut Params<'_>,
         principal: Option<&str>,
     ) -> Result<(), ProxyError> {
         for kind in &self.kinds {
@@ -98,8 +99,8 @@ impl Handles {
                 Some(Err(reason)) => return Err(self.refuse(&kind.kind, reason)),
             }
             let Some(argument) = params
-                .get_mut("arguments")
-                .and_then(|a| a.pointer_mut(&kind.argument_pointer))
+                .get("arguments")
+                .and_then(|a| a.pointer(&kind.argument_pointer))
             else {
                 // Found above by the same steps: not reached.
                 continue;
@@ -118,7 +119,7 @@ impl Handles {
             if let Err(reason) = self.not_revoked(principal, opened.issued_at).await {
                 return Err(self.refuse(&kind.kind, reason));
             }
-            *argument = opened.raw;
+            params.replace_at("arguments", &kind.argument_pointer, opened.raw);
             self.metrics.handle(HandleResult::Ok);
             if let Some(kid) = kid {
                 self.keys.handle_opened(kid);

@@ -28,6 +28,7 @@ use crate::config::IdempotencyConfig;
 use crate::error::RefusalMetrics;
 use crate::error::{ProxyError, Resource, Share};
 use crate::glob::glob_match;
+use crate::jsonrpc::Params;
 use crate::store::{Owner, Store, StoreError};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};
@@ -199,7 +200,7 @@ impl Idempotency {
         &self,
         tool: &str,
         path: &str,
-        params: &mut Map<String, Value>,
+        params: &mut Params<'_>,
         headers: &mut HeaderMap,
         principal: Option<&str>,
         owner: &Owner,
@@ -237,7 +238,7 @@ impl Idempotency {
     fn read_key(
         &self,
         tool: &str,
-        params: &Map<String, Value>,
+        params: &Params<'_>,
         headers: &HeaderMap,
     ) -> Result<Option<String>, ProxyError> {
         let required = self.config.require_key.iter().any(|g| glob_match(g, tool));

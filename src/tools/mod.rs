@@ -12,6 +12,7 @@ pub mod idempotency;
 mod metrics;
 
 use crate::error::ProxyError;
+use crate::jsonrpc::Params;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -92,22 +93,15 @@ impl ToolFeatures {
         &self,
         method: &str,
         path: &str,
-        params: Option<&mut Map<String, Value>>,
+        params: &mut Params<'_>,
         headers: &mut HeaderMap,
         principal: Option<&str>,
         owner: &crate::store::Owner,
     ) -> Result<Inbound, ProxyError> {
-        let Some(params) = params else {
-            return Ok(Inbound::default());
-        };
-        if method != "tools/call" {
+        if !params.is_present() || method != "tools/call" {
             return Ok(Inbound::default());
         }
-        let Some(tool) = params
-            .get("name")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-        else {
+        let Some(tool) = params.get_str("name").map(str::to_owned) else {
             return Ok(Inbound::default());
         };
         self.handles.unwrap(&tool, path, params, principal).await?;
