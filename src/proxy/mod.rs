@@ -80,13 +80,26 @@ struct Caller<'a> {
     owner: Owner,
 }
 
+/// One call as steps 5 and 6 read it: its method and id, who sends it and where.
+struct Call<'a> {
+    method: &'a str,
+    caller: &'a Caller<'a>,
+    id: &'a Option<Id>,
+}
+
+/// A single-use state this request spent, and whether the request was handed to the
+/// upstream: what decides, in one place, whether it is given back.
+#[derive(Default)]
+struct Spent {
+    claim: Option<Claim>,
+    handed_over: bool,
+}
+
 /// What steps 5 and 6 decided for the response phase of a call.
 #[derive(Default)]
 struct Prepared {
     /// The request's binding: a new state is sealed to it.
     binding: Option<RequestBinding>,
-    /// The single-use consumption of the state it presented, if any.
-    claim: Option<Claim>,
     /// The client capabilities it declared, checked against the next round's questions.
     capabilities: Option<serde_json::Value>,
     /// Where its token stood in the flow.
@@ -367,15 +380,8 @@ impl Proxy {
         } else {
             Asked::Other
         };
-        self.exchange(
-            parts,
-            upstream::full(Bytes::new()),
-            context,
-            asked,
-            None,
-            record,
-        )
-        .await
+        self.exchange(parts, upstream::full(Bytes::new()), context, asked, record)
+            .await
     }
 
     /// Steps 4 to 8 for a POSTed JSON-RPC message: the gate, the state and the tool
@@ -383,9 +389,35 @@ impl Proxy {
     /// repeated write, without the upstream).
     async fn forward_message(
         &self,
+        parts: http::request::Parts,
+        body: Incoming,
+        principal: Option<String>,
+        record: &mut Record,
+    ) -> Result<Response<ProxyBody>, Failure> {
+        let mut spent = Spent::default();
+        let result = self
+            .forward_call(parts, body, principal, &mut spent, record)
+            .await;
+        // The one place a spent single-use state is given back: the call was refused
+        // before it was handed to the upstream, or connecting failed, so not one byte of
+        // it was written and the user may try again. Anything later (a reset after the
+        // request went out, an answer that could not be made safe) leaves it spent: at
+        // most once, not exactly once.
+        if let (Err(failure), Some(claim)) = (&result, spent.claim.take())
+            && (!spent.handed_over || failure.error.never_sent())
+        {
+            self.opener.release(claim).await;
+        }
+        result
+    }
+
+    /// [`Proxy::forward_message`]'s phases; a state it spends is noted in `spent`.
+    async fn forward_call(
+        &self,
         mut parts: http::request::Parts,
         body: Incoming,
         principal: Option<String>,
+        spent: &mut Spent,
         record: &mut Record,
     ) -> Result<Response<ProxyBody>, Failure> {
         let mut admitted = self.gate.admit(&parts.headers, body).await?;
@@ -403,7 +435,12 @@ impl Proxy {
         };
         let prepared = match admitted.call_mut() {
             Some((method, params)) => {
-                self.prepare_call(method, params, &mut parts.headers, &caller, &id, record)
+                let call = Call {
+                    method,
+                    caller: &caller,
+                    id: &id,
+                };
+                self.prepare_call(call, params, &mut parts.headers, spent, record)
                     .await?
             }
             None => Prepared::default(),
@@ -428,13 +465,13 @@ impl Proxy {
         } else {
             Asked::Notification
         };
+        spent.handed_over = true;
         let response = self
             .exchange(
                 parts,
                 reservation.hold(upstream::full(forwarded)),
                 context,
                 asked,
-                prepared.claim,
                 record,
             )
             .await;
@@ -447,15 +484,14 @@ impl Proxy {
     }
 
     /// Steps 5 and 6 for a call: open its state (or compute its binding for the
-    /// response), then apply the tool features. A tool feature's refusal gives a
-    /// consumed state back, since nothing was forwarded.
+    /// response), then apply the tool features. A state it spends is noted in `spent`
+    /// as soon as it is, so that a later refusal gives it back.
     async fn prepare_call(
         &self,
-        method: &str,
+        Call { method, caller, id }: Call<'_>,
         mut params: Params<'_>,
         headers: &mut http::HeaderMap,
-        caller: &Caller<'_>,
-        id: &Option<Id>,
+        spent: &mut Spent,
         record: &mut Record,
     ) -> Result<Prepared, Failure> {
         let refused = |error| Failure {
@@ -479,12 +515,13 @@ impl Proxy {
             None
         };
         let capabilities = capabilities::declared(&params);
-        let (binding, claim, flow) = match opened {
+        let (binding, flow) = match opened {
             Some(opened) => {
                 if let Some(kid) = record.kid() {
                     self.metrics.keys.token_opened(kid);
                 }
-                (Some(opened.binding), opened.claim, opened.flow)
+                spent.claim = opened.claim;
+                (Some(opened.binding), opened.flow)
             }
             // Computed now, for the response: only the binding outlives the request's
             // phases, never the parsed body.
@@ -497,12 +534,11 @@ impl Proxy {
                 .ok()
                 .map(|b| b.at_path(caller.path)),
                 None,
-                None,
             ),
         };
         // After the binding: a state binds the arguments as the client sent them (sealed
         // handles), and the upstream gets its own raw handles.
-        let inbound = self
+        let tools = self
             .tools
             .inbound(
                 method,
@@ -512,23 +548,14 @@ impl Proxy {
                 caller.principal,
                 &caller.owner,
             )
-            .await;
-        match inbound {
-            Ok(tools) => Ok(Prepared {
-                binding,
-                claim,
-                capabilities,
-                flow,
-                tools,
-            }),
-            Err(error) => {
-                // Refused before forwarding: a consumed state is given back.
-                if let Some(claim) = claim {
-                    self.opener.release(claim).await;
-                }
-                Err(refused(error))
-            }
-        }
+            .await
+            .map_err(refused)?;
+        Ok(Prepared {
+            binding,
+            capabilities,
+            flow,
+            tools,
+        })
     }
 
     /// Send to the upstream, timing the wait for its response head (the part of a
@@ -567,26 +594,19 @@ impl Proxy {
     }
 
     /// Send to the upstream and make its response safe for the client. `asked`: what
-    /// the request was; `claim`: the single-use consumption it made, if any.
+    /// the request was.
     async fn exchange(
         &self,
         mut parts: http::request::Parts,
         body: ProxyBody,
         context: SealContext,
         asked: Asked,
-        claim: Option<Claim>,
         record: &mut Record,
     ) -> Result<Response<ProxyBody>, Failure> {
         self.upstream.prepare(&mut parts);
         let response = match self.send(Request::from_parts(parts, body), record).await {
             Ok(response) => response,
             Err(error) => {
-                // Connecting failed, so not one byte of the retry was written: the user
-                // may try again. Anything later (a reset after the request went out)
-                // leaves the state spent: at most once, not exactly once.
-                if let (Some(claim), true) = (claim, error.never_sent()) {
-                    self.opener.release(claim).await;
-                }
                 return Err(Failure {
                     id: context.request_id().cloned(),
                     error,

@@ -404,6 +404,45 @@ async fn policy_changes_apply_live_and_the_sealed_claim_closes_the_window() {
     running.shutdown(Duration::ZERO).await;
 }
 
+/// A retry refused after its state was spent, by a later phase (here idempotency: the
+/// tool requires a key the retry lacks), never reached the upstream: the state is given
+/// back, and the corrected retry goes through with the same token.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_refused_after_its_state_was_spent_gives_it_back() {
+    let fake = FakeUpstream::start(asking).await;
+    let mut c = config(&fake.base_url());
+    policy(&mut c);
+    c.idempotency.require_key = vec!["approve_payment".into()];
+    let sidecar = Sidecar::start(c).await;
+    let url = sidecar.mcp_url();
+    let token = {
+        let body = serde_json::to_vec(&message(1, "tools/call", "approve_payment", None)).unwrap();
+        let mut headers = mcp_headers("tools/call", Some("approve_payment"));
+        headers.push(("idempotency-key".into(), "first".into()));
+        let reply = send(Method::POST, &url, &headers, body, T).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        sealed(&reply.json()["result"])
+    };
+    let forwarded = fake.count();
+    let refused = call(&url, "tools/call", "approve_payment", Some(&token)).await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert_eq!(fake.count(), forwarded, "nothing reached the upstream");
+    let metrics = sidecar.metrics();
+    assert_eq!(
+        metrics
+            .policy
+            .consumption_count(StoreKind::Memory, Consumption::Released),
+        1
+    );
+    let body =
+        serde_json::to_vec(&message(1, "tools/call", "approve_payment", Some(&token))).unwrap();
+    let mut headers = mcp_headers("tools/call", Some("approve_payment"));
+    headers.push(("idempotency-key".into(), "retry".into()));
+    let retried = send(Method::POST, &url, &headers, body, T).await;
+    assert_eq!(retried.status, 200, "{}", retried.text());
+    assert_replayed(&call(&url, "tools/call", "approve_payment", Some(&token)).await);
+}
+
 /// A plaintext legacy answer for every request; the fake is restarted on its port.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_the_upstream_never_received_can_be_tried_again() {
