@@ -21,9 +21,22 @@ pub use metrics::AuthMetrics;
 pub use crate::error::AuthFailure;
 
 use crate::error::ProxyError;
+use crate::store::Owner;
 use crate::tls::peer::PeerIdentity;
 use http::{HeaderMap, HeaderName, header::AUTHORIZATION};
 use std::sync::Arc;
+
+/// Who sends a request and where: what the phases after the gate key their decisions on
+/// (a state's principal binding, a handle's owner, idempotency records, the shares of
+/// the shared stores).
+pub struct Caller<'a> {
+    /// The request's path and query: one upstream may route tenants by either.
+    pub path: &'a str,
+    /// The identified principal, if any.
+    pub principal: Option<&'a str>,
+    /// Whose share of the shared stores the request spends.
+    pub owner: Owner,
+}
 
 /// A configured identity source.
 pub enum Identifier {

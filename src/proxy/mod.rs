@@ -36,7 +36,7 @@ pub mod upstream;
 
 pub use metrics::{Meters, PathMetrics, Route, SealFailure, SseEvent, StatusClass, VerifyResult};
 
-use crate::auth::Identifier;
+use crate::auth::{Caller, Identifier};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Id, Params};
 use crate::mcp::MethodClass;
@@ -69,15 +69,6 @@ use upstream::{BoxError, ProxyBody, Upstream};
 /// base64 4/3).
 pub fn max_token_bytes(max_state_bytes: usize) -> usize {
     (max_state_bytes * 6 + 4096) * 4 / 3
-}
-
-/// Who sends a message and where: what the phases of a call read of it.
-struct Caller<'a> {
-    /// The request's path and query.
-    path: &'a str,
-    principal: Option<&'a str>,
-    /// Whose share of the shared stores the request spends.
-    owner: Owner,
 }
 
 /// One call as steps 5 and 6 read it: its method and id, who sends it and where.
@@ -502,13 +493,7 @@ impl Proxy {
         record.set_call(method, id.as_ref(), &params);
         let opened = if params.is_present() {
             self.opener
-                .open(
-                    method,
-                    caller.path,
-                    &mut params,
-                    caller.principal,
-                    &caller.owner,
-                )
+                .open(method, &mut params, caller)
                 .await
                 .map_err(refused)?
         } else {
@@ -540,14 +525,7 @@ impl Proxy {
         // handles), and the upstream gets its own raw handles.
         let tools = self
             .tools
-            .inbound(
-                method,
-                caller.path,
-                &mut params,
-                headers,
-                caller.principal,
-                &caller.owner,
-            )
+            .inbound(method, &mut params, headers, caller)
             .await
             .map_err(refused)?;
         Ok(Prepared {

@@ -9,6 +9,7 @@
 //! `state_verified_total`, and nothing is forwarded.
 
 use super::metrics::{Meters, VerifyResult};
+use crate::auth::Caller;
 use crate::error::{ProxyError, Resource, Share};
 use crate::jsonrpc::{NotAnObject, Params, ParseError};
 use crate::policy::MrtrRefusal;
@@ -48,11 +49,14 @@ impl StateOpener {
     pub async fn open(
         &self,
         method: &str,
-        path: &str,
         params: &mut Params<'_>,
-        principal: Option<&str>,
-        owner: &Owner,
+        caller: &Caller<'_>,
     ) -> Result<Option<OpenedRetry>, ProxyError> {
+        let Caller {
+            path,
+            principal,
+            ref owner,
+        } = *caller;
         let token = match params.get("requestState") {
             // No verified round asked anything: every answer is unasked. (Rounds without
             // upstream state carry a token of ours, so real answers always have one.)

@@ -18,6 +18,7 @@
 //! afresh for each replay).
 
 use super::metrics::{HandleResult, ToolMetrics};
+use crate::auth::Caller;
 use crate::config::HandleConfig;
 use crate::error::ProxyError;
 use crate::glob::glob_match;
@@ -78,9 +79,10 @@ impl Handles {
     pub async fn unwrap(
         &self,
         tool: &str,
-        path: &str,
         params: &mut Params<'_>,
-        principal: Option<&str>,
+        &Caller {
+            path, principal, ..
+        }: &Caller<'_>,
     ) -> Result<(), ProxyError> {
         for kind in &self.kinds {
             if !kind.accepted_by.iter().any(|g| glob_match(g, tool)) {
@@ -158,7 +160,13 @@ impl Handles {
     }
 
     /// What the response to a call of `tool` on `path` must seal, if anything.
-    pub fn issue(&self, tool: &str, path: &str, principal: Option<&str>) -> Option<Issue> {
+    pub fn issue(
+        &self,
+        tool: &str,
+        &Caller {
+            path, principal, ..
+        }: &Caller<'_>,
+    ) -> Option<Issue> {
         let kinds: Vec<_> = self
             .kinds
             .iter()

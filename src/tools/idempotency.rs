@@ -24,6 +24,7 @@
 //! out a handle that expired while the record lived.
 
 use super::metrics::{IdempotencyResult, ToolMetrics};
+use crate::auth::Caller;
 use crate::config::IdempotencyConfig;
 use crate::error::RefusalMetrics;
 use crate::error::{ProxyError, Resource, Share};
@@ -199,11 +200,13 @@ impl Idempotency {
     pub async fn admit(
         &self,
         tool: &str,
-        path: &str,
         params: &mut Params<'_>,
         headers: &mut HeaderMap,
-        principal: Option<&str>,
-        owner: &Owner,
+        &Caller {
+            path,
+            principal,
+            ref owner,
+        }: &Caller<'_>,
     ) -> Result<Admission, ProxyError> {
         let Some(key) = self.read_key(tool, params, headers)? else {
             return Ok(Admission::Untracked);

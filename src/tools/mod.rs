@@ -11,6 +11,7 @@ pub mod handles;
 pub mod idempotency;
 mod metrics;
 
+use crate::auth::Caller;
 use crate::error::ProxyError;
 use crate::jsonrpc::Params;
 use http::HeaderMap;
@@ -92,11 +93,9 @@ impl ToolFeatures {
     pub async fn inbound(
         &self,
         method: &str,
-        path: &str,
         params: &mut Params<'_>,
         headers: &mut HeaderMap,
-        principal: Option<&str>,
-        owner: &crate::store::Owner,
+        caller: &Caller<'_>,
     ) -> Result<Inbound, ProxyError> {
         if !params.is_present() || method != "tools/call" {
             return Ok(Inbound::default());
@@ -104,17 +103,17 @@ impl ToolFeatures {
         let Some(tool) = params.get_str("name").map(str::to_owned) else {
             return Ok(Inbound::default());
         };
-        self.handles.unwrap(&tool, path, params, principal).await?;
+        self.handles.unwrap(&tool, params, caller).await?;
         let mut inbound = Inbound {
             answering: Answering {
-                issue: self.handles.issue(&tool, path, principal),
+                issue: self.handles.issue(&tool, caller),
                 ticket: None,
             },
             replay: None,
         };
         match self
             .idempotency
-            .admit(&tool, path, params, headers, principal, owner)
+            .admit(&tool, params, headers, caller)
             .await?
         {
             Admission::Untracked => {}
