@@ -157,7 +157,7 @@ pub fn request_as(
 /// One connection's sending half.
 pub type Sender = SendRequest<Full<Bytes>>;
 
-async fn connect(addr: SocketAddr) -> Result<Sender, String> {
+pub async fn connect(addr: SocketAddr) -> Result<Sender, String> {
     let stream = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
@@ -189,7 +189,7 @@ pub async fn send(
 }
 
 /// One exchange on `send`: the body of a good answer.
-async fn exchange(send: &mut Sender, target: &Target, body: Bytes) -> Result<Bytes, String> {
+pub async fn exchange(send: &mut Sender, target: &Target, body: Bytes) -> Result<Bytes, String> {
     let (head, bytes) = self::send(send, request(target, body)).await?;
     let status = head.status;
     let text = String::from_utf8_lossy(&bytes);

@@ -14,17 +14,22 @@
 //!   held through it (nginx and the bare hyper proxy beside it);
 //! - allocations per request in the sidecar, counted in-process.
 //!
+//! `-- --instructions` measures only instructions per request instead: B and D under
+//! callgrind, one worker thread each (`instructions.rs`).
+//!
 //! The generator (this process, and wrk) runs on core 0; upstream, proxy and redis share
 //! core 1 (`taskset`), as the servers of a sidecar pod would share its CPU. Every process
 //! started is killed on exit, on error or on panic. Prints Markdown tables.
 //!
-//! `cargo bench --bench harness [-- --quick] [-- --rate N]`; `HARNESS_SIDECAR_BIN=path`
-//! measures another build of the sidecar as B.
-//! Linux, 2+ cores; installs nginx, wrk and redis-server with apt when missing (root).
+//! `cargo bench --bench harness [-- --quick] [-- --rate N] [-- --instructions]`;
+//! `HARNESS_SIDECAR_BIN=path` measures another build of the sidecar as B.
+//! Linux, 2+ cores; installs nginx, wrk and redis-server (or, for `--instructions`,
+//! valgrind) with apt when missing (root).
 
 mod allocs;
 mod bare;
 mod generator;
+mod instructions;
 mod procs;
 mod report;
 mod upstream;
@@ -70,6 +75,9 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--instructions") {
+        return count_instructions(quick);
+    }
     let rate = args
         .iter()
         .position(|a| a == "--rate")
@@ -94,6 +102,27 @@ fn main() -> ExitCode {
                 eprintln!("harness: some requests failed (see the tables)");
                 return ExitCode::FAILURE;
             }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("harness: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--instructions`: B's and D's instructions per request under callgrind, and only
+/// that (`instructions.rs`).
+fn count_instructions(quick: bool) -> ExitCode {
+    let counts = instructions::Counts {
+        warmup: if quick { 100 } else { 200 },
+        measured: if quick { 500 } else { 2000 },
+    };
+    let wall = Instant::now();
+    match instructions::run(&counts) {
+        Ok(table) => {
+            println!("{table}");
+            println!("wall time: {:.0} s", wall.elapsed().as_secs_f64());
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -42,12 +42,25 @@ impl Children {
         args: &[&str],
         log: &Path,
     ) -> Result<u32, String> {
+        self.spawn_with_env(name, program, args, &[], log)
+    }
+
+    /// [`Children::spawn`] with `env` added to the child's environment.
+    pub fn spawn_with_env(
+        &mut self,
+        name: &'static str,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Result<u32, String> {
         let log = std::fs::File::create(log).map_err(|e| format!("{name}: log file: {e}"))?;
         let child = Command::new("prlimit")
             .arg(format!("--nofile={0}:{0}", nofile()))
             .args(["taskset", "-c", SERVER_CORE])
             .arg(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -138,14 +151,27 @@ pub fn free_port() -> u16 {
 /// Wait until `addr` answers `GET path` with a 2xx (any 2xx: a readiness probe or an
 /// upstream's stream head), or fail after 15 s.
 pub fn wait_ready(children: &mut Children, addr: SocketAddr, path: &str) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(15);
+    wait_ready_within(children, addr, path, Duration::from_secs(15))
+}
+
+/// [`wait_ready`], failing after `limit` (a server under valgrind starts in seconds).
+pub fn wait_ready_within(
+    children: &mut Children,
+    addr: SocketAddr,
+    path: &str,
+    limit: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
     loop {
         children.check_alive()?;
         if http_get_ok(addr, path) {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("{addr}{path} not ready after 15 s"));
+            return Err(format!(
+                "{addr}{path} not ready after {} s",
+                limit.as_secs()
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -206,15 +232,26 @@ fn run(program: &str, args: &[&str]) -> Result<(), String> {
 
 /// `nginx`, `wrk` and `redis-server`, installed with apt when one is missing.
 pub fn ensure_tools() -> Result<(), String> {
-    let missing: Vec<&str> = [
+    install_missing(&[
         ("nginx", "nginx-light"),
         ("wrk", "wrk"),
         ("redis-server", "redis-server"),
-    ]
-    .into_iter()
-    .filter(|(tool, _)| which(tool).is_none())
-    .map(|(_, package)| package)
-    .collect();
+    ])
+}
+
+/// `valgrind` and its `callgrind_control` (one package), installed with apt when missing.
+pub fn ensure_valgrind() -> Result<(), String> {
+    install_missing(&[("valgrind", "valgrind"), ("callgrind_control", "valgrind")])
+}
+
+/// Install with apt the package of every `(tool, package)` whose tool is not on the path.
+fn install_missing(tools: &[(&str, &'static str)]) -> Result<(), String> {
+    let mut missing: Vec<&str> = tools
+        .iter()
+        .filter(|(tool, _)| which(tool).is_none())
+        .map(|&(_, package)| package)
+        .collect();
+    missing.dedup();
     if missing.is_empty() {
         return Ok(());
     }

@@ -1,0 +1,251 @@
+//! Instructions per request, counted by callgrind (`-- --instructions`): the sidecar (B)
+//! and the bare hyper proxy (D) each run under `valgrind --tool=callgrind` on the server
+//! core with one runtime worker (`TOKIO_WORKER_THREADS=1`, as under `taskset`), the
+//! upstream natively beside them. For each answer and phase, on one keep-alive
+//! connection: a warm-up of sequential exchanges (pools filled, code paths translated),
+//! then the counters are zeroed (`callgrind_control --zero`), the measured exchanges
+//! sent, and the counters dumped (`callgrind_control --dump`). Instructions per request
+//! are the dump's total (every thread of the proxy) over the exchanges, all answered and
+//! checked like every other row's (through the sidecar, no plaintext state).
+//!
+//! Unlike throughput and latency, an instruction count does not move with what else the
+//! machine runs, so it compares across runs and builds: issue 22's target is B ≤ 1.4× D,
+//! first call and retry.
+
+use crate::generator::{self, Target};
+use crate::procs::{self, Children};
+use crate::{PLAINTEXT_MARK, Phase, WORKLOADS, loopback, request_body, state_of, upstream};
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Sequential exchanges before the counters are zeroed, and between zero and dump.
+pub struct Counts {
+    pub warmup: usize,
+    pub measured: usize,
+}
+
+/// A proxy running under callgrind.
+struct Proxy {
+    name: &'static str,
+    addr: SocketAddr,
+    pid: u32,
+    /// `--callgrind-out-file`: dump `n` is written to `out.n`.
+    out: PathBuf,
+    dumps: u32,
+}
+
+impl Proxy {
+    /// Start `program args` under callgrind on the server core, with one runtime worker.
+    fn start(
+        children: &mut Children,
+        dir: &Path,
+        name: &'static str,
+        addr: SocketAddr,
+        program: &Path,
+        args: &[&str],
+    ) -> Result<Self, String> {
+        let out = dir.join(format!("callgrind.{name}.out"));
+        let mut valgrind_args = vec![
+            "--tool=callgrind".to_owned(),
+            format!("--callgrind-out-file={}", out.display()),
+            // Totals are all this reads: no per-instruction detail to write at each dump.
+            "--dump-instr=no".to_owned(),
+            program.display().to_string(),
+        ];
+        valgrind_args.extend(args.iter().map(|a| (*a).to_owned()));
+        let valgrind = procs::which("valgrind").ok_or("valgrind not found")?;
+        let pid = children.spawn_with_env(
+            name,
+            &valgrind,
+            &valgrind_args.iter().map(String::as_str).collect::<Vec<_>>(),
+            // taskset alone already gives tokio one worker (it sizes its pool from the
+            // affinity mask); said explicitly, so the count does not hang on that.
+            &[("TOKIO_WORKER_THREADS", "1")],
+            &dir.join(format!("{name}.log")),
+        )?;
+        Ok(Proxy {
+            name,
+            addr,
+            pid,
+            out,
+            dumps: 0,
+        })
+    }
+
+    /// `callgrind_control action pid`; it exits 0 even when the pid is not found, so its
+    /// answer is read.
+    fn control(&self, action: &str) -> Result<(), String> {
+        let out = Command::new("callgrind_control")
+            .arg(action)
+            .arg(self.pid.to_string())
+            .output()
+            .map_err(|e| format!("callgrind_control: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() && text.contains("OK.") {
+            Ok(())
+        } else {
+            Err(format!(
+                "callgrind_control {action} {} ({}): {text}{}",
+                self.name,
+                self.pid,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// Instructions since the last zero: dump the counters and read the dump's total.
+    fn dump(&mut self) -> Result<u64, String> {
+        self.control("--dump")?;
+        self.dumps += 1;
+        let file = PathBuf::from(format!("{}.{}", self.out.display(), self.dumps));
+        // The dump is written before callgrind_control answers; waiting a little costs
+        // nothing if a slow file system ever says otherwise.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let totals = std::fs::read_to_string(&file).ok().and_then(|text| {
+                let line = text.lines().find_map(|l| l.strip_prefix("totals:"))?;
+                line.split_whitespace().next()?.parse::<u64>().ok()
+            });
+            match totals {
+                Some(ir) => return Ok(ir),
+                None if Instant::now() > deadline => {
+                    return Err(format!("no totals in {}", file.display()));
+                }
+                None => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+}
+
+/// B and D under callgrind, then the table of instructions per request.
+pub fn run(counts: &Counts) -> Result<String, String> {
+    procs::ensure_valgrind()?;
+    procs::pin_self()?;
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let dir = dir.path();
+    let mut children = Children::default();
+    let upstream_port = children.spawn_upstream(dir)?;
+    std::fs::write(dir.join("keys"), format!("{}\n", "5e".repeat(32)))
+        .map_err(|e| format!("keys: {e}"))?;
+    let (port, admin) = (procs::free_port(), procs::free_port());
+    let config = dir.join("sidecar.toml");
+    std::fs::write(
+        &config,
+        crate::sidecar_config(dir, port, admin, upstream_port, ""),
+    )
+    .map_err(|e| format!("sidecar config: {e}"))?;
+    let sidecar = Proxy::start(
+        &mut children,
+        dir,
+        "sidecar",
+        loopback(port),
+        &procs::sidecar_bin("HARNESS_SIDECAR_BIN"),
+        &[
+            "run",
+            "--config",
+            config.to_str().expect("a UTF-8 temp path"),
+        ],
+    )?;
+    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let bare_port = procs::free_port();
+    let bare = Proxy::start(
+        &mut children,
+        dir,
+        "bare-proxy",
+        loopback(bare_port),
+        &me,
+        &[
+            "--role-bare-proxy",
+            &bare_port.to_string(),
+            &upstream_port.to_string(),
+        ],
+    )?;
+    // Both start at once; under valgrind that takes seconds, not milliseconds.
+    let slow = Duration::from_secs(120);
+    procs::wait_ready_within(&mut children, loopback(upstream_port), "/", slow)?;
+    procs::wait_ready_within(&mut children, loopback(admin), "/readyz", slow)?;
+    procs::wait_ready_within(&mut children, bare.addr, "/", slow)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let table = runtime.block_on(measure(counts, sidecar, bare))?;
+    children.check_alive()?;
+    Ok(table)
+}
+
+async fn measure(counts: &Counts, mut sidecar: Proxy, mut bare: Proxy) -> Result<String, String> {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "### Instructions per request (callgrind, one worker thread; {} sequential \
+         exchanges on one connection, after {})\n",
+        counts.measured, counts.warmup
+    );
+    let _ = writeln!(
+        out,
+        "| answer | phase | B sidecar instructions/request | D hyper floor instructions/request | B/D | B−D |"
+    );
+    let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: |");
+    for (workload, path) in WORKLOADS {
+        for phase in [Phase::First, Phase::Retry] {
+            let b = per_request(counts, &mut sidecar, path, phase).await;
+            let b = b.map_err(|e| format!("{workload} {} sidecar: {e}", phase.label()))?;
+            let d = per_request(counts, &mut bare, path, phase).await;
+            let d = d.map_err(|e| format!("{workload} {} hyper floor: {e}", phase.label()))?;
+            let _ = writeln!(
+                out,
+                "| {workload} | {} | {:.1} k | {:.1} k | {:.2} | {:.1} k |",
+                phase.label(),
+                b / 1000.0,
+                d / 1000.0,
+                b / d,
+                (b - d) / 1000.0
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// One proxy's instructions per exchange of `counts.measured`, after `counts.warmup`.
+async fn per_request(
+    counts: &Counts,
+    proxy: &mut Proxy,
+    path: &'static str,
+    phase: Phase,
+) -> Result<f64, String> {
+    let through_sidecar = proxy.name == "sidecar";
+    let target = Target {
+        addr: proxy.addr,
+        path,
+        expect: phase.expect(),
+        // Neither answer through the sidecar may carry the upstream's plaintext state.
+        forbid: through_sidecar.then_some(PLAINTEXT_MARK),
+    };
+    let mut send = generator::connect(proxy.addr).await?;
+    let body = match phase {
+        Phase::First => request_body(None),
+        // The sidecar needs its own token; D forwards the upstream's plaintext.
+        Phase::Retry if through_sidecar => {
+            let first = Target {
+                expect: Phase::First.expect(),
+                ..target.clone()
+            };
+            let answer = generator::exchange(&mut send, &first, request_body(None)).await?;
+            request_body(Some(&state_of(&answer)?))
+        }
+        Phase::Retry => request_body(Some(upstream::STATE)),
+    };
+    for _ in 0..counts.warmup {
+        generator::exchange(&mut send, &target, body.clone()).await?;
+    }
+    proxy.control("--zero")?;
+    for _ in 0..counts.measured {
+        generator::exchange(&mut send, &target, body.clone()).await?;
+    }
+    let instructions = proxy.dump()?;
+    Ok(instructions as f64 / counts.measured as f64)
+}
