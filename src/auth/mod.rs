@@ -24,7 +24,9 @@ use crate::error::ProxyError;
 use crate::store::Owner;
 use crate::tls::peer::PeerIdentity;
 use http::{HeaderMap, HeaderName, header::AUTHORIZATION};
+use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::OnceLock;
 
 /// Who sends a request and where: what the phases after the gate key their decisions on
 /// (a state's principal binding, a handle's owner, idempotency records, the shares of
@@ -34,8 +36,27 @@ pub struct Caller<'a> {
     pub path: &'a str,
     /// The identified principal, if any.
     pub principal: Option<&'a str>,
-    /// Whose share of the shared stores the request spends.
-    pub owner: Owner,
+    /// The client's address, which owns the request's shares without a principal.
+    peer: Option<IpAddr>,
+    /// Computed when a share is first spent: most requests spend none.
+    owner: OnceLock<Owner>,
+}
+
+impl<'a> Caller<'a> {
+    pub fn new(path: &'a str, principal: Option<&'a str>, peer: Option<IpAddr>) -> Self {
+        Self {
+            path,
+            principal,
+            peer,
+            owner: OnceLock::new(),
+        }
+    }
+
+    /// Whose share of the shared stores the request spends ([`Owner::of`]).
+    pub fn owner(&self) -> &Owner {
+        self.owner
+            .get_or_init(|| Owner::of(self.principal, self.peer))
+    }
 }
 
 /// A configured identity source.

@@ -142,12 +142,14 @@ impl SingleUse {
     /// Consume `opened` if it is single-use, held by `owner`. `Ok(None)`: nothing to
     /// consume (or the store could not be reached under `allow`); `Err`: refuse the
     /// retry.
-    pub async fn consume(
+    /// `owner`: whose share the consumption is charged to, asked only when a state is
+    /// consumed.
+    pub async fn consume<'o>(
         &self,
         opened: &Opened,
         method: &str,
         target: &str,
-        owner: &Owner,
+        owner: impl FnOnce() -> &'o Owner,
     ) -> Result<Option<Claim>, NotConsumed> {
         if !opened.single_use && !self.policy.load().applies(method, target) {
             return Ok(None);
@@ -158,7 +160,7 @@ impl SingleUse {
         let remaining = opened.expires_at - crate::token::now() + FUTURE_SKEW_SECONDS;
         let ttl = Duration::from_secs_f64(remaining.clamp(1.0, 86_400.0 * 2.0));
         let started = Instant::now();
-        let result = self.store.consume(&id, ttl, owner).await;
+        let result = self.store.consume(&id, ttl, owner()).await;
         self.metrics
             .observe_store(self.store.kind(), started.elapsed().as_secs_f64());
         let kind = self.store.kind();

@@ -44,7 +44,6 @@ use crate::policy::capabilities;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::{Claim, SingleUse};
-use crate::store::Owner;
 use crate::telemetry::audit::Record;
 use crate::token::{RequestBinding, StateSealer};
 use crate::tools::{Handles, Idempotency, Inbound, ToolFeatures};
@@ -414,16 +413,15 @@ impl Proxy {
         let mut admitted = self.gate.admit(&parts.headers, body).await?;
         let id = admitted.id().cloned();
         let peer = parts.extensions.get::<Peer>().copied();
-        let caller = Caller {
+        let caller = Caller::new(
             // The path and the query: one upstream may route tenants by either.
-            path: parts
+            parts
                 .uri
                 .path_and_query()
                 .map_or("/", http::uri::PathAndQuery::as_str),
-            principal: principal.as_deref(),
-            // Whose share of the shared stores this request spends.
-            owner: Owner::of(principal.as_deref(), peer.map(|p| p.0.ip())),
-        };
+            principal.as_deref(),
+            peer.map(|p| p.0.ip()),
+        );
         let prepared = match admitted.call_mut() {
             Some((method, params)) => {
                 let call = Call {

@@ -53,9 +53,7 @@ impl StateOpener {
         caller: &Caller<'_>,
     ) -> Result<Option<OpenedRetry>, ProxyError> {
         let Caller {
-            path,
-            principal,
-            ref owner,
+            path, principal, ..
         } = *caller;
         let token = match params.get("requestState") {
             // No verified round asked anything: every answer is unasked. (Rounds without
@@ -94,7 +92,9 @@ impl StateOpener {
         // Last, after every other check passed and right before forwarding: a request
         // refused for another reason must not spend the state. A replay is found here, on
         // any replica sharing the store.
-        let claim = self.consume(method, &opened, &binding, owner).await?;
+        let claim = self
+            .consume(method, &opened, &binding, || caller.owner())
+            .await?;
         self.metrics.path.verified(VerifyResult::Ok);
         if opened.no_upstream_state {
             // The upstream sent no state this round; it gets none back.
@@ -174,12 +174,12 @@ impl StateOpener {
 
     /// Spend a single-use state in the shared store (a replay is refused here); the
     /// claim, if any, is given back should the request not reach the upstream.
-    async fn consume(
+    async fn consume<'o>(
         &self,
         method: &str,
         opened: &Opened,
         binding: &RequestBinding,
-        owner: &Owner,
+        owner: impl FnOnce() -> &'o Owner,
     ) -> Result<Option<Claim>, ProxyError> {
         match self
             .single_use

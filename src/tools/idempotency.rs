@@ -202,15 +202,15 @@ impl Idempotency {
         tool: &str,
         params: &mut Params<'_>,
         headers: &mut HeaderMap,
-        &Caller {
-            path,
-            principal,
-            ref owner,
-        }: &Caller<'_>,
+        caller: &Caller<'_>,
     ) -> Result<Admission, ProxyError> {
+        let Caller {
+            path, principal, ..
+        } = *caller;
         let Some(key) = self.read_key(tool, params, headers)? else {
             return Ok(Admission::Untracked);
         };
+        let owner = caller.owner();
         if self.config.strip_key {
             params.remove("idempotencyKey");
             headers.remove(HEADER);
