@@ -20,8 +20,10 @@ use std::fmt;
 
 mod names;
 mod params;
+mod scan;
 pub use names::{CAPABILITIES_META, Lookup, check_capabilities, distinct, lookup, member};
 pub use params::{NotAnObject, Params};
+pub use scan::{EnvelopeField, ParamsField, ResultField, Scanned, scan};
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.
 pub const ENVELOPE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
@@ -518,29 +520,42 @@ pub fn check_result_fields(result: &Map<String, Value>) -> Result<(), ParseError
 /// A key as the most lenient parsers compare it (case, punctuation and Unicode case
 /// folding ignored).
 pub fn fold(key: &str) -> String {
-    let mut folded = String::with_capacity(key.len());
-    for c in key.chars() {
-        if c.is_ascii() {
-            if c.is_ascii_alphanumeric() {
-                folded.push(c.to_ascii_lowercase());
-            }
-            continue;
-        }
-        let start = folded.len();
-        push_ascii_letters(&mut folded, c.to_lowercase());
-        if folded.len() == start {
-            push_ascii_letters(&mut folded, c.to_uppercase());
-        }
-    }
-    folded
+    folded(key).collect()
 }
 
-fn push_ascii_letters(out: &mut String, mapping: impl Iterator<Item = char>) {
-    out.extend(
-        mapping
-            .filter(char::is_ascii_alphabetic)
-            .map(|c| c.to_ascii_lowercase()),
-    );
+/// [`fold`] without building the string: the scanner compares a key's fold with a
+/// field's character by character, allocating nothing per key.
+pub(crate) fn folded(key: &str) -> impl Iterator<Item = char> + '_ {
+    key.chars().flat_map(fold_char)
+}
+
+/// One character's part of [`fold`]: at most three ASCII letters (no case mapping of one
+/// character is longer).
+fn fold_char(c: char) -> impl Iterator<Item = char> {
+    let mut out = ['\0'; 3];
+    let mut len = 0;
+    if c.is_ascii() {
+        if c.is_ascii_alphanumeric() {
+            out[0] = c.to_ascii_lowercase();
+            len = 1;
+        }
+    } else {
+        len = ascii_letters(c.to_lowercase(), &mut out);
+        if len == 0 {
+            len = ascii_letters(c.to_uppercase(), &mut out);
+        }
+    }
+    out.into_iter().take(len)
+}
+
+/// The ASCII letters of a case mapping, lowercased, into `out`; how many.
+fn ascii_letters(mapping: impl Iterator<Item = char>, out: &mut [char; 3]) -> usize {
+    let mut len = 0;
+    for letter in mapping.filter(char::is_ascii_alphabetic) {
+        out[len] = letter.to_ascii_lowercase();
+        len += 1;
+    }
+    len
 }
 
 /// A key as it may appear in an error message or a log: no client byte echoed raw.

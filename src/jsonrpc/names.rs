@@ -17,7 +17,7 @@ pub const CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities"
 
 /// The names [`crate::policy::capabilities`] reads below [`CAPABILITIES_META`], as paths:
 /// each level of each is checked at the gate.
-const CAPABILITY_PATHS: &[&[&str]] = &[
+pub(super) const CAPABILITY_PATHS: &[&[&str]] = &[
     &["elicitation", "form"],
     &["elicitation", "url"],
     &["sampling", "tools"],

@@ -3,7 +3,7 @@
 //! stays fixed in the ordinary test command, without a nightly toolchain.
 
 #[path = "../../fuzz/src/checks/mod.rs"]
-mod checks;
+pub(super) mod checks;
 
 use std::path::{Path, PathBuf};
 
@@ -59,4 +59,27 @@ fn answer_inputs_keep_their_invariants() {
 #[test]
 fn whole_proxy_inputs_keep_their_invariants() {
     replay("proxy", checks::proxy::check);
+}
+
+#[test]
+fn scan_inputs_keep_their_invariants() {
+    replay("scan", checks::scan::check);
+}
+
+/// The scanner gets the tree path's verdict on every input of every target, bodies or
+/// not: the seeds and reproducers of the other targets are JSON the project cared about.
+#[test]
+fn every_fuzz_input_gets_the_trees_verdict_from_the_scanner() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let mut targets: Vec<String> = ["seeds", "regressions"]
+        .iter()
+        .flat_map(|kind| std::fs::read_dir(root.join(kind)).unwrap())
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    targets.sort();
+    targets.dedup();
+    assert!(targets.len() >= 6, "{targets:?}");
+    for target in targets {
+        replay(&target, checks::scan::check);
+    }
 }

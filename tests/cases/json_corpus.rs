@@ -16,6 +16,7 @@
 //! not UTF-8 arrive with U+FFFD in place of the bad bytes. They are sent as packaged and
 //! also as the raw bytes their names describe ([`RAW`], written here from the names).
 
+use super::fuzz_regressions::checks::scan;
 use crate::support::fake::{FakeUpstream, Recorded, Reply, complete};
 use crate::support::http::{Reply as ClientReply, mcp_headers, send};
 use crate::support::python::{reference_digests, repo_path, run_json};
@@ -468,6 +469,28 @@ async fn json_test_suite_through_the_gate() {
 }
 
 const ARG_V: [&str; 3] = ["params", "arguments", "v"];
+
+/// The one-pass scanner (`jsonrpc::scan`, issue 22) gives every case the tree path's
+/// verdict (and, when accepted, the tree's members at its spans), in each placement the
+/// gate test uses: the whole body, an argument, the whole `arguments`.
+#[test]
+fn the_scanner_agrees_with_the_tree_on_every_case() {
+    let cases = corpus();
+    let mut bodies = 0;
+    for case in &cases {
+        let placements = [
+            case.input.clone(),
+            in_argument(&case.input),
+            as_arguments(&case.input),
+        ];
+        for body in placements {
+            let agreed = std::panic::catch_unwind(|| scan::check(&body));
+            assert!(agreed.is_ok(), "{} ({})", case.name, case.variant);
+            bodies += 1;
+        }
+    }
+    assert_eq!(bodies, 3 * (318 + RAW.len()));
+}
 
 /// Python's `json` reads the forwarded value as the client's.
 fn same_meaning_in_python(forwarded: &[Passed]) {

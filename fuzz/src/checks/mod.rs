@@ -6,6 +6,7 @@ pub mod answers;
 pub mod gate;
 pub mod proxy;
 pub mod ring;
+pub mod scan;
 pub mod sse;
 pub mod token_open;
 pub mod visible;

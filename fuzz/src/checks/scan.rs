@@ -1,0 +1,110 @@
+//! `scan`: the one-pass scanner ([`jsonrpc::scan`]) against the tree path it replaces
+//! ([`jsonrpc::parse_bounded`] then [`jsonrpc::classify`]).
+//!
+//! Input: the body, all of it.
+//!
+//! Invariants: both paths give the same verdict (the same `ParseError`, payload
+//! included, or the same `Message`) without a cap, at the gate fuzzer's cap, and, for a
+//! body that is JSON, at exactly its number of values (the uncapped verdict) and one below
+//! (too many values); on success every span of the index holds the value the tree has at
+//! that path (and a member the tree has is never missing from the index), and a string
+//! member decodes to the tree's string, borrowed exactly when it holds no escape.
+
+use mcp_state_guard::jsonrpc::{
+    self, EnvelopeField, Message, ParamsField, ParseError, ResultField, Scanned,
+};
+use serde_json::Value;
+use std::borrow::Cow;
+use std::ops::Range;
+
+/// The gate fuzzer's cap.
+const MAX_JSON_VALUES: usize = 200;
+
+pub fn check(data: &[u8]) {
+    let verdict = agree(data, usize::MAX);
+    // Compared inside; which verdict is right at this cap depends on the count.
+    let _ = agree(data, MAX_JSON_VALUES);
+    if let Ok(value) = jsonrpc::parse_bounded(data, usize::MAX) {
+        let n = count_values(&value);
+        assert_eq!(agree(data, n), verdict, "at exactly its values");
+        assert_eq!(
+            agree(data, n - 1),
+            Err(ParseError::TooManyValues),
+            "one value over the cap"
+        );
+    }
+}
+
+/// Both paths' verdict on `body` under a cap of `cap` values; panics when they differ.
+pub fn agree(body: &[u8], cap: usize) -> Result<Message, ParseError> {
+    let tree =
+        jsonrpc::parse_bounded(body, cap).and_then(|v| jsonrpc::classify(&v).map(|m| (v, m)));
+    let scanned = jsonrpc::scan(body, cap);
+    match (tree, scanned) {
+        (Ok((value, message)), Ok(scanned)) => {
+            assert_eq!(scanned.message(), &message, "the message differs");
+            same_spans(&value, &scanned);
+            Ok(message)
+        }
+        (Err(tree), Err(scanned)) => {
+            assert_eq!(scanned, tree, "the refusal differs (cap {cap})");
+            Err(tree)
+        }
+        (tree, scanned) => panic!("cap {cap}: tree {tree:?}, scanner {scanned:?}"),
+    }
+}
+
+/// Every span the index gives holds what the tree has at that path, and the index gives
+/// one exactly where the tree has a member.
+fn same_spans(value: &Value, scanned: &Scanned<'_>) {
+    let check =
+        |member: Option<&Value>, span: Option<Range<usize>>, name: &str| match (member, span) {
+            (None, None) => {}
+            (Some(member), Some(span)) => {
+                let raw = &scanned.body()[span.clone()];
+                let parsed = jsonrpc::parse_bounded(raw.as_bytes(), usize::MAX);
+                assert_eq!(
+                    parsed.as_ref(),
+                    Ok(member),
+                    "{name}: the span reads differently"
+                );
+                let string = scanned.string(span);
+                assert_eq!(
+                    string.as_deref(),
+                    member.as_str(),
+                    "{name}: decoded differently"
+                );
+                if let Some(string) = string {
+                    let borrowed = matches!(string, Cow::Borrowed(_));
+                    assert_eq!(borrowed, !raw.contains('\\'), "{name}: borrowed");
+                }
+            }
+            (member, span) => panic!("{name}: tree {member:?}, span {span:?}"),
+        };
+    for field in EnvelopeField::ALL {
+        check(
+            value.get(field.name()),
+            scanned.envelope(field),
+            field.name(),
+        );
+    }
+    let params = value.get("params").filter(|p| p.is_object());
+    for field in ParamsField::ALL {
+        let member = params.and_then(|p| p.get(field.name()));
+        check(member, scanned.param(field), field.name());
+    }
+    let result = value.get("result").filter(|r| r.is_object());
+    for field in ResultField::ALL {
+        let member = result.and_then(|r| r.get(field.name()));
+        check(member, scanned.result(field), field.name());
+    }
+}
+
+/// Every scalar, array and object, as `parse_bounded` counts them.
+fn count_values(value: &Value) -> usize {
+    1 + match value {
+        Value::Array(items) => items.iter().map(count_values).sum(),
+        Value::Object(members) => members.values().map(count_values).sum(),
+        _ => 0,
+    }
+}

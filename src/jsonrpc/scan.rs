@@ -1,0 +1,432 @@
+//! One pass over a body's bytes that gives the verdict of [`parse_bounded`] followed by
+//! [`classify`](super::classify), without building a tree: the spans of the members the
+//! sidecar acts on, and the [`Message`].
+//!
+//! Invariant: for every input, [`scan`] answers exactly what
+//! `parse_bounded(bytes, max_values).and_then(|v| classify(&v))` answers, the same
+//! [`ParseError`] with the same payload. That includes the strict parse's order: values
+//! are counted as they start, `__proto__` is refused when its key is read, a duplicate
+//! key when its value has been read (keys compared after unescaping), the first refusal
+//! in document order wins, and a body that is not JSON further on is
+//! [`ParseError::Syntax`] whatever was refused before. So a scanner that is wrong about
+//! a body is a bug the differential tests (`scan/tests.rs`, `tests/cases/json_corpus.rs`,
+//! the `scan` fuzz target) exist to find, never a second opinion.
+//!
+//! Nothing is allocated per key in the common case: a key without escapes is compared as
+//! the bytes between its quotes, an object's keys are checked for duplicates against the
+//! ones seen so far (a hash set only once an object holds more than [`SMALL_OBJECT`]
+//! keys), and the folded spellings the classification compares are never built.
+
+mod facts;
+mod lexer;
+
+use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, Refusal, parse_bounded};
+use facts::{Facts, Kind, Member, Role};
+use lexer::{Lexer, NotJson, Span, unescape};
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::ops::Range;
+
+/// serde_json's recursion limit: the 128th array or object nested in one another is
+/// refused (its `remaining_depth` starts at 128 and fails on reaching 0).
+const MAX_DEPTH: usize = 128;
+/// Up to this many keys, an object's duplicates are found by comparing each key with the
+/// ones before it; beyond, through a hash set (a quadratic scan would let one large
+/// object cost seconds).
+const SMALL_OBJECT: usize = 16;
+
+/// Scan one client body: [`parse_bounded`] and [`classify`](super::classify) in one pass
+/// over the bytes (see the module's invariant).
+pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, ParseError> {
+    if bytes.starts_with(b"\xef\xbb\xbf") {
+        return Err(ParseError::Bom);
+    }
+    // Every byte of a JSON text is either ASCII grammar or inside a string, whose UTF-8
+    // serde_json checks: the whole body being UTF-8 is the same condition, checked fast.
+    let text = std::str::from_utf8(bytes).map_err(|_| ParseError::Syntax)?;
+    let mut walk = Walk {
+        lexer: Lexer::new(text),
+        text,
+        left: max_values,
+        refusal: None,
+        keys: Vec::new(),
+        facts: Facts::default(),
+    };
+    let root = walk.document().map_err(|NotJson| ParseError::Syntax)?;
+    if let Some(refusal) = walk.refusal {
+        return Err(refusal.error());
+    }
+    let message = walk.facts.classify(text, root)?;
+    Ok(Scanned {
+        text,
+        message,
+        envelope: walk.facts.envelope.spans(),
+        params: walk.facts.params.spans(),
+        result: walk.facts.result.spans(),
+    })
+}
+
+/// An accepted body: its message and where the members the sidecar acts on are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scanned<'a> {
+    text: &'a str,
+    message: Message,
+    envelope: [Option<Span>; facts::MAX_FIELDS],
+    params: [Option<Span>; facts::MAX_FIELDS],
+    result: [Option<Span>; facts::MAX_FIELDS],
+}
+
+impl<'a> Scanned<'a> {
+    /// The message, as [`classify`](super::classify) gives it.
+    pub fn message(&self) -> &Message {
+        &self.message
+    }
+
+    pub fn into_message(self) -> Message {
+        self.message
+    }
+
+    /// The scanned body.
+    pub fn body(&self) -> &'a str {
+        self.text
+    }
+
+    /// The span of an envelope member's value.
+    pub fn envelope(&self, field: EnvelopeField) -> Option<Range<usize>> {
+        span(&self.envelope, super::ENVELOPE_FIELDS, field.name())
+    }
+
+    /// The span of a member's value in `params`, when `params` is an object.
+    pub fn param(&self, field: ParamsField) -> Option<Range<usize>> {
+        span(&self.params, super::PARAMS_FIELDS, field.name())
+    }
+
+    /// The span of a member's value in `result`, when the message is a response whose
+    /// `result` is an object.
+    pub fn result(&self, field: ResultField) -> Option<Range<usize>> {
+        span(&self.result, super::RESULT_FIELDS, field.name())
+    }
+
+    /// The text of the string token at `span` (one this index gave), unescaped: borrowed
+    /// from the body when it holds no escape. `None` when `span` is no string token.
+    pub fn string(&self, span: Range<usize>) -> Option<Cow<'a, str>> {
+        let token = self.text.get(span)?;
+        let mut lexer = Lexer::new(token);
+        lexer.string().ok()?;
+        lexer.is_done().then(|| unescape(token))
+    }
+}
+
+fn span(spans: &[Option<Span>], fields: &[&str], name: &str) -> Option<Range<usize>> {
+    let at = fields.iter().position(|f| *f == name)?;
+    spans[at].map(|s| s.start..s.end)
+}
+
+/// The envelope members [`Scanned::envelope`] locates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvelopeField {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+}
+
+impl EnvelopeField {
+    pub const ALL: [EnvelopeField; 6] = [
+        Self::Jsonrpc,
+        Self::Id,
+        Self::Method,
+        Self::Params,
+        Self::Result,
+        Self::Error,
+    ];
+
+    /// The member's key.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Jsonrpc => "jsonrpc",
+            Self::Id => "id",
+            Self::Method => "method",
+            Self::Params => "params",
+            Self::Result => "result",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// The `params` members [`Scanned::param`] locates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamsField {
+    Name,
+    Uri,
+    TaskId,
+    Arguments,
+    RequestState,
+    InputResponses,
+    Meta,
+    IdempotencyKey,
+}
+
+impl ParamsField {
+    pub const ALL: [ParamsField; 8] = [
+        Self::Name,
+        Self::Uri,
+        Self::TaskId,
+        Self::Arguments,
+        Self::RequestState,
+        Self::InputResponses,
+        Self::Meta,
+        Self::IdempotencyKey,
+    ];
+
+    /// The member's key.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Name => "name",
+            Self::Uri => "uri",
+            Self::TaskId => "taskId",
+            Self::Arguments => "arguments",
+            Self::RequestState => "requestState",
+            Self::InputResponses => "inputResponses",
+            Self::Meta => "_meta",
+            Self::IdempotencyKey => "idempotencyKey",
+        }
+    }
+}
+
+/// The `result` members [`Scanned::result`] locates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultField {
+    ResultType,
+    RequestState,
+    InputRequests,
+}
+
+impl ResultField {
+    pub const ALL: [ResultField; 3] = [Self::ResultType, Self::RequestState, Self::InputRequests];
+
+    /// The member's key.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ResultType => "resultType",
+            Self::RequestState => "requestState",
+            Self::InputRequests => "inputRequests",
+        }
+    }
+}
+
+/// One scan in progress.
+struct Walk<'a> {
+    lexer: Lexer<'a>,
+    text: &'a str,
+    /// Values that may still start.
+    left: usize,
+    /// The first refusal in document order. From then on only the syntax is checked, as
+    /// the tree path's second pass does (no count, no key checks, no classification).
+    refusal: Option<Refusal>,
+    /// The keys of the small objects open, outermost first, for duplicates.
+    keys: Vec<Cow<'a, str>>,
+    facts: Facts,
+}
+
+impl<'a> Walk<'a> {
+    fn document(&mut self) -> Result<Member, NotJson> {
+        let root = self.value(Role::Envelope, 0)?;
+        self.lexer.skip_whitespace();
+        if !self.lexer.is_done() {
+            return Err(NotJson);
+        }
+        Ok(root)
+    }
+
+    fn strict(&self) -> bool {
+        self.refusal.is_none()
+    }
+
+    /// One value, inside `depth` arrays and objects. Counted as it starts, before its
+    /// first byte is read, as the tree path counts.
+    fn value(&mut self, role: Role, depth: usize) -> Result<Member, NotJson> {
+        if self.strict() {
+            match self.left.checked_sub(1) {
+                Some(left) => self.left = left,
+                None => self.refusal = Some(Refusal::TooManyValues),
+            }
+        }
+        self.lexer.skip_whitespace();
+        let start = self.lexer.at();
+        let kind = match self.lexer.peek().ok_or(NotJson)? {
+            b'{' => self.object(role, depth + 1)?,
+            b'[' => {
+                self.array(depth + 1)?;
+                Kind::Array
+            }
+            b'"' => {
+                self.lexer.string()?;
+                Kind::String
+            }
+            b'-' | b'0'..=b'9' => {
+                self.lexer.number()?;
+                Kind::Number
+            }
+            b't' => self.literal("true", Kind::Bool)?,
+            b'f' => self.literal("false", Kind::Bool)?,
+            b'n' => self.literal("null", Kind::Null)?,
+            _ => return Err(NotJson),
+        };
+        let end = self.lexer.at();
+        Ok(Member {
+            span: Span { start, end },
+            kind,
+        })
+    }
+
+    fn literal(&mut self, word: &str, kind: Kind) -> Result<Kind, NotJson> {
+        self.lexer.literal(word)?;
+        Ok(kind)
+    }
+
+    /// An array, the `depth`-th container open.
+    fn array(&mut self, depth: usize) -> Result<(), NotJson> {
+        if depth >= MAX_DEPTH {
+            return Err(NotJson);
+        }
+        self.lexer.expect(b'[')?;
+        self.lexer.skip_whitespace();
+        if self.lexer.expect(b']').is_ok() {
+            return Ok(());
+        }
+        loop {
+            self.value(Role::Other, depth)?;
+            self.lexer.skip_whitespace();
+            if self.lexer.expect(b',').is_err() {
+                return self.lexer.expect(b']');
+            }
+        }
+    }
+
+    /// An object, the `depth`-th container open, at the place `role` names.
+    fn object(&mut self, role: Role, depth: usize) -> Result<Kind, NotJson> {
+        if depth >= MAX_DEPTH {
+            return Err(NotJson);
+        }
+        self.lexer.expect(b'{')?;
+        self.lexer.skip_whitespace();
+        if self.lexer.expect(b'}').is_ok() {
+            return Ok(Kind::Object);
+        }
+        let base = self.keys.len();
+        let mut large = None;
+        let mut first = true;
+        loop {
+            let (key_span, escaped) = self.lexer.string()?;
+            self.lexer.skip_whitespace();
+            self.lexer.expect(b':')?;
+            if self.strict() {
+                let key = self.key(key_span, escaped);
+                if first && key == NUMBER_TOKEN {
+                    return self.number_token();
+                }
+                first = false;
+                self.member(role, depth, key, key_span, base, &mut large)?;
+            } else {
+                self.value(Role::Other, depth)?;
+            }
+            self.lexer.skip_whitespace();
+            if self.lexer.expect(b',').is_err() {
+                self.lexer.expect(b'}')?;
+                break;
+            }
+            self.lexer.skip_whitespace();
+        }
+        self.keys.truncate(base);
+        Ok(Kind::Object)
+    }
+
+    /// A member of an object read strictly: `__proto__` is refused before its value is
+    /// read, a duplicate after (where the tree path's map insert finds it).
+    fn member(
+        &mut self,
+        role: Role,
+        depth: usize,
+        key: Cow<'a, str>,
+        key_span: Span,
+        base: usize,
+        large: &mut Option<HashSet<Cow<'a, str>>>,
+    ) -> Result<(), NotJson> {
+        if key == PROTO_KEY {
+            self.refusal = Some(Refusal::Proto);
+            self.value(Role::Other, depth)?;
+            return Ok(());
+        }
+        let member = self.value(role.child(&key), depth)?;
+        if self.strict() {
+            self.facts.note(role, &key, key_span, member);
+            if self.is_duplicate(key, base, large) {
+                self.refusal = Some(Refusal::DuplicateKey);
+            }
+        }
+        Ok(())
+    }
+
+    /// A key's text: the bytes between its quotes unless it holds an escape.
+    fn key(&self, span: Span, escaped: bool) -> Cow<'a, str> {
+        let token = &self.text[span.start..span.end];
+        if escaped {
+            unescape(token)
+        } else {
+            Cow::Borrowed(&token[1..token.len() - 1])
+        }
+    }
+
+    /// Whether `key` was seen before in the object whose keys start at `base`; records it.
+    fn is_duplicate(
+        &mut self,
+        key: Cow<'a, str>,
+        base: usize,
+        large: &mut Option<HashSet<Cow<'a, str>>>,
+    ) -> bool {
+        if let Some(seen) = large {
+            return !seen.insert(key);
+        }
+        if self.keys[base..].contains(&key) {
+            return true;
+        }
+        self.keys.push(key);
+        if self.keys.len() - base > SMALL_OBJECT {
+            *large = Some(self.keys.drain(base..).collect());
+        }
+        false
+    }
+
+    /// serde_json's stand-in for an arbitrary-precision number, after its key: an object
+    /// whose first key is [`NUMBER_TOKEN`]. The tree path's visitor reads it as the number
+    /// its one string member spells (whatever `JSON.parse` would make of it), and
+    /// anything else there as an error of serde's own: not JSON, whatever follows.
+    fn number_token(&mut self) -> Result<Kind, NotJson> {
+        self.lexer.skip_whitespace();
+        if self.lexer.peek() != Some(b'"') {
+            return Err(NotJson);
+        }
+        let (span, _) = self.lexer.string()?;
+        if !lexer::is_number(&unescape(&self.text[span.start..span.end])) {
+            return Err(NotJson);
+        }
+        self.lexer.skip_whitespace();
+        self.lexer.expect(b'}')?;
+        Ok(Kind::Number)
+    }
+}
+
+/// The value of a member the classification returns (an id): parsed on its own by the
+/// tree path's parser, so it is the very `Value` that path would hold. A few bytes.
+fn member_value(text: &str, member: Member) -> Result<serde_json::Value, ParseError> {
+    parse_bounded(
+        &text.as_bytes()[member.span.start..member.span.end],
+        usize::MAX,
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,236 @@
+//! The tokens of JSON exactly as serde_json 1.x reads them (with `arbitrary_precision`):
+//! whitespace is space, tab, LF and CR only; numbers follow RFC 8259's grammar (no
+//! leading zero, a digit after `.` and after the exponent's sign) and are never
+//! converted, so no literal is too big; strings refuse raw control characters, any
+//! escape but the nine of RFC 8259, and a `\u` escape of a surrogate that is not a high
+//! one followed at once by `\u` and a low one (serde_json refuses lone surrogates where
+//! it decodes into a `str`, which is everywhere the strict parse reads a string).
+//!
+//! The lexer runs over text already checked to be UTF-8 (a non-ASCII byte outside a
+//! string is not a token, so the whole body being UTF-8 is what serde_json's per-string
+//! check adds up to). A failure carries no detail: the scanner's only syntax verdict is
+//! [`ParseError::Syntax`](crate::jsonrpc::ParseError::Syntax).
+
+use std::borrow::Cow;
+
+/// Not JSON. (Where serde_json would say why, the verdict is the same for every cause.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct NotJson;
+
+/// `start..end` into the scanned bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+/// A cursor over one UTF-8 body.
+pub(super) struct Lexer<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Lexer<'a> {
+    pub fn new(text: &'a str) -> Self {
+        Lexer { text, at: 0 }
+    }
+
+    pub fn at(&self) -> usize {
+        self.at
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.at == self.text.len()
+    }
+
+    pub fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    pub fn skip_whitespace(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// Consume `byte`, which must be next.
+    pub fn expect(&mut self, byte: u8) -> Result<(), NotJson> {
+        if self.peek() != Some(byte) {
+            return Err(NotJson);
+        }
+        self.at += 1;
+        Ok(())
+    }
+
+    /// `true`, `false` or `null`: `word` must be next.
+    pub fn literal(&mut self, word: &str) -> Result<(), NotJson> {
+        if !self.text[self.at..].starts_with(word) {
+            return Err(NotJson);
+        }
+        self.at += word.len();
+        Ok(())
+    }
+
+    /// A string token from its opening quote: its span (quotes included) and whether it
+    /// holds an escape (without one, its text is the bytes between the quotes).
+    pub fn string(&mut self) -> Result<(Span, bool), NotJson> {
+        let start = self.at;
+        self.expect(b'"')?;
+        let bytes = self.text.as_bytes();
+        let mut escaped = false;
+        loop {
+            let byte = *bytes.get(self.at).ok_or(NotJson)?;
+            self.at += 1;
+            match byte {
+                b'"' => break,
+                b'\\' => {
+                    escaped = true;
+                    self.escape()?;
+                }
+                0..=0x1f => return Err(NotJson),
+                _ => {}
+            }
+        }
+        Ok((
+            Span {
+                start,
+                end: self.at,
+            },
+            escaped,
+        ))
+    }
+
+    /// The escape after a backslash.
+    fn escape(&mut self) -> Result<(), NotJson> {
+        let byte = self.peek().ok_or(NotJson)?;
+        self.at += 1;
+        match byte {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Ok(()),
+            b'u' => match self.hex4()? {
+                0xDC00..=0xDFFF => Err(NotJson),
+                0xD800..=0xDBFF => {
+                    self.expect(b'\\')?;
+                    self.expect(b'u')?;
+                    match self.hex4()? {
+                        0xDC00..=0xDFFF => Ok(()),
+                        _ => Err(NotJson),
+                    }
+                }
+                _ => Ok(()),
+            },
+            _ => Err(NotJson),
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32, NotJson> {
+        let digits = self
+            .text
+            .as_bytes()
+            .get(self.at..self.at + 4)
+            .ok_or(NotJson)?;
+        self.at += 4;
+        hex4(digits).ok_or(NotJson)
+    }
+
+    /// A number token from its first byte (`-` or a digit).
+    pub fn number(&mut self) -> Result<(), NotJson> {
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.at += 1,
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return Err(NotJson),
+        }
+        // After a leading zero, a digit is neither a fraction nor the end of the number:
+        // serde_json refuses it here rather than as a trailing character, same verdict.
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            self.digit()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            self.digit()?;
+        }
+        Ok(())
+    }
+
+    /// At least one digit.
+    fn digit(&mut self) -> Result<(), NotJson> {
+        if !self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            return Err(NotJson);
+        }
+        self.digits();
+        Ok(())
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+    }
+}
+
+fn hex4(digits: &[u8]) -> Option<u32> {
+    digits.iter().try_fold(0, |n, &d| {
+        let digit = (d as char).to_digit(16)?;
+        Some(n << 4 | digit)
+    })
+}
+
+/// Whether `text` is exactly one number token, as `serde_json::Number`'s `FromStr` reads
+/// it (no whitespace around it).
+pub(super) fn is_number(text: &str) -> bool {
+    let mut lexer = Lexer::new(text);
+    lexer.number().is_ok() && lexer.is_done()
+}
+
+/// The text of a string token that [`Lexer::string`] accepted (quotes included): borrowed
+/// when it has no escape.
+pub(super) fn unescape(token: &str) -> Cow<'_, str> {
+    let inner = &token[1..token.len() - 1];
+    let Some(first) = memchr::memchr(b'\\', inner.as_bytes()) else {
+        return Cow::Borrowed(inner);
+    };
+    let mut out = String::with_capacity(inner.len());
+    out.push_str(&inner[..first]);
+    let mut rest = &inner[first..];
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let escape = &rest[at + 1..];
+        let (decoded, used) = match escape.as_bytes()[0] {
+            b'b' => ('\u{8}', 1),
+            b'f' => ('\u{c}', 1),
+            b'n' => ('\n', 1),
+            b'r' => ('\r', 1),
+            b't' => ('\t', 1),
+            b'u' => unicode(escape),
+            other => (other as char, 1),
+        };
+        out.push(decoded);
+        rest = &escape[used..];
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+/// A `\u` escape (after the backslash): the character and the bytes it took, a surrogate
+/// pair taking both escapes. The lexer admitted only well-formed pairs; anything else
+/// (which cannot reach here) would decode as U+FFFD rather than panic.
+fn unicode(escape: &str) -> (char, usize) {
+    let unit = |at: usize| escape.as_bytes().get(at..at + 4).and_then(hex4);
+    match unit(1) {
+        Some(high @ 0xD800..=0xDBFF) => match unit(7) {
+            Some(low @ 0xDC00..=0xDFFF) => {
+                let code = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+                (char::from_u32(code).unwrap_or('\u{fffd}'), 11)
+            }
+            _ => ('\u{fffd}', 5),
+        },
+        Some(code) => (char::from_u32(code).unwrap_or('\u{fffd}'), 5),
+        None => ('\u{fffd}', 1),
+    }
+}
