@@ -399,7 +399,7 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
     // The guarded params fields have no business at the top level, in any spelling.
     if let Some(key) = object
         .keys()
-        .find(|k| MISPLACED_FIELDS.contains(&fold(k).as_str()))
+        .find(|k| MISPLACED_FIELDS.iter().any(|m| folds_equal(k, m)))
     {
         return Err(ParseError::AmbiguousKey(printable(key)));
     }
@@ -490,8 +490,7 @@ pub fn check_reserved(object: &Map<String, Value>, reserved: &[&str]) -> Result<
         if reserved.contains(&key.as_str()) {
             continue;
         }
-        let folded = fold(key);
-        if reserved.iter().any(|r| fold(r) == folded) {
+        if reserved.iter().any(|r| folds_equal(key, r)) {
             return Err(ParseError::AmbiguousKey(printable(key)));
         }
         if !key.is_ascii() {
@@ -521,6 +520,23 @@ pub fn check_result_fields(result: &Map<String, Value>) -> Result<(), ParseError
 /// folding ignored).
 pub fn fold(key: &str) -> String {
     folded(key).collect()
+}
+
+/// Whether `a` and `b` [`fold`] to the same name, built for neither: two ASCII names
+/// (nearly every key) are compared byte by byte, their letters and digits lowercased and
+/// everything else skipped, which is what [`fold`] does to ASCII; others go through
+/// [`folded`].
+pub fn folds_equal(a: &str, b: &str) -> bool {
+    fn kept(s: &str) -> impl Iterator<Item = u8> + '_ {
+        s.bytes()
+            .filter(u8::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+    }
+    if a.is_ascii() && b.is_ascii() {
+        kept(a).eq(kept(b))
+    } else {
+        folded(a).eq(folded(b))
+    }
 }
 
 /// [`fold`] without building the string: the scanner compares a key's fold with a

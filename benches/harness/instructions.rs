@@ -174,7 +174,27 @@ pub fn run(counts: &Counts) -> Result<String, String> {
         .map_err(|e| format!("runtime: {e}"))?;
     let table = runtime.block_on(measure(counts, sidecar, bare))?;
     children.check_alive()?;
+    keep_dumps(dir)?;
     Ok(table)
+}
+
+/// With `HARNESS_CALLGRIND_KEEP=DIR`, the dumps (`callgrind.sidecar.out.N`,
+/// `callgrind.bare-proxy.out.N`, one per workload and phase in table order) are copied
+/// there for `callgrind_annotate`, to see where a request's instructions go.
+fn keep_dumps(dir: &std::path::Path) -> Result<(), String> {
+    let Some(keep) = std::env::var_os("HARNESS_CALLGRIND_KEEP") else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(&keep).map_err(|e| format!("HARNESS_CALLGRIND_KEEP: {e}"))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("temp dir: {e}"))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("callgrind.") {
+            std::fs::copy(entry.path(), std::path::Path::new(&keep).join(&name))
+                .map_err(|e| format!("copying {}: {e}", name.to_string_lossy()))?;
+        }
+    }
+    Ok(())
 }
 
 async fn measure(counts: &Counts, mut sidecar: Proxy, mut bare: Proxy) -> Result<String, String> {

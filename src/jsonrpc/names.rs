@@ -9,7 +9,7 @@
 //! `populate_by_name`, the MCP SDK's own style, reads `import_ref` as `importRef`. Either
 //! way the member the sidecar checked would not be the one the upstream acts on.
 
-use super::{ParseError, fold, printable};
+use super::{ParseError, fold, folds_equal, printable};
 use serde_json::{Map, Value};
 
 /// Where a 2026 request declares its client's capabilities (`params._meta[...]`).
@@ -53,10 +53,11 @@ pub fn member<'v>(
     object: &'v Map<String, Value>,
     name: &str,
 ) -> Result<Option<&'v Value>, ParseError> {
-    let folded = fold(name);
+    // Compared as they fold, character by character: nothing is built per key (this
+    // runs for every name read, at every level of every path).
     if let Some(key) = object
         .keys()
-        .find(|key| key.as_str() != name && fold(key) == folded)
+        .find(|key| key.as_str() != name && folds_equal(key, name))
     {
         return Err(ParseError::AmbiguousKey(printable(key)));
     }

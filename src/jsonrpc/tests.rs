@@ -497,3 +497,35 @@ fn syntax_decides_the_same_with_or_without_a_refusal_first() {
         Err(ParseError::AmbiguousKey("__proto__".into()))
     );
 }
+
+#[test]
+fn folds_equal_is_fold_compared() {
+    let names = [
+        "requestState",
+        "RequestState",
+        "request_state",
+        "request-state",
+        "requeſtState",
+        "REQUESTSTATE",
+        "requestStat",
+        "requestStates",
+        "",
+        "_",
+        "K",
+        "\u{212a}",
+        "k",
+        "straße",
+        "STRASSE",
+        "io.modelcontextprotocol/clientCapabilities",
+        "io.modelcontextprotocol/protocolVersion",
+        "ﬁle",
+        "FILE",
+        "İd",
+        "id",
+    ];
+    for a in names {
+        for b in names {
+            assert_eq!(folds_equal(a, b), fold(a) == fold(b), "{a:?} {b:?}");
+        }
+    }
+}
