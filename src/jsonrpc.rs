@@ -125,7 +125,8 @@ pub const HEADER_MISMATCH: i64 = -32020;
 pub const MISSING_CAPABILITY: i64 = -32021;
 
 /// Parse one JSON value, refusing duplicate keys at any depth. Numbers keep their
-/// literal spelling (`arbitrary_precision`), so re-serialising changes no number.
+/// literal digits (`arbitrary_precision`), so re-serialising changes no number's value;
+/// only an exponent's spelling is normalised (`1E2` is written `1e+2`).
 /// Unbounded: [`parse_bounded`] also caps what the value may cost.
 #[cfg(test)]
 pub fn parse_strict(bytes: &[u8]) -> Result<Value, ParseError> {
@@ -143,8 +144,8 @@ pub fn serialize(value: &Value, capacity: usize) -> Vec<u8> {
 }
 
 /// Parse one JSON value, refusing duplicate keys at any depth (numbers keep their literal
-/// spelling) and a body that holds more than `max_values` JSON values
-/// (every scalar, array and object counts, keys do not).
+/// digits; an exponent is written `e+`) and a body that holds more than `max_values`
+/// JSON values (every scalar, array and object counts, keys do not).
 ///
 /// A byte limit does not bound memory: each `0,` of an array becomes a `Value` plus the
 /// `String` its arbitrary-precision number keeps, so 4 MiB of zeros parse into ~216 MB.
@@ -516,8 +517,6 @@ pub fn check_result_fields(result: &Map<String, Value>) -> Result<(), ParseError
 /// Belt and braces: `check_reserved` refuses every non-ASCII key anyway; folding first
 /// makes a look-alike count as the ambiguous key it is, and keeps the gate sound should
 /// an ASCII-only level ever be relaxed.
-/// A key as the most lenient parsers compare it (case, punctuation and Unicode case
-/// folding ignored).
 pub fn fold(key: &str) -> String {
     folded(key).collect()
 }
