@@ -18,12 +18,16 @@
 //!    of the request body is held while the upstream works), an issuing tool's handles
 //!    sealed, and an idempotent call's answer recorded.
 //!
+//! Steps 4 to 8 of a POSTed message are wired in [`call`], which is also the one place a
+//! spent single-use state is given back.
+//!
 //! Invariant: [`Proxy::handle`] cannot fail; `Proxy::forward` can, and its error is
 //! turned into a response in exactly one place, with the request id when it is known.
 //! `allowed_hosts` and `passthrough_paths` are live: a reload replaces them between two
 //! requests, and each request reads them once.
 
 pub mod budget;
+mod call;
 pub mod counted;
 pub mod gate;
 pub mod ingress;
@@ -36,21 +40,20 @@ pub mod upstream;
 
 pub use metrics::{Meters, PathMetrics, Route, SealFailure, SseEvent, StatusClass, VerifyResult};
 
-use crate::auth::{Caller, Identifier};
+use crate::auth::Identifier;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Id, Params};
+use crate::jsonrpc::Id;
 use crate::mcp::MethodClass;
-use crate::policy::capabilities;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
-use crate::policy::single_use::{Claim, SingleUse};
+use crate::policy::single_use::SingleUse;
 use crate::telemetry::audit::Record;
-use crate::token::{RequestBinding, StateSealer};
-use crate::tools::{Handles, Idempotency, Inbound, ToolFeatures};
+use crate::token::StateSealer;
+use crate::tools::{Handles, Idempotency, ToolFeatures};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use gate::Gate;
-use http::header::{self, HeaderValue};
+use http::header;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
@@ -68,34 +71,6 @@ use upstream::{BoxError, ProxyBody, Upstream};
 /// base64 4/3).
 pub fn max_token_bytes(max_state_bytes: usize) -> usize {
     (max_state_bytes * 6 + 4096) * 4 / 3
-}
-
-/// One call as steps 5 and 6 read it: its method and id, who sends it and where.
-struct Call<'a> {
-    method: &'a str,
-    caller: &'a Caller<'a>,
-    id: &'a Option<Id>,
-}
-
-/// A single-use state this request spent, and whether the request was handed to the
-/// upstream: what decides, in one place, whether it is given back.
-#[derive(Default)]
-struct Spent {
-    claim: Option<Claim>,
-    handed_over: bool,
-}
-
-/// What steps 5 and 6 decided for the response phase of a call.
-#[derive(Default)]
-struct Prepared {
-    /// The request's binding: a new state is sealed to it.
-    binding: Option<RequestBinding>,
-    /// The client capabilities it declared, checked against the next round's questions.
-    capabilities: Option<serde_json::Value>,
-    /// Where its token stood in the flow.
-    flow: Option<crate::token::Flow>,
-    /// What the tool features decided.
-    tools: Inbound,
 }
 
 /// A failure with the id of the request it answers, when known.
@@ -372,166 +347,6 @@ impl Proxy {
         };
         self.exchange(parts, upstream::full(Bytes::new()), context, asked, record)
             .await
-    }
-
-    /// Steps 4 to 8 for a POSTed JSON-RPC message: the gate, the state and the tool
-    /// features for a call, then the upstream and the answer (or a stored answer for a
-    /// repeated write, without the upstream).
-    async fn forward_message(
-        &self,
-        parts: http::request::Parts,
-        body: Incoming,
-        principal: Option<String>,
-        record: &mut Record,
-    ) -> Result<Response<ProxyBody>, Failure> {
-        let mut spent = Spent::default();
-        let result = self
-            .forward_call(parts, body, principal, &mut spent, record)
-            .await;
-        // The one place a spent single-use state is given back: the call was refused
-        // before it was handed to the upstream, or connecting failed, so not one byte of
-        // it was written and the user may try again. Anything later (a reset after the
-        // request went out, an answer that could not be made safe) leaves it spent: at
-        // most once, not exactly once.
-        if let (Err(failure), Some(claim)) = (&result, spent.claim.take())
-            && (!spent.handed_over || failure.error.never_sent())
-        {
-            self.opener.release(claim).await;
-        }
-        result
-    }
-
-    /// [`Proxy::forward_message`]'s phases; a state it spends is noted in `spent`.
-    async fn forward_call(
-        &self,
-        mut parts: http::request::Parts,
-        body: Incoming,
-        principal: Option<String>,
-        spent: &mut Spent,
-        record: &mut Record,
-    ) -> Result<Response<ProxyBody>, Failure> {
-        let mut admitted = self.gate.admit(&parts.headers, body).await?;
-        let id = admitted.id().cloned();
-        let peer = parts.extensions.get::<Peer>().copied();
-        let caller = Caller::new(
-            // The path and the query: one upstream may route tenants by either.
-            parts
-                .uri
-                .path_and_query()
-                .map_or("/", http::uri::PathAndQuery::as_str),
-            principal.as_deref(),
-            peer.map(|p| p.0.ip()),
-        );
-        let prepared = match admitted.call_mut() {
-            Some((method, params)) => {
-                let call = Call {
-                    method,
-                    caller: &caller,
-                    id: &id,
-                };
-                self.prepare_call(call, params, &mut parts.headers, spent, record)
-                    .await?
-            }
-            None => Prepared::default(),
-        };
-        if let Some(answer) = prepared.tools.replay {
-            // A repeat of a completed write: the stored answer under this request's id,
-            // and the upstream is not called.
-            return Ok(tools::replayed(id.as_ref(), answer));
-        }
-        let ticket = prepared.tools.answering.ticket();
-        // The parsed body ends here, before the upstream is awaited.
-        let (forwarded, reservation) = admitted.into_forwarded();
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(forwarded.len()));
-        // The method as the audit record already escaped it, for the sealer's log lines.
-        let context = SealContext::new(id, record.method(), prepared.binding, principal)
-            .with_flow(prepared.capabilities, prepared.flow)
-            .with_tools(prepared.tools.answering);
-        let asked = if context.request_id().is_some() {
-            Asked::Call
-        } else {
-            Asked::Notification
-        };
-        spent.handed_over = true;
-        let response = self
-            .exchange(
-                parts,
-                reservation.hold(upstream::full(forwarded)),
-                context,
-                asked,
-                record,
-            )
-            .await;
-        // A whole JSON answer is recorded before the client has it, so a repeat sent
-        // after it is replayed; a stream's is recorded when the stream ends.
-        if let Some(ticket) = ticket {
-            ticket.finish_if_complete().await;
-        }
-        response
-    }
-
-    /// Steps 5 and 6 for a call: open its state (or compute its binding for the
-    /// response), then apply the tool features. A state it spends is noted in `spent`
-    /// as soon as it is, so that a later refusal gives it back.
-    async fn prepare_call(
-        &self,
-        Call { method, caller, id }: Call<'_>,
-        mut params: Params<'_>,
-        headers: &mut http::HeaderMap,
-        spent: &mut Spent,
-        record: &mut Record,
-    ) -> Result<Prepared, Failure> {
-        let refused = |error| Failure {
-            id: id.clone(),
-            error,
-            upstream_head: None,
-        };
-        record.set_call(method, id.as_ref(), &params);
-        let opened = if params.is_present() {
-            self.opener
-                .open(method, &mut params, caller)
-                .await
-                .map_err(refused)?
-        } else {
-            None
-        };
-        let capabilities = capabilities::declared(&params);
-        let (binding, flow) = match opened {
-            Some(opened) => {
-                if let Some(kid) = record.kid() {
-                    self.metrics.keys.token_opened(kid);
-                }
-                spent.claim = opened.claim;
-                (Some(opened.binding), opened.flow)
-            }
-            // Computed now, for the response: only the binding outlives the request's
-            // phases, never the parsed body.
-            None => (
-                RequestBinding::of_members(
-                    method,
-                    params.get(crate::mcp::target_field(method)),
-                    params.get("arguments"),
-                )
-                .ok()
-                .map(|b| b.at_path(caller.path)),
-                None,
-            ),
-        };
-        // After the binding: a state binds the arguments as the client sent them (sealed
-        // handles), and the upstream gets its own raw handles.
-        let tools = self
-            .tools
-            .inbound(method, &mut params, headers, caller)
-            .await
-            .map_err(refused)?;
-        Ok(Prepared {
-            binding,
-            capabilities,
-            flow,
-            tools,
-        })
     }
 
     /// Send to the upstream, timing the wait for its response head (the part of a

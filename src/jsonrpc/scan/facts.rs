@@ -4,7 +4,7 @@
 //!
 //! Every rule is the tree path's, read from the same lists ([`ENVELOPE_FIELDS`],
 //! [`PARAMS_FIELDS`], [`RESULT_FIELDS`], [`ERROR_FIELDS`], [`MISPLACED_FIELDS`],
-//! [`CAPABILITY_PATHS`]) and the same [`folded`] spelling: `check_reserved` is the first
+//! [`CAPABILITY_PATHS`]) and the same fold ([`folds_equal`]): `check_reserved` is the first
 //! key of a level that a reserved field's fold matches or that is not ASCII;
 //! `names::member` is the first key other than the name that folds to it.
 
@@ -13,7 +13,7 @@ use super::member_value;
 use crate::jsonrpc::names::CAPABILITY_PATHS;
 use crate::jsonrpc::{
     CAPABILITIES_META, ENVELOPE_FIELDS, ERROR_FIELDS, MISPLACED_FIELDS, Message, PARAMS_FIELDS,
-    ParseError, RESULT_FIELDS, folded, printable,
+    ParseError, RESULT_FIELDS, folds_equal, printable,
 };
 
 /// The longest field list of a level (`PARAMS_FIELDS`).
@@ -117,7 +117,7 @@ impl Level {
         match fields.iter().position(|field| *field == key) {
             Some(at) => self.members[at] = Some(member),
             None if self.fault.is_some() => {}
-            None if fields.iter().any(|field| folded(field).eq(folded(key))) => {
+            None if fields.iter().any(|field| folds_equal(field, key)) => {
                 self.fault = Some(Fault {
                     key: key_span,
                     ambiguous: true,
@@ -186,8 +186,7 @@ impl Facts {
             Role::Other => {}
             Role::Envelope => {
                 self.envelope.note(ENVELOPE_FIELDS, key, key_span, member);
-                if self.misplaced.is_none()
-                    && MISPLACED_FIELDS.iter().any(|m| folded(key).eq(m.chars()))
+                if self.misplaced.is_none() && MISPLACED_FIELDS.iter().any(|m| folds_equal(key, m))
                 {
                     self.misplaced = Some(key_span);
                 }
@@ -218,7 +217,7 @@ impl Facts {
 
     fn read(&mut self, at: ReadAt, name: &'static str, key: &str, key_span: Span, member: Member) {
         let exact = key == name;
-        if !exact && !folded(key).eq(folded(name)) {
+        if !exact && !folds_equal(key, name) {
             return;
         }
         let i = match self.reads.iter().position(|r| r.at == at && r.name == name) {
