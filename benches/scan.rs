@@ -30,7 +30,9 @@ fn gate(c: &mut Criterion) {
     for (name, body) in [("retry", retry()), ("response", response())] {
         let body = body.into_bytes();
         let tree = jsonrpc::parse_bounded(&body, MAX_VALUES).and_then(|v| jsonrpc::classify(&v));
-        let scanned = jsonrpc::scan(&body, MAX_VALUES).map(|s| s.into_message());
+        let scanned = jsonrpc::scan(&body, MAX_VALUES)
+            .map(|s| s.into_message())
+            .map_err(|r| r.error);
         assert_eq!(scanned, tree, "{name}: the paths disagree");
         assert!(tree.is_ok(), "{name}: {tree:?}");
         group.throughput(Throughput::Bytes(body.len() as u64));

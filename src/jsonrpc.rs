@@ -24,8 +24,12 @@ mod params;
 mod scan;
 pub use fold::{fold, folds_equal};
 pub use names::{CAPABILITIES_META, Lookup, check_capabilities, distinct, lookup, member};
+pub use params::ScannedBody;
 pub use params::{NotAnObject, Params};
-pub use scan::{EnvelopeField, ParamsField, ResultField, Scanned, scan};
+pub use scan::{
+    Answer, AnswerFault, EnvelopeField, Index, JsonKind, ParamsField, Refused, ResultField,
+    Scanned, StateMember, scan, scan_answer, string_at,
+};
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.
 pub const ENVELOPE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
@@ -241,7 +245,9 @@ impl<'de> Visitor<'de> for Syntax {
 /// params by assignment (`Object.assign`, deep merges) turns it into the prototype, so
 /// `{"__proto__":{"requestState":..}}` reads as a requestState the gate never saw.
 const PROTO_KEY: &str = "__proto__";
-/// The key serde_json uses to smuggle an arbitrary-precision number through a map.
+/// The key serde_json uses to smuggle an arbitrary-precision number through a map. The
+/// tree path reads an object with it as its first key as the number its string spells;
+/// the scanner refuses the key wherever it is ([`scan`](mod@scan)).
 const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
 /// What the strict visitor refused, recorded beside serde's error (which can only carry
@@ -250,6 +256,8 @@ const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 enum Refusal {
     DuplicateKey,
     Proto,
+    /// Only the scanner can tell the key from a number ([`NUMBER_TOKEN`]).
+    NumberToken,
     TooManyValues,
 }
 
@@ -258,6 +266,7 @@ impl Refusal {
         match self {
             Refusal::DuplicateKey => ParseError::DuplicateKey,
             Refusal::Proto => ParseError::AmbiguousKey(PROTO_KEY.into()),
+            Refusal::NumberToken => ParseError::AmbiguousKey(NUMBER_TOKEN.into()),
             Refusal::TooManyValues => ParseError::TooManyValues,
         }
     }

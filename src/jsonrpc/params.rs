@@ -1,28 +1,221 @@
-//! The `params` of a call as the phases after the gate see it: members read by name and
-//! a few named edits, never the container itself, so how the gate holds a message is
-//! its own business (today a parsed tree; the edits would be splices into the client's
-//! scanned bytes just as well).
+//! A scanned call as the phases after the gate see it, and the body the upstream
+//! receives: members of `params` read by name and a few named edits, written back as
+//! splices into the scanned tokens, never a tree of the whole message.
 //!
-//! Invariant: every change the phases make to a message goes through here: the state
-//! replaced by the upstream's plaintext or removed, unasked answers dropped, a handle
-//! argument replaced by the upstream's raw handle, an idempotency key stripped. What a
-//! member reads as is what the gate checked ([`super::classify`]): no look-alike of a
-//! guarded member is beside it.
+//! Invariant: every change the phases make to a message goes through [`Params`]: the
+//! state replaced by the upstream's plaintext or removed, unasked answers dropped, a
+//! handle argument replaced by the upstream's raw handle, an idempotency key stripped.
+//! A member reads as the gate checked it ([`super::scan`]: no look-alike of a guarded
+//! member is beside it), parsed on its own the first time it is read. The body the
+//! upstream receives ([`ScannedBody::into_forwarded`]) is the scanned tokens without the
+//! whitespace between them, each edited member's value written in its place and each
+//! removed member cut out with its comma: the client's bytes are never forwarded as
+//! they came unless they are exactly that.
 
-use serde_json::{Map, Value};
+use super::scan::{Index, ParamsField, Refused, scan};
+use super::{Id, Message, parse_bounded};
+use bytes::Bytes;
+use serde_json::Value;
+use std::cell::OnceCell;
+use std::ops::Range;
 
-/// The `params` of one call (absent when the message had none).
-pub struct Params<'a>(Option<&'a mut Map<String, Value>>);
+/// One scanned call and the edits its phases made: what the gate lets in.
+pub struct ScannedBody {
+    body: Bytes,
+    message: Message,
+    index: Index,
+    slots: Slots,
+}
 
 /// `inputResponses` is there but is not an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotAnObject;
 
-impl<'a> Params<'a> {
-    pub fn new(params: Option<&'a mut Map<String, Value>>) -> Self {
-        Params(params)
+/// Per [`ParamsField`] (in [`ParamsField::ALL`]'s order): its value once read, and what
+/// the phases did to it.
+type Slots = [Slot; ParamsField::ALL.len()];
+
+#[derive(Default)]
+struct Slot {
+    value: OnceCell<Value>,
+    edit: Edit,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Edit {
+    #[default]
+    Kept,
+    Replaced,
+    Removed,
+}
+
+impl ScannedBody {
+    /// Scan `body` ([`scan`]): the accepted call, or why not.
+    pub fn scan(body: Bytes, max_values: usize) -> Result<Self, Refused> {
+        let (message, index) = scan(&body, max_values)?.into_parts();
+        Ok(Self {
+            body,
+            message,
+            index,
+            slots: Default::default(),
+        })
     }
 
+    /// A call of `method` with `params` (an object), written and scanned as a client's
+    /// body would be: how tests and tools build one.
+    pub fn call(method: &str, params: &Value) -> Result<Self, Refused> {
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        Self::scan(Bytes::from(body.to_string()), usize::MAX)
+    }
+
+    pub fn message(&self) -> &Message {
+        &self.message
+    }
+
+    pub fn id(&self) -> Option<&Id> {
+        self.message.id()
+    }
+
+    /// The client's bytes, as scanned.
+    pub fn bytes(&self) -> &[u8] {
+        &self.body
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// The method and `params` of a request or notification (a client's response to a
+    /// server request has neither).
+    pub fn call_mut(&mut self) -> Option<(&str, Params<'_>)> {
+        let Message::Call { method, .. } = &self.message else {
+            return None;
+        };
+        let params = self
+            .index
+            .envelope(super::EnvelopeField::Params)
+            .filter(|span| self.body[span.start] == b'{')
+            .map(|_| Parts {
+                body: &self.body,
+                index: &self.index,
+                slots: &mut self.slots,
+            });
+        Some((method.as_str(), Params(params)))
+    }
+
+    /// The message as the upstream receives it: the scanned tokens with no whitespace
+    /// between them and the edits spliced in. A compact body nobody edited is that
+    /// already, and is forwarded without a copy.
+    pub fn into_forwarded(self) -> Bytes {
+        let mut cuts: Vec<(Range<usize>, Cut<'_>)> = Vec::new();
+        for field in ParamsField::ALL {
+            let slot = &self.slots[field as usize];
+            let value = self.index.param(field);
+            match (slot.edit, value, slot.value.get()) {
+                (Edit::Replaced, Some(span), Some(value)) => cuts.push((span, Cut::Write(value))),
+                (Edit::Removed, Some(span), _) => {
+                    let key = self.index.param_key(field).map_or(span.start, |k| k.start);
+                    cuts.push((key..span.end, Cut::Member));
+                }
+                _ => {}
+            }
+        }
+        if cuts.is_empty() && self.index.gaps().next().is_none() {
+            return self.body;
+        }
+        cuts.extend(self.index.gaps().map(|gap| (gap, Cut::Gap)));
+        cuts.sort_by_key(|(range, _)| (range.start, range.end));
+        Bytes::from(splice(&self.body, &cuts))
+    }
+}
+
+/// What replaces a range of the scanned body.
+#[derive(Clone, Copy)]
+enum Cut<'a> {
+    /// Whitespace between tokens: nothing.
+    Gap,
+    /// A member's value: this value, compact.
+    Write(&'a Value),
+    /// A member, key to value: nothing, and one comma beside it.
+    Member,
+}
+
+/// `body` with `cuts` (sorted by start; a gap may lie inside a written value, and two
+/// removed members may share a comma) applied.
+fn splice(body: &[u8], cuts: &[(Range<usize>, Cut<'_>)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 256);
+    let mut at = 0;
+    for (range, cut) in cuts {
+        if range.start < at {
+            // Inside what the cut before it replaced.
+            at = at.max(range.end);
+            continue;
+        }
+        out.extend_from_slice(&body[at..range.start]);
+        at = range.end;
+        match cut {
+            Cut::Gap => {}
+            Cut::Write(value) => {
+                serde_json::to_writer(&mut out, value).expect("a parsed value serialises");
+            }
+            Cut::Member => {
+                // `out` is compact (every gap before here was cut): the member's comma is
+                // the next token when another member follows, else the last byte out.
+                let next = body[at..]
+                    .iter()
+                    .position(|b| !b.is_ascii_whitespace())
+                    .map(|n| at + n);
+                match next {
+                    Some(comma) if body[comma] == b',' => at = comma + 1,
+                    _ if out.last() == Some(&b',') => {
+                        out.pop();
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out.extend_from_slice(&body[at..]);
+    out
+}
+
+/// The `params` of one call (absent when the message had none).
+pub struct Params<'a>(Option<Parts<'a>>);
+
+struct Parts<'a> {
+    body: &'a [u8],
+    index: &'a Index,
+    slots: &'a mut Slots,
+}
+
+impl Parts<'_> {
+    /// The value of `field` as the body holds it (or as an edit left it).
+    fn value(&self, field: ParamsField) -> Option<&Value> {
+        let slot = &self.slots[field as usize];
+        if slot.edit == Edit::Removed {
+            return None;
+        }
+        if let Some(value) = slot.value.get() {
+            return Some(value);
+        }
+        let span = self.index.param(field)?;
+        Some(slot.value.get_or_init(|| member(self.body, span)))
+    }
+
+    fn value_mut(&mut self, field: ParamsField) -> Option<&mut Value> {
+        self.value(field)?;
+        self.slots[field as usize].value.get_mut()
+    }
+}
+
+/// A member's value parsed on its own: the scan accepted the whole body strictly, so its
+/// parts parse, to the very value a parse of the whole would hold there.
+fn member(body: &[u8], span: Range<usize>) -> Value {
+    parse_bounded(&body[span], usize::MAX).expect("a member of a scanned body parses")
+}
+
+impl Params<'_> {
     /// A call without `params`.
     pub fn absent() -> Params<'static> {
         Params(None)
@@ -34,32 +227,32 @@ impl<'a> Params<'a> {
     }
 
     /// A member, as the gate checked it.
-    pub fn get(&self, member: &str) -> Option<&Value> {
-        self.0.as_deref()?.get(member)
-    }
-
-    /// A member read by the look-alike rule ([`super::member`]): `None` when it is
-    /// absent, or when a sibling reads like it (the gate refuses those at this level;
-    /// readers of optional declarations ask this way all the same).
-    pub fn member(&self, name: &str) -> Option<&Value> {
-        super::member(self.0.as_deref()?, name).ok().flatten()
+    pub fn get(&self, field: ParamsField) -> Option<&Value> {
+        self.0.as_ref()?.value(field)
     }
 
     /// A member that is a string.
-    pub fn get_str(&self, member: &str) -> Option<&str> {
-        self.get(member).and_then(Value::as_str)
+    pub fn get_str(&self, field: ParamsField) -> Option<&str> {
+        self.get(field).and_then(Value::as_str)
     }
 
-    /// Replace a member's value (or add the member).
-    pub fn set(&mut self, member: &str, value: Value) {
-        if let Some(params) = self.0.as_deref_mut() {
-            params.insert(member.to_owned(), value);
-        }
+    /// Replace a member's value; `false` when the call has no such member.
+    pub fn set(&mut self, field: ParamsField, value: Value) -> bool {
+        let Some(slot) = self.0.as_mut().and_then(|p| p.value_mut(field)) else {
+            return false;
+        };
+        *slot = value;
+        self.mark(field, Edit::Replaced);
+        true
     }
 
-    /// Remove a member.
-    pub fn remove(&mut self, member: &str) -> Option<Value> {
-        self.0.as_deref_mut()?.remove(member)
+    /// Remove a member: its value, if it had one.
+    pub fn remove(&mut self, field: ParamsField) -> Option<Value> {
+        let parts = self.0.as_mut()?;
+        parts.value(field)?;
+        let slot = &mut parts.slots[field as usize];
+        slot.edit = Edit::Removed;
+        slot.value.take()
     }
 
     /// Keep only the `inputResponses` entries whose key `keep` accepts: how many were
@@ -68,88 +261,46 @@ impl<'a> Params<'a> {
         &mut self,
         mut keep: impl FnMut(&str) -> bool,
     ) -> Result<usize, NotAnObject> {
-        match self
-            .0
-            .as_deref_mut()
-            .and_then(|p| p.get_mut("inputResponses"))
-        {
-            None | Some(Value::Null) => Ok(0),
+        let field = ParamsField::InputResponses;
+        let dropped = match self.0.as_mut().and_then(|p| p.value_mut(field)) {
+            None | Some(Value::Null) => return Ok(0),
             Some(Value::Object(answers)) => {
                 let before = answers.len();
                 answers.retain(|key, _| keep(key));
-                Ok(before - answers.len())
+                before - answers.len()
             }
-            Some(_) => Err(NotAnObject),
+            Some(_) => return Err(NotAnObject),
+        };
+        if dropped > 0 {
+            self.mark(field, Edit::Replaced);
         }
+        Ok(dropped)
     }
 
-    /// Replace the value at `pointer` (RFC 6901) inside `member`; `false` when there is
+    /// Replace the value at `pointer` (RFC 6901) inside `field`; `false` when there is
     /// nothing there.
-    pub fn replace_at(&mut self, member: &str, pointer: &str, value: Value) -> bool {
+    pub fn replace_at(&mut self, field: ParamsField, pointer: &str, value: Value) -> bool {
         let found = self
             .0
-            .as_deref_mut()
-            .and_then(|p| p.get_mut(member))
+            .as_mut()
+            .and_then(|p| p.value_mut(field))
             .and_then(|m| m.pointer_mut(pointer));
         match found {
             Some(slot) => {
                 *slot = value;
+                self.mark(field, Edit::Replaced);
                 true
             }
             None => false,
         }
     }
+
+    fn mark(&mut self, field: ParamsField, edit: Edit) {
+        if let Some(parts) = self.0.as_mut() {
+            parts.slots[field as usize].edit = edit;
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn object(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
-    }
-
-    #[test]
-    fn members_are_read_and_edited_by_name() {
-        let mut map = object(json!({
-            "name": "t",
-            "requestState": "v1.x",
-            "arguments": {"a": {"b": "h1.sealed"}},
-            "inputResponses": {"asked": 1, "unasked": 2},
-            "idempotencyKey": "k"
-        }));
-        let mut params = Params::new(Some(&mut map));
-        assert!(params.is_present());
-        assert_eq!(params.get_str("name"), Some("t"));
-        params.set("requestState", json!("plain"));
-        assert_eq!(params.remove("idempotencyKey"), Some(json!("k")));
-        assert_eq!(params.retain_answers(|k| k == "asked"), Ok(1));
-        assert!(params.replace_at("arguments", "/a/b", json!("raw")));
-        assert!(!params.replace_at("arguments", "/a/c", json!("raw")));
-        assert_eq!(
-            Value::Object(map),
-            json!({
-                "name": "t",
-                "requestState": "plain",
-                "arguments": {"a": {"b": "raw"}},
-                "inputResponses": {"asked": 1}
-            })
-        );
-    }
-
-    #[test]
-    fn answers_that_are_not_an_object_are_told_apart_from_none() {
-        let mut map = object(json!({"inputResponses": [1]}));
-        assert_eq!(
-            Params::new(Some(&mut map)).retain_answers(|_| true),
-            Err(NotAnObject)
-        );
-        let mut map = object(json!({"inputResponses": null}));
-        assert_eq!(Params::new(Some(&mut map)).retain_answers(|_| false), Ok(0));
-        let mut absent = Params::absent();
-        assert!(!absent.is_present());
-        assert_eq!(absent.retain_answers(|_| false), Ok(0));
-        assert_eq!(absent.get("name"), None);
-    }
-}
+mod tests;

@@ -12,16 +12,32 @@
 //! a body is a bug the differential tests (`scan/tests.rs`, `tests/cases/json_corpus.rs`,
 //! the `scan` fuzz target) exist to find, never a second opinion.
 //!
+//! One deliberate difference: a key spelled like serde_json's stand-in for an
+//! arbitrary-precision number ([`NUMBER_TOKEN`]) is refused as ambiguous, wherever it
+//! is, when its key is read (as `__proto__` is). The tree path cannot tell
+//! `{"$serde_json::private::Number":"1"}` from the number `1` (serde_json hands it both
+//! the same way) and reads it as the number, while every other parser, the upstream's
+//! included, reads an object: the sidecar would bind and check one value and forward
+//! another. The differential tests accept any tree verdict for such a body.
+//!
+//! The index also keeps the whitespace skipped between tokens, so a compact copy of the
+//! body (what the upstream receives: [`super::ScannedBody`]) is written without a second
+//! scan.
+//!
 //! Nothing is allocated per key in the common case: a key without escapes is compared as
 //! the bytes between its quotes, an object's keys are checked for duplicates against the
 //! ones seen so far (a hash set only once an object holds more than [`SMALL_OBJECT`]
 //! keys), and the folded spellings the classification compares are never built.
 
+mod answer;
 mod facts;
 mod lexer;
 
+pub use answer::{Answer, AnswerFault, StateMember, scan_answer};
+pub use facts::JsonKind;
+
 use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, Refusal, parse_bounded};
-use facts::{Facts, Kind, Member, Role};
+use facts::{Facts, Member, Role};
 use lexer::{Lexer, NotJson, Span, unescape};
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -36,10 +52,11 @@ const MAX_DEPTH: usize = 128;
 const SMALL_OBJECT: usize = 16;
 
 /// Scan one client body: [`parse_bounded`] and [`classify`](super::classify) in one pass
-/// over the bytes (see the module's invariant).
-pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, ParseError> {
+/// over the bytes (see the module's invariant), except that serde_json's number stand-in
+/// key is refused (see [`NUMBER_TOKEN`]).
+pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, Refused> {
     if bytes.starts_with(b"\xef\xbb\xbf") {
-        return Err(ParseError::Bom);
+        return Err(ParseError::Bom.into());
     }
     // Every byte of a JSON text is either ASCII grammar or inside a string, whose UTF-8
     // serde_json checks: the whole body being UTF-8 is the same condition, checked fast.
@@ -51,19 +68,48 @@ pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, ParseError> 
         refusal: None,
         keys: Vec::new(),
         facts: Facts::default(),
+        elements: Vec::new(),
     };
     let root = walk.document().map_err(|NotJson| ParseError::Syntax)?;
     if let Some(refusal) = walk.refusal {
-        return Err(refusal.error());
+        return Err(refusal.error().into());
     }
-    let message = walk.facts.classify(text, root)?;
+    let facts = walk.facts;
+    let message = facts.classify(text, root).map_err(|error| Refused {
+        error,
+        // The body is JSON: the answer names its id when it has a usable one.
+        id: facts
+            .envelope
+            .get(super::ENVELOPE_FIELDS, "id")
+            .filter(|id| matches!(id.kind, JsonKind::String | JsonKind::Number))
+            .and_then(|id| member_value(text, id).ok()),
+    })?;
     Ok(Scanned {
         text,
         message,
-        envelope: walk.facts.envelope.spans(),
-        params: walk.facts.params.spans(),
-        result: walk.facts.result.spans(),
+        index: Index {
+            envelope: facts.envelope.spans(),
+            params: facts.params.spans(),
+            params_keys: facts.params.key_spans(),
+            result: facts.result.spans(),
+            gaps: walk.lexer.into_gaps(),
+        },
     })
+}
+
+/// Why [`scan`] refused a body, and the id to answer with when the body was JSON with a
+/// string or number id (what [`best_effort_id`](super::best_effort_id) reads of the
+/// tree).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    pub error: ParseError,
+    pub id: Option<super::Id>,
+}
+
+impl From<ParseError> for Refused {
+    fn from(error: ParseError) -> Self {
+        Refused { error, id: None }
+    }
 }
 
 /// An accepted body: its message and where the members the sidecar acts on are.
@@ -71,9 +117,46 @@ pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, ParseError> 
 pub struct Scanned<'a> {
     text: &'a str,
     message: Message,
+    index: Index,
+}
+
+/// Where the members the sidecar acts on are in a scanned body, and the whitespace
+/// between its tokens: owned, so it outlives the borrow of the scan.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Index {
     envelope: [Option<Span>; facts::MAX_FIELDS],
     params: [Option<Span>; facts::MAX_FIELDS],
+    params_keys: [Option<Span>; facts::MAX_FIELDS],
     result: [Option<Span>; facts::MAX_FIELDS],
+    gaps: Vec<Span>,
+}
+
+impl Index {
+    /// The span of an envelope member's value.
+    pub fn envelope(&self, field: EnvelopeField) -> Option<Range<usize>> {
+        span(&self.envelope, super::ENVELOPE_FIELDS, field.name())
+    }
+
+    /// The span of a member's value in `params`, when `params` is an object.
+    pub fn param(&self, field: ParamsField) -> Option<Range<usize>> {
+        span(&self.params, super::PARAMS_FIELDS, field.name())
+    }
+
+    /// The span of a `params` member's key (quotes included).
+    pub fn param_key(&self, field: ParamsField) -> Option<Range<usize>> {
+        span(&self.params_keys, super::PARAMS_FIELDS, field.name())
+    }
+
+    /// The span of a member's value in `result`, when the message is a response whose
+    /// `result` is an object.
+    pub fn result(&self, field: ResultField) -> Option<Range<usize>> {
+        span(&self.result, super::RESULT_FIELDS, field.name())
+    }
+
+    /// The whitespace runs between tokens, in order.
+    pub fn gaps(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        self.gaps.iter().map(|g| g.start..g.end)
+    }
 }
 
 impl<'a> Scanned<'a> {
@@ -86,35 +169,51 @@ impl<'a> Scanned<'a> {
         self.message
     }
 
+    /// The message and the index, owned.
+    pub fn into_parts(self) -> (Message, Index) {
+        (self.message, self.index)
+    }
+
     /// The scanned body.
     pub fn body(&self) -> &'a str {
         self.text
     }
 
+    /// Where the members are.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
     /// The span of an envelope member's value.
     pub fn envelope(&self, field: EnvelopeField) -> Option<Range<usize>> {
-        span(&self.envelope, super::ENVELOPE_FIELDS, field.name())
+        self.index.envelope(field)
     }
 
     /// The span of a member's value in `params`, when `params` is an object.
     pub fn param(&self, field: ParamsField) -> Option<Range<usize>> {
-        span(&self.params, super::PARAMS_FIELDS, field.name())
+        self.index.param(field)
     }
 
     /// The span of a member's value in `result`, when the message is a response whose
     /// `result` is an object.
     pub fn result(&self, field: ResultField) -> Option<Range<usize>> {
-        span(&self.result, super::RESULT_FIELDS, field.name())
+        self.index.result(field)
     }
 
     /// The text of the string token at `span` (one this index gave), unescaped: borrowed
     /// from the body when it holds no escape. `None` when `span` is no string token.
     pub fn string(&self, span: Range<usize>) -> Option<Cow<'a, str>> {
-        let token = self.text.get(span)?;
-        let mut lexer = Lexer::new(token);
-        lexer.string().ok()?;
-        lexer.is_done().then(|| unescape(token))
+        string_at(self.text.as_bytes(), span)
     }
+}
+
+/// The text of the string token at `span` of `body`, unescaped (borrowed when it holds
+/// no escape); `None` when `span` is no string token.
+pub fn string_at(body: &[u8], span: Range<usize>) -> Option<Cow<'_, str>> {
+    let token = std::str::from_utf8(body.get(span)?).ok()?;
+    let mut lexer = Lexer::new(token);
+    lexer.string().ok()?;
+    lexer.is_done().then(|| unescape(token))
 }
 
 fn span(spans: &[Option<Span>], fields: &[&str], name: &str) -> Option<Range<usize>> {
@@ -181,6 +280,19 @@ impl ParamsField {
         Self::IdempotencyKey,
     ];
 
+    /// The field of this key.
+    pub fn named(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|field| field.name() == key)
+    }
+
+    /// The member a request's binding names its target by ([`crate::mcp::target_field`]).
+    pub fn target(method: &str) -> Self {
+        match crate::mcp::target_field(method) {
+            "uri" => Self::Uri,
+            _ => Self::Name,
+        }
+    }
+
     /// The member's key.
     pub fn name(self) -> &'static str {
         match self {
@@ -229,6 +341,8 @@ struct Walk<'a> {
     /// The keys of the small objects open, outermost first, for duplicates.
     keys: Vec<Cow<'a, str>>,
     facts: Facts,
+    /// The values of a root array, when reading an answer (a batch).
+    elements: Vec<Span>,
 }
 
 impl<'a> Walk<'a> {
@@ -260,19 +374,19 @@ impl<'a> Walk<'a> {
             b'{' => self.object(role, depth + 1)?,
             b'[' => {
                 self.array(depth + 1)?;
-                Kind::Array
+                JsonKind::Array
             }
             b'"' => {
                 self.lexer.string()?;
-                Kind::String
+                JsonKind::String
             }
             b'-' | b'0'..=b'9' => {
                 self.lexer.number()?;
-                Kind::Number
+                JsonKind::Number
             }
-            b't' => self.literal("true", Kind::Bool)?,
-            b'f' => self.literal("false", Kind::Bool)?,
-            b'n' => self.literal("null", Kind::Null)?,
+            b't' => self.literal("true", JsonKind::Bool)?,
+            b'f' => self.literal("false", JsonKind::Bool)?,
+            b'n' => self.literal("null", JsonKind::Null)?,
             _ => return Err(NotJson),
         };
         let end = self.lexer.at();
@@ -282,7 +396,7 @@ impl<'a> Walk<'a> {
         })
     }
 
-    fn literal(&mut self, word: &str, kind: Kind) -> Result<Kind, NotJson> {
+    fn literal(&mut self, word: &str, kind: JsonKind) -> Result<JsonKind, NotJson> {
         self.lexer.literal(word)?;
         Ok(kind)
     }
@@ -298,7 +412,10 @@ impl<'a> Walk<'a> {
             return Ok(());
         }
         loop {
-            self.value(Role::Other, depth)?;
+            let element = self.value(Role::Other, depth)?;
+            if depth == 1 && self.facts.answer {
+                self.elements.push(element.span);
+            }
             self.lexer.skip_whitespace();
             if self.lexer.expect(b',').is_err() {
                 return self.lexer.expect(b']');
@@ -307,28 +424,23 @@ impl<'a> Walk<'a> {
     }
 
     /// An object, the `depth`-th container open, at the place `role` names.
-    fn object(&mut self, role: Role, depth: usize) -> Result<Kind, NotJson> {
+    fn object(&mut self, role: Role, depth: usize) -> Result<JsonKind, NotJson> {
         if depth >= MAX_DEPTH {
             return Err(NotJson);
         }
         self.lexer.expect(b'{')?;
         self.lexer.skip_whitespace();
         if self.lexer.expect(b'}').is_ok() {
-            return Ok(Kind::Object);
+            return Ok(JsonKind::Object);
         }
         let base = self.keys.len();
         let mut large = None;
-        let mut first = true;
         loop {
             let (key_span, escaped) = self.lexer.string()?;
             self.lexer.skip_whitespace();
             self.lexer.expect(b':')?;
             if self.strict() {
                 let key = self.key(key_span, escaped);
-                if first && key == NUMBER_TOKEN {
-                    return self.number_token();
-                }
-                first = false;
                 self.member(role, depth, key, key_span, base, &mut large)?;
             } else {
                 self.value(Role::Other, depth)?;
@@ -341,7 +453,7 @@ impl<'a> Walk<'a> {
             self.lexer.skip_whitespace();
         }
         self.keys.truncate(base);
-        Ok(Kind::Object)
+        Ok(JsonKind::Object)
     }
 
     /// A member of an object read strictly: `__proto__` is refused before its value is
@@ -355,8 +467,13 @@ impl<'a> Walk<'a> {
         base: usize,
         large: &mut Option<HashSet<Cow<'a, str>>>,
     ) -> Result<(), NotJson> {
-        if key == PROTO_KEY {
-            self.refusal = Some(Refusal::Proto);
+        let refused = match &*key {
+            PROTO_KEY => Some(Refusal::Proto),
+            NUMBER_TOKEN => Some(Refusal::NumberToken),
+            _ => None,
+        };
+        if let Some(refusal) = refused {
+            self.refusal = Some(refusal);
             self.value(Role::Other, depth)?;
             return Ok(());
         }
@@ -398,24 +515,6 @@ impl<'a> Walk<'a> {
             *large = Some(self.keys.drain(base..).collect());
         }
         false
-    }
-
-    /// serde_json's stand-in for an arbitrary-precision number, after its key: an object
-    /// whose first key is [`NUMBER_TOKEN`]. The tree path's visitor reads it as the number
-    /// its one string member spells (whatever `JSON.parse` would make of it), and
-    /// anything else there as an error of serde's own: not JSON, whatever follows.
-    fn number_token(&mut self) -> Result<Kind, NotJson> {
-        self.lexer.skip_whitespace();
-        if self.lexer.peek() != Some(b'"') {
-            return Err(NotJson);
-        }
-        let (span, _) = self.lexer.string()?;
-        if !lexer::is_number(&unescape(&self.text[span.start..span.end])) {
-            return Err(NotJson);
-        }
-        self.lexer.skip_whitespace();
-        self.lexer.expect(b'}')?;
-        Ok(Kind::Number)
     }
 }
 

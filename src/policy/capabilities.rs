@@ -11,7 +11,7 @@
 //! get here, the whole declaration counts for nothing (fail closed: `{"elicitation":
 //! {"URL": {}}}` must not read as "form, since no url").
 
-use crate::jsonrpc::{self, Lookup, Params};
+use crate::jsonrpc::{self, Lookup, Params, ParamsField};
 use serde_json::{Map, Value, json};
 
 /// Where a 2026 request declares its client's capabilities.
@@ -28,7 +28,7 @@ pub struct Missing {
 
 /// The client capabilities a request declared (`params._meta[...]`), if any.
 pub fn declared(params: &Params<'_>) -> Option<Value> {
-    let meta = params.member("_meta")?;
+    let meta = params.get(ParamsField::Meta)?;
     jsonrpc::lookup(meta, [CAPABILITIES_META])
         .ok()?
         .found()
@@ -123,10 +123,10 @@ fn merge(into: &mut Map<String, Value>, extra: Value) {
 mod tests {
     use super::*;
 
-    /// What `params` declares.
+    /// What `params` declares (nothing, when the gate refuses it).
     fn of(params: Value) -> Option<Value> {
-        let mut params = params.as_object().unwrap().clone();
-        declared(&Params::new(Some(&mut params)))
+        let mut body = crate::jsonrpc::ScannedBody::call("tools/call", &params).ok()?;
+        declared(&body.call_mut().unwrap().1)
     }
 
     fn requests(list: &[Value]) -> Map<String, Value> {
@@ -211,6 +211,8 @@ mod tests {
             json!({"_meta": {CAPABILITIES_META: {"roots": {}}}, "meta": {}}),
         ] {
             assert_eq!(of(params.clone()), None, "{params}");
+            let scanned = crate::jsonrpc::ScannedBody::call("tools/call", &params);
+            assert!(scanned.is_err(), "the gate refuses {params}");
         }
         let ok = |caps: Value, asks: &[Value]| check(Some(&caps), &requests(asks)).is_ok();
         assert!(!ok(json!({"Roots": {}}), &[roots()]));

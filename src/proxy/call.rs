@@ -10,7 +10,7 @@ use super::outbound::Asked;
 use super::response::SealContext;
 use super::{Failure, Proxy, tools, upstream};
 use crate::auth::Caller;
-use crate::jsonrpc::{Id, Params};
+use crate::jsonrpc::{Id, Params, ParamsField};
 use crate::policy::capabilities;
 use crate::policy::single_use::Claim;
 use crate::server::Peer;
@@ -188,8 +188,8 @@ impl Proxy {
             None => (
                 RequestBinding::of_members(
                     method,
-                    params.get(crate::mcp::target_field(method)),
-                    params.get("arguments"),
+                    params.get(ParamsField::target(method)),
+                    params.get(ParamsField::Arguments),
                 )
                 .ok()
                 .map(|b| b.at_path(caller.path)),

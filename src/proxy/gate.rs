@@ -5,19 +5,20 @@
 //! encoding, and `Mcp-Method` / `Mcp-Name` / `MCP-Protocol-Version` headers that agree
 //! with it; the body arrived within `timeouts.body_read_ms` and its bytes are held
 //! against the [`MemoryBudget`] until it has been forwarded. The upstream later receives
-//! the re-serialised message, never the client's bytes.
+//! the message as the sidecar writes it from the scanned tokens
+//! ([`ScannedBody::into_forwarded`]), never bytes the scan did not read.
 
 use super::Failure;
 use super::budget::{self, CollectError, MemoryBudget, Reservation};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
-use crate::jsonrpc::{self, Id, Message, Params};
+use crate::jsonrpc::{Id, Message, Params, ParamsField, Refused, ScannedBody};
 use base64_simd::STANDARD;
 use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{self, HeaderName};
 use hyper::body::Incoming;
-use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,35 +35,27 @@ pub struct Gate {
 
 /// A message the gate let in.
 pub struct AdmittedBody {
-    /// The parsed message; the next phases edit its `params` through [`Params`].
-    pub value: Value,
-    pub message: Message,
+    /// The scanned message; the next phases edit its `params` through [`Params`].
+    pub body: ScannedBody,
     /// The request body's bytes, held until the forwarded body is gone.
     pub reservation: Reservation,
 }
 
 impl AdmittedBody {
     pub fn id(&self) -> Option<&Id> {
-        self.message.id()
+        self.body.id()
     }
 
     /// The method and `params` of a request or notification (a client's response to a
     /// server request has neither).
     pub fn call_mut(&mut self) -> Option<(&str, Params<'_>)> {
-        let Message::Call { method, .. } = &self.message else {
-            return None;
-        };
-        let params = self.value.get_mut("params").and_then(Value::as_object_mut);
-        Some((method.as_str(), Params::new(params)))
+        self.body.call_mut()
     }
 
     /// The message as the upstream will receive it, and the reservation that holds its
-    /// bytes. Consumes the parsed form: it must not outlive the gate's phases (a tree of
-    /// 100,000 values is ~10 MB that no budget counts).
+    /// bytes (the members the phases read were parsed on their own and go with it).
     pub fn into_forwarded(self) -> (Bytes, Reservation) {
-        // About the client's length: a state that replaced a token is shorter.
-        let bytes = jsonrpc::serialize(&self.value, self.reservation.bytes() + 64);
-        (Bytes::from(bytes), self.reservation)
+        (self.body.into_forwarded(), self.reservation)
     }
 }
 
@@ -88,13 +81,8 @@ impl Gate {
             Ok(read) => read?,
             Err(_) => return Err(ProxyError::BodyTimeout.into()),
         };
-        let (value, message) = check_message(headers, &bytes, self.limits.max_json_values)?;
-        drop(bytes);
-        Ok(AdmittedBody {
-            value,
-            message,
-            reservation,
-        })
+        let body = check_message(headers, bytes, self.limits.max_json_values)?;
+        Ok(AdmittedBody { body, reservation })
     }
 }
 
@@ -116,25 +104,32 @@ impl From<Box<Refusal>> for Failure {
     }
 }
 
-/// What the gate decides about a body it has read: one strictly parsed (within
+/// What the gate decides about a body it has read: one strictly scanned (within
 /// `max_json_values`) and classified JSON-RPC message whose MCP routing headers agree
-/// with it, or why not (boxed: the rare path). Pure, so it is also what the `gate` fuzz
-/// target drives.
+/// with it, or why not (boxed: the rare path), answered with the body's id when it is
+/// JSON with a usable one. Pure, so it is also what the `gate` fuzz target drives.
 pub fn check_message(
     headers: &HeaderMap,
-    bytes: &[u8],
+    bytes: Bytes,
     max_json_values: usize,
-) -> Result<(Value, Message), Box<Refusal>> {
-    let refused = |id, error| Box::new(Refusal { id, error });
-    let value =
-        jsonrpc::parse_bounded(bytes, max_json_values).map_err(|e| refused(None, e.into()))?;
-    // The body parsed: answer with its id if it has a usable one.
-    let message = jsonrpc::classify(&value)
-        .map_err(|e| refused(jsonrpc::best_effort_id(&value), e.into()))?;
-    let params = value.get("params").and_then(Value::as_object);
-    check_mcp_headers(headers, &message, params)
-        .map_err(|error| refused(message.id().cloned(), error))?;
-    Ok((value, message))
+) -> Result<ScannedBody, Box<Refusal>> {
+    let body = ScannedBody::scan(bytes, max_json_values).map_err(|Refused { error, id }| {
+        Box::new(Refusal {
+            id,
+            error: error.into(),
+        })
+    })?;
+    let target = |field: &str| {
+        let field = ParamsField::named(field)?;
+        crate::jsonrpc::string_at(body.bytes(), body.index().param(field)?)
+    };
+    check_mcp_headers(headers, body.message(), target).map_err(|error| {
+        Box::new(Refusal {
+            id: body.id().cloned(),
+            error,
+        })
+    })?;
+    Ok(body)
 }
 
 /// `Content-Type` must be JSON (UTF-8), `Content-Encoding` absent or identity.
@@ -193,10 +188,10 @@ async fn read_body(
 
 /// The MCP 2026 routing headers must agree with the body and appear at most once, or a
 /// router in front of the upstream and the upstream itself could see different requests.
-fn check_mcp_headers(
+fn check_mcp_headers<'t>(
     headers: &HeaderMap,
     message: &Message,
-    params: Option<&Map<String, Value>>,
+    target: impl FnOnce(&str) -> Option<Cow<'t, str>>,
 ) -> Result<(), ProxyError> {
     let single = |name: &HeaderName, label: &'static str| -> Result<Option<&[u8]>, ProxyError> {
         let mut values = headers.get_all(name).iter();
@@ -222,9 +217,9 @@ fn check_mcp_headers(
         let Some(field) = crate::mcp::header_target_field(method) else {
             return Err(ProxyError::HeaderMismatch("mcp-name"));
         };
-        let target = params.and_then(|p| p.get(field)).and_then(Value::as_str);
+        let target = target(field);
         let decoded = decode_header_value(raw).ok_or(ProxyError::HeaderMismatch("mcp-name"))?;
-        if target.map(str::as_bytes) != Some(&decoded[..]) {
+        if target.as_deref().map(str::as_bytes) != Some(&decoded[..]) {
             return Err(ProxyError::HeaderMismatch("mcp-name"));
         }
     }
@@ -305,10 +300,18 @@ mod tests {
     }
 
     /// Check `headers` against a message built from `method` and `params`.
-    fn check(pairs: &[(&str, &str)], method: &str, params: Value) -> Result<(), ProxyError> {
+    fn check(
+        pairs: &[(&str, &str)],
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<(), ProxyError> {
         let value = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let message = jsonrpc::classify(&value).unwrap();
-        check_mcp_headers(&headers(pairs), &message, value["params"].as_object())
+        check_message(&headers(pairs), Bytes::from(value.to_string()), usize::MAX)
+            .map(drop)
+            .map_err(|refusal| {
+                assert_eq!(refusal.id, Some(json!(1)));
+                refusal.error
+            })
     }
 
     #[test]

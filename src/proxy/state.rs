@@ -11,7 +11,7 @@
 use super::metrics::{Meters, VerifyResult};
 use crate::auth::Caller;
 use crate::error::{ProxyError, Resource, Share};
-use crate::jsonrpc::{NotAnObject, Params, ParseError};
+use crate::jsonrpc::{NotAnObject, Params, ParamsField, ParseError};
 use crate::policy::MrtrRefusal;
 use crate::policy::answers;
 use crate::policy::flow::FlowLimits;
@@ -55,13 +55,13 @@ impl StateOpener {
         let Caller {
             path, principal, ..
         } = *caller;
-        let token = match params.get("requestState") {
+        let token = match params.get(ParamsField::RequestState) {
             // No verified round asked anything: every answer is unasked. (Rounds without
             // upstream state carry a token of ours, so real answers always have one.)
             None => return self.filter_input_responses(params, &[]).map(|()| None),
             // The reference treats an explicit null as absent; so does the upstream after us.
             Some(Value::Null) => {
-                params.remove("requestState");
+                params.remove(ParamsField::RequestState);
                 return self.filter_input_responses(params, &[]).map(|()| None);
             }
             Some(Value::String(token)) => token,
@@ -78,8 +78,8 @@ impl StateOpener {
         }
         let binding = RequestBinding::of_members(
             method,
-            params.get(crate::mcp::target_field(method)),
-            params.get("arguments"),
+            params.get(ParamsField::target(method)),
+            params.get(ParamsField::Arguments),
         )
         .map_err(|_| ProxyError::Parse(ParseError::Params))?
         .at_path(path);
@@ -98,9 +98,9 @@ impl StateOpener {
         self.metrics.path.verified(VerifyResult::Ok);
         if opened.no_upstream_state {
             // The upstream sent no state this round; it gets none back.
-            params.remove("requestState");
+            params.remove(ParamsField::RequestState);
         } else {
-            params.set("requestState", Value::String(opened.state));
+            params.set(ParamsField::RequestState, Value::String(opened.state));
         }
         Ok(Some(OpenedRetry {
             binding,
@@ -158,7 +158,7 @@ impl StateOpener {
         // Each answer must answer its question (the client's mistake when it does not:
         // told which key and rule, not the frozen state error).
         if let (Some(questions), Some(Value::Object(responses))) =
-            (&opened.questions, params.get("inputResponses"))
+            (&opened.questions, params.get(ParamsField::InputResponses))
             && let Err(bad) = answers::check(questions, responses)
         {
             self.metrics.path.verified(VerifyResult::Ok);

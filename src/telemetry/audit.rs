@@ -13,7 +13,7 @@
 //! level leaves it out: most requests' access lines are at `debug`.
 
 use crate::error::{Category, ProxyError};
-use crate::jsonrpc::Params;
+use crate::jsonrpc::{Params, ParamsField};
 use crate::mcp::MethodClass;
 use crate::text::{MAX_LOGGED_BYTES, printable};
 use crate::token::{KeyId, Reject};
@@ -118,11 +118,12 @@ impl Record {
         self.class = MethodClass::of_method(method);
         self.method = Some(printable(method, MAX_LOGGED_BYTES));
         self.request_id = id.map(id_text);
-        let field = crate::mcp::target_field(method);
         self.target = params
-            .get_str(field)
+            .get_str(ParamsField::target(method))
             .map(|t| printable(t, MAX_LOGGED_BYTES));
-        self.kid = params.get_str("requestState").and_then(KeyId::of_token);
+        self.kid = params
+            .get_str(ParamsField::RequestState)
+            .and_then(KeyId::of_token);
     }
 
     /// The key id named by the request's token, if it carried one.

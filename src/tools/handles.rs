@@ -22,8 +22,8 @@ use crate::auth::Caller;
 use crate::config::HandleConfig;
 use crate::error::ProxyError;
 use crate::glob::glob_match;
-use crate::jsonrpc::Params;
 use crate::jsonrpc::{self, Lookup};
+use crate::jsonrpc::{Params, ParamsField};
 use crate::policy::revocation::{NotCleared, Revocations};
 use crate::policy::single_use::SingleUse;
 use crate::token::KeyMetrics;
@@ -89,7 +89,7 @@ impl Handles {
                 continue;
             }
             match params
-                .get("arguments")
+                .get(ParamsField::Arguments)
                 .map(|a| find(a, &kind.argument_pointer))
             {
                 None | Some(Ok(false)) => {
@@ -101,7 +101,7 @@ impl Handles {
                 Some(Err(reason)) => return Err(self.refuse(&kind.kind, reason)),
             }
             let Some(argument) = params
-                .get("arguments")
+                .get(ParamsField::Arguments)
                 .and_then(|a| a.pointer(&kind.argument_pointer))
             else {
                 // Found above by the same steps: not reached.
@@ -121,7 +121,7 @@ impl Handles {
             if let Err(reason) = self.not_revoked(principal, opened.issued_at).await {
                 return Err(self.refuse(&kind.kind, reason));
             }
-            params.replace_at("arguments", &kind.argument_pointer, opened.raw);
+            params.replace_at(ParamsField::Arguments, &kind.argument_pointer, opened.raw);
             self.metrics.handle(HandleResult::Ok);
             if let Some(kid) = kid {
                 self.keys.handle_opened(kid);

@@ -29,7 +29,7 @@ use crate::config::IdempotencyConfig;
 use crate::error::RefusalMetrics;
 use crate::error::{ProxyError, Resource, Share};
 use crate::glob::glob_match;
-use crate::jsonrpc::Params;
+use crate::jsonrpc::{Params, ParamsField};
 use crate::store::{Owner, Store, StoreError};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};
@@ -212,10 +212,10 @@ impl Idempotency {
         };
         let owner = caller.owner();
         if self.config.strip_key {
-            params.remove("idempotencyKey");
+            params.remove(ParamsField::IdempotencyKey);
             headers.remove(HEADER);
         }
-        let digest = crate::token::args_digest(params.get("arguments"))
+        let digest = crate::token::args_digest(params.get(ParamsField::Arguments))
             .map_err(|_| ProxyError::Parse(crate::jsonrpc::ParseError::Params))?;
         let record = self.record_name(principal, path, tool, &key);
         // Before the store is asked: a caller at its share of calls in flight holds
@@ -260,7 +260,7 @@ impl Idempotency {
             ),
             (Some(_), Some(_)) => return Err(self.refuse("header repeated")),
         };
-        let param = match params.get("idempotencyKey") {
+        let param = match params.get(ParamsField::IdempotencyKey) {
             None | Some(Value::Null) => None,
             Some(Value::String(key)) => Some(key.clone()),
             Some(_) => return Err(self.refuse("params key not a string")),

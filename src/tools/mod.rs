@@ -13,7 +13,7 @@ mod metrics;
 
 use crate::auth::Caller;
 use crate::error::ProxyError;
-use crate::jsonrpc::Params;
+use crate::jsonrpc::{Params, ParamsField};
 use http::HeaderMap;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -100,7 +100,7 @@ impl ToolFeatures {
         if !params.is_present() || method != "tools/call" {
             return Ok(Inbound::default());
         }
-        let Some(tool) = params.get_str("name").map(str::to_owned) else {
+        let Some(tool) = params.get_str(ParamsField::Name).map(str::to_owned) else {
             return Ok(Inbound::default());
         };
         self.handles.unwrap(&tool, params, caller).await?;

@@ -4,6 +4,7 @@
 
 pub mod answers;
 pub mod gate;
+pub mod oracle;
 pub mod proxy;
 pub mod ring;
 pub mod scan;

@@ -21,7 +21,7 @@ pub(super) const MAX_FIELDS: usize = 8;
 
 /// What a JSON value is, as far as classification asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
+pub enum JsonKind {
     Null,
     Bool,
     Number,
@@ -34,7 +34,7 @@ pub(super) enum Kind {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Member {
     pub span: Span,
-    pub kind: Kind,
+    pub kind: JsonKind,
 }
 
 /// Where an object sits, as far as classification reads it. Each role is reached from
@@ -109,13 +109,17 @@ fn printable_key(text: &str, span: Span) -> String {
 #[derive(Debug, Default)]
 pub(super) struct Level {
     members: [Option<Member>; MAX_FIELDS],
+    keys: [Option<Span>; MAX_FIELDS],
     fault: Option<Fault>,
 }
 
 impl Level {
     fn note(&mut self, fields: &[&str], key: &str, key_span: Span, member: Member) {
         match fields.iter().position(|field| *field == key) {
-            Some(at) => self.members[at] = Some(member),
+            Some(at) => {
+                self.members[at] = Some(member);
+                self.keys[at] = Some(key_span);
+            }
             None if self.fault.is_some() => {}
             None if fields.iter().any(|field| folds_equal(field, key)) => {
                 self.fault = Some(Fault {
@@ -133,8 +137,13 @@ impl Level {
         }
     }
 
-    fn get(&self, fields: &[&str], name: &str) -> Option<Member> {
+    pub fn get(&self, fields: &[&str], name: &str) -> Option<Member> {
         self.members[fields.iter().position(|field| *field == name)?]
+    }
+
+    /// Whether a key of this level is one `check_reserved` refuses.
+    pub fn is_faulty(&self) -> bool {
+        self.fault.is_some()
     }
 
     fn check(&self, text: &str) -> Result<(), ParseError> {
@@ -143,6 +152,10 @@ impl Level {
 
     pub fn spans(&self) -> [Option<Span>; MAX_FIELDS] {
         self.members.map(|member| member.map(|m| m.span))
+    }
+
+    pub fn key_spans(&self) -> [Option<Span>; MAX_FIELDS] {
+        self.keys
     }
 }
 
@@ -159,13 +172,16 @@ enum ReadAt {
 struct Read {
     at: ReadAt,
     name: &'static str,
-    found: Option<Kind>,
+    found: Option<JsonKind>,
     look_alike: Option<Span>,
 }
 
 /// Everything classification reads, per level.
 #[derive(Debug, Default)]
 pub(super) struct Facts {
+    /// Reading an upstream's answer ([`super::answer`]): `params` (a server's request) is
+    /// held to the result fields, and nothing below it is read.
+    pub answer: bool,
     pub envelope: Level,
     /// The first envelope key whose fold is a params field's (`MISPLACED_FIELDS`).
     misplaced: Option<Span>,
@@ -173,13 +189,21 @@ pub(super) struct Facts {
     /// The first non-ASCII key of `params.inputResponses`.
     answers: Option<Span>,
     pub result: Level,
-    error: Level,
-    data: Level,
+    pub error: Level,
+    pub data: Level,
     /// Only the few names below `params._meta` (empty, unallocated, without one).
     reads: Vec<Read>,
 }
 
 impl Facts {
+    /// The facts of an upstream's answer (see [`Facts::answer`]).
+    pub fn of_answer() -> Self {
+        Facts {
+            answer: true,
+            ..Facts::default()
+        }
+    }
+
     /// Record the member `key` of an object in `role`.
     pub fn note(&mut self, role: Role, key: &str, key_span: Span, member: Member) {
         match role {
@@ -190,6 +214,9 @@ impl Facts {
                 {
                     self.misplaced = Some(key_span);
                 }
+            }
+            Role::Params if self.answer => {
+                self.params.note(RESULT_FIELDS, key, key_span, member);
             }
             Role::Params => {
                 self.params.note(PARAMS_FIELDS, key, key_span, member);
@@ -241,7 +268,7 @@ impl Facts {
     }
 
     /// `names::member` from the facts: what is under `name`, refused if a look-alike is.
-    fn member(&self, text: &str, at: ReadAt, name: &str) -> Result<Option<Kind>, ParseError> {
+    fn member(&self, text: &str, at: ReadAt, name: &str) -> Result<Option<JsonKind>, ParseError> {
         match self.reads.iter().find(|r| r.at == at && r.name == name) {
             None => Ok(None),
             Some(Read {
@@ -255,8 +282,8 @@ impl Facts {
     /// `classify`, check for check, on the facts of a body whose root is `root`.
     pub fn classify(&self, text: &str, root: Member) -> Result<Message, ParseError> {
         match root.kind {
-            Kind::Object => {}
-            Kind::Array => return Err(ParseError::Batch),
+            JsonKind::Object => {}
+            JsonKind::Array => return Err(ParseError::Batch),
             _ => return Err(ParseError::NotAnObject),
         }
         self.envelope.check(text)?;
@@ -265,23 +292,30 @@ impl Facts {
         }
         let field = |name| self.envelope.get(ENVELOPE_FIELDS, name);
         let string = |member: Member| unescape(&text[member.span.start..member.span.end]);
-        if !field("jsonrpc").is_some_and(|v| v.kind == Kind::String && string(v) == "2.0") {
+        if !field("jsonrpc").is_some_and(|v| v.kind == JsonKind::String && string(v) == "2.0") {
             return Err(ParseError::Version);
         }
         let id = match field("id") {
             None => None,
-            Some(id) if matches!(id.kind, Kind::String | Kind::Number | Kind::Null) => Some(id),
+            Some(id)
+                if matches!(
+                    id.kind,
+                    JsonKind::String | JsonKind::Number | JsonKind::Null
+                ) =>
+            {
+                Some(id)
+            }
             Some(_) => return Err(ParseError::Id),
         };
         let is_response = field("result").is_some() || field("error").is_some();
         match field("method") {
-            Some(method) if method.kind == Kind::String => {
+            Some(method) if method.kind == JsonKind::String => {
                 if is_response {
                     return Err(ParseError::Mixed);
                 }
                 match field("params") {
                     None => {}
-                    Some(params) if params.kind == Kind::Object => self.check_params(text)?,
+                    Some(params) if params.kind == JsonKind::Object => self.check_params(text)?,
                     Some(_) => return Err(ParseError::Params),
                 }
                 Ok(Message::Call {
@@ -305,14 +339,14 @@ impl Facts {
     fn check_params(&self, text: &str) -> Result<(), ParseError> {
         self.params.check(text)?;
         let param = |name| self.params.get(PARAMS_FIELDS, name);
-        if param("inputResponses").is_some_and(|a| a.kind == Kind::Object)
+        if param("inputResponses").is_some_and(|a| a.kind == JsonKind::Object)
             && let Some(key) = self.answers
         {
             return Err(ParseError::NonAsciiKey(printable_key(text, key)));
         }
         self.check_capability_names(text)?;
         for name in ["name", "uri"] {
-            if param(name).is_some_and(|v| v.kind != Kind::String) {
+            if param(name).is_some_and(|v| v.kind != JsonKind::String) {
                 return Err(ParseError::Target(name));
             }
         }
@@ -322,7 +356,7 @@ impl Facts {
     /// `names::check_capability_names`: `lookup` stops (absent or blocked) at anything
     /// but an object, since no step of a capability path is an array index.
     fn check_capability_names(&self, text: &str) -> Result<(), ParseError> {
-        if self.member(text, ReadAt::Params, "_meta")? != Some(Kind::Object) {
+        if self.member(text, ReadAt::Params, "_meta")? != Some(JsonKind::Object) {
             return Ok(());
         }
         let Some(declared) = self.member(text, ReadAt::Meta, CAPABILITIES_META)? else {
@@ -331,7 +365,7 @@ impl Facts {
         for path in CAPABILITY_PATHS {
             let mut kind = declared;
             for (taken, step) in path.iter().enumerate() {
-                if kind != Kind::Object {
+                if kind != JsonKind::Object {
                     break;
                 }
                 match self.member(text, ReadAt::Declared(&path[..taken]), step)? {
@@ -350,7 +384,7 @@ impl Facts {
         error: Option<Member>,
         text: &str,
     ) -> Result<(), ParseError> {
-        let is_object = |member: Option<Member>| member.is_some_and(|m| m.kind == Kind::Object);
+        let is_object = |member: Option<Member>| member.is_some_and(|m| m.kind == JsonKind::Object);
         if is_object(result) {
             self.result.check(text)?;
             if self.result.get(RESULT_FIELDS, "requestState").is_some() {

@@ -28,11 +28,22 @@ pub(super) struct Span {
 pub(super) struct Lexer<'a> {
     text: &'a str,
     at: usize,
+    /// The whitespace skipped between tokens, in order: what a compact copy leaves out.
+    gaps: Vec<Span>,
 }
 
 impl<'a> Lexer<'a> {
     pub fn new(text: &'a str) -> Self {
-        Lexer { text, at: 0 }
+        Lexer {
+            text,
+            at: 0,
+            gaps: Vec::new(),
+        }
+    }
+
+    /// The whitespace runs skipped so far (none allocated for a compact body).
+    pub fn into_gaps(self) -> Vec<Span> {
+        self.gaps
     }
 
     pub fn at(&self) -> usize {
@@ -48,8 +59,15 @@ impl<'a> Lexer<'a> {
     }
 
     pub fn skip_whitespace(&mut self) {
+        let start = self.at;
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
             self.at += 1;
+        }
+        if self.at > start {
+            self.gaps.push(Span {
+                start,
+                end: self.at,
+            });
         }
     }
 
@@ -179,13 +197,6 @@ fn hex4(digits: &[u8]) -> Option<u32> {
         let digit = (d as char).to_digit(16)?;
         Some(n << 4 | digit)
     })
-}
-
-/// Whether `text` is exactly one number token, as `serde_json::Number`'s `FromStr` reads
-/// it (no whitespace around it).
-pub(super) fn is_number(text: &str) -> bool {
-    let mut lexer = Lexer::new(text);
-    lexer.number().is_ok() && lexer.is_done()
 }
 
 /// The text of a string token that [`Lexer::string`] accepted (quotes included): borrowed

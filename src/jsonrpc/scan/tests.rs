@@ -2,24 +2,30 @@
 //! [`agree`] checks that both paths reach it (and, on success, that every span holds the
 //! tree's member). `mutations` adds a few thousand generated bodies.
 use super::*;
-use crate::jsonrpc::{CAPABILITIES_META, classify, parse_strict};
+use crate::jsonrpc::{CAPABILITIES_META, best_effort_id, classify, parse_strict};
 use serde_json::Value;
 
 mod mutations;
 
-/// Both paths' verdict on `body` under a cap of `cap` values; panics when they differ.
+/// Both paths' verdict on `body` under a cap of `cap` values (and the id a refusal is
+/// answered with); panics when they differ. The tree cannot tell serde_json's number
+/// stand-in key from a number: any verdict of its own goes when the scanner refuses it.
 pub(super) fn agree(body: &[u8], cap: usize) -> Result<Message, ParseError> {
-    let tree = parse_bounded(body, cap).and_then(|v| classify(&v).map(|m| (v, m)));
+    let parsed = parse_bounded(body, cap);
+    let tree_id = parsed.as_ref().ok().and_then(best_effort_id);
+    let tree = parsed.and_then(|v| classify(&v).map(|m| (v, m)));
     let scanned = scan(body, cap);
     let shown = String::from_utf8_lossy(body);
     match (tree, scanned) {
+        (_, Err(Refused { error, id: None })) if error == ambiguous(NUMBER_TOKEN) => Err(error),
         (Ok((value, message)), Ok(scanned)) => {
             assert_eq!(scanned.message(), &message, "{shown}");
             same_spans(&value, &scanned, &shown);
             Ok(message)
         }
         (Err(tree), Err(scanned)) => {
-            assert_eq!(scanned, tree, "cap {cap}: {shown}");
+            assert_eq!(scanned.error, tree, "cap {cap}: {shown}");
+            assert_eq!(scanned.id, tree_id, "the id answered: {shown}");
             Err(tree)
         }
         (tree, scanned) => panic!("cap {cap}: tree {tree:?}, scanner {scanned:?}: {shown}"),
@@ -283,41 +289,42 @@ fn keys_are_compared_after_unescaping() {
     );
 }
 
+/// The tree reads `{"$serde_json::private::Number":"12"}` as the number 12, every other
+/// parser as an object: the scanner refuses the key, wherever it is, as it reads it
+/// (first refusal wins, and a body not JSON further on is still a syntax error).
 #[test]
-fn serde_jsons_number_token_is_a_number_to_the_strict_parse() {
-    let token = r#"{"$serde_json::private::Number":"12"}"#;
-    let with = |token: &str| verdict(&format!(r#"{{"jsonrpc":"2.0","id":{token},"method":"m"}}"#));
-    let call = |id: Value| {
-        Ok(Message::Call {
-            id: Some(id),
-            method: "m".into(),
-        })
-    };
-    assert_eq!(with(token), call(Value::from(12)));
-    let spelled = r#"{"$serde_json::private::Number" : "1\u0032" }"#;
-    assert_eq!(with(spelled), call(Value::from(12)));
-    let big = r#"{"$serde_json::private::Number":"1E400"}"#;
-    assert_eq!(
-        with(big),
-        call("1e+400".parse::<serde_json::Number>().unwrap().into())
-    );
-    // Anything else under the token is an error of serde's own: not JSON.
+fn serde_jsons_number_token_is_refused_as_ambiguous() {
+    let scanned = |body: &str| scan(body.as_bytes(), usize::MAX).map(Scanned::into_message);
+    let with = |token: &str| scanned(&format!(r#"{{"jsonrpc":"2.0","id":{token},"method":"m"}}"#));
+    let refused = Err(Refused::from(ambiguous(NUMBER_TOKEN)));
     for token in [
+        r#"{"$serde_json::private::Number":"12"}"#,
+        r#"{"$serde_json::private::Number" : "1\u0032" }"#,
+        r#"{"\u0024serde_json::private::Number":"12"}"#,
         r#"{"$serde_json::private::Number":12}"#,
         r#"{"$serde_json::private::Number":"x"}"#,
-        r#"{"$serde_json::private::Number":" 1"}"#,
-        r#"{"$serde_json::private::Number":"1","b":2}"#,
-        r#"{"$serde_json::private::Number":null}"#,
+        r#"{"a":1,"$serde_json::private::Number":5}"#,
     ] {
-        assert_eq!(with(token), Err(ParseError::Syntax), "{token}");
+        assert_eq!(with(token), refused, "{token}");
+        assert_eq!(
+            verdict(&format!(r#"{{"id":{token}}}"#)),
+            refused.clone().map_err(|r| r.error)
+        );
     }
-    // Not the first key: an ordinary one. After a refusal: an ordinary object.
-    let later = r#"{"a":1,"$serde_json::private::Number":5}"#;
-    assert_eq!(with(later), Err(ParseError::Id));
+    // The tree reads a number there.
+    let tree = parse_bounded(br#"{"$serde_json::private::Number":"12"}"#, usize::MAX);
+    assert_eq!(tree, Ok(Value::from(12)));
+    // The first refusal in document order wins; not JSON further on is still Syntax.
     let body = r#"{"__proto__":1,"x":{"$serde_json::private::Number":5}}"#;
-    assert_eq!(refused(body), ambiguous("__proto__"));
-    // Counted once, its string not at all.
-    assert_eq!(agree(token.as_bytes(), 1), Err(ParseError::NotAnObject));
+    assert_eq!(refused_scan(body), ambiguous("__proto__"));
+    let body = r#"{"x":{"$serde_json::private::Number":5},"__proto__":1}"#;
+    assert_eq!(refused_scan(body), ambiguous(NUMBER_TOKEN));
+    let body = r#"{"x":{"$serde_json::private::Number":5},"y":}"#;
+    assert_eq!(refused_scan(body), ParseError::Syntax);
+}
+
+fn refused_scan(body: &str) -> ParseError {
+    scan(body.as_bytes(), usize::MAX).expect_err(body).error
 }
 
 #[test]

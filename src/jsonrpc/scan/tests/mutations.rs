@@ -5,7 +5,7 @@
 //! goes through [`agree`] without a cap, at exactly its number of values, one below and
 //! at a random cap below.
 use super::agree;
-use crate::jsonrpc::{ParseError, parse_bounded};
+use crate::jsonrpc::{NUMBER_TOKEN, ParseError, parse_bounded};
 use serde_json::Value;
 
 const SEEDS: &[&str] = &[
@@ -186,7 +186,12 @@ fn generated_bodies_get_the_trees_verdict() {
             mutate(&mut rng, &mut body);
         }
         let verdict = agree(&body, usize::MAX);
-        if let Ok(value) = parse_bounded(&body, usize::MAX) {
+        // The tree counts serde_json's number stand-in as one number: its count says
+        // nothing of a body the scanner refuses for it.
+        let stand_in = Err(ParseError::AmbiguousKey(NUMBER_TOKEN.into()));
+        if let Ok(value) = parse_bounded(&body, usize::MAX)
+            && verdict != stand_in
+        {
             // Exactly its values pass; one fewer, or any cap below, refuses the body.
             let n = count(&value);
             assert_eq!(agree(&body, n), verdict);

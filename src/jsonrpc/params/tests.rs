@@ -1,0 +1,160 @@
+use super::*;
+use serde_json::json;
+
+fn scanned(body: &str) -> ScannedBody {
+    ScannedBody::scan(Bytes::from(body.to_owned()), usize::MAX).expect(body)
+}
+
+fn forwarded(body: ScannedBody) -> String {
+    String::from_utf8(body.into_forwarded().to_vec()).unwrap()
+}
+
+#[test]
+fn slots_follow_the_fields_order() {
+    for (i, field) in ParamsField::ALL.into_iter().enumerate() {
+        assert_eq!(field as usize, i, "{field:?}");
+    }
+}
+
+#[test]
+fn members_are_read_and_edited_by_name() {
+    let mut body = ScannedBody::call(
+        "tools/call",
+        &json!({
+            "name": "t",
+            "requestState": "v1.x",
+            "arguments": {"a": {"b": "h1.sealed"}},
+            "inputResponses": {"asked": 1, "unasked": 2},
+            "idempotencyKey": "k"
+        }),
+    )
+    .unwrap();
+    let (method, mut params) = body.call_mut().unwrap();
+    assert_eq!(method, "tools/call");
+    assert!(params.is_present());
+    assert_eq!(params.get_str(ParamsField::Name), Some("t"));
+    assert!(params.set(ParamsField::RequestState, json!("plain")));
+    assert!(!params.set(ParamsField::Uri, json!("u")), "no such member");
+    assert_eq!(params.remove(ParamsField::IdempotencyKey), Some(json!("k")));
+    assert_eq!(params.get(ParamsField::IdempotencyKey), None);
+    assert_eq!(params.remove(ParamsField::IdempotencyKey), None);
+    assert_eq!(params.retain_answers(|k| k == "asked"), Ok(1));
+    assert!(params.replace_at(ParamsField::Arguments, "/a/b", json!("raw")));
+    assert!(!params.replace_at(ParamsField::Arguments, "/a/c", json!("raw")));
+    assert_eq!(
+        params.get(ParamsField::Arguments),
+        Some(&json!({"a": {"b": "raw"}})),
+        "an edit is what later phases read"
+    );
+    let sent: Value = serde_json::from_str(&forwarded(body)).unwrap();
+    assert_eq!(
+        sent,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "t",
+            "requestState": "plain",
+            "arguments": {"a": {"b": "raw"}},
+            "inputResponses": {"asked": 1}
+        }})
+    );
+}
+
+#[test]
+fn a_compact_body_nobody_edited_is_forwarded_as_it_came() {
+    let text = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"a":1}}}"#;
+    let body = scanned(text);
+    let before = body.bytes().as_ptr();
+    let mut body = body;
+    let (_, params) = body.call_mut().unwrap();
+    assert_eq!(params.get(ParamsField::Arguments), Some(&json!({"a": 1})));
+    let sent = body.into_forwarded();
+    assert_eq!(sent.as_ptr(), before, "no copy");
+    assert_eq!(&sent[..], text.as_bytes());
+}
+
+#[test]
+fn whitespace_between_tokens_is_left_out_and_strings_keep_their_spelling() {
+    let body = scanned(
+        "{ \"jsonrpc\" : \"2.0\",\r\n \"id\":1,\t\"method\":\"m\", \"params\": { \"name\" : \"a b\\u0041\" , \"n\": [ 1E2 , -0.5 ] } }\n",
+    );
+    assert_eq!(
+        forwarded(body),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"name":"a b\u0041","n":[1E2,-0.5]}}"#
+    );
+}
+
+/// `params` as forwarded after removing `fields` from `params_text`.
+fn removing(params_text: &str, fields: &[ParamsField]) -> String {
+    let mut body = scanned(&format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{params_text}}}"#
+    ));
+    let (_, mut params) = body.call_mut().unwrap();
+    for field in fields {
+        assert!(
+            params.remove(*field).is_some(),
+            "{field:?} in {params_text}"
+        );
+    }
+    let sent = forwarded(body);
+    let start = sent.find(r#""params":"#).unwrap() + 9;
+    sent[start..sent.len() - 1].to_owned()
+}
+
+#[test]
+fn a_removed_member_takes_one_comma_with_it() {
+    use ParamsField::{Arguments as A, IdempotencyKey as K, RequestState as S};
+    let three = r#"{ "requestState" : "s" , "arguments" : {"x": 1} , "idempotencyKey" : "k" }"#;
+    assert_eq!(
+        removing(three, &[S]),
+        r#"{"arguments":{"x":1},"idempotencyKey":"k"}"#
+    );
+    assert_eq!(
+        removing(three, &[A]),
+        r#"{"requestState":"s","idempotencyKey":"k"}"#
+    );
+    assert_eq!(
+        removing(three, &[K]),
+        r#"{"requestState":"s","arguments":{"x":1}}"#
+    );
+    assert_eq!(removing(three, &[S, A]), r#"{"idempotencyKey":"k"}"#);
+    assert_eq!(removing(three, &[A, K]), r#"{"requestState":"s"}"#);
+    assert_eq!(removing(three, &[S, K]), r#"{"arguments":{"x":1}}"#);
+    assert_eq!(removing(three, &[S, A, K]), "{}");
+    assert_eq!(removing(r#"{"requestState":null}"#, &[S]), "{}");
+    assert_eq!(
+        removing(r#"{"a":1,"requestState":"s","b":[2]}"#, &[S]),
+        r#"{"a":1,"b":[2]}"#
+    );
+    assert_eq!(
+        removing(r#"{"a":1,"requestState":"s"}"#, &[S]),
+        r#"{"a":1}"#
+    );
+    for params in [
+        three,
+        r#"{"requestState":"s","a":{"b":[1,{}]},"idempotencyKey":"k"}"#,
+    ] {
+        for fields in [&[S][..], &[K], &[S, K]] {
+            let sent = removing(params, fields);
+            let value: Value = serde_json::from_str(&sent).expect(&sent);
+            for field in fields {
+                assert!(value.get(field.name()).is_none(), "{sent}");
+            }
+        }
+    }
+}
+
+#[test]
+fn answers_that_are_not_an_object_are_told_apart_from_none() {
+    let mut body = ScannedBody::call("m", &json!({"inputResponses": [1]})).unwrap();
+    let (_, mut params) = body.call_mut().unwrap();
+    assert_eq!(params.retain_answers(|_| true), Err(NotAnObject));
+    let mut body = ScannedBody::call("m", &json!({"inputResponses": null})).unwrap();
+    let (_, mut params) = body.call_mut().unwrap();
+    assert_eq!(params.retain_answers(|_| false), Ok(0));
+    let mut absent = Params::absent();
+    assert!(!absent.is_present());
+    assert_eq!(absent.retain_answers(|_| false), Ok(0));
+    assert_eq!(absent.get(ParamsField::Name), None);
+    let mut body = scanned(r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#);
+    let (_, params) = body.call_mut().unwrap();
+    assert!(!params.is_present());
+}

@@ -1,0 +1,179 @@
+//! An upstream's answer (a JSON body, an SSE event's data) read in one pass, as strictly
+//! as a client's body (syntax, depth, duplicate keys at every level, `__proto__`, lone
+//! surrogates, the number stand-in key) but with no cap on values: it comes from the
+//! operator's own server, bounded by its bytes. What it yields is what the sealer acts
+//! on: whether a key a client could read as a reserved one is there, where `result` and
+//! its `requestState`, `resultType` and `inputRequests` are, and a batch's messages.
+//!
+//! Invariant: for an answer the tree path parses ([`parse_bounded`](crate::jsonrpc::parse_bounded)
+//! without a cap), [`Answer::check`] refuses exactly what the sealer's tree checks refused
+//! (`check_reserved` on the envelope, on a server request's `params` and on `error`;
+//! `check_result_fields` on `error.data` and on `result`; a non-null state outside
+//! `result`), in the same order; the differential fuzz targets hold it to that.
+
+use super::facts::{Facts, JsonKind, Member};
+use super::lexer::{Lexer, NotJson, Span, unescape};
+use super::{ResultField, Walk, member_value};
+use crate::jsonrpc::{ENVELOPE_FIELDS, ERROR_FIELDS, Id, ParseError, RESULT_FIELDS};
+use std::ops::Range;
+
+/// Scan an upstream's answer: the facts the sealer acts on, or why it is no JSON a
+/// client may be handed (the strict parse's verdict, numbers' stand-in key refused).
+pub fn scan_answer(bytes: &[u8]) -> Result<Answer<'_>, ParseError> {
+    if bytes.starts_with(b"\xef\xbb\xbf") {
+        return Err(ParseError::Bom);
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| ParseError::Syntax)?;
+    let mut walk = Walk {
+        lexer: Lexer::new(text),
+        text,
+        left: usize::MAX,
+        refusal: None,
+        keys: Vec::new(),
+        facts: Facts::of_answer(),
+        elements: Vec::new(),
+    };
+    let root = walk.document().map_err(|NotJson| ParseError::Syntax)?;
+    if let Some(refusal) = walk.refusal {
+        return Err(refusal.error());
+    }
+    Ok(Answer {
+        text,
+        root,
+        facts: walk.facts,
+        elements: walk.elements,
+    })
+}
+
+/// A scanned answer.
+#[derive(Debug)]
+pub struct Answer<'a> {
+    text: &'a str,
+    root: Member,
+    facts: Facts,
+    elements: Vec<Span>,
+}
+
+/// Why an answer may not reach a client as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerFault {
+    /// A key where a client reads reserved names that reads like one, or is not ASCII.
+    AmbiguousKey,
+    /// A non-null `requestState` outside `result` (a server's request, `error.data`):
+    /// there is no round to bind it to.
+    StateOutsideResult,
+}
+
+/// What a result's `requestState` member is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateMember {
+    Absent,
+    Null,
+    /// A string token, at this span (quotes included).
+    String(Range<usize>),
+    /// Anything else: no state a client could echo as one.
+    Other,
+}
+
+impl<'a> Answer<'a> {
+    /// The scanned text.
+    pub fn text(&self) -> &'a str {
+        self.text
+    }
+
+    /// Whether the answer is one object (a message).
+    pub fn is_message(&self) -> bool {
+        self.root.kind == JsonKind::Object
+    }
+
+    /// The values of a batch, when the answer is an array.
+    pub fn batch(&self) -> Option<impl Iterator<Item = Range<usize>> + '_> {
+        (self.root.kind == JsonKind::Array)
+            .then(|| self.elements.iter().map(|span| span.start..span.end))
+    }
+
+    /// The tree sealer's checks of a message, in its order (see the module's invariant).
+    pub fn check(&self) -> Result<(), AnswerFault> {
+        let facts = &self.facts;
+        let envelope = |name| facts.envelope.get(ENVELOPE_FIELDS, name);
+        let object = |member: Option<Member>| member.is_some_and(|m| m.kind == JsonKind::Object);
+        let state = |member: Option<Member>| member.is_some_and(|m| m.kind != JsonKind::Null);
+        if facts.envelope.is_faulty() {
+            return Err(AnswerFault::AmbiguousKey);
+        }
+        if object(envelope("params")) {
+            if facts.params.is_faulty() {
+                return Err(AnswerFault::AmbiguousKey);
+            }
+            if state(facts.params.get(RESULT_FIELDS, "requestState")) {
+                return Err(AnswerFault::StateOutsideResult);
+            }
+        }
+        if object(envelope("error")) {
+            if facts.error.is_faulty() {
+                return Err(AnswerFault::AmbiguousKey);
+            }
+            if object(facts.error.get(ERROR_FIELDS, "data")) {
+                if facts.data.is_faulty() {
+                    return Err(AnswerFault::AmbiguousKey);
+                }
+                if state(facts.data.get(RESULT_FIELDS, "requestState")) {
+                    return Err(AnswerFault::StateOutsideResult);
+                }
+            }
+        }
+        if object(envelope("result")) && facts.result.is_faulty() {
+            return Err(AnswerFault::AmbiguousKey);
+        }
+        Ok(())
+    }
+
+    /// The message's id, as the tree reads it.
+    pub fn id(&self) -> Option<Id> {
+        let id = self.facts.envelope.get(ENVELOPE_FIELDS, "id")?;
+        member_value(self.text, id).ok()
+    }
+
+    /// The span of `result`, when it is an object.
+    pub fn result(&self) -> Option<Range<usize>> {
+        self.facts
+            .envelope
+            .get(ENVELOPE_FIELDS, "result")
+            .filter(|m| m.kind == JsonKind::Object)
+            .map(|m| m.span.start..m.span.end)
+    }
+
+    /// A member of an object `result`: its span and what it is.
+    pub fn result_member(&self, field: ResultField) -> Option<(Range<usize>, JsonKind)> {
+        self.result()?;
+        let member = self.facts.result.get(RESULT_FIELDS, field.name())?;
+        Some((member.span.start..member.span.end, member.kind))
+    }
+
+    /// The `requestState` of an object `result`.
+    pub fn state(&self) -> StateMember {
+        match self.result_member(ResultField::RequestState) {
+            None => StateMember::Absent,
+            Some((_, JsonKind::Null)) => StateMember::Null,
+            Some((span, JsonKind::String)) => StateMember::String(span),
+            Some(_) => StateMember::Other,
+        }
+    }
+
+    /// Whether an object `result` asks for input (`mcp::asks_for_input`): its
+    /// `resultType` is `input_required`, or it has non-null `inputRequests`.
+    pub fn asks_for_input(&self) -> bool {
+        let input_required =
+            self.result_member(ResultField::ResultType)
+                .is_some_and(|(span, kind)| {
+                    kind == JsonKind::String && unescape(&self.text[span]) == "input_required"
+                });
+        input_required
+            || self
+                .result_member(ResultField::InputRequests)
+                .is_some_and(|(_, kind)| kind != JsonKind::Null)
+    }
+}
+
+#[cfg(test)]
+mod tests;
