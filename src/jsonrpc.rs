@@ -523,6 +523,23 @@ fn printable(key: &str) -> String {
     crate::text::printable(key, 64)
 }
 
+/// `text` with each span replaced by its bytes (spans in order, none overlapping; an
+/// empty span inserts): how an upstream's answer gets its sealed members.
+pub fn replace_spans(
+    text: &[u8],
+    edits: impl IntoIterator<Item = (std::ops::Range<usize>, Vec<u8>)>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() + 512);
+    let mut at = 0;
+    for (span, bytes) in edits {
+        out.extend_from_slice(&text[at..span.start]);
+        out.extend_from_slice(&bytes);
+        at = span.end;
+    }
+    out.extend_from_slice(&text[at..]);
+    out
+}
+
 /// A JSON-RPC error body.
 pub fn error_body(id: Option<&Id>, code: i64, message: &str, data: Option<Value>) -> Vec<u8> {
     let mut error = Map::new();

@@ -341,7 +341,8 @@ struct Walk<'a> {
     /// The keys of the small objects open, outermost first, for duplicates.
     keys: Vec<Cow<'a, str>>,
     facts: Facts,
-    /// The values of a root array, when reading an answer (a batch).
+    /// The messages of a batch, when reading an answer: the objects of its root array
+    /// and of the arrays in it.
     elements: Vec<Span>,
 }
 
@@ -373,7 +374,7 @@ impl<'a> Walk<'a> {
         let kind = match self.lexer.peek().ok_or(NotJson)? {
             b'{' => self.object(role, depth + 1)?,
             b'[' => {
-                self.array(depth + 1)?;
+                self.array(role, depth + 1)?;
                 JsonKind::Array
             }
             b'"' => {
@@ -402,7 +403,7 @@ impl<'a> Walk<'a> {
     }
 
     /// An array, the `depth`-th container open.
-    fn array(&mut self, depth: usize) -> Result<(), NotJson> {
+    fn array(&mut self, role: Role, depth: usize) -> Result<(), NotJson> {
         if depth >= MAX_DEPTH {
             return Err(NotJson);
         }
@@ -411,9 +412,13 @@ impl<'a> Walk<'a> {
         if self.lexer.expect(b']').is_ok() {
             return Ok(());
         }
+        // An answer's root array is a batch, and so is an array in it: their objects are
+        // messages.
+        let batch = self.facts.answer && matches!(role, Role::Envelope | Role::Batch);
+        let role = if batch { Role::Batch } else { Role::Other };
         loop {
-            let element = self.value(Role::Other, depth)?;
-            if depth == 1 && self.facts.answer {
+            let element = self.value(role, depth)?;
+            if batch && element.kind == JsonKind::Object {
                 self.elements.push(element.span);
             }
             self.lexer.skip_whitespace();

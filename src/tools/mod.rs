@@ -67,15 +67,26 @@ impl Answering {
         }
     }
 
-    /// Seal the raw handles in `message`'s result (a complete one or a round asking for
-    /// input: no raw handle at its pointer reaches the client). Whether it changed.
-    pub fn seal_handles(&self, message: &mut Map<String, Value>) -> bool {
-        match (&self.issue, message.get_mut("result")) {
-            (Some(issue), Some(Value::Object(result))) => {
+    /// Whether [`Answering::record`] keeps anything (the call holds a reservation).
+    pub fn records(&self) -> bool {
+        self.ticket.is_some()
+    }
+
+    /// Whether an answer's result has handles to seal (an issuing tool was called).
+    pub fn issues(&self) -> bool {
+        self.issue.is_some()
+    }
+
+    /// Seal the raw handles in a `result` of the answer (a complete one or a round
+    /// asking for input: no raw handle at its pointer reaches the client). Whether it
+    /// changed.
+    pub fn seal_handles(&self, result: &mut Map<String, Value>) -> bool {
+        match &self.issue {
+            Some(issue) => {
                 issue.seal(result);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 

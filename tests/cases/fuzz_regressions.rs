@@ -62,6 +62,11 @@ fn whole_proxy_inputs_keep_their_invariants() {
 }
 
 #[test]
+fn upstream_inputs_keep_their_invariants() {
+    replay("upstream", checks::upstream::check);
+}
+
+#[test]
 fn scan_inputs_keep_their_invariants() {
     replay("scan", checks::scan::check);
 }

@@ -10,6 +10,7 @@ pub mod ring;
 pub mod scan;
 pub mod sse;
 pub mod token_open;
+pub mod upstream;
 pub mod visible;
 
 /// `data` cut into a header of `n` bytes and the rest (the header zero-padded when the

@@ -7,6 +7,8 @@
 //! classification it is built on ([`jsonrpc::parse_bounded`], [`jsonrpc::classify`]),
 //! which the `scan` target holds the scanner to on their own.
 
+pub mod sealer;
+
 use http::HeaderMap;
 use http::header::HeaderName;
 use mcp_state_guard::error::ProxyError;

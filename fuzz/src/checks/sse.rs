@@ -7,12 +7,14 @@
 //! Invariants: never panics; the split stream and the whole one give the same events and
 //! leftover from the framer, the same frames from a pass-through body (and, when no event
 //! is too large, exactly the input bytes), and the same frames from the sealing body once
-//! each token (random nonce) is replaced by a placeholder; every `requestState` the
-//! sealing body emits is a token of the fuzz ring; what a body holds against its
+//! each token (random nonce) is opened back to what it seals; each event's message is
+//! sealed as the tree sealer it replaced sealed it (`upstream::compare`); every
+//! `requestState` the sealing body emits is a token of the fuzz ring; what a body holds against its
 //! [`Buffered`] account never exceeds one event's cap plus the chunk being read, and is all
 //! given back once the body has ended.
 
-use super::{ring, visible};
+use super::oracle::sealer;
+use super::{ring, upstream, visible};
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use mcp_state_guard::policy::flow::FlowLimits;
@@ -21,8 +23,9 @@ use mcp_state_guard::proxy::Meters;
 use mcp_state_guard::proxy::response::{SealContext, Sealer};
 use mcp_state_guard::registry::Registry;
 use mcp_state_guard::sse::{
-    Buffered, EventFramer, EventRewriter, Rewrite, SseRewriteBody, StreamFailure,
+    Buffered, EventFramer, EventRewriter, Rewrite, SseRewriteBody, StreamFailure, event_data,
 };
+use serde_json::Value;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -65,7 +68,7 @@ pub fn check(data: &[u8]) {
 
     let (sealed, _) = run(&chunks, sealer());
     let (sealed_whole, _) = run(&whole, sealer());
-    let normal = |frames: &[Bytes]| frames.iter().map(|f| placeholder(f)).collect::<Vec<_>>();
+    let normal = |frames: &[Bytes]| frames.iter().map(|f| opened(f)).collect::<Vec<_>>();
     assert_eq!(
         normal(&sealed),
         normal(&sealed_whole),
@@ -73,6 +76,18 @@ pub fn check(data: &[u8]) {
     );
     for frame in &sealed {
         visible::check_event(frame);
+    }
+    // Each event's message is sealed as the tree sealer sealed it.
+    for event in frame(&whole).0 {
+        let event = event.strip_prefix("\u{feff}".as_bytes()).unwrap_or(&event);
+        if let Some(data) = event_data(event)
+            && data
+                .iter()
+                .find(|b| !b.is_ascii_whitespace())
+                .is_some_and(|b| *b == b'{' || *b == b'[')
+        {
+            upstream::compare(&data, Some(every_capability()));
+        }
     }
 }
 
@@ -110,34 +125,48 @@ impl EventRewriter for PassThrough {
     }
 }
 
+/// The flow limits of the sealers the targets build.
+pub const LIMITS: FlowLimits = FlowLimits {
+    max_rounds: 8,
+    max_flow_seconds: 600,
+};
+/// The largest upstream state the targets' sealers take.
+pub const MAX_STATE_BYTES: usize = 1024;
+
+/// Every capability a client can declare.
+pub fn every_capability() -> Value {
+    serde_json::json!({
+        "elicitation": {"form": {}, "url": {}},
+        "sampling": {"tools": {}},
+        "roots": {}
+    })
+}
+
 /// The proxy's sealer for one `tools/call` whose client declared every capability.
 fn sealer() -> Sealer {
+    sealer_declaring(Some(every_capability()))
+}
+
+/// The proxy's sealer for one `tools/call` (id 1) of the fuzz ring's binding, whose
+/// client declared `capabilities`.
+pub fn sealer_declaring(capabilities: Option<Value>) -> Sealer {
     static METRICS: OnceLock<Meters> = OnceLock::new();
     let metrics = METRICS
         .get_or_init(|| Meters::register(&Registry::new()))
         .clone();
-    let capabilities = serde_json::json!({
-        "elicitation": {"form": {}, "url": {}},
-        "sampling": {"tools": {}},
-        "roots": {}
-    });
     let context = SealContext::new(
         Some(serde_json::json!(1)),
         Some("tools/call"),
         Some(ring::binding()),
         None,
     )
-    .with_flow(Some(capabilities), None);
-    let limits = FlowLimits {
-        max_rounds: 8,
-        max_flow_seconds: 600,
-    };
+    .with_flow(capabilities, None);
     Sealer::new(
         ring::sealer(),
         Arc::new(SingleUsePolicy::default()),
         metrics,
-        1024,
-        limits,
+        MAX_STATE_BYTES,
+        LIMITS,
         context,
     )
 }
@@ -204,19 +233,17 @@ impl Body for Chunks {
     }
 }
 
-/// `frame` with every `"requestState":"<token>"` value replaced by a fixed placeholder
-/// (the sealer's output is compact JSON, where that text is only ever a key and value).
-fn placeholder(frame: &[u8]) -> Vec<u8> {
-    const KEY: &[u8] = b"\"requestState\":\"";
-    let mut out = Vec::with_capacity(frame.len());
-    let mut rest = frame;
-    while let Some(at) = rest.windows(KEY.len()).position(|w| w == KEY) {
-        out.extend_from_slice(&rest[..at + KEY.len()]);
-        rest = &rest[at + KEY.len()..];
-        let end = rest.iter().position(|&b| b == b'"').unwrap_or(rest.len());
-        out.extend_from_slice(b"<token>");
-        rest = &rest[end..];
-    }
-    out.extend_from_slice(rest);
-    out
+/// A frame with each token (a random nonce each time) opened back to what it seals: its
+/// lines other than data, and its data (the data lines joined, as a client reads them)
+/// with its JSON read and its tokens opened.
+fn opened(frame: &[u8]) -> (Vec<String>, Option<String>) {
+    let lines = mcp_state_guard::sse::split_lines(frame)
+        .filter(|(content, _)| !(*content == b"data" || content.starts_with(b"data:")))
+        .map(|(content, ending)| String::from_utf8_lossy(&[content, ending].concat()).into_owned())
+        .collect();
+    let data = event_data(frame).map(|data| match serde_json::from_slice::<Value>(&data) {
+        Ok(value) => sealer::opened(value, &ring::binding()).to_string(),
+        Err(_) => String::from_utf8_lossy(&data).into_owned(),
+    });
+    (lines, data)
 }

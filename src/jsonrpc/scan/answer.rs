@@ -68,7 +68,8 @@ pub enum AnswerFault {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateMember {
     Absent,
-    Null,
+    /// `null`, at this span.
+    Null(Range<usize>),
     /// A string token, at this span (quotes included).
     String(Range<usize>),
     /// Anything else: no state a client could echo as one.
@@ -86,7 +87,8 @@ impl<'a> Answer<'a> {
         self.root.kind == JsonKind::Object
     }
 
-    /// The values of a batch, when the answer is an array.
+    /// The messages of a batch, when the answer is an array: its objects, and those of
+    /// the arrays in it, in order.
     pub fn batch(&self) -> Option<impl Iterator<Item = Range<usize>> + '_> {
         (self.root.kind == JsonKind::Array)
             .then(|| self.elements.iter().map(|span| span.start..span.end))
@@ -154,7 +156,7 @@ impl<'a> Answer<'a> {
     pub fn state(&self) -> StateMember {
         match self.result_member(ResultField::RequestState) {
             None => StateMember::Absent,
-            Some((_, JsonKind::Null)) => StateMember::Null,
+            Some((span, JsonKind::Null)) => StateMember::Null(span),
             Some((span, JsonKind::String)) => StateMember::String(span),
             Some(_) => StateMember::Other,
         }

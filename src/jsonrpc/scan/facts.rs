@@ -43,6 +43,9 @@ pub(super) struct Member {
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Role {
     Other,
+    /// A value of an answer's batch (an array at the root, or in such an array): its
+    /// objects are messages, read on their own.
+    Batch,
     Envelope,
     Params,
     /// `params.inputResponses`.
@@ -207,7 +210,7 @@ impl Facts {
     /// Record the member `key` of an object in `role`.
     pub fn note(&mut self, role: Role, key: &str, key_span: Span, member: Member) {
         match role {
-            Role::Other => {}
+            Role::Other | Role::Batch => {}
             Role::Envelope => {
                 self.envelope.note(ENVELOPE_FIELDS, key, key_span, member);
                 if self.misplaced.is_none() && MISPLACED_FIELDS.iter().any(|m| folds_equal(key, m))

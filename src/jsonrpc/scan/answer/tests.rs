@@ -81,7 +81,7 @@ fn the_state_and_the_round_are_located() {
         (r#"{"id":1,"result":{}}"#, StateMember::Absent, false),
         (
             r#"{"id":1,"result":{"requestState":null,"inputRequests":null}}"#,
-            StateMember::Null,
+            StateMember::Null(33..37),
             false,
         ),
         (
@@ -108,11 +108,19 @@ fn the_state_and_the_round_are_located() {
 
 #[test]
 fn a_batch_gives_its_messages_and_strictness_is_the_gates() {
-    let text = r#"[ {"id":1,"result":{}} , 2, {"id":3} ]"#;
+    let text = r#"[ {"id":1,"result":{}} , 2, [{"id":3},[[{}]]], {"a":[{"b":1}]} ]"#;
     let answer = scan_answer(text.as_bytes()).unwrap();
     assert!(!answer.is_message());
     let parts: Vec<&str> = answer.batch().unwrap().map(|r| &text[r]).collect();
-    assert_eq!(parts, [r#"{"id":1,"result":{}}"#, "2", r#"{"id":3}"#]);
+    assert_eq!(
+        parts,
+        [
+            r#"{"id":1,"result":{}}"#,
+            r#"{"id":3}"#,
+            "{}",
+            r#"{"a":[{"b":1}]}"#
+        ]
+    );
     assert!(scan_answer(br#"{"id":1}"#).unwrap().batch().is_none());
     for (text, error) in [
         (&br#"{"a":1,"a":2}"#[..], ParseError::DuplicateKey),
