@@ -23,9 +23,10 @@
 //!    sidecar saw.
 //! 3. [`auth`] reads who is calling: nothing, a header a trusted front proxy set, a
 //!    verified JWT access token (401 without one), or the client certificate's identity.
-//! 4. [`proxy::gate`]: a POST body must be one JSON-RPC message that [`jsonrpc`] parses
-//!    strictly (no duplicate, look-alike or non-ASCII keys where the sidecar looks, no
-//!    batches, no BOM, at most `limits.max_json_values` values), read within its size,
+//! 4. [`proxy::gate`]: a POST body must be one JSON-RPC message that [`jsonrpc`] scans
+//!    strictly in one pass (no duplicate, look-alike or non-ASCII keys where the sidecar
+//!    looks, no batches, no BOM, at most `limits.max_json_values` values), indexing the
+//!    members the next steps act on (no tree of the message is built), read within its size,
 //!    time and [`proxy::budget`] limits, with `Mcp-Method`/`Mcp-Name` headers that agree
 //!    with it. GET and DELETE pass through only without a body; configured
 //!    `passthrough_paths` are forwarded untouched.
@@ -36,9 +37,10 @@
 //!    says the target is single-use, it is consumed in the shared [`store`] (a replay is
 //!    refused; a caller past its share gets 429, a full store 503, the state unspent);
 //!    on success the upstream's own plaintext replaces it, and
-//!    `inputResponses` keys the round did not ask for are dropped. On any failure the
+//!    `inputResponses` keys the round did not ask for are dropped ([`jsonrpc::Params`]:
+//!    members are parsed only when read, edits are splices). On any failure the
 //!    client gets the one frozen error and nothing is sent. The request's binding is
-//!    kept for step 8; the parsed body is not.
+//!    kept for step 8; the body's members are not.
 //! 6. [`tools`], for a `tools/call`: handle arguments ([`tools::handles`]) must be sealed
 //!    handles of their kind that open for this caller, issued after any revocation of
 //!    it, and are replaced by the upstream's raw handles (after step 5, so a state binds
@@ -46,13 +48,15 @@
 //!    ([`tools::idempotency`]) is reserved in the shared [`store`] (an owned lease,
 //!    renewed while the call is in flight, within the caller's shares), or a repeat is answered from it (replayed
 //!    with its handles sealed afresh, in progress, or conflict) without the upstream.
-//! 7. [`proxy::upstream`] forwards the re-serialised message (pooled client, `Host`
+//! 7. [`proxy::upstream`] forwards the message as the sidecar writes it from the scanned
+//!    tokens, edits spliced in (pooled client, `Host`
 //!    rewritten, the fixed hop-by-hop headers dropped, identity encoding, timeouts; TLS
 //!    verified for an `https://` upstream).
 //! 8. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
 //!    SSE, empty, or something a 2xx answer to an MCP request may not be) and
 //!    [`proxy::response`] seals every `requestState` in it, in a JSON body or event by
-//!    event in an SSE stream ([`sse`]; what a stream buffers of an incomplete event is
+//!    event in an SSE stream, each scanned as strictly as a client's body and the token
+//!    spliced into the upstream's bytes ([`sse`]; what a stream buffers of an incomplete event is
 //!    held against the [`proxy::budget`]), bound to the request of step 5, after checking
 //!    the round against the client's declared capabilities and the round limit; what
 //!    cannot be sealed becomes a JSON-RPC error instead (an upstream error status and

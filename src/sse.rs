@@ -8,6 +8,7 @@
 //! buffered beyond `max_event_bytes`, and what is buffered is held against a [`Buffered`]
 //! account (the proxy's memory budget) or the stream ends.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -152,7 +153,21 @@ pub enum SseError {
 /// `data` field. Comments (lines starting with `:`), `event`, `id`, `retry` and unknown
 /// fields are ignored. A byte-order mark is the caller's business.
 pub fn event_data(event: &[u8]) -> Option<Vec<u8>> {
-    let mut data: Option<Vec<u8>> = None;
+    event_data_at(event).map(|data| data.bytes.into_owned())
+}
+
+/// An event's data ([`event_data`]), borrowed from the event when one data line holds
+/// it all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventData<'a> {
+    pub bytes: Cow<'a, [u8]>,
+    /// Where `bytes` start in the event, when they are borrowed from it.
+    pub at: Option<usize>,
+}
+
+/// [`event_data`] without a copy when one data line holds it all.
+pub fn event_data_at(event: &[u8]) -> Option<EventData<'_>> {
+    let mut data: Option<EventData<'_>> = None;
     for line in lines(event) {
         let (field, value) = match line.iter().position(|&b| b == b':') {
             // Empty lines (the terminating blank line) and comments carry no field.
@@ -162,15 +177,24 @@ pub fn event_data(event: &[u8]) -> Option<Vec<u8>> {
                 let value = &line[colon + 1..];
                 (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
             }
-            None => (line, &b""[..]),
+            // An empty value where the line ends (still within the event).
+            None => (line, &line[line.len()..]),
         };
         if field == b"data" {
             match &mut data {
-                Some(buf) => {
-                    buf.push(b'\n');
-                    buf.extend_from_slice(value);
+                Some(data) => {
+                    let joined = data.bytes.to_mut();
+                    joined.push(b'\n');
+                    joined.extend_from_slice(value);
+                    data.at = None;
                 }
-                None => data = Some(value.to_vec()),
+                None => {
+                    data = Some(EventData {
+                        bytes: Cow::Borrowed(value),
+                        // Within `event`: both are its bytes.
+                        at: Some(value.as_ptr() as usize - event.as_ptr() as usize),
+                    });
+                }
             }
         }
     }

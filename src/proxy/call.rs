@@ -200,7 +200,13 @@ impl Proxy {
         // handles), and the upstream gets its own raw handles.
         let tools = self
             .tools
-            .inbound(method, &mut params, headers, caller)
+            .inbound(
+                method,
+                &mut params,
+                headers,
+                caller,
+                binding.as_ref().map(|b| b.args_digest.as_str()),
+            )
             .await
             .map_err(refused)?;
         Ok(Prepared {

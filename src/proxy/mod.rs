@@ -6,14 +6,16 @@
 //!    headers are dropped (what its `Connection` names, never what the sidecar sets);
 //!    forwarding headers are believed only from trusted proxies.
 //! 3. [`crate::auth`]: who is calling (a header, a JWT, the client certificate).
-//! 4. [`gate`]: a POSTed body is one strictly parsed JSON-RPC message, read within its
+//! 4. [`gate`]: a POSTed body is one strictly scanned JSON-RPC message, read within its
 //!    size, time and [`budget`] limits.
 //! 5. [`state`]: a retry's `requestState` is opened and replaced by the upstream's
 //!    plaintext; unasked `inputResponses` are dropped.
 //! 6. [`crate::tools`]: a `tools/call`'s handle arguments are unwrapped and its
 //!    idempotency key reserved, or the call is answered from the store ([`tools`]).
-//! 7. [`upstream`]: the re-serialised message is forwarded.
-//! 8. [`outbound`] and [`response`]: the answer is classified and every state in it sealed,
+//! 7. [`upstream`]: the message is forwarded as the sidecar writes it from the scanned
+//!    tokens (the edits of steps 5 and 6 spliced in).
+//! 8. [`outbound`] and [`response`]: the answer is classified and every state in it sealed
+//!    (the token spliced into the upstream's bytes),
 //!    bound to the request of step 5 (its binding was computed at admission, so nothing
 //!    of the request body is held while the upstream works), an issuing tool's handles
 //!    sealed, and an idempotent call's answer recorded.

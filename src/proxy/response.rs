@@ -18,7 +18,7 @@ use crate::policy::MrtrRefusal;
 use crate::policy::flow::FlowLimits;
 use crate::policy::single_use::SingleUsePolicy;
 use crate::policy::{answers, capabilities};
-use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data};
+use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data_at};
 use crate::token::{Flow, RequestBinding, SealOptions, StateSealer};
 use crate::tools::Answering;
 use bytes::{Bytes, BytesMut};
@@ -168,33 +168,34 @@ impl Sealer {
         self.context.id.as_ref()
     }
 
-    /// Seal one JSON text of an answer (a whole body, an SSE event's data), as splices
-    /// into the upstream's bytes: every `requestState` sealed, the answer recorded, the
-    /// handles sealed. `None`: nothing changed, the bytes go as they came.
-    fn seal_text(&self, text: &[u8]) -> Result<Option<Vec<u8>>, Withheld> {
+    /// Seal one JSON text of an answer (a whole body, an SSE event's data): the splices
+    /// into the upstream's bytes that seal every `requestState`, record the answer and
+    /// seal its handles, in order (none: the bytes go as they came).
+    fn seal_text(&self, text: &[u8]) -> Result<Vec<Splice>, Withheld> {
         let answer = jsonrpc::scan_answer(text).map_err(|_| SealFailure::UnparseableBody)?;
         if answer.is_message() {
             return self.seal_message(&answer);
         }
         let Some(batch) = answer.batch() else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
         // A batch (no 2026 server sends one), arrays in it included: each message read
         // on its own (they do not overlap, so no byte is read twice more), sealed in its
         // place.
-        let mut sealed = Vec::new();
+        let mut splices = Vec::new();
         for at in batch {
             let message = jsonrpc::scan_answer(&text[at.clone()])
                 .map_err(|_| SealFailure::UnparseableBody)?;
-            if let Some(bytes) = self.seal_message(&message)? {
-                sealed.push((at, bytes));
+            for (span, bytes) in self.seal_message(&message)? {
+                splices.push((span.start + at.start..span.end + at.start, bytes));
             }
         }
-        Ok((!sealed.is_empty()).then(|| jsonrpc::replace_spans(text, sealed)))
+        Ok(splices)
     }
 
-    /// Run the [`STEPS`] on one message, in their order: its bytes, if they changed.
-    fn seal_message(&self, answer: &Answer<'_>) -> Result<Option<Vec<u8>>, Withheld> {
+    /// Run the [`STEPS`] on one message, in their order: the splices into its bytes (at
+    /// most one: its state, or its result when handles were sealed in it).
+    fn seal_message(&self, answer: &Answer<'_>) -> Result<Vec<Splice>, Withheld> {
         answer.check().map_err(|fault| {
             Withheld::from(match fault {
                 AnswerFault::AmbiguousKey => SealFailure::AmbiguousKey,
@@ -203,28 +204,22 @@ impl Sealer {
                 AnswerFault::StateOutsideResult => SealFailure::NoRequestContext,
             })
         })?;
-        let mut sealed: Option<Vec<u8>> = None;
+        let mut state = None;
+        let mut handles = None;
         for step in STEPS {
             match step {
-                Step::SealState => {
-                    if let Some(edit) = self.seal_result(answer)? {
-                        sealed = Some(jsonrpc::replace_spans(answer.text().as_bytes(), [edit]));
-                    }
-                }
-                Step::RecordAnswer => self.record(answer, sealed.as_deref()),
-                Step::SealHandles => {
-                    if let Some(bytes) = self.seal_handles(answer, sealed.as_deref())? {
-                        sealed = Some(bytes);
-                    }
-                }
+                Step::SealState => state = self.seal_result(answer)?,
+                Step::RecordAnswer => self.record(answer, state.as_ref()),
+                Step::SealHandles => handles = self.seal_handles(answer, state.as_ref()),
             }
         }
-        Ok(sealed)
+        // Handles sealed in a result hold its sealed state too.
+        Ok(handles.or(state).into_iter().collect())
     }
 
-    /// Record the answer to an idempotent call as the client gets it so far (states
-    /// sealed, handles raw: each replay seals them afresh).
-    fn record(&self, answer: &Answer<'_>, sealed: Option<&[u8]>) {
+    /// Record the answer to an idempotent call as the client gets it (states sealed,
+    /// handles raw: each replay seals them afresh).
+    fn record(&self, answer: &Answer<'_>, state: Option<&Splice>) {
         let answering = &self.context.answering;
         if !answering.records() {
             return;
@@ -235,41 +230,29 @@ impl Sealer {
         if Some(&id) != self.context.id.as_ref() {
             return;
         }
-        let bytes = sealed.unwrap_or(answer.text().as_bytes());
-        if let Ok(Value::Object(message)) = jsonrpc::parse_bounded(bytes, usize::MAX) {
+        let text = answer.text().as_bytes();
+        let sealed = jsonrpc::replace_spans(text, state.cloned());
+        if let Ok(Value::Object(message)) = jsonrpc::parse_bounded(&sealed, usize::MAX) {
             answering.record(&message);
         }
     }
 
-    /// Seal the handles of an issuing tool's `result` (located again when a state was
-    /// sealed into it): the result written back in its place.
-    fn seal_handles(
-        &self,
-        answer: &Answer<'_>,
-        sealed: Option<&[u8]>,
-    ) -> Result<Option<Vec<u8>>, Withheld> {
+    /// Seal the handles of an issuing tool's `result` (its state sealed first): the
+    /// result written back in its place.
+    fn seal_handles(&self, answer: &Answer<'_>, state: Option<&Splice>) -> Option<Splice> {
         if !self.context.answering.issues() {
-            return Ok(None);
+            return None;
         }
-        let rescanned;
-        let (text, result) = match sealed {
-            None => (answer.text().as_bytes(), answer.result()),
-            Some(bytes) => {
-                rescanned =
-                    jsonrpc::scan_answer(bytes).map_err(|_| SealFailure::UnparseableBody)?;
-                (bytes, rescanned.result())
-            }
-        };
-        let Some(at) = result else {
-            return Ok(None);
-        };
-        let Ok(Value::Object(mut result)) = jsonrpc::parse_bounded(&text[at.clone()], usize::MAX)
-        else {
-            return Ok(None);
+        let at = answer.result()?;
+        let inside =
+            state.map(|(span, bytes)| (span.start - at.start..span.end - at.start, bytes.clone()));
+        let result = jsonrpc::replace_spans(&answer.text().as_bytes()[at.clone()], inside);
+        let Ok(Value::Object(mut result)) = jsonrpc::parse_bounded(&result, usize::MAX) else {
+            return None;
         };
         self.context.answering.seal_handles(&mut result);
         let written = jsonrpc::serialize(&Value::Object(result), at.len() + 256);
-        Ok(Some(jsonrpc::replace_spans(text, [(at, written)])))
+        Some((at, written))
     }
 
     /// Seal the `requestState` of a result (or give a round that asks for input a token
@@ -381,7 +364,8 @@ impl Sealer {
     /// Make a whole JSON body safe: the sealed body (`None`: as it came), or why it is
     /// withheld.
     pub fn seal_json(&self, body: &[u8]) -> Result<Option<Bytes>, Withheld> {
-        Ok(self.seal_text(body)?.map(Bytes::from))
+        let splices = self.seal_text(body)?;
+        Ok((!splices.is_empty()).then(|| Bytes::from(jsonrpc::replace_spans(body, splices))))
     }
 
     /// Count, log, and build the internal error that replaces an unsafe response.
@@ -437,14 +421,15 @@ impl EventRewriter for Sealer {
             // at the bytes rather than the label; no SSE stream starts that way.
             return Rewrite::ReplaceAndEnd(self.error_event(SealFailure::UnparseableBody));
         }
-        let Some(data) = event_data(event) else {
+        let Some(data) = event_data_at(event) else {
             return Rewrite::Keep;
         };
-        if data.iter().all(u8::is_ascii_whitespace) {
+        if data.bytes.iter().all(u8::is_ascii_whitespace) {
             // Priming events and keep-alives carry no message.
             return Rewrite::Keep;
         }
         if !data
+            .bytes
             .iter()
             .find(|b| !b.is_ascii_whitespace())
             .is_some_and(|b| *b == b'{' || *b == b'[')
@@ -453,9 +438,18 @@ impl EventRewriter for Sealer {
             // transport's `event: endpoint` carries a plain URL here.
             return Rewrite::Keep;
         }
-        match self.seal_text(&data) {
-            Ok(None) => Rewrite::Keep,
-            Ok(Some(sealed)) => Rewrite::Replace(replace_data(event, &sealed)),
+        match self.seal_text(&data.bytes) {
+            Ok(splices) if splices.is_empty() => Rewrite::Keep,
+            // One data line holds the message: spliced into the event itself, once.
+            Ok(splices) => Rewrite::Replace(match data.at {
+                Some(at) => Bytes::from(jsonrpc::replace_spans(
+                    event,
+                    splices
+                        .into_iter()
+                        .map(|(span, bytes)| (span.start + at..span.end + at, bytes)),
+                )),
+                None => replace_data(event, &jsonrpc::replace_spans(&data.bytes, splices)),
+            }),
             Err(failure) => Rewrite::ReplaceAndEnd(self.error_event(failure)),
         }
     }

@@ -88,7 +88,7 @@ impl StateOpener {
             .open(token, &binding, principal)
             .map_err(|rejection| self.refuse(method, rejection.reason, rejection.detail))?;
         self.still_good(method, &opened, principal).await?;
-        self.check_answers(params, &opened)?;
+        self.check_answers(method, params, &opened)?;
         // Last, after every other check passed and right before forwarding: a request
         // refused for another reason must not spend the state. A replay is found here, on
         // any replica sharing the store.
@@ -147,7 +147,12 @@ impl StateOpener {
     /// `inputResponses` answers what the minting round asked, and only that: entries it
     /// did not ask for are dropped, an answer that does not answer its question refuses
     /// the request (the token itself was good: counted as verified).
-    fn check_answers(&self, params: &mut Params<'_>, opened: &Opened) -> Result<(), ProxyError> {
+    fn check_answers(
+        &self,
+        method: &str,
+        params: &mut Params<'_>,
+        opened: &Opened,
+    ) -> Result<(), ProxyError> {
         if let Some(asked) = &opened.asked
             && let Err(error) = self.filter_input_responses(params, asked)
         {
@@ -157,10 +162,18 @@ impl StateOpener {
         }
         // Each answer must answer its question (the client's mistake when it does not:
         // told which key and rule, not the frozen state error).
-        if let (Some(questions), Some(Value::Object(responses))) =
-            (&opened.questions, params.get(ParamsField::InputResponses))
-            && let Err(bad) = answers::check(questions, responses)
-        {
+        let Some(Value::Object(responses)) = params.get(ParamsField::InputResponses) else {
+            return Ok(());
+        };
+        let Some(questions) = &opened.questions else {
+            return Ok(());
+        };
+        // Read only now that there are answers to check. A token of ours recorded an
+        // object (its claims said so when it opened); anything else fails closed.
+        let Some(questions) = questions.read() else {
+            return Err(self.refuse(method, Reject::Malformed, "recorded questions do not read"));
+        };
+        if let Err(bad) = answers::check(&questions, responses) {
             self.metrics.path.verified(VerifyResult::Ok);
             self.metrics.policy.mrtr_refused(MrtrRefusal::InvalidAnswer);
             tracing::info!(key = %bad.key, rule = %bad.rule, "inputResponses refused");

@@ -395,3 +395,16 @@ proptest! {
         prop_assert_eq!(whole.last().is_some_and(Result::is_err), refused);
     }
 }
+
+#[test]
+fn one_data_line_is_borrowed_where_it_stands() {
+    let event = b"event: message\r\ndata: {\"a\":1}\r\n\r\n";
+    let data = event_data_at(event).unwrap();
+    assert_eq!((&data.bytes[..], data.at), (&b"{\"a\":1}"[..], Some(22)));
+    assert!(matches!(data.bytes, std::borrow::Cow::Borrowed(_)));
+    let data = event_data_at(b"id: 1\ndata\n\n").unwrap();
+    assert_eq!((&data.bytes[..], data.at), (&b""[..], Some(10)));
+    // Several data lines are joined, and stand nowhere in the event as one.
+    let data = event_data_at(b"data: {\"a\":\ndata: 1}\n\n").unwrap();
+    assert_eq!((&data.bytes[..], data.at), (&b"{\"a\":\n1}"[..], None));
+}

@@ -11,6 +11,7 @@ use super::canonical::{CanonicalError, write_python_float, write_python_json, wr
 use base64_simd::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
@@ -114,6 +115,14 @@ fn python_falsy(value: &Value) -> bool {
         Value::Object(o) => o.is_empty(),
         Value::Bool(true) => false,
     }
+}
+
+/// Whether a binding's digest of a `tools/call`'s `arguments` is [`args_digest`] of them
+/// as they are, so a later reader of the same arguments (idempotency) may take it rather
+/// than serialise them again: always, but for the falsy values other than `{}`, which
+/// the binding reads as no arguments (as the reference does).
+pub fn binding_digests_as_is(arguments: Option<&Value>) -> bool {
+    arguments.is_none_or(|a| !python_falsy(a) || a.as_object().is_some_and(Map::is_empty))
 }
 
 /// base64url(SHA-256(canonical JSON)[..16]) of the arguments, `{}` when absent.
@@ -284,9 +293,10 @@ pub struct OpenedClaims<'a> {
     /// claim of the wrong type, like a number.
     #[serde(borrow, default, deserialize_with = "present_str")]
     pub u: Option<Cow<'a, str>>,
-    /// What each asked key asked (method, mode, schema).
+    /// What each asked key asked (method, mode, schema): kept as its JSON text, read
+    /// only when a retry's answers are checked against it ([`Questions`]).
     #[serde(default)]
-    pub qd: Option<Map<String, Value>>,
+    pub qd: Option<Box<RawValue>>,
     /// The round number.
     #[serde(default)]
     pub n: Option<u32>,
@@ -320,7 +330,26 @@ fn present_str<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>,
 impl<'a> OpenedClaims<'a> {
     pub fn decode(payload: &'a [u8]) -> Option<Self> {
         let claims: Self = serde_json::from_slice(payload).ok()?;
-        (claims.v == f64::from(ENVELOPE_VERSION)).then_some(claims)
+        // The recorded questions are an object, checked without building it.
+        let questions_object = claims.qd.as_ref().is_none_or(|q| q.get().starts_with('{'));
+        (claims.v == f64::from(ENVELOPE_VERSION) && questions_object).then_some(claims)
+    }
+}
+
+/// The questions a round recorded in its token (`qd`), as the JSON text the token
+/// carries: parsed only when a retry's answers are checked against them.
+#[derive(Debug, Clone)]
+pub struct Questions(Box<RawValue>);
+
+impl Questions {
+    pub(super) fn new(raw: Box<RawValue>) -> Self {
+        Questions(raw)
+    }
+
+    /// What each asked key asked; `None` if the text is not an object (a token of ours
+    /// never holds one: its claims were checked when it opened).
+    pub fn read(&self) -> Option<Map<String, Value>> {
+        serde_json::from_str(self.0.get()).ok()
     }
 }
 

@@ -23,7 +23,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use canonical::CanonicalError;
-pub use claims::{BindingError, Flow, RequestBinding, args_digest};
+pub use claims::{
+    BindingError, Flow, Questions, RequestBinding, args_digest, binding_digests_as_is,
+};
 pub use handle::{HandleReject, OpenedHandle};
 pub use keyring::{KeyRing, KeyRingError, OpenError, TOKEN_ID_LEN, generate_secret};
 pub use kid::KeyId;
@@ -127,8 +129,8 @@ pub struct Opened {
     pub no_upstream_state: bool,
     /// The keys asked in the minting round, when the minter recorded them.
     pub asked: Option<Vec<String>>,
-    /// What each asked key asked, when the minter recorded it.
-    pub questions: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What each asked key asked, when the minter recorded it (read on demand).
+    pub questions: Option<Questions>,
     /// Where the token stands in its flow, when the minter recorded it.
     pub flow: Option<Flow>,
     /// Unix seconds when it was minted (revocations compare against it).
@@ -347,7 +349,7 @@ impl StateSealer {
             single_use: claims.su,
             no_upstream_state: claims.ns,
             asked: claims.q,
-            questions: claims.qd,
+            questions: claims.qd.map(Questions::new),
             flow: claims
                 .n
                 .zip(claims.fs)

@@ -551,3 +551,32 @@ fn a_counted_seal_names_the_key_that_minted_it() {
     assert_eq!(KeyId::of_ring(&s.ring())[0], kid, "the minting key");
     assert_eq!(s.open(&token, &provision(), None).unwrap().state, "st");
 }
+
+/// The binding's digest is the arguments' own digest (which idempotency then takes rather
+/// than serialising them again) exactly when [`binding_digests_as_is`] says so.
+#[test]
+fn a_bindings_digest_is_the_arguments_digest_unless_they_are_falsy() {
+    for arguments in [
+        None,
+        Some(json!({"name": "web-1"})),
+        Some(json!({})),
+        Some(json!([1])),
+        Some(json!("x")),
+        Some(json!(1)),
+        Some(json!(true)),
+        Some(json!([])),
+        Some(json!("")),
+        Some(json!(0)),
+        Some(json!(0.0)),
+        Some(json!(false)),
+        Some(json!(null)),
+    ] {
+        let binding = RequestBinding::of_members("tools/call", None, arguments.as_ref()).unwrap();
+        let own = args_digest(arguments.as_ref()).unwrap();
+        assert_eq!(
+            binding_digests_as_is(arguments.as_ref()),
+            binding.args_digest == own,
+            "{arguments:?}"
+        );
+    }
+}

@@ -75,7 +75,7 @@ impl Handles {
     }
 
     /// Replace each accepted handle argument of a `tools/call` by the upstream's raw
-    /// handle, or refuse the call.
+    /// handle, or refuse the call: whether any was replaced.
     pub async fn unwrap(
         &self,
         tool: &str,
@@ -83,7 +83,8 @@ impl Handles {
         &Caller {
             path, principal, ..
         }: &Caller<'_>,
-    ) -> Result<(), ProxyError> {
+    ) -> Result<bool, ProxyError> {
+        let mut replaced = false;
         for kind in &self.kinds {
             if !kind.accepted_by.iter().any(|g| glob_match(g, tool)) {
                 continue;
@@ -121,13 +122,14 @@ impl Handles {
             if let Err(reason) = self.not_revoked(principal, opened.issued_at).await {
                 return Err(self.refuse(&kind.kind, reason));
             }
-            params.replace_at(ParamsField::Arguments, &kind.argument_pointer, opened.raw);
+            replaced |=
+                params.replace_at(ParamsField::Arguments, &kind.argument_pointer, opened.raw);
             self.metrics.handle(HandleResult::Ok);
             if let Some(kid) = kid {
                 self.keys.handle_opened(kid);
             }
         }
-        Ok(())
+        Ok(replaced)
     }
 
     /// A handle of a revoked principal issued before the revocation is refused, as a

@@ -196,13 +196,15 @@ impl Idempotency {
     }
 
     /// Read, check and reserve the key of a call of `tool` (arguments as the upstream
-    /// will receive them), or answer it from the store.
+    /// will receive them, whose digest the state binding may have computed already:
+    /// `known_digest`), or answer it from the store.
     pub async fn admit(
         &self,
         tool: &str,
         params: &mut Params<'_>,
         headers: &mut HeaderMap,
         caller: &Caller<'_>,
+        known_digest: Option<&str>,
     ) -> Result<Admission, ProxyError> {
         let Caller {
             path, principal, ..
@@ -215,8 +217,12 @@ impl Idempotency {
             params.remove(ParamsField::IdempotencyKey);
             headers.remove(HEADER);
         }
-        let digest = crate::token::args_digest(params.get(ParamsField::Arguments))
-            .map_err(|_| ProxyError::Parse(crate::jsonrpc::ParseError::Params))?;
+        let arguments = params.get(ParamsField::Arguments);
+        let digest = match known_digest {
+            Some(digest) if crate::token::binding_digests_as_is(arguments) => digest.to_owned(),
+            _ => crate::token::args_digest(arguments)
+                .map_err(|_| ProxyError::Parse(crate::jsonrpc::ParseError::Params))?,
+        };
         let record = self.record_name(principal, path, tool, &key);
         // Before the store is asked: a caller at its share of calls in flight holds
         // nothing more (its own repeats included: they would wait on its own calls).

@@ -107,6 +107,7 @@ impl ToolFeatures {
         params: &mut Params<'_>,
         headers: &mut HeaderMap,
         caller: &Caller<'_>,
+        binding_digest: Option<&str>,
     ) -> Result<Inbound, ProxyError> {
         if !params.is_present() || method != "tools/call" {
             return Ok(Inbound::default());
@@ -114,7 +115,10 @@ impl ToolFeatures {
         let Some(tool) = params.get_str(ParamsField::Name).map(str::to_owned) else {
             return Ok(Inbound::default());
         };
-        self.handles.unwrap(&tool, params, caller).await?;
+        let replaced = self.handles.unwrap(&tool, params, caller).await?;
+        // The binding's digest covers the arguments the upstream receives unless a handle
+        // was replaced in them since.
+        let known_digest = binding_digest.filter(|_| !replaced);
         let mut inbound = Inbound {
             answering: Answering {
                 issue: self.handles.issue(&tool, caller),
@@ -124,7 +128,7 @@ impl ToolFeatures {
         };
         match self
             .idempotency
-            .admit(&tool, params, headers, caller)
+            .admit(&tool, params, headers, caller, known_digest)
             .await?
         {
             Admission::Untracked => {}

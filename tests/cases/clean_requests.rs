@@ -1,5 +1,6 @@
-//! Clean requests: what the upstream receives is what the gate checked, re-serialised and
-//! framed one way: one `Content-Length` (a chunked client body included), no hop-by-hop
+//! Clean requests: what the upstream receives is what the gate checked, written from the
+//! tokens it scanned (no whitespace between them, each token as the client spelled it)
+//! and framed one way: one `Content-Length` (a chunked client body included), no hop-by-hop
 //! header nor one a client's `Connection` named (the gate's own `Mcp-*` and content type
 //! survive such a `Connection`), its own `Host`, `Accept-Encoding: identity`, big numbers
 //! verbatim, and the identity header only when `forward_header` says so.
@@ -75,6 +76,15 @@ async fn the_upstream_sees_a_clean_request() {
             assert_eq!(seen.header(name), sent, "{path}: {name}");
         }
         assert_eq!(seen.json(), serde_json::from_str::<Value>(body).unwrap());
+        assert_eq!(
+            String::from_utf8_lossy(&seen.body),
+            concat!(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"provision","#,
+                r#""arguments":{"name":"web\u002d1","n":123456789012345678901234567890},"#,
+                r#""_meta":{}}}"#
+            ),
+            "{path}: the scanned tokens, nothing between them"
+        );
         assert!(contains(&seen.body, "123456789012345678901234567890"));
         let length = seen.body.len().to_string();
         assert_eq!(seen.header("content-length"), Some(length.as_str()));

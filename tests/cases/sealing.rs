@@ -304,11 +304,19 @@ async fn sse_sealing_is_independent_of_chunking_and_line_endings() {
             let rest = reply.body.strip_prefix(prefix.as_bytes());
             let rest = std::str::from_utf8(rest.expect(&what)).unwrap();
             let eol = eol_of(name);
-            let data = rest
-                .strip_prefix(&format!("event: message{eol}data: "))
+            let lines = rest
+                .strip_prefix(&format!("event: message{eol}"))
                 .and_then(|r| r.strip_suffix(&format!("{eol}{eol}")))
                 .unwrap_or_else(|| panic!("{what}: last event reshaped: {rest:?}"));
-            let mut sealed: Value = serde_json::from_str(data).unwrap();
+            // The state is spliced in where it stood: the event keeps its data lines.
+            let lines: Vec<&str> = lines.split(eol).collect();
+            let upstream_lines = if name == "multi" { 2 } else { 1 };
+            assert_eq!(lines.len(), upstream_lines, "{what}: {lines:?}");
+            let data: Vec<&str> = lines
+                .iter()
+                .map(|line| line.strip_prefix("data: ").expect("a data line"))
+                .collect();
+            let mut sealed: Value = serde_json::from_str(&data.join("\n")).unwrap();
             tokens.push(token(&sealed["result"]));
             sealed["result"]["requestState"] = json!(plaintext());
             assert_eq!(sealed, expected, "{what}");
@@ -323,6 +331,41 @@ async fn sse_sealing_is_independent_of_chunking_and_line_endings() {
     assert_eq!(reply["result"]["content"][0]["text"], got);
     assert_eq!(fake.last().json()["params"]["requestState"], plaintext());
     sidecar.stop().await;
+}
+
+/// An answer as an upstream may write it: whitespace, escapes, an exponent.
+const SPACED: &str = r#"{ "jsonrpc" : "2.0", "id" : 7, "result" : { "resultType" : "input_\u0072equired", "n" : 1E2,
+  "inputRequests" : { "region" : { "method" : "elicitation/create", "params" : { "mode" : "form", "message" : "Which region?",
+  "requestedSchema" : { "type" : "object", "properties" : { "region" : { "type" : "string" } } } } } }STATE } }"#;
+
+/// The client gets the upstream's bytes as they were but for the sealed token, spliced in
+/// where the state stood (or appended to a round's result that had none): no
+/// re-serialisation reshapes what the upstream wrote.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_answer_keeps_the_upstreams_bytes_but_the_state() {
+    let state = r#", "requestState" : "plain\u002dstate""#;
+    for (what, upstream) in [
+        ("with a state", SPACED.replace("STATE", state)),
+        ("without", SPACED.replace("STATE", "")),
+    ] {
+        let answer = upstream.clone();
+        let fake = FakeUpstream::always(move || Reply::json(answer.clone())).await;
+        let sidecar = Sidecar::in_front_of(&fake.base_url()).await;
+        let reply = post_mcp(&sidecar.mcp_url(), &tools_call(7, None)).await;
+        assert_eq!(reply.status, 200, "{what}");
+        let got = reply.text();
+        let token = token(&reply.json()["result"]);
+        let expected = if what == "without" {
+            let at = upstream[..upstream.len() - 1].rfind('}').unwrap();
+            let appended = format!(r#","requestState":"{token}""#);
+            [&upstream[..at], &appended, &upstream[at..]].concat()
+        } else {
+            upstream.replace(r#""plain\u002dstate""#, &format!(r#""{token}""#))
+        };
+        assert_eq!(got, expected, "{what}");
+        assert_eq!(sidecar.metrics().path.sealed_count(), 1, "{what}");
+        sidecar.stop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
