@@ -231,6 +231,14 @@ impl Params<'_> {
         self.0.as_ref()?.value(field)
     }
 
+    /// The client capabilities the call declared
+    /// (`_meta["io.modelcontextprotocol/clientCapabilities"]`), parsed alone: the rest of
+    /// `_meta` is never read.
+    pub fn declared_capabilities(&self) -> Option<Value> {
+        let parts = self.0.as_ref()?;
+        Some(member(parts.body, parts.index.declared()?))
+    }
+
     /// A member that is a string.
     pub fn get_str(&self, field: ParamsField) -> Option<&str> {
         self.get(field).and_then(Value::as_str)

@@ -92,6 +92,7 @@ pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, Refused> {
             params: facts.params.spans(),
             params_keys: facts.params.key_spans(),
             result: facts.result.spans(),
+            declared: facts.declared(),
             gaps: walk.lexer.into_gaps(),
         },
     })
@@ -128,6 +129,8 @@ pub struct Index {
     params: [Option<Span>; facts::MAX_FIELDS],
     params_keys: [Option<Span>; facts::MAX_FIELDS],
     result: [Option<Span>; facts::MAX_FIELDS],
+    /// `params._meta[CAPABILITIES_META]`: what the client declared it can answer.
+    declared: Option<Span>,
     gaps: Vec<Span>,
 }
 
@@ -151,6 +154,12 @@ impl Index {
     /// `result` is an object.
     pub fn result(&self, field: ResultField) -> Option<Range<usize>> {
         span(&self.result, super::RESULT_FIELDS, field.name())
+    }
+
+    /// The span of the client capabilities a call declared
+    /// (`params._meta["io.modelcontextprotocol/clientCapabilities"]`).
+    pub fn declared(&self) -> Option<Range<usize>> {
+        self.declared.map(|s| s.start..s.end)
     }
 
     /// The whitespace runs between tokens, in order.
@@ -211,6 +220,12 @@ impl<'a> Scanned<'a> {
 /// no escape); `None` when `span` is no string token.
 pub fn string_at(body: &[u8], span: Range<usize>) -> Option<Cow<'_, str>> {
     let token = std::str::from_utf8(body.get(span)?).ok()?;
+    // The common token: quotes around bytes that need no second look.
+    if let Some(inner) = token.strip_prefix('"').and_then(|t| t.strip_suffix('"'))
+        && !inner.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20)
+    {
+        return Some(Cow::Borrowed(inner));
+    }
     let mut lexer = Lexer::new(token);
     lexer.string().ok()?;
     lexer.is_done().then(|| unescape(token))

@@ -11,7 +11,7 @@
 //! get here, the whole declaration counts for nothing (fail closed: `{"elicitation":
 //! {"URL": {}}}` must not read as "form, since no url").
 
-use crate::jsonrpc::{self, Lookup, Params, ParamsField};
+use crate::jsonrpc::{self, Lookup, Params};
 use serde_json::{Map, Value, json};
 
 /// Where a 2026 request declares its client's capabilities.
@@ -28,12 +28,9 @@ pub struct Missing {
 
 /// The client capabilities a request declared (`params._meta[...]`), if any.
 pub fn declared(params: &Params<'_>) -> Option<Value> {
-    let meta = params.get(ParamsField::Meta)?;
-    jsonrpc::lookup(meta, [CAPABILITIES_META])
-        .ok()?
-        .found()
+    params
+        .declared_capabilities()
         .filter(|c| c.is_object() && jsonrpc::check_capabilities(c).is_ok())
-        .cloned()
 }
 
 /// Check every input request of a round against `declared`.

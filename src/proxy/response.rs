@@ -262,14 +262,9 @@ impl Sealer {
         let Some(result) = answer.result() else {
             return Ok(None);
         };
-        let text = answer.text().as_bytes();
         let asks = answer.asks_for_input();
         let (state, at) = match answer.state() {
-            StateMember::String(span) => {
-                let state =
-                    jsonrpc::string_at(text, span.clone()).ok_or(SealFailure::UnparseableBody)?;
-                (Some(state), span)
-            }
+            StateMember::String(span) => (Some(answer.string(span.clone())), span),
             // A round without upstream state still gets a token: it is what binds the
             // client's `inputResponses` to the questions this round asked (a stateless
             // upstream would otherwise trust any answers it is sent). It goes last.

@@ -106,6 +106,15 @@ fn same_spans(value: &Value, scanned: &Scanned<'_>) {
         let member = params.and_then(|p| p.get(field.name()));
         check(member, scanned.param(field), field.name());
     }
+    let declared = params
+        .and_then(|p| p.get("_meta"))
+        .filter(|m| m.is_object())
+        .and_then(|m| m.get("io.modelcontextprotocol/clientCapabilities"));
+    check(
+        declared,
+        scanned.index().declared(),
+        "declared capabilities",
+    );
     let result = value.get("result").filter(|r| r.is_object());
     for field in ResultField::ALL {
         let member = result.and_then(|r| r.get(field.name()));

@@ -15,6 +15,7 @@ use super::facts::{Facts, JsonKind, Member};
 use super::lexer::{Lexer, NotJson, Span, unescape};
 use super::{ResultField, Walk, member_value};
 use crate::jsonrpc::{ENVELOPE_FIELDS, ERROR_FIELDS, Id, ParseError, RESULT_FIELDS};
+use std::borrow::Cow;
 use std::ops::Range;
 
 /// Scan an upstream's answer: the facts the sealer acts on, or why it is no JSON a
@@ -160,6 +161,12 @@ impl<'a> Answer<'a> {
             Some((span, JsonKind::String)) => StateMember::String(span),
             Some(_) => StateMember::Other,
         }
+    }
+
+    /// The text of a string the scan located (such as [`StateMember::String`]'s span),
+    /// unescaped: borrowed when it holds no escape. No second check: the scan accepted it.
+    pub fn string(&self, span: Range<usize>) -> Cow<'a, str> {
+        unescape(&self.text[span])
     }
 
     /// Whether an object `result` asks for input (`mcp::asks_for_input`): its

@@ -175,7 +175,7 @@ enum ReadAt {
 struct Read {
     at: ReadAt,
     name: &'static str,
-    found: Option<JsonKind>,
+    found: Option<Member>,
     look_alike: Option<Span>,
 }
 
@@ -264,7 +264,7 @@ impl Facts {
         };
         let read = &mut self.reads[i];
         if exact {
-            read.found = Some(member.kind);
+            read.found = Some(member);
         } else if read.look_alike.is_none() {
             read.look_alike = Some(key_span);
         }
@@ -278,8 +278,23 @@ impl Facts {
                 look_alike: Some(key),
                 ..
             }) => Err(ParseError::AmbiguousKey(printable_key(text, *key))),
-            Some(read) => Ok(read.found),
+            Some(read) => Ok(read.found.map(|m| m.kind)),
         }
+    }
+
+    /// Where the declared capabilities (`params._meta[CAPABILITIES_META]`) are, read by
+    /// exact names (a body that gets this far has no look-alike beside them).
+    pub fn declared(&self) -> Option<Span> {
+        let meta = self
+            .reads
+            .iter()
+            .find(|r| r.at == ReadAt::Params && r.name == "_meta")?;
+        meta.found.filter(|m| m.kind == JsonKind::Object)?;
+        let declared = self
+            .reads
+            .iter()
+            .find(|r| r.at == ReadAt::Meta && r.name == CAPABILITIES_META)?;
+        declared.found.map(|m| m.span)
     }
 
     /// `classify`, check for check, on the facts of a body whose root is `root`.
