@@ -111,6 +111,7 @@ pub mod registry;
 pub mod server;
 pub mod shutdown;
 pub mod sse;
+pub mod stdio;
 pub mod store;
 pub mod telemetry;
 pub mod text;
