@@ -161,11 +161,8 @@ pub async fn start_from(
 
     let (shutdown, stop) = watch::channel(false);
     let readiness = Arc::new(Readiness::default());
-    readiness.set_checks(parts::readiness_checks(
-        config,
-        &upstream_kind,
-        &metrics.keys,
-    ));
+    let checks = parts::readiness_checks(config, &upstream_kind, &metrics.keys);
+    readiness.set_checks(checks);
     let options = parts::Listeners::new(config, &metrics)?;
     let mut tasks = Vec::new();
     let serving = proxy.clone();

@@ -256,11 +256,12 @@ impl http_body::Body for Events {
     }
 }
 
+/// One event, framed as the Python SDK frames them (`\r\n`).
 fn event(message: &[u8]) -> Frame<Bytes> {
-    let mut out = Vec::with_capacity(message.len() + 24);
-    out.extend_from_slice(b"event: message\ndata: ");
+    let mut out = Vec::with_capacity(message.len() + 26);
+    out.extend_from_slice(b"event: message\r\ndata: ");
     out.extend_from_slice(message);
-    out.extend_from_slice(b"\n\n");
+    out.extend_from_slice(b"\r\n\r\n");
     Frame::data(Bytes::from(out))
 }
 

@@ -67,6 +67,7 @@ mod observability;
 mod operations;
 mod passthrough;
 mod security_model;
+mod stdio_upstream;
 mod tls;
 mod token_interop;
 mod ts_conformance;
