@@ -210,8 +210,11 @@ impl tower_service::Service<http::Uri> for Connector {
                 hyper::service::service_fn(move |request| serve::serve(shared.clone(), request));
             // Ends when the client side closes the pipe, which drops a request still
             // waiting (its ticket cancels it at the child).
+            // No header timeout: the only client is the sidecar's own pool, which closes
+            // an idle connection first (`timeouts.upstream_idle_ms`).
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(None)
                 .serve_connection(TokioIo::new(server), service)
                 .await;
         });

@@ -8,7 +8,9 @@
 //! sidecar adds anything of its own ([`strip_hop_by_hop_keeping`]); this leg drops only
 //! the fixed hop-by-hop names, so no `Connection` can name away what the sidecar set.
 //! An `https://` upstream is reached only over TLS verified for its host (SNI and the
-//! certificate name both from the configured URL), never in the clear.
+//! certificate name both from the configured URL), never in the clear. A stdio upstream
+//! (`upstream = "stdio"`) is the same pooled client dialling [`crate::stdio`] in memory:
+//! the requests and responses of this leg are the same for both.
 
 use crate::config::UpstreamUrl;
 use crate::error::ProxyError;

@@ -294,9 +294,13 @@ async fn read(shared: Arc<Shared>, stdout: ChildStdout, max_line: usize) {
                 let delivery = shared.routes().deliver(&line, &shared.metrics);
                 delivered(&shared, delivery, &line);
             }
-            Line::Overlong { prefix, length } => {
+            Line::Overlong {
+                prefix,
+                tail,
+                length,
+            } => {
                 shared.metrics.overlong();
-                let failed = route::overlong_id(&prefix)
+                let failed = route::overlong_id(&prefix, &tail)
                     .is_some_and(|id| shared.routes().fail(id, Fault::Overlong));
                 tracing::warn!(
                     bytes = length,

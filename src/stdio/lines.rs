@@ -5,17 +5,23 @@
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
-/// How much of an overlong line is kept (enough for the `"id"` of an answer written the
-/// way the SDKs write them, members in declaration order: `{"jsonrpc":"2.0","id":7,...`).
+/// How much of an overlong line's start is kept (enough for the `"id"` of an answer the
+/// Python SDK writes: `{"jsonrpc":"2.0","id":7,...`).
 const KEPT_PREFIX: usize = 256;
+/// How much of its end is kept (the TypeScript SDK writes the id last: `...,"id":7}`).
+const KEPT_TAIL: usize = 64;
 
 /// One line read.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Line {
     /// A whole line, without its `\n` (nor a `\r` before it).
     Whole(Vec<u8>),
-    /// A line over the bound: its first bytes, and how long it was.
-    Overlong { prefix: Vec<u8>, length: usize },
+    /// A line over the bound: its first and last bytes, and how long it was.
+    Overlong {
+        prefix: Vec<u8>,
+        tail: Vec<u8>,
+        length: usize,
+    },
 }
 
 /// Reads [`Line`]s of at most `max` bytes.
@@ -24,6 +30,8 @@ pub(crate) struct Lines<R> {
     max: usize,
     /// The current line (or, once it went over `max`, its first bytes).
     line: Vec<u8>,
+    /// The last bytes of the current line, once it went over `max`.
+    tail: Vec<u8>,
     /// Bytes of the current line seen so far.
     length: usize,
     overlong: bool,
@@ -35,6 +43,7 @@ impl<R: AsyncBufRead + Unpin> Lines<R> {
             inner,
             max,
             line: Vec::new(),
+            tail: Vec::new(),
             length: 0,
             overlong: false,
         }
@@ -62,6 +71,12 @@ impl<R: AsyncBufRead + Unpin> Lines<R> {
             } else if !self.overlong {
                 self.line.extend_from_slice(chunk);
             }
+            if self.overlong {
+                let keep = chunk.len().min(KEPT_TAIL);
+                self.tail.extend_from_slice(&chunk[chunk.len() - keep..]);
+                let excess = self.tail.len().saturating_sub(KEPT_TAIL);
+                self.tail.drain(..excess);
+            }
             self.inner.consume(end.unwrap_or(taken));
             if end.is_some() {
                 // The newline was consumed; an empty line still ends here.
@@ -75,9 +90,11 @@ impl<R: AsyncBufRead + Unpin> Lines<R> {
     fn finish(&mut self) -> Line {
         let mut line = std::mem::take(&mut self.line);
         let length = std::mem::take(&mut self.length);
+        let tail = std::mem::take(&mut self.tail);
         if std::mem::take(&mut self.overlong) {
             return Line::Overlong {
                 prefix: line,
+                tail,
                 length,
             };
         }
@@ -129,9 +146,19 @@ mod tests {
             let lines = all(&input, 100, chunk).await;
             assert_eq!(lines.len(), 2, "chunk {chunk}");
             match &lines[0] {
-                Line::Overlong { prefix, length } => {
+                Line::Overlong {
+                    prefix,
+                    tail,
+                    length,
+                } => {
                     assert!(prefix.starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":7,"));
                     assert!(prefix.len() <= KEPT_PREFIX);
+                    assert!(
+                        tail.ends_with(b"xx\"}"),
+                        "{}",
+                        String::from_utf8_lossy(tail)
+                    );
+                    assert!(tail.len() <= KEPT_TAIL);
                     assert!(*length > 10_000, "{length}");
                 }
                 other => panic!("{other:?}"),

@@ -226,9 +226,27 @@ pub(crate) fn line(message: &Value) -> Bytes {
     Bytes::from(out)
 }
 
-/// The bridge id an overlong line's first bytes name, if they begin like an answer
-/// (`{"jsonrpc":"2.0","id":7,` as the SDKs write it, or `{"id":7,`).
-pub(crate) fn overlong_id(prefix: &[u8]) -> Option<u64> {
+/// The bridge id an overlong line names: at its start like an answer of the Python SDK
+/// (`{"jsonrpc":"2.0","id":7,`, or `{"id":7,`), or as its last member like one of the
+/// TypeScript SDK (`...,"id":7}`).
+pub(crate) fn overlong_id(prefix: &[u8], tail: &[u8]) -> Option<u64> {
+    leading_id(prefix).or_else(|| trailing_id(tail))
+}
+
+fn trailing_id(tail: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(tail).ok()?;
+    let inner = text.trim_end().strip_suffix('}')?.trim_end();
+    let start = inner.rfind(|c: char| !c.is_ascii_digit())? + 1;
+    let digits = &inner[start..];
+    let before = inner[..start].trim_end().strip_suffix(':')?.trim_end();
+    before
+        .strip_suffix(r#""id""#)?
+        .trim_end()
+        .strip_suffix(',')?;
+    digits.parse().ok()
+}
+
+fn leading_id(prefix: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(prefix)
         .or_else(|e| std::str::from_utf8(&prefix[..e.valid_up_to()]))
         .ok()?;

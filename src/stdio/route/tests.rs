@@ -101,17 +101,27 @@ fn lines_of_nobody_are_unmatched() {
 }
 
 #[test]
-fn an_overlong_answer_is_named_by_its_first_bytes() {
+fn an_overlong_answer_is_named_by_its_first_or_last_bytes() {
+    let none = b"".as_slice();
+    let leading = |prefix: &[u8]| overlong_id(prefix, none);
     assert_eq!(
-        overlong_id(br#"{"jsonrpc":"2.0","id":42,"result":{"x":"#),
+        leading(br#"{"jsonrpc":"2.0","id":42,"result":{"x":"#),
         Some(42)
     );
-    assert_eq!(overlong_id(br#"{ "jsonrpc" : "2.0" , "id" : 7 }"#), Some(7));
-    assert_eq!(overlong_id(br#"{"id":9,"result":"#), Some(9));
+    assert_eq!(leading(br#"{ "jsonrpc" : "2.0" , "id" : 7 }"#), Some(7));
+    assert_eq!(leading(br#"{"id":9,"result":"#), Some(9));
     assert_eq!(
-        overlong_id(br#"{"jsonrpc":"2.0","method":"x","params":{"id":5,"#),
+        leading(br#"{"jsonrpc":"2.0","method":"x","params":{"id":5,"#),
         None
     );
-    assert_eq!(overlong_id(br#"{"jsonrpc":"2.0","id":"5","#), None);
-    assert_eq!(overlong_id(b"garbage"), None);
+    assert_eq!(leading(br#"{"jsonrpc":"2.0","id":"5","#), None);
+    assert_eq!(overlong_id(b"garbage", b"garbage"), None);
+    // The TypeScript SDK writes the id last.
+    let ts = br#"{"result":{"content":[]},"jsonrpc":"2.0","id":"#;
+    assert_eq!(
+        overlong_id(ts, br#"xxxx"}]},"jsonrpc":"2.0","id":12}"#),
+        Some(12)
+    );
+    // A nested id at the end is not the message's.
+    assert_eq!(overlong_id(ts, br#"xx","item":{"id":3}}}"#), None);
 }
