@@ -426,3 +426,60 @@ async fn stdio_server_to_client_requests_are_refused() {
     assert_eq!(sidecar.metrics().stdio.server_requests_refused(), 1);
     sidecar.stop().await;
 }
+
+/// A caller that leaves an event stream before its answer: the child is told to stop
+/// (`notifications/cancelled` with the bridge's id), and its late answer reaches nobody.
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_a_caller_leaving_mid_stream_cancels_at_the_child() {
+    use http_body_util::{BodyExt, Full};
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received");
+    let argv = child(&["--received", received.to_str().unwrap()]);
+    let sidecar = Sidecar::start(stdio_config(argv)).await;
+    up(&sidecar).await;
+    let message = echo(json!(1), "slow", 1500, Some(json!("p")));
+    let mut request = http::Request::post(sidecar.mcp_url());
+    for (name, value) in mcp_headers("tools/call", Some("echo")) {
+        request = request.header(name, value);
+    }
+    let request = request
+        .body(Full::new(bytes::Bytes::from(
+            serde_json::to_vec(&message).unwrap(),
+        )))
+        .unwrap();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<bytes::Bytes>>();
+    let response = tokio::time::timeout(HTTP_TIMEOUT, client.request(request))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("notifications/progress"));
+    drop(body);
+    drop(client);
+    eventually("the cancellation", || {
+        sidecar.metrics().stdio.cancellations() == 1
+    })
+    .await;
+    eventually("the child to read it", || {
+        std::fs::read_to_string(&received).is_ok_and(|l| l.contains("notifications/cancelled"))
+    })
+    .await;
+    // The answer the child still writes names a closed route.
+    eventually("the late answer, unmatched", || {
+        sidecar
+            .metrics()
+            .stdio
+            .unmatched_count(Unmatched::UnknownId)
+            == 1
+    })
+    .await;
+    sidecar.stop().await;
+}
