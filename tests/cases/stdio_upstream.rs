@@ -27,6 +27,11 @@ fn stdio_config(argv: Vec<String>) -> Config {
     let mut config = config("stdio");
     config.upstream_command.argv = argv;
     config.upstream_command.restart_min_ms = 50;
+    // The child's environment is minimal: no bytecode written into the repository.
+    config
+        .upstream_command
+        .env
+        .insert("PYTHONDONTWRITEBYTECODE".into(), "1".into());
     config.timeouts.drain_ms = 2000;
     config
 }
