@@ -24,6 +24,7 @@ use crate::proxy::Proxy;
 use crate::proxy::ingress::HostPolicy;
 use crate::server;
 use crate::server::Listener;
+use crate::stdio::Bridge;
 use crate::store::Store;
 use crate::tls::FileError;
 use crate::token::{KeyId, KeyMetrics, KeyRing, KeyRingError, StateSealer};
@@ -66,6 +67,9 @@ pub enum StartError {
 pub struct Running {
     addr: SocketAddr,
     admin_addr: SocketAddr,
+    /// A stdio upstream's child, stopped once the listeners have drained.
+    bridge: Option<Arc<Bridge>>,
+    drain: Duration,
     metrics: Arc<Metrics>,
     sealer: Arc<StateSealer>,
     single_use: Arc<SingleUse>,
@@ -100,13 +104,18 @@ impl Running {
         &self.readiness
     }
 
-    /// Fail readiness, wait `grace` for load balancers to notice, stop accepting, drain.
+    /// Fail readiness, wait `grace` for load balancers to notice, stop accepting, drain;
+    /// then stop a stdio upstream's child (SIGTERM, SIGKILL at the drain deadline).
     pub async fn shutdown(self, grace: Duration) {
         self.readiness.set(false);
         tokio::time::sleep(grace).await;
+        let deadline = tokio::time::Instant::now() + self.drain;
         let _ = self.shutdown.send(true);
         for task in self.tasks {
             let _ = task.await;
+        }
+        if let Some(bridge) = self.bridge {
+            bridge.stop(deadline).await;
         }
     }
 }
@@ -125,11 +134,11 @@ pub async fn start_from(
 ) -> Result<Running, StartError> {
     let metrics = Arc::new(Metrics::new());
     let (sealer, key_poll) = parts::key_ring(config, &metrics.keys)?;
-    let upstream_uri = config::parse_upstream(&config.upstream).map_err(StartError::Upstream)?;
+    let upstream_kind = parts::UpstreamKind::start(config, &metrics)?;
     let connect_timeout = Duration::from_millis(config.timeouts.connect_ms);
     let (principal, jwks) = principal_source(config, &metrics.auth, connect_timeout).await?;
     parts::warn_about_weak_principals(config, &principal);
-    let upstream = parts::upstream_client(config, &upstream_uri, connect_timeout)?;
+    let upstream = parts::upstream_client(config, &upstream_kind, connect_timeout)?;
     let (single_use, revocations) = parts::shared_store(config, &metrics)?;
     let (admin_token, token_poll) =
         live::load_admin_token(config.admin.token_file.as_deref()).map_err(StartError::Config)?;
@@ -152,11 +161,8 @@ pub async fn start_from(
 
     let (shutdown, stop) = watch::channel(false);
     let readiness = Arc::new(Readiness::default());
-    readiness.set_checks(parts::readiness_checks(
-        config,
-        &upstream_uri,
-        &metrics.keys,
-    ));
+    let checks = parts::readiness_checks(config, &upstream_kind, &metrics.keys);
+    readiness.set_checks(checks);
     let options = parts::Listeners::new(config, &metrics)?;
     let mut tasks = Vec::new();
     let serving = proxy.clone();
@@ -211,6 +217,8 @@ pub async fn start_from(
     Ok(Running {
         addr,
         admin_addr,
+        bridge: upstream_kind.bridge(),
+        drain: Duration::from_millis(config.timeouts.drain_ms),
         metrics,
         sealer,
         single_use,

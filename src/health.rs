@@ -1,5 +1,5 @@
 //! Readiness checks that look outside the process: whether the upstream accepts a TCP
-//! connection (probed when `/readyz` asks, at most once a second, the answer cached in
+//! connection (or, for a stdio upstream, whether its child is up: [`ChildUp`]) (probed when `/readyz` asks, at most once a second, the answer cached in
 //! between), and whether the key ring has gone stale (the key file has not been read back
 //! valid for `readyz.max_key_age_seconds`, so the ring in use may no longer be the one
 //! the operator deployed).
@@ -65,10 +65,27 @@ impl UpstreamProbe {
     }
 }
 
+/// Whether a stdio upstream's child process is running and has answered
+/// `server/discover` (set by [`crate::stdio`], read by `/readyz`).
+#[derive(Debug, Clone, Default)]
+pub struct ChildUp(Arc<AtomicBool>);
+
+impl ChildUp {
+    pub fn set(&self, up: bool) {
+        self.0.store(up, Ordering::SeqCst);
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// The checks configured under `[readyz]`.
 #[derive(Default)]
 pub struct Checks {
     pub upstream: Option<UpstreamProbe>,
+    /// A stdio upstream's child (in place of the TCP probe).
+    pub child: Option<ChildUp>,
     /// The ring is stale once the key file's age (from the metrics) passes this.
     pub key_age: Option<(Arc<KeyMetrics>, Duration)>,
 }
@@ -85,6 +102,9 @@ impl Checks {
     pub fn failing(&self, out: &mut Vec<&'static str>) {
         if self.upstream.as_ref().is_some_and(UpstreamProbe::is_down) {
             out.push("upstream unreachable");
+        }
+        if self.child.as_ref().is_some_and(|child| !child.is_up()) {
+            out.push("upstream process not running (or not answering server/discover yet)");
         }
         if let Some((metrics, max)) = &self.key_age
             && metrics.key_ring_age().is_some_and(|age| age > *max)
@@ -116,6 +136,7 @@ mod tests {
         let mut failing = Vec::new();
         Checks {
             upstream: Some(probe),
+            child: None,
             key_age: None,
         }
         .failing(&mut failing);
@@ -127,6 +148,7 @@ mod tests {
         let metrics = Arc::new(KeyMetrics::register(&crate::registry::Registry::new()));
         let checks = Checks {
             upstream: None,
+            child: None,
             key_age: Some((metrics.clone(), Duration::ZERO)),
         };
         let mut failing = Vec::new();

@@ -51,7 +51,10 @@
 //! 7. [`proxy::upstream`] forwards the message as the sidecar writes it from the scanned
 //!    tokens, edits spliced in (pooled client, `Host`
 //!    rewritten, the fixed hop-by-hop headers dropped, identity encoding, timeouts; TLS
-//!    verified for an `https://` upstream).
+//!    verified for an `https://` upstream). With `upstream = "stdio"` the pooled client
+//!    dials [`stdio`] in memory instead: its in-process server writes the message to the
+//!    child's stdin under an id of its own and answers with what the child wrote for that
+//!    id only, so steps 2 to 8 are the same for both kinds of upstream.
 //! 8. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
 //!    SSE, empty, or something a 2xx answer to an MCP request may not be) and
 //!    [`proxy::response`] seals every `requestState` in it, in a JSON body or event by
@@ -90,7 +93,7 @@
 //! | crypto | [`token`], [`store`] | the one crypto seam (states and handles), the shared store |
 //! | errors | [`error`] | every refusal and how the client sees it |
 //! | rules | [`policy`], [`health`] | single use, capabilities, answers, rounds, revocation; readiness checks |
-//! | edges | [`tls`], [`server`], [`auth`] | the listener's TLS and peer identity, connections and their facts, who is calling |
+//! | edges | [`tls`], [`server`], [`auth`], [`stdio`] | the listener's TLS and peer identity, connections and their facts, who is calling, a stdio upstream run as the sidecar's child |
 //! | tools | [`tools`] | handles and idempotent writes |
 //! | path | [`proxy`], [`telemetry`] | the phases of steps 2 to 8, the audit record |
 //! | top | [`admin`], [`app`] | the admin port, the wiring and start-up |
@@ -115,6 +118,7 @@ pub mod registry;
 pub mod server;
 pub mod shutdown;
 pub mod sse;
+pub mod stdio;
 pub mod store;
 pub mod telemetry;
 pub mod text;

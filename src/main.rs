@@ -42,8 +42,17 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
         /// Base URL of the MCP server (http://host[:port][/base]); overrides `upstream`.
-        #[arg(long, value_name = "URL")]
+        #[arg(long, value_name = "URL", conflicts_with = "upstream_command")]
         upstream: Option<String>,
+        /// Run a stdio MCP server as the sidecar's child and serve it over HTTP: the
+        /// program and its arguments follow `--` (no shell), e.g.
+        /// `run --upstream-command -- python server.py`. Sets `upstream = "stdio"` and
+        /// `upstream_command.argv`.
+        #[arg(long, requires = "argv")]
+        upstream_command: bool,
+        /// The stdio server's program and arguments (after `--`, with `--upstream-command`).
+        #[arg(last = true, value_name = "ARGV", requires = "upstream_command")]
+        argv: Vec<String>,
     },
     /// Validate the configuration (and the files it names); list every problem.
     ///
@@ -82,7 +91,16 @@ fn main() -> ExitCode {
             config,
             listen,
             upstream,
-        } => run(config, Overrides { listen, upstream }),
+            upstream_command,
+            argv,
+        } => run(
+            config,
+            Overrides {
+                listen,
+                upstream,
+                upstream_command: upstream_command.then_some(argv),
+            },
+        ),
     }
 }
 

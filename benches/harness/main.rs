@@ -32,6 +32,7 @@ mod generator;
 mod instructions;
 mod procs;
 mod report;
+mod stdio;
 mod upstream;
 mod wrk;
 
@@ -62,7 +63,7 @@ struct Settings {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if upstream::run_if_asked(&args) {
+    if upstream::run_if_asked(&args) || stdio::run_if_asked(&args) {
         return ExitCode::SUCCESS;
     }
     if let Some(i) = args.iter().position(|a| a == "--role-bare-proxy") {
@@ -143,6 +144,8 @@ struct Setup {
     nginx_pid: u32,
     bare: SocketAddr,
     bare_pid: u32,
+    /// The sidecar in front of the fast upstream in stdio mode (`stdio.rs`).
+    stdio: SocketAddr,
     idle_rss: u64,
 }
 
@@ -168,9 +171,13 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
     let redis_port = children.spawn_redis(dir)?;
     std::fs::write(dir.join("keys"), format!("{}\n", "5e".repeat(32)))
         .map_err(|e| format!("keys: {e}"))?;
+    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let mut start_sidecar = |name: &'static str, single_use: &str| {
         let (port, admin) = (procs::free_port(), procs::free_port());
-        let config = sidecar_config(dir, port, admin, upstream_port, single_use);
+        let mut config = sidecar_config(dir, port, admin, upstream_port, single_use);
+        if name == "sidecar-stdio" {
+            config = stdio::config(&config, &me);
+        }
         let file = dir.join(format!("{name}.toml"));
         std::fs::write(&file, config).map_err(|e| format!("{name}: {e}"))?;
         let pid = children.spawn(
@@ -193,6 +200,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
              redis_url = \"redis://127.0.0.1:{redis_port}\"\n"
         ),
     )?;
+    let (stdio, stdio_admin, _) = start_sidecar("sidecar-stdio", "")?;
     let nginx_port = procs::free_port();
     std::fs::write(
         dir.join("nginx.conf"),
@@ -214,7 +222,6 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         ],
         &dir.join("nginx.log"),
     )?;
-    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let bare_port = procs::free_port();
     let bare_pid = children.spawn(
         "bare-proxy",
@@ -227,7 +234,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         &dir.join("bare.log"),
     )?;
     procs::wait_ready(children, loopback(upstream_port), "/")?;
-    for admin in [sidecar_admin, memory_admin, redis_admin] {
+    for admin in [sidecar_admin, memory_admin, redis_admin, stdio_admin] {
         procs::wait_ready(children, admin, "/readyz")?;
     }
     procs::wait_ready(children, loopback(nginx_port), "/")?;
@@ -243,6 +250,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         nginx_pid,
         bare: loopback(bare_port),
         bare_pid,
+        stdio,
         idle_rss,
     })
 }
@@ -402,10 +410,13 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
         .find(|r| r.workload == "JSON" && r.phase == Phase::Retry)
         .and_then(|r| r.rps[1].as_ref())
         .map_or(10_000.0, |t| t.rps);
+    // Rows with a sidecar column only: single use, and the stdio upstream.
     let mut single_use = Vec::new();
     for (name, addr) in [("memory", setup.memory), ("Redis", setup.redis)] {
-        single_use.push((name, single_use_row(settings, addr, retry_rps, dir).await?));
+        let row = single_use_row(settings, addr, retry_rps, dir).await?;
+        single_use.push((format!("retry, single-use ({name})"), Phase::Retry, row));
     }
+    single_use.extend(stdio::rows(settings, setup.stdio, dir).await?);
     let after_load_rss = procs::rss(setup.sidecar_pid)?;
     // A failure here (a proxy out of sockets) is reported with the tables, not instead.
     let streams = hold_streams(settings, setup).await;

@@ -11,7 +11,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 pub(super) fn markdown(
     settings: &Settings,
     rows: &mut [Row],
-    single_use: &mut [(&str, (wrk::Throughput, Outcome))],
+    single_use: &mut [(String, Phase, (wrk::Throughput, Outcome))],
     setup: &Setup,
     after_load_rss: u64,
     streams: &Result<[Streams; 3], String>,
@@ -70,18 +70,9 @@ pub(super) fn markdown(
             }
         }
     }
-    for (store, (t, _)) in single_use.iter() {
-        let _ = writeln!(
-            out,
-            "| JSON | retry, single-use ({store}) | | {:.0} | | | | | |",
-            t.rps
-        );
-        note(
-            &mut errors,
-            format!("wrk single-use {store}"),
-            t.errors,
-            None,
-        );
+    for (label, _, (t, _)) in single_use.iter() {
+        let _ = writeln!(out, "| JSON | {label} | | {:.0} | | | | | |", t.rps);
+        note(&mut errors, format!("wrk {label}"), t.errors, None);
     }
     let _ = writeln!(
         out,
@@ -107,7 +98,8 @@ pub(super) fn markdown(
             o.quantile_us(0.999)
         )
     };
-    let mut direct_retry_json = None;
+    // Direct JSON p50 / p99 by phase, for the rows with a sidecar column only.
+    let mut direct_json = [None, None];
     for row in rows.iter_mut() {
         let [a, b, c, d] = &mut row.latency;
         let (Some(a), Some(b), Some(c), Some(d)) = (a, b, c, d) else {
@@ -140,22 +132,24 @@ pub(super) fn markdown(
                 o.first_error.as_deref(),
             );
         }
-        if row.workload == "JSON" && row.phase == Phase::Retry {
-            direct_retry_json = Some((a.quantile_us(0.50), a.quantile_us(0.99)));
+        if row.workload == "JSON" {
+            direct_json[usize::from(row.phase == Phase::Retry)] =
+                Some((a.quantile_us(0.50), a.quantile_us(0.99)));
         }
     }
-    for (store, (_, o)) in single_use.iter_mut() {
-        let (a50, a99) = direct_retry_json.unwrap_or((f64::NAN, f64::NAN));
+    for (label, phase, (_, o)) in single_use.iter_mut() {
+        let direct = direct_json[usize::from(*phase == Phase::Retry)];
+        let (a50, a99) = direct.unwrap_or((f64::NAN, f64::NAN));
         let _ = writeln!(
             out,
-            "| JSON | retry, single-use ({store}) | | {} | | | {:.0} / {:.0} | |",
+            "| JSON | {label} | | {} | | | {:.0} / {:.0} | |",
             cell(o),
             o.quantile_us(0.50) - a50,
             o.quantile_us(0.99) - a99,
         );
         note(
             &mut errors,
-            format!("open loop single-use {store}"),
+            format!("open loop {label}"),
             o.errors,
             o.first_error.as_deref(),
         );

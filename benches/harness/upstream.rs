@@ -34,6 +34,11 @@ pub const STATE: &str = r#"{"k":"provision","name":"web-1","r":1,"tier":"free","
 
 const COMPLETE: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"Provisioned web-1 (tier=free) in eu-west-1"}],"isError":false,"resultType":"complete"}}"#;
 
+/// The retry's answer (id 1).
+pub fn complete() -> &'static str {
+    COMPLETE
+}
+
 /// The first call's answer: one elicitation, and the state to send back with its answer.
 pub fn input_required() -> String {
     let state = serde_json::to_string(STATE).expect("a string serialises");

@@ -14,6 +14,7 @@ use crate::policy::PolicyMetrics;
 use crate::proxy::{Meters, PathMetrics};
 use crate::registry::{Family, ReadResult, Registry};
 use crate::server::ConnectionMetrics;
+use crate::stdio::StdioMetrics;
 use crate::tls::TlsMetrics;
 use crate::token::KeyMetrics;
 use crate::tools::ToolMetrics;
@@ -31,6 +32,7 @@ pub struct Metrics {
     pub auth: Arc<AuthMetrics>,
     pub tls: Arc<TlsMetrics>,
     pub connections: Arc<ConnectionMetrics>,
+    pub stdio: Arc<StdioMetrics>,
     pub process: Arc<ProcessMetrics>,
     pub admin: Arc<AdminMetrics>,
 }
@@ -47,6 +49,7 @@ impl Metrics {
             auth: Arc::new(AuthMetrics::register(&registry)),
             tls: Arc::new(TlsMetrics::register(&registry)),
             connections: Arc::new(ConnectionMetrics::register(&registry)),
+            stdio: Arc::new(StdioMetrics::register(&registry)),
             process: Arc::new(ProcessMetrics::register(&registry)),
             admin: Arc::new(AdminMetrics::register(&registry)),
             registry: Arc::new(registry),

@@ -18,6 +18,7 @@ use crate::policy::revocation::Revocations;
 use crate::policy::single_use::SingleUse;
 use crate::proxy::upstream::{Pool, Upstream};
 use crate::server::{self, Listener};
+use crate::stdio::Bridge;
 use crate::store::Store;
 use crate::tls::ServerTls;
 use crate::token::{KeyId, KeyMetrics, KeyRing, StateSealer};
@@ -121,12 +122,51 @@ pub(super) fn warn_about_weak_principals(config: &Config, principal: &Identifier
     }
 }
 
+/// The upstream: a URL, or a child process run by a [`Bridge`] (whose readiness is
+/// [`health::ChildUp`]).
+pub(super) enum UpstreamKind {
+    Http(crate::config::UpstreamUrl),
+    Stdio(Arc<Bridge>, health::ChildUp),
+}
+
+impl UpstreamKind {
+    /// Parse the URL, or start the child (`upstream = "stdio"`).
+    pub(super) fn start(config: &Config, metrics: &Metrics) -> Result<Self, StartError> {
+        if config.is_stdio() {
+            let up = health::ChildUp::default();
+            let bridge = Bridge::start(config, metrics.stdio.clone(), up.clone());
+            return Ok(UpstreamKind::Stdio(bridge, up));
+        }
+        config::parse_upstream(&config.upstream)
+            .map(UpstreamKind::Http)
+            .map_err(StartError::Upstream)
+    }
+
+    pub(super) fn bridge(&self) -> Option<Arc<Bridge>> {
+        match self {
+            UpstreamKind::Stdio(bridge, _) => Some(bridge.clone()),
+            UpstreamKind::Http(_) => None,
+        }
+    }
+}
+
 /// The pooled client of the upstream, with `upstream_tls` for an `https://` upstream.
 pub(super) fn upstream_client(
     config: &Config,
-    upstream_uri: &crate::config::UpstreamUrl,
+    upstream: &UpstreamKind,
     connect_timeout: Duration,
 ) -> Result<Upstream, StartError> {
+    let pool = Pool {
+        idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
+        max_idle: config.limits.upstream_max_idle_per_host,
+    };
+    let head_timeout = Duration::from_millis(config.timeouts.response_head_ms);
+    let upstream_uri = match upstream {
+        UpstreamKind::Http(uri) => uri,
+        UpstreamKind::Stdio(bridge, _) => {
+            return Ok(Upstream::stdio(bridge.connector(), head_timeout, pool));
+        }
+    };
     let upstream_tls = &config.upstream_tls;
     let tls = crate::tls::client_config(
         upstream_tls
@@ -148,11 +188,8 @@ pub(super) fn upstream_client(
         upstream_uri,
         tls,
         connect_timeout,
-        Duration::from_millis(config.timeouts.response_head_ms),
-        Pool {
-            idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
-            max_idle: config.limits.upstream_max_idle_per_host,
-        },
+        head_timeout,
+        pool,
     ))
 }
 
@@ -170,18 +207,27 @@ pub(super) async fn bind(
     Ok((listener, bound))
 }
 
-/// What `/readyz` checks besides the process: the upstream (`readyz.check_upstream`)
-/// and the key file's age (`readyz.max_key_age_seconds`, with a key file).
+/// What `/readyz` checks besides the process: the upstream (`readyz.check_upstream`:
+/// a TCP probe, or for a stdio upstream its child being up) and the key file's age
+/// (`readyz.max_key_age_seconds`, with a key file).
 pub(super) fn readiness_checks(
     config: &Config,
-    upstream_uri: &crate::config::UpstreamUrl,
+    upstream: &UpstreamKind,
     keys: &Arc<KeyMetrics>,
 ) -> health::Checks {
+    let check = config.readyz.check_upstream;
     health::Checks {
-        upstream: config.readyz.check_upstream.then(|| {
-            let timeout = Duration::from_millis(config.readyz.upstream_timeout_ms);
-            health::UpstreamProbe::new(upstream_uri, timeout)
-        }),
+        upstream: match upstream {
+            UpstreamKind::Http(uri) if check => {
+                let timeout = Duration::from_millis(config.readyz.upstream_timeout_ms);
+                Some(health::UpstreamProbe::new(uri, timeout))
+            }
+            _ => None,
+        },
+        child: match upstream {
+            UpstreamKind::Stdio(_, up) if check => Some(up.clone()),
+            _ => None,
+        },
         key_age: (config.state.keys_file.is_some() && config.readyz.max_key_age_seconds > 0).then(
             || {
                 let max = Duration::from_secs(config.readyz.max_key_age_seconds);

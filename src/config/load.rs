@@ -66,6 +66,13 @@ macro_rules! leaf {
 pub(super) const LEAVES: &[Leaf] = &[
     leaf!(Restart, "listen" => listen),
     leaf!(Restart, "upstream" => upstream),
+    leaf!(Restart, "upstream_command.argv" => upstream_command.argv),
+    leaf!(Restart, "upstream_command.env" => upstream_command.env),
+    leaf!(Restart, "upstream_command.cwd" => upstream_command.cwd),
+    leaf!(Restart, "upstream_command.inherit_env" => upstream_command.inherit_env),
+    leaf!(Restart, "upstream_command.restart_min_ms" => upstream_command.restart_min_ms),
+    leaf!(Restart, "upstream_command.restart_max_ms" => upstream_command.restart_max_ms),
+    leaf!(Restart, "upstream_command.queue_max" => upstream_command.queue_max),
     leaf!(Restart, "admin_listen" => admin_listen),
     leaf!(Live, "passthrough_paths" => passthrough_paths),
     leaf!(Live, "allowed_hosts" => allowed_hosts),
@@ -221,6 +228,12 @@ impl Provider for Overrides {
         }
         if let Some(upstream) = &self.upstream {
             dict.insert("upstream".into(), Value::from(upstream.clone()));
+        }
+        if let Some(argv) = &self.upstream_command {
+            dict.insert("upstream".into(), Value::from(super::STDIO));
+            let mut command = Dict::new();
+            command.insert("argv".into(), Value::from(argv.clone()));
+            dict.insert("upstream_command".into(), Value::from(command));
         }
         Ok(Profile::Default.collect(dict))
     }

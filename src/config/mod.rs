@@ -19,6 +19,7 @@ mod operations;
 
 pub mod reload;
 mod security;
+mod stdio;
 mod tools;
 mod validate;
 
@@ -34,6 +35,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub use security::{
     JwksKeys, JwtConfig, JwtSettings, MtlsConfig, MtlsIdentity, TlsConfig, UpstreamTlsConfig,
 };
+pub use stdio::{STDIO, UpstreamCommandConfig};
 pub use tools::{HandleConfig, IdempotencyConfig};
 pub use validate::{UpstreamUrl, parse_upstream};
 
@@ -48,8 +50,11 @@ pub struct Config {
     /// Client-facing address.
     pub listen: SocketAddr,
     /// Base URL of the MCP server (`http(s)://host[:port][/base]`); request paths are kept
-    /// and appended to the base path. Checked by [`parse_upstream`].
+    /// and appended to the base path. Checked by [`parse_upstream`]. Or `"stdio"`: the
+    /// server is the child process `upstream_command` describes.
     pub upstream: String,
+    /// What to run when `upstream = "stdio"`.
+    pub upstream_command: UpstreamCommandConfig,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     pub admin_listen: SocketAddr,
     /// Exact request paths whose POST bodies are forwarded untouched (a legacy OAuth
@@ -81,6 +86,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             upstream: "http://127.0.0.1:3000".to_owned(),
+            upstream_command: UpstreamCommandConfig::default(),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             passthrough_paths: Vec::new(),
             allowed_hosts: None,
@@ -467,6 +473,9 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     /// `--upstream`
     pub upstream: Option<String>,
+    /// `--upstream-command -- ARGV...`: sets `upstream = "stdio"` and
+    /// `upstream_command.argv`.
+    pub upstream_command: Option<Vec<String>>,
 }
 
 /// One thing wrong with the configuration.

@@ -92,6 +92,7 @@ fn shipped_file_is_the_defaults() {
         "upstream_tls.ca_file",
         "upstream_tls.cert_file",
         "upstream_tls.key_file",
+        "upstream_command.cwd",
         "log.format",
     ];
     let expected: BTreeSet<String> = LEAVES
@@ -102,9 +103,12 @@ fn shipped_file_is_the_defaults() {
     assert_eq!(keys, expected);
 }
 
+/// Keys whose value is a table of the operator's names: one leaf, not a section.
+const MAP_LEAVES: [&str; 1] = ["upstream_command.env"];
+
 fn leaf_paths(prefix: &str, value: &figment::value::Value, out: &mut BTreeSet<String>) {
     match value.as_dict() {
-        Some(dict) => {
+        Some(dict) if !MAP_LEAVES.contains(&prefix) => {
             for (name, child) in dict {
                 let key = if prefix.is_empty() {
                     name.clone()
@@ -114,7 +118,7 @@ fn leaf_paths(prefix: &str, value: &figment::value::Value, out: &mut BTreeSet<St
                 leaf_paths(&key, child, out);
             }
         }
-        None => {
+        _ => {
             out.insert(prefix.to_owned());
         }
     }
@@ -124,7 +128,7 @@ fn leaf_paths(prefix: &str, value: &figment::value::Value, out: &mut BTreeSet<St
 fn leaf_table_matches_the_struct() {
     fn json_leaves(prefix: &str, value: &serde_json::Value, out: &mut BTreeSet<String>) {
         match value.as_object() {
-            Some(map) => {
+            Some(map) if !MAP_LEAVES.contains(&prefix) => {
                 for (name, child) in map {
                     let key = if prefix.is_empty() {
                         name.clone()
@@ -134,7 +138,7 @@ fn leaf_table_matches_the_struct() {
                     json_leaves(&key, child, out);
                 }
             }
-            None => {
+            _ => {
                 out.insert(prefix.to_owned());
             }
         }
@@ -229,6 +233,7 @@ fn flags_override_env() {
         let overrides = Overrides {
             listen: Some("127.0.0.1:7".parse().unwrap()),
             upstream: Some("http://flag:2/mcp".to_owned()),
+            ..Overrides::default()
         };
         let config = Config::load(None, &overrides).unwrap();
         assert_eq!(config.listen, "127.0.0.1:7".parse::<SocketAddr>().unwrap());
@@ -475,4 +480,20 @@ fn env_var_names() {
         problem.to_string(),
         "single_use.tools (MCP_STATE_GUARD_SINGLE_USE__TOOLS): boom"
     );
+}
+
+#[test]
+fn the_upstream_command_flag_switches_to_stdio() {
+    Jail::expect_with(|_| {
+        let overrides = Overrides {
+            upstream_command: Some(vec!["python".into(), "server.py".into()]),
+            ..Overrides::default()
+        };
+        let config = Config::load(None, &overrides).unwrap();
+        assert!(config.is_stdio());
+        assert_eq!(config.upstream_command.argv, ["python", "server.py"]);
+        // Defaults of the rest of the table survive the flag's partial table.
+        assert_eq!(config.upstream_command.queue_max, 256);
+        Ok(())
+    });
 }

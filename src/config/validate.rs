@@ -38,14 +38,17 @@ impl Config {
         }
 
         problems.extend(super::security::validate(self));
+        super::stdio::validate(self, &mut problems);
         super::tools::validate(&self.handles, &self.idempotency, &mut problems);
         problems
     }
 
     /// The listeners, the upstream, the paths and hosts served.
     fn validate_addresses(&self, problem: &mut impl FnMut(&str, String)) {
-        if let Err(message) = parse_upstream(&self.upstream) {
-            problem("upstream", message.to_owned());
+        if !self.is_stdio()
+            && let Err(message) = parse_upstream(&self.upstream)
+        {
+            problem("upstream", format!("{message}, or \"stdio\""));
         }
         if self.listen == self.admin_listen && self.listen.port() != 0 {
             problem("admin_listen", "must differ from listen".to_owned());

@@ -8,7 +8,9 @@
 //! sidecar adds anything of its own ([`strip_hop_by_hop_keeping`]); this leg drops only
 //! the fixed hop-by-hop names, so no `Connection` can name away what the sidecar set.
 //! An `https://` upstream is reached only over TLS verified for its host (SNI and the
-//! certificate name both from the configured URL), never in the clear.
+//! certificate name both from the configured URL), never in the clear. A stdio upstream
+//! (`upstream = "stdio"`) is the same pooled client dialling [`crate::stdio`] in memory:
+//! the requests and responses of this leg are the same for both.
 
 use crate::config::UpstreamUrl;
 use crate::error::ProxyError;
@@ -38,12 +40,19 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 
 /// The configured upstream and a connection pool to it.
 pub struct Upstream {
-    client: Client<HttpsConnector<HttpConnector>, ProxyBody>,
+    client: Clients,
     scheme: Scheme,
     authority: Authority,
     host: HeaderValue,
     base_path: String,
     response_head_timeout: Duration,
+}
+
+/// The pool of an HTTP upstream, or of a stdio upstream's in-process server
+/// ([`crate::stdio`]): the same requests, the same responses.
+enum Clients {
+    Http(Client<HttpsConnector<HttpConnector>, ProxyBody>),
+    Stdio(Client<crate::stdio::Connector, ProxyBody>),
 }
 
 /// How idle upstream connections are kept for reuse.
@@ -104,11 +113,33 @@ impl Upstream {
         let host = HeaderValue::from_str(authority.as_str())
             .expect("an authority is a valid header value");
         Self {
-            client,
+            client: Clients::Http(client),
             scheme: base.uri().scheme().cloned().unwrap_or(Scheme::HTTP),
             authority,
             host,
             base_path: base.uri().path().trim_end_matches('/').to_owned(),
+            response_head_timeout,
+        }
+    }
+
+    /// A stdio upstream: the bridge's in-process server, reached in memory
+    /// ([`crate::stdio::Connector`]); requests name the authority `stdio`.
+    pub fn stdio(
+        connector: crate::stdio::Connector,
+        response_head_timeout: Duration,
+        pool: Pool,
+    ) -> Self {
+        let authority = Authority::from_static("stdio");
+        Self {
+            client: Clients::Stdio(crate::stdio::client(
+                connector,
+                pool.idle_timeout,
+                pool.max_idle,
+            )),
+            scheme: Scheme::HTTP,
+            host: HeaderValue::from_static("stdio"),
+            authority,
+            base_path: String::new(),
             response_head_timeout,
         }
     }
@@ -161,7 +192,11 @@ impl Upstream {
         &self,
         request: http::Request<ProxyBody>,
     ) -> Result<http::Response<Incoming>, ProxyError> {
-        match tokio::time::timeout(self.response_head_timeout, self.client.request(request)).await {
+        let response = match &self.client {
+            Clients::Http(client) => client.request(request),
+            Clients::Stdio(client) => client.request(request),
+        };
+        match tokio::time::timeout(self.response_head_timeout, response).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) => Err(ProxyError::UpstreamUnavailable(e)),
             Err(_) => Err(ProxyError::UpstreamTimeout(

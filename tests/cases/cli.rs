@@ -188,7 +188,10 @@ fn version_names_the_commit() {
 #[test]
 fn every_flag_is_described_in_help() {
     for (command, flags) in [
-        ("run", &["--config", "--listen", "--upstream"][..]),
+        (
+            "run",
+            &["--config", "--listen", "--upstream", "--upstream-command"][..],
+        ),
         ("check-config", &["--config"][..]),
     ] {
         let out = binary().args([command, "--help"]).output().unwrap();
@@ -248,5 +251,71 @@ fn logs_are_json_off_a_terminal_unless_text_is_asked_for() {
             .iter()
             .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok());
         assert_eq!(json, format != Some("text"), "{format:?}: {lines:#?}");
+    }
+}
+
+/// The README's one command for a stdio server: `run --upstream-command -- ARGV...` runs it
+/// as the sidecar's child, which answers `server/discover`; SIGTERM drains, then stops the
+/// child, and the sidecar exits cleanly. Without `--`, or with `--upstream` too, the
+/// command line is refused.
+#[test]
+fn upstream_command_runs_a_stdio_server_as_the_child() {
+    let python = crate::support::python::interpreter();
+    let script = crate::support::python::repo_path("tests/py/stdio_child.py");
+    let mut child = binary()
+        .args(["run", "--listen", "127.0.0.1:0", "--upstream-command", "--"])
+        .arg(&python)
+        .arg(&script)
+        .env("MCP_STATE_GUARD_ADMIN_LISTEN", "127.0.0.1:0")
+        .env("MCP_STATE_GUARD_TIMEOUTS__DRAIN_MS", "600")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !log.contains("answered server/discover") {
+        assert!(Instant::now() < deadline, "{log}");
+        if stderr.read_line(&mut log).unwrap() == 0 {
+            panic!("the sidecar exited: {log}");
+        }
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the sidecar did not exit after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    log.push_str(&reader.join().unwrap());
+    assert!(status.success(), "{status:?}: {log}");
+    assert!(log.contains("stdio upstream stopped"), "{log}");
+
+    for args in [
+        &["run", "--upstream-command"][..],
+        &[
+            "run",
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--upstream-command",
+            "--",
+            "x",
+        ][..],
+    ] {
+        let out = binary().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }

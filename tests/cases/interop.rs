@@ -20,7 +20,7 @@ const SAMPLED: &str = "The capital of France is Paris.";
 const ROOT: &str = "file:///tmp/mcp-state-guard-root";
 
 /// What the SDK's automatic loop answers for each flow (`auto-all`), from either upstream.
-fn expected_auto(upstream: Sdk) -> Value {
+pub(super) fn expected_auto(upstream: Sdk) -> Value {
     let info = match upstream {
         Sdk::Python => "legacy-plaintext-state 0.1.0",
         Sdk::TypeScript => "legacy-plaintext-state-ts 0.1.0",
@@ -50,7 +50,7 @@ fn expected_auto(upstream: Sdk) -> Value {
 }
 
 /// The hand-driven flows (`manual`): key, rounds, final text.
-fn expected_manual(upstream: Sdk) -> Vec<(&'static str, usize, String)> {
+pub(super) fn expected_manual(upstream: Sdk) -> Vec<(&'static str, usize, String)> {
     // The TypeScript SDK hands resource handlers the WHATWG-normalised URL.
     let ete = match upstream {
         Sdk::Python => "été",
@@ -90,21 +90,21 @@ fn expected_manual(upstream: Sdk) -> Vec<(&'static str, usize, String)> {
 }
 
 /// A sealed token: `v1.` and base64url only, so no plaintext JSON can hide in it.
-fn assert_token(state: &Value) {
+pub(super) fn assert_token(state: &Value) {
     let state = state.as_str().unwrap_or_default();
     let body = state.strip_prefix("v1.").unwrap_or_default();
     let base64url = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     assert!(body.len() > 40 && body.chars().all(base64url), "{state}");
 }
 
-fn frozen_error() -> Value {
+pub(super) fn frozen_error() -> Value {
     json!({"code": -32602, "message": "Invalid or expired requestState",
            "data": {"reason": "invalid_request_state"}})
 }
 
 /// Progress notifications the upstream emitted (the TypeScript client also reports
 /// its own retry loop as progress, "Fulfilling input required ...": not wire traffic).
-fn upstream_progress(out: &Value) -> usize {
+pub(super) fn upstream_progress(out: &Value) -> usize {
     let progress = out["progress"].as_array().unwrap();
     let step = |p: &&Value| {
         p["message"]

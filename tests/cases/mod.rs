@@ -54,6 +54,9 @@ mod fairness;
 // Faults end in one answer per accepted request, and the sidecar recovers.
 mod faults;
 mod upstream_faults;
+// A stdio server behind the sidecar gets every protection, and its answers reach only
+// their caller.
+mod stdio_upstream;
 
 // Not guarantees of the security model (the allow-list in `security_model`).
 mod cli;

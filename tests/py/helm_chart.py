@@ -164,6 +164,15 @@ CASES: dict[str, dict] = {
         },
     },
     "no-network-policy": {"networkPolicy": {"enabled": False}, "server": {"outliveSidecarDrain": False}},
+    # A stdio server: one container from an image holding the server and the sidecar.
+    "stdio": {
+        "server": {
+            "image": {"repository": "example.com/stdio-mcp-with-guard", "tag": "2.0.0"},
+            "env": [{"name": "LOG_LEVEL", "value": "info"}],
+        },
+        "stdio": {"enabled": True, "command": ["python", "/app/server.py"], "env": {"MODE": "prod"}},
+        "config": {"upstream_command": {"restart_max_ms": 10000}},
+    },
 }
 
 
@@ -260,9 +269,24 @@ def pod_checks(case: str, values: dict, merged: dict, pod: dict, fullname: str, 
     check(grace > delay + readiness_grace + drain_ms / 1000, f"{case}: terminationGracePeriodSeconds {grace} <= preStop {delay} + {readiness_grace} + drain {drain_ms / 1000}")
     if values.get("terminationGracePeriodSeconds"):
         check(grace == values["terminationGracePeriodSeconds"], f"{case}: the given grace period is kept")
+    # A stdio server: the one container runs the sidecar from the server's image, with the
+    # server as its child; nothing else in the pod.
+    if merged["stdio"]["enabled"]:
+        check(list(containers) == [SIDECAR], f"{case}: one container in stdio mode: {list(containers)}")
+        image = merged["server"]["image"]
+        check(sidecar.get("image") == f"{image['repository']}:{image['tag']}", f"{case}: the server's image: {sidecar.get('image')}")
+        check(sidecar.get("command") == ["/usr/local/bin/mcp-state-guard"], f"{case}: the sidecar binary runs: {sidecar.get('command')}")
+        check(config.get("upstream") == "stdio", f"{case}: upstream = stdio: {config.get('upstream')}")
+        command = config.get("upstream_command", {})
+        check(command.get("argv") == merged["stdio"]["command"], f"{case}: the child's argv: {command}")
+        check(command.get("env") == merged["stdio"]["env"], f"{case}: the child's env: {command}")
+        env = {e["name"] for e in sidecar.get("env", [])}
+        check("LOG_LEVEL" in env, f"{case}: server.env reaches the one container: {env}")
     # The legacy server: no port anyone could target, and it outlives the drain.
     server = containers.get("server")
-    if check(server is not None, f"{case}: the server container"):
+    if merged["stdio"]["enabled"]:
+        pass
+    elif check(server is not None, f"{case}: the server container"):
         check("ports" not in server, f"{case}: the server declares no port")
         if merged["server"]["outliveSidecarDrain"]:
             stop = server.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)

@@ -15,6 +15,11 @@ Served over Streamable HTTP (uvicorn) on 127.0.0.1, path `/mcp`, both eras on on
 Usage:
     python tests/py/legacy_server.py --port 0 [--json-response] [--no-host-check]
                                      [--no-stdin-watchdog]
+    python tests/py/legacy_server.py --stdio
+
+With `--stdio` the same tools are served over stdin/stdout by the SDK's `stdio_server` (one
+JSON-RPC message per line; logs on stderr), as a stdio server behind `mcp-state-guard run
+--upstream-command -- python tests/py/legacy_server.py --stdio`; no `/debug/*` there.
 
 With `--port 0` a free port is bound; once the server accepts connections exactly one line
 `LISTENING <port>` is printed to stdout. Everything else goes to stderr. The process exits with
@@ -69,6 +74,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -698,10 +704,27 @@ def build_app(json_response: bool, host_check: bool) -> ASGIApp:
     return RecordHttp(app, "/mcp")
 
 
+async def serve_stdio() -> None:
+    """The same server over stdio (the SDK's `stdio_server`): one JSON-RPC message per line."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server()
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
 def main() -> None:
     parser = peer_server.arguments(__doc__)
     parser.add_argument("--no-host-check", action="store_true", help="disable the SDK's Host/Origin allowlist")
+    parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead of HTTP")
     args = parser.parse_args()
+    if args.stdio:
+        import anyio
+
+        logging.basicConfig(stream=sys.stderr, level=args.log_level.upper())
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        anyio.run(serve_stdio)
+        return
     peer_server.serve(args, build_app(args.json_response, not args.no_host_check))
 
 

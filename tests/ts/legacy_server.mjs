@@ -16,6 +16,11 @@
 //   node --import tests/ts/register.mjs tests/ts/legacy_server.mjs --port 0
 //        [--response-mode json|sse|auto] [--keep-alive-ms N] [--no-host-check]
 //        [--no-stdin-watchdog]
+//   node --import tests/ts/register.mjs tests/ts/legacy_server.mjs --stdio
+//
+// With --stdio the same server is served over stdin/stdout by the SDK's `serveStdio`
+// (a `StdioServerTransport` whose opening request picks the era), as a stdio server behind `mcp-state-guard run
+// --upstream-command -- node ... --stdio`; no /debug/* there.
 //
 // Binds 127.0.0.1 (`--port 0` picks a free port) and prints exactly one line
 // `LISTENING <port>` on stdout once it accepts connections; everything else goes to stderr.
@@ -500,9 +505,21 @@ function replay(req, body) {
   };
 }
 
+/**
+ * The same server over stdio: the SDK's `serveStdio` entry over its `StdioServerTransport`
+ * (one message per line). A hand-wired `McpServer.connect(new StdioServerTransport())`
+ * serves only the 2025 era (`server/discover` is -32601 there); `serveStdio` lets the
+ * opening request choose the era, as the Python SDK's stdio server does.
+ */
+async function serveStdio() {
+  const { serveStdio: serve } = await import("@modelcontextprotocol/server/stdio");
+  serve(() => buildServer(), { onerror: (error) => process.stderr.write(`mcp: ${error?.message ?? error}\n`) });
+}
+
 function main() {
   const { values } = parseArgs({
     options: {
+      stdio: { type: "boolean", default: false },
       port: { type: "string", default: "0" },
       "response-mode": { type: "string", default: "auto" },
       "keep-alive-ms": { type: "string", default: "15000" },
@@ -510,6 +527,10 @@ function main() {
       "no-stdin-watchdog": { type: "boolean", default: false },
     },
   });
+  if (values.stdio) {
+    void serveStdio();
+    return;
+  }
   const responseMode = values["response-mode"];
   if (!["json", "sse", "auto"].includes(responseMode)) throw new Error(`bad --response-mode ${responseMode}`);
 

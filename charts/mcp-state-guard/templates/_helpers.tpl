@@ -97,7 +97,18 @@ owns set (listeners, key file, the files it mounts) and the convenience blocks
 {{- $_ := mergeOverwrite $cfg (deepCopy $v.config) }}
 {{- $_ := set $cfg "listen" (printf "0.0.0.0:%d" (int64 $v.ports.proxy)) }}
 {{- $_ := set $cfg "admin_listen" (printf "0.0.0.0:%d" (int64 $v.ports.admin)) }}
-{{- if not (hasKey $cfg "upstream") }}
+{{- if $v.stdio.enabled }}
+{{- if not $v.stdio.command }}
+{{- fail "stdio.enabled needs stdio.command: the stdio server's program and arguments" }}
+{{- end }}
+{{- $_ := set $cfg "upstream" "stdio" }}
+{{- $command := default dict $cfg.upstream_command }}
+{{- $_ := set $command "argv" $v.stdio.command }}
+{{- if $v.stdio.env }}
+{{- $_ := set $command "env" (merge (default dict $command.env) $v.stdio.env) }}
+{{- end }}
+{{- $_ := set $cfg "upstream_command" $command }}
+{{- else if not (hasKey $cfg "upstream") }}
 {{- $_ := set $cfg "upstream" (printf "http://127.0.0.1:%d%s" (int64 $v.server.port) $v.server.basePath) }}
 {{- end }}
 {{- $state := default dict $cfg.state }}

@@ -16,8 +16,16 @@ Secret and monitoring objects are rendered), that is `(index .Subcharts "mcp-sta
 {{- define "mcp-state-guard.sidecar.container" -}}
 {{- $v := .Values -}}
 - name: mcp-state-guard
+  {{- if $v.stdio.enabled }}
+  {{- /* stdio mode: the server's image holds the sidecar too; the server is its child. */}}
+  image: {{ include "mcp-state-guard.imageRef" (dict "image" $v.server.image "defaultTag" "latest") | quote }}
+  imagePullPolicy: {{ $v.server.image.pullPolicy }}
+  command:
+    - /usr/local/bin/mcp-state-guard
+  {{- else }}
   image: {{ include "mcp-state-guard.imageRef" (dict "image" $v.image "defaultTag" .Chart.AppVersion) | quote }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
+  {{- end }}
   args:
     - run
     - --config
@@ -29,7 +37,8 @@ Secret and monitoring objects are rendered), that is `(index .Subcharts "mcp-sta
     - name: admin
       containerPort: {{ int64 $v.ports.admin }}
       protocol: TCP
-  {{- if or $v.singleUse.redis.existingSecret $v.sidecar.env }}
+  {{- $serverEnv := and $v.stdio.enabled $v.server.env }}
+  {{- if or $v.singleUse.redis.existingSecret $v.sidecar.env $serverEnv }}
   env:
     {{- if $v.singleUse.redis.existingSecret }}
     # Not in the ConfigMap: the URL may carry a password.
@@ -42,6 +51,13 @@ Secret and monitoring objects are rendered), that is `(index .Subcharts "mcp-sta
     {{- with $v.sidecar.env }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+    {{- if $serverEnv }}
+    {{- toYaml $v.server.env | nindent 4 }}
+    {{- end }}
+  {{- end }}
+  {{- if and $v.stdio.enabled $v.server.envFrom }}
+  envFrom:
+    {{- toYaml $v.server.envFrom | nindent 4 }}
   {{- end }}
   startupProbe:
     httpGet:
@@ -64,7 +80,7 @@ Secret and monitoring objects are rendered), that is `(index .Subcharts "mcp-sta
       sleep:
         seconds: {{ int64 $v.sidecar.preStopSleepSeconds }}
   resources:
-    {{- toYaml $v.sidecar.resources | nindent 4 }}
+    {{- toYaml (ternary (default $v.sidecar.resources $v.server.resources) $v.sidecar.resources $v.stdio.enabled) | nindent 4 }}
   securityContext:
     {{- toYaml $v.sidecar.securityContext | nindent 4 }}
   volumeMounts:
@@ -86,6 +102,11 @@ Secret and monitoring objects are rendered), that is `(index .Subcharts "mcp-sta
     {{- end }}
     {{- with $v.sidecar.volumeMounts }}
     {{- toYaml . | nindent 4 }}
+    {{- end }}
+    {{- if $v.stdio.enabled }}
+    {{- with $v.server.volumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
     {{- end }}
 {{- end }}
 

@@ -19,6 +19,14 @@ fn assembly_leaf_by_leaf_matches_serde() {
             admin_listen = "0.0.0.0:3"
             passthrough_paths = ["/p"]
             allowed_hosts = ["mcp.example.com"]
+            [upstream_command]
+            argv = ["server", "--stdio"]
+            env = { A = "1" }
+            cwd = "/srv"
+            inherit_env = true
+            restart_min_ms = 26
+            restart_max_ms = 27
+            queue_max = 28
             [state]
             audience = "aud"
             keys_file = "/k"

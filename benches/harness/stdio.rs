@@ -1,0 +1,139 @@
+//! The stdio row (issue 23): the same MRTR workload through a sidecar whose upstream is
+//! the harness's fast upstream in stdio mode (`upstream = "stdio"`, this executable with
+//! `--role-stdio-upstream` as its child): one line in, one line out, the bridge's own id
+//! echoed, no parsing beyond finding it. Compared with the HTTP upstream's direct figures
+//! (A), since a stdio server has no direct HTTP path to measure.
+
+use super::generator::{self, Bodies, Outcome, Target};
+use super::{
+    OPEN_LOOP_CONNECTIONS, Phase, Settings, WORKLOADS, request_body, state_of, upstream, wrk,
+};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// When `args` say this process is the stdio upstream, serve stdin until EOF; `false`
+/// otherwise.
+pub fn run_if_asked(args: &[String]) -> bool {
+    if !args.iter().any(|a| a == "--role-stdio-upstream") {
+        return false;
+    }
+    serve();
+    true
+}
+
+/// Answer each request line: `server/discover`, a retry (it names a `requestState`) with
+/// the final result, anything else with the `input_required` round; notifications get
+/// nothing. Flushed whenever no more input is buffered.
+fn serve() {
+    let first = upstream::input_required();
+    let (first_head, first_tail) = first.split_once(r#""id":1"#).expect("an id");
+    let complete = upstream::complete();
+    let (done_head, done_tail) = complete.split_once(r#""id":1"#).expect("an id");
+    let mut input = BufReader::new(std::io::stdin().lock());
+    let mut output = BufWriter::new(std::io::stdout().lock());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match input.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let Some(id) = id_of(&line) else { continue };
+        let (head, tail) = if line.contains(r#""method":"server/discover""#) {
+            (
+                r#"{"jsonrpc":"2.0","#,
+                r#","result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"resultType":"complete"}}"#,
+            )
+        } else if line.contains(r#""requestState""#) {
+            (done_head, done_tail)
+        } else {
+            (first_head, first_tail)
+        };
+        let written = writeln!(output, "{head}\"id\":{id}{tail}");
+        if written.is_err() || (input.buffer().is_empty() && output.flush().is_err()) {
+            return;
+        }
+    }
+}
+
+/// The value of the first `"id":` (a request's own, written before its params).
+fn id_of(line: &str) -> Option<&str> {
+    let rest = &line[line.find(r#""id":"#)? + 5..];
+    let end = rest.find([',', '}'])?;
+    Some(rest[..end].trim())
+}
+
+/// The stdio sidecar's configuration: the sidecar's (`base`) with the child instead of
+/// the URL.
+pub fn config(base: &str, me: &Path) -> String {
+    let mut lines: Vec<String> = base
+        .lines()
+        .filter(|l| !l.starts_with("upstream = "))
+        .map(str::to_owned)
+        .collect();
+    lines.insert(0, "upstream = \"stdio\"".into());
+    lines.push(format!(
+        "[upstream_command]\nargv = [{:?}, \"--role-stdio-upstream\"]",
+        me.display().to_string()
+    ));
+    lines.join("\n") + "\n"
+}
+
+/// The JSON workload's first call and retry through the stdio sidecar at `addr`:
+/// wrk's throughput and the open loop's latency, labelled for the report.
+pub async fn rows(
+    settings: &Settings,
+    addr: SocketAddr,
+    dir: &Path,
+) -> Result<Vec<(String, Phase, (wrk::Throughput, Outcome))>, String> {
+    let (_, path) = WORKLOADS[0];
+    let mut rows = Vec::new();
+    for phase in [Phase::First, Phase::Retry] {
+        let target = Target {
+            addr,
+            path,
+            expect: phase.expect(),
+            forbid: (phase == Phase::First).then_some(super::PLAINTEXT_MARK),
+        };
+        let body = match phase {
+            Phase::First => request_body(None),
+            Phase::Retry => {
+                let first = Target {
+                    expect: Phase::First.expect(),
+                    ..target.clone()
+                };
+                let answers = generator::closed_loop(&first, request_body(None), 1, 1).await?;
+                request_body(Some(&state_of(&answers[0])?))
+            }
+        };
+        generator::closed_loop(&target, body.clone(), 1, 1)
+            .await
+            .map_err(|e| format!("stdio {}: {e}", phase.label()))?;
+        let file = dir.join("body.json");
+        std::fs::write(&file, &body).map_err(|e| format!("body file: {e}"))?;
+        let script = dir.join("wrk.lua");
+        wrk::run(&target, wrk::WrkBody::Same(&file), settings.warmup, &script)?;
+        let throughput = wrk::run(
+            &target,
+            wrk::WrkBody::Same(&file),
+            settings.measure,
+            &script,
+        )?;
+        let latency = generator::open_loop(
+            &target,
+            &Bodies::Same(body),
+            settings.rate,
+            settings.warmup,
+            settings.measure,
+            OPEN_LOOP_CONNECTIONS,
+        )
+        .await?;
+        rows.push((
+            format!("{}, stdio upstream (E)", phase.label()),
+            phase,
+            (throughput, latency),
+        ));
+    }
+    Ok(rows)
+}

@@ -1,0 +1,273 @@
+//! A stdio upstream (`upstream = "stdio"`): the MCP server is the sidecar's child
+//! process, and this bridge serves it to the proxy over Streamable HTTP, so that every
+//! protection the proxy gives an HTTP upstream applies unchanged.
+//!
+//! The proxy's pooled client dials a [`Connector`] that opens an in-memory connection
+//! (no port: nothing else in the pod can reach the child around the sidecar) to the
+//! bridge's HTTP server ([`serve`]). Each request becomes one line on the child's stdin
+//! under an id of the bridge's own; its answer and its progress notifications come back
+//! to that caller only ([`route`]). One task supervises the child ([`child`]): starts
+//! it, asks it `server/discover` before calling it up, writes the bounded queue to its
+//! stdin, reads its stdout line by line within `limits.max_event_bytes` ([`lines`]),
+//! logs its stderr clipped, fails every open request when it exits, and restarts it
+//! with backoff.
+//!
+//! Invariant: a line of the child's stdout reaches at most the one caller whose request
+//! it names; nothing waits on a child that is gone (every open request is failed when it
+//! exits, and a request waiting for the child is bounded by the proxy's head timeout).
+
+mod child;
+mod lines;
+pub mod metrics;
+mod route;
+mod serve;
+
+pub use metrics::{Dropped, StdioMetrics, Unmatched};
+
+use crate::config::Config;
+use crate::health::ChildUp;
+use bytes::Bytes;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use route::Routes;
+use std::future::Ready;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::DuplexStream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// Bytes buffered in each direction of an in-memory connection.
+const DUPLEX_BYTES: usize = 64 * 1024;
+
+/// What is shared by the in-process server, the supervisor and the child's reader.
+pub(crate) struct Shared {
+    routes: Mutex<Routes>,
+    queue: mpsc::Sender<Outgoing>,
+    /// Whether the child answers (it answered `server/discover`); `None` once stopped.
+    up: watch::Sender<Option<bool>>,
+    child_up: ChildUp,
+    metrics: Arc<StdioMetrics>,
+    next_id: AtomicU64,
+    max_body: usize,
+}
+
+/// One line for the child's stdin: a request's (written only while its route is open)
+/// or the bridge's own (`id` `None`: a cancellation, a refusal, the discovery probe's).
+pub(crate) struct Outgoing {
+    id: Option<u64>,
+    line: Bytes,
+}
+
+/// Why a line was not queued.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Refused {
+    Full,
+    Stopped,
+}
+
+impl Refused {
+    fn message(self) -> &'static str {
+        match self {
+            Refused::Full => "the upstream process's input queue is full; retry later",
+            Refused::Stopped => "the upstream process is stopping",
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn routes(&self) -> MutexGuard<'_, Routes> {
+        // A panic while holding the table cannot leave it half-changed (each change is
+        // one map operation): keep serving.
+        self.routes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queue a line for the child's stdin, or say why not (never waits).
+    pub(crate) fn enqueue(&self, id: Option<u64>, line: Bytes) -> Result<(), Refused> {
+        let result = self.queue.try_send(Outgoing { id, line });
+        self.metrics.queue_depth(self.queued());
+        result.map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                self.metrics.queue_full();
+                Refused::Full
+            }
+            mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
+        })
+    }
+
+    fn queued(&self) -> usize {
+        self.queue.max_capacity() - self.queue.capacity()
+    }
+
+    /// Wait until the child answers; false once the bridge stopped.
+    pub(crate) async fn child_ready(&self) -> bool {
+        let mut up = self.up.subscribe();
+        matches!(
+            up.wait_for(|up| *up != Some(false)).await.map(|up| *up),
+            Ok(Some(true))
+        )
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.send_if_modified(|state| {
+            let changed = state.is_some() && *state != Some(up);
+            if changed {
+                *state = Some(up);
+            }
+            changed
+        });
+        self.child_up.set(up);
+        self.metrics.set_up(up);
+    }
+}
+
+/// The child and the bridge to it.
+pub struct Bridge {
+    shared: Arc<Shared>,
+    /// Set to stop: the instant by which the child must be gone.
+    stop: watch::Sender<Option<tokio::time::Instant>>,
+    supervisor: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Bridge {
+    /// Start the child `config.upstream_command` describes (the configuration is
+    /// validated and `upstream = "stdio"`), and supervise it until [`Bridge::stop`].
+    pub fn start(config: &Config, metrics: Arc<StdioMetrics>, child_up: ChildUp) -> Arc<Self> {
+        let command = &config.upstream_command;
+        let (queue, queued) = mpsc::channel(command.queue_max);
+        let shared = Arc::new(Shared {
+            routes: Mutex::new(Routes::default()),
+            queue,
+            up: watch::Sender::new(Some(false)),
+            child_up,
+            metrics,
+            next_id: AtomicU64::new(1),
+            max_body: config.limits.max_body_bytes,
+        });
+        shared.set_up(false);
+        let (stop, stopping) = watch::channel(None);
+        let spec = child::Spec::from_config(config);
+        let supervisor = tokio::spawn(child::supervise(shared.clone(), spec, queued, stopping));
+        Arc::new(Self {
+            shared,
+            stop,
+            supervisor: Mutex::new(Some(supervisor)),
+        })
+    }
+
+    /// What the proxy's client dials.
+    pub fn connector(self: &Arc<Self>) -> Connector {
+        Connector {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Stop the child once the proxy has drained: close its stdin and send it SIGTERM,
+    /// then SIGKILL when it is still there at `deadline` (and at least a moment later).
+    pub async fn stop(&self, deadline: tokio::time::Instant) {
+        let earliest = tokio::time::Instant::now() + Duration::from_millis(500);
+        let _ = self.stop.send(Some(deadline.max(earliest)));
+        let supervisor = self
+            .supervisor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(supervisor) = supervisor {
+            let _ = supervisor.await;
+        }
+        self.shared.up.send_replace(None);
+    }
+}
+
+/// Dials the bridge: each connection is an in-memory pipe to a new HTTP/1.1 server
+/// connection of the bridge (pooled and reused by the client like any other).
+#[derive(Clone)]
+pub struct Connector {
+    shared: Arc<Shared>,
+}
+
+impl tower_service::Service<http::Uri> for Connector {
+    type Response = Pipe;
+    type Error = std::io::Error;
+    type Future = Ready<Result<Pipe, std::io::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Uri) -> Self::Future {
+        let (client, server) = tokio::io::duplex(DUPLEX_BYTES);
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let service =
+                hyper::service::service_fn(move |request| serve::serve(shared.clone(), request));
+            // Ends when the client side closes the pipe, which drops a request still
+            // waiting (its ticket cancels it at the child).
+            // No header timeout: the only client is the sidecar's own pool, which closes
+            // an idle connection first (`timeouts.upstream_idle_ms`).
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(None)
+                .serve_connection(TokioIo::new(server), service)
+                .await;
+        });
+        std::future::ready(Ok(Pipe(TokioIo::new(client))))
+    }
+}
+
+/// The client's end of an in-memory connection.
+pub struct Pipe(TokioIo<DuplexStream>);
+
+impl Connection for Pipe {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl hyper::rt::Read for Pipe {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for Pipe {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+/// The pooled client of the bridge, for [`crate::proxy::upstream::Upstream`].
+pub fn client(
+    connector: Connector,
+    idle_timeout: Duration,
+    max_idle: usize,
+) -> hyper_util::client::legacy::Client<Connector, crate::body::ProxyBody> {
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .pool_idle_timeout(idle_timeout)
+        .pool_max_idle_per_host(max_idle)
+        .build(connector)
+}

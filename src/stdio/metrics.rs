@@ -1,0 +1,207 @@
+//! The stdio upstream's families: the child's life (`stdio_child_up`,
+//! `stdio_child_restarts_total`), its input queue (`stdio_queue_depth`,
+//! `stdio_queue_full_total`), and what came out of it that no caller got
+//! (`stdio_unmatched_lines_total{reason}`, `stdio_overlong_lines_total`,
+//! `stdio_dropped_notifications_total{reason}`, `stdio_server_requests_refused_total`,
+//! `stdio_stderr_lines_dropped_total`), and the cancellations sent for callers that left
+//! (`stdio_cancellations_total`).
+//!
+//! Invariant: as for every family, labels come from closed sets ([`Unmatched`],
+//! [`Dropped`]) and every series exists at zero from the first scrape (in every mode).
+
+use crate::registry::{Family, Registry, closed_label};
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
+
+/// Why a line from the child's stdout reached no caller (`reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmatched {
+    /// Not a JSON object (a stray `print`, a banner).
+    NotJson,
+    /// An answer whose id is no open request's (it left, or it was never ours).
+    UnknownId,
+    /// A notification naming no open request (a log message: stdio has no per-request
+    /// stream to tie it to; progress with an unknown token).
+    Notification,
+    /// A JSON object that is neither a request, an answer nor a notification.
+    Invalid,
+}
+
+impl Unmatched {
+    pub const ALL: [Unmatched; 4] = [
+        Unmatched::NotJson,
+        Unmatched::UnknownId,
+        Unmatched::Notification,
+        Unmatched::Invalid,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unmatched::NotJson => "not_json",
+            Unmatched::UnknownId => "unknown_id",
+            Unmatched::Notification => "notification",
+            Unmatched::Invalid => "invalid",
+        }
+    }
+}
+
+/// Why a notification that belonged to a caller was not delivered (`reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// The caller did not accept `text/event-stream`: a JSON answer has no room for it.
+    JsonCaller,
+    /// The caller read too slowly: its buffer of notifications was full.
+    SlowCaller,
+}
+
+impl Dropped {
+    pub const ALL: [Dropped; 2] = [Dropped::JsonCaller, Dropped::SlowCaller];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dropped::JsonCaller => "json_caller",
+            Dropped::SlowCaller => "slow_caller",
+        }
+    }
+}
+
+closed_label!(Unmatched, Dropped);
+
+/// The bridge's families.
+pub struct StdioMetrics {
+    up: IntGauge,
+    restarts: IntCounter,
+    queue_depth: IntGauge,
+    queue_full: IntCounter,
+    unmatched: Family<IntCounterVec, Unmatched>,
+    overlong: IntCounter,
+    dropped: Family<IntCounterVec, Dropped>,
+    server_requests: IntCounter,
+    stderr_dropped: IntCounter,
+    cancellations: IntCounter,
+}
+
+impl StdioMetrics {
+    pub fn register(registry: &Registry) -> Self {
+        Self {
+            up: registry.gauge(
+                "stdio_child_up",
+                "1 while the stdio upstream's child runs and has answered server/discover.",
+            ),
+            restarts: registry.counter(
+                "stdio_child_restarts_total",
+                "Times the stdio upstream's child was started again after it exited (or never answered server/discover).",
+            ),
+            queue_depth: registry.gauge(
+                "stdio_queue_depth",
+                "Messages waiting for the child's standard input.",
+            ),
+            queue_full: registry.counter(
+                "stdio_queue_full_total",
+                "Requests refused with 503 because upstream_command.queue_max messages were waiting.",
+            ),
+            unmatched: registry.counters(
+                "stdio_unmatched_lines_total",
+                "Lines on the child's stdout that belonged to no open request, by reason (counted and logged, never delivered).",
+                "reason",
+            ),
+            overlong: registry.counter(
+                "stdio_overlong_lines_total",
+                "Lines on the child's stdout over limits.max_event_bytes, discarded unread (the request they answered gets an error when it can be named).",
+            ),
+            dropped: registry.counters(
+                "stdio_dropped_notifications_total",
+                "Notifications of an open request not delivered to its caller, by reason.",
+                "reason",
+            ),
+            server_requests: registry.counter(
+                "stdio_server_requests_refused_total",
+                "Requests the child sent to the client (sampling, elicitation, roots, ping): answered with a JSON-RPC error, as 2026-07-28 has no server-to-client requests.",
+            ),
+            stderr_dropped: registry.counter(
+                "stdio_stderr_lines_dropped_total",
+                "Lines of the child's stderr not logged because it wrote more than the log takes per second.",
+            ),
+            cancellations: registry.counter(
+                "stdio_cancellations_total",
+                "notifications/cancelled sent to the child for callers that went away before the answer.",
+            ),
+        }
+    }
+
+    pub(crate) fn set_up(&self, up: bool) {
+        self.up.set(i64::from(up));
+    }
+
+    pub fn up(&self) -> bool {
+        self.up.get() == 1
+    }
+
+    pub(crate) fn restarted(&self) {
+        self.restarts.inc();
+    }
+
+    pub fn restarts(&self) -> u64 {
+        self.restarts.get()
+    }
+
+    pub(crate) fn queue_depth(&self, depth: usize) {
+        self.queue_depth
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
+    }
+
+    pub(crate) fn queue_full(&self) {
+        self.queue_full.inc();
+    }
+
+    pub fn queue_full_count(&self) -> u64 {
+        self.queue_full.get()
+    }
+
+    pub(crate) fn unmatched(&self, reason: Unmatched) {
+        self.unmatched.at(reason).inc();
+    }
+
+    pub fn unmatched_count(&self, reason: Unmatched) -> u64 {
+        self.unmatched.at(reason).get()
+    }
+
+    pub(crate) fn overlong(&self) {
+        self.overlong.inc();
+    }
+
+    pub fn overlong_count(&self) -> u64 {
+        self.overlong.get()
+    }
+
+    pub(crate) fn dropped(&self, reason: Dropped) {
+        self.dropped.at(reason).inc();
+    }
+
+    pub fn dropped_count(&self, reason: Dropped) -> u64 {
+        self.dropped.at(reason).get()
+    }
+
+    pub(crate) fn server_request_refused(&self) {
+        self.server_requests.inc();
+    }
+
+    pub fn server_requests_refused(&self) -> u64 {
+        self.server_requests.get()
+    }
+
+    pub(crate) fn stderr_dropped(&self, lines: u64) {
+        self.stderr_dropped.inc_by(lines);
+    }
+
+    pub fn stderr_dropped_count(&self) -> u64 {
+        self.stderr_dropped.get()
+    }
+
+    pub(crate) fn cancelled(&self) {
+        self.cancellations.inc();
+    }
+
+    pub fn cancellations(&self) -> u64 {
+        self.cancellations.get()
+    }
+}
