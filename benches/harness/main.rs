@@ -189,9 +189,14 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         Ok::<_, String>((loopback(port), loopback(admin), pid))
     };
     let (sidecar, sidecar_admin, sidecar_pid) = start_sidecar("sidecar", "")?;
+    // The harness is one caller (one principal) spending tens of thousands of states
+    // within their lifetime: its share of the memory store is the whole store, as a
+    // single-tenant deployment would set it (the default share is a fraction, so the
+    // row would measure 429s).
     let (memory, memory_admin, _) = start_sidecar(
         "sidecar-memory",
-        "[single_use]\ntools = [\"provision\"]\nstore = \"memory\"\n",
+        "[single_use]\ntools = [\"provision\"]\nstore = \"memory\"\n\
+         memory_max_entries = 1000000\nmax_entries_per_principal = 1000000\n",
     )?;
     let (redis, redis_admin, _) = start_sidecar(
         "sidecar-redis",
