@@ -193,22 +193,6 @@ impl<'a> Scanned<'a> {
         &self.index
     }
 
-    /// The span of an envelope member's value.
-    pub fn envelope(&self, field: EnvelopeField) -> Option<Range<usize>> {
-        self.index.envelope(field)
-    }
-
-    /// The span of a member's value in `params`, when `params` is an object.
-    pub fn param(&self, field: ParamsField) -> Option<Range<usize>> {
-        self.index.param(field)
-    }
-
-    /// The span of a member's value in `result`, when the message is a response whose
-    /// `result` is an object.
-    pub fn result(&self, field: ResultField) -> Option<Range<usize>> {
-        self.index.result(field)
-    }
-
     /// The text of the string token at `span` (one this index gave), unescaped: borrowed
     /// from the body when it holds no escape. `None` when `span` is no string token.
     pub fn string(&self, span: Range<usize>) -> Option<Cow<'a, str>> {

@@ -97,14 +97,14 @@ fn same_spans(value: &Value, scanned: &Scanned<'_>) {
     for field in EnvelopeField::ALL {
         check(
             value.get(field.name()),
-            scanned.envelope(field),
+            scanned.index().envelope(field),
             field.name(),
         );
     }
     let params = value.get("params").filter(|p| p.is_object());
     for field in ParamsField::ALL {
         let member = params.and_then(|p| p.get(field.name()));
-        check(member, scanned.param(field), field.name());
+        check(member, scanned.index().param(field), field.name());
     }
     let declared = params
         .and_then(|p| p.get("_meta"))
@@ -118,7 +118,7 @@ fn same_spans(value: &Value, scanned: &Scanned<'_>) {
     let result = value.get("result").filter(|r| r.is_object());
     for field in ResultField::ALL {
         let member = result.and_then(|r| r.get(field.name()));
-        check(member, scanned.result(field), field.name());
+        check(member, scanned.index().result(field), field.name());
     }
 }
 

@@ -57,14 +57,14 @@ fn same_spans(value: &Value, scanned: &Scanned<'_>, shown: &str) {
     for field in EnvelopeField::ALL {
         check(
             value.get(field.name()),
-            scanned.envelope(field),
+            scanned.index().envelope(field),
             field.name(),
         );
     }
     let params = value.get("params").filter(|p| p.is_object());
     for field in ParamsField::ALL {
         let member = params.and_then(|p| p.get(field.name()));
-        check(member, scanned.param(field), field.name());
+        check(member, scanned.index().param(field), field.name());
     }
     let declared = params
         .and_then(|p| p.get("_meta"))
@@ -78,7 +78,7 @@ fn same_spans(value: &Value, scanned: &Scanned<'_>, shown: &str) {
     let result = value.get("result").filter(|r| r.is_object());
     for field in ResultField::ALL {
         let member = result.and_then(|r| r.get(field.name()));
-        check(member, scanned.result(field), field.name());
+        check(member, scanned.index().result(field), field.name());
     }
 }
 
@@ -527,27 +527,30 @@ fn the_index_locates_the_members_the_sidecar_acts_on() {
     let scanned = scan(body.as_bytes(), usize::MAX).unwrap();
     let at = |span: Option<Range<usize>>| &body[span.unwrap()];
     assert_eq!(
-        at(scanned.envelope(EnvelopeField::Method)),
+        at(scanned.index().envelope(EnvelopeField::Method)),
         r#""tools/call""#
     );
-    assert_eq!(at(scanned.param(ParamsField::Arguments)), r#"{"a":[1,2]}"#);
-    let state = scanned.param(ParamsField::RequestState).unwrap();
+    assert_eq!(
+        at(scanned.index().param(ParamsField::Arguments)),
+        r#"{"a":[1,2]}"#
+    );
+    let state = scanned.index().param(ParamsField::RequestState).unwrap();
     assert_eq!(scanned.string(state).as_deref(), Some("state"));
-    let name = scanned.param(ParamsField::Name).unwrap();
+    let name = scanned.index().param(ParamsField::Name).unwrap();
     assert!(matches!(scanned.string(name), Some(Cow::Borrowed("t"))));
     assert_eq!(
-        scanned.string(scanned.param(ParamsField::Meta).unwrap()),
+        scanned.string(scanned.index().param(ParamsField::Meta).unwrap()),
         None
     );
     assert_eq!(scanned.string(0..1), None);
-    assert_eq!(scanned.result(ResultField::ResultType), None);
+    assert_eq!(scanned.index().result(ResultField::ResultType), None);
     agree(body.as_bytes(), usize::MAX).unwrap();
 
     let body = r#"{"jsonrpc":"2.0","id":"r","result":{"resultType":"input_required","inputRequests":{"a":{"method":"elicitation/create"}}}}"#;
     let scanned = scan(body.as_bytes(), usize::MAX).unwrap();
-    let span = scanned.result(ResultField::ResultType).unwrap();
+    let span = scanned.index().result(ResultField::ResultType).unwrap();
     assert_eq!(&body[span], r#""input_required""#);
-    assert!(scanned.param(ParamsField::Name).is_none());
+    assert!(scanned.index().param(ParamsField::Name).is_none());
     agree(body.as_bytes(), usize::MAX).unwrap();
 }
 
