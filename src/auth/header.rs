@@ -43,10 +43,9 @@ pub fn identify(
 /// `_` and `-` to the same variable, so a client could smuggle an identity the front
 /// proxy never vouched for.
 pub fn strip(name: &HeaderName, forward: bool, headers: &mut HeaderMap) {
-    let canonical = name.as_str().replace('_', "-");
     let look_alikes: Vec<HeaderName> = headers
         .keys()
-        .filter(|k| *k != name && k.as_str().replace('_', "-") == canonical)
+        .filter(|k| *k != name && spelled_as(k.as_str(), name.as_str()))
         .cloned()
         .collect();
     for k in look_alikes {
@@ -55,6 +54,26 @@ pub fn strip(name: &HeaderName, forward: bool, headers: &mut HeaderMap) {
     if !forward {
         headers.remove(name);
     }
+}
+
+/// Whether header names `a` and `b` (lower-case, as `http` keeps them) are one name
+/// once `_` is read as `-`, the way WSGI and CGI servers read them. Compared in place:
+/// every request's every header goes through this, so neither name is copied.
+pub fn spelled_as(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| dash(x) == dash(y))
+}
+
+/// Whether header name `name`, with `_` read as `-`, starts with `prefix`.
+pub fn spelled_with_prefix(name: &str, prefix: &str) -> bool {
+    name.len() >= prefix.len()
+        && name
+            .bytes()
+            .zip(prefix.bytes())
+            .all(|(x, y)| dash(x) == dash(y))
+}
+
+fn dash(byte: u8) -> u8 {
+    if byte == b'_' { b'-' } else { byte }
 }
 
 #[cfg(test)]
@@ -142,5 +161,24 @@ mod tests {
         h.insert("x_forwarded_user", HeaderValue::from_static("admin"));
         source().strip(&mut h);
         assert!(h.is_empty());
+        // Other headers, even ones one character off, stay.
+        h.insert("x-forwarded-users", HeaderValue::from_static("a"));
+        h.insert("x-forwarded-usex", HeaderValue::from_static("b"));
+        source().strip(&mut h);
+        assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn spellings_read_underscore_as_dash_and_nothing_else() {
+        assert!(spelled_as("x_forwarded_user", "x-forwarded-user"));
+        assert!(spelled_as("x-forwarded_user", "x_forwarded-user"));
+        assert!(spelled_as("mcp-name", "mcp-name"));
+        assert!(!spelled_as("x-forwarded-use", "x-forwarded-user"));
+        assert!(!spelled_as("x.forwarded.user", "x-forwarded-user"));
+        assert!(!spelled_as("mcp-namf", "mcp-name"));
+        assert!(spelled_with_prefix("x_forwarded_for", "x-forwarded-"));
+        assert!(spelled_with_prefix("x-forwarded-", "x-forwarded-"));
+        assert!(!spelled_with_prefix("x-forwarded", "x-forwarded-"));
+        assert!(!spelled_with_prefix("x+forwarded-for", "x-forwarded-"));
     }
 }

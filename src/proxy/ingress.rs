@@ -13,6 +13,7 @@
 //! A client's `Connection` header is honoured here, before the sidecar adds anything,
 //! and cannot name away the [`protected_headers`] (what the sidecar sets or vouches for).
 
+use crate::auth::header::{spelled_as, spelled_with_prefix};
 use crate::config::hosts::{HostPattern, split_authority};
 use crate::error::ProxyError;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -249,10 +250,10 @@ const FORWARDING: [&str; 15] = [
 /// A forwarding header, in any `_`/`-` spelling: one of [`FORWARDING`], any
 /// `X-Forwarded-*` or `X-Original-*`.
 fn is_forwarding(name: &HeaderName) -> bool {
-    let name = name.as_str().replace('_', "-");
-    FORWARDING.contains(&name.as_str())
-        || name.starts_with("x-forwarded-")
-        || name.starts_with("x-original-")
+    let name = name.as_str();
+    FORWARDING.iter().any(|f| spelled_as(name, f))
+        || spelled_with_prefix(name, "x-forwarded-")
+        || spelled_with_prefix(name, "x-original-")
 }
 
 #[cfg(test)]

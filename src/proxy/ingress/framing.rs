@@ -3,6 +3,7 @@
 //! [`FramingScan`] saw (a head naming both `Content-Length` and `Transfer-Encoding`, of
 //! which hyper keeps no trace) and the ambiguous spellings hyper lets through.
 
+use crate::auth::header::spelled_as;
 use crate::error::ProxyError;
 pub use crate::server::framing::{FramingScan, MixedFraming};
 use http::header::{self, HeaderName};
@@ -48,7 +49,7 @@ pub fn check_framing(parts: &http::request::Parts) -> Result<(), ProxyError> {
     }
     let look_alike = |name: &HeaderName| {
         let name = name.as_str();
-        name.contains('_') && READ_HEADERS.contains(&name.replace('_', "-").as_str())
+        name.contains('_') && READ_HEADERS.iter().any(|read| spelled_as(name, read))
     };
     if parts.headers.keys().any(look_alike) {
         return Err(ProxyError::Framing(
