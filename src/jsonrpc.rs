@@ -27,8 +27,8 @@ pub use names::{CAPABILITIES_META, Lookup, check_capabilities, distinct, lookup,
 pub use params::ScannedBody;
 pub use params::{NotAnObject, Params};
 pub use scan::{
-    Answer, AnswerFault, EnvelopeField, Index, JsonKind, ParamsField, Refused, ResultField,
-    Scanned, StateMember, scan, scan_answer, string_at,
+    Answer, AnswerFault, EnvelopeField, Index, JsonKind, Members, ObjectMember, ParamsField,
+    Refused, ResultField, Scanned, StateMember, members, scan, scan_answer, string_at,
 };
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.

@@ -32,9 +32,11 @@
 mod answer;
 mod facts;
 mod lexer;
+mod members;
 
 pub use answer::{Answer, AnswerFault, StateMember, scan_answer};
 pub use facts::JsonKind;
+pub use members::{Members, ObjectMember, members};
 
 use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, Refusal, parse_bounded};
 use facts::{Facts, Member, Role};

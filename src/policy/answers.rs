@@ -16,6 +16,7 @@
 //! form content with two fields whose names fold together. A refusal names the question
 //! key and the rule, never echoes the answer.
 
+use super::questions::Round;
 use crate::jsonrpc;
 use crate::text::printable;
 use crate::token::canonical;
@@ -30,35 +31,25 @@ pub const MAX_QUESTIONS_BYTES: usize = 16 * 1024;
 pub struct QuestionsTooLarge;
 
 /// What a round asked, per key, as sealed into its token (`qd` claim).
-pub fn record(requests: &Map<String, Value>) -> Result<Value, QuestionsTooLarge> {
+pub fn record(round: Round<'_>) -> Result<(Vec<String>, Value), QuestionsTooLarge> {
     let mut questions = Map::new();
-    for (key, request) in requests {
-        let method = request.get("method").and_then(Value::as_str).unwrap_or("");
-        let params = request.get("params");
-        let mut question = Map::new();
-        question.insert("m".into(), Value::from(method));
-        match method {
+    for (key, question) in round.asked.iter().zip(round.questions) {
+        let mut recorded = Map::new();
+        recorded.insert("m".into(), Value::from(question.method.as_ref()));
+        match &*question.method {
             "elicitation/create" => {
-                let mode = params
-                    .and_then(|p| p.get("mode"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("form");
-                question.insert("k".into(), Value::from(mode));
-                if let Some(schema) = params.and_then(|p| p.get("requestedSchema")) {
-                    question.insert("s".into(), schema.clone());
+                let mode = question.mode.as_deref().unwrap_or("form");
+                recorded.insert("k".into(), Value::from(mode));
+                if let Some(schema) = question.schema {
+                    recorded.insert("s".into(), schema);
                 }
             }
-            "sampling/createMessage" => {
-                let tools = ["tools", "toolChoice"]
-                    .iter()
-                    .any(|k| params.and_then(|p| p.get(*k)).is_some_and(|v| !v.is_null()));
-                if tools {
-                    question.insert("t".into(), Value::Bool(true));
-                }
+            "sampling/createMessage" if question.wants_tools => {
+                recorded.insert("t".into(), Value::Bool(true));
             }
             _ => {}
         }
-        questions.insert(key.clone(), Value::Object(question));
+        questions.insert(key.clone(), Value::Object(recorded));
     }
     let questions = Value::Object(questions);
     // A schema number beyond f64 (`1e400`) would travel as `Infinity`, which no JSON
@@ -67,7 +58,7 @@ pub fn record(requests: &Map<String, Value>) -> Result<Value, QuestionsTooLarge>
     if serialized_len(&questions) > MAX_QUESTIONS_BYTES || !canonical::reads_back(&questions) {
         return Err(QuestionsTooLarge);
     }
-    Ok(questions)
+    Ok((round.asked, questions))
 }
 
 /// The length of `value` as compact JSON, counted without keeping the text.

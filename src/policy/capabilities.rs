@@ -11,6 +11,7 @@
 //! get here, the whole declaration counts for nothing (fail closed: `{"elicitation":
 //! {"URL": {}}}` must not read as "form, since no url").
 
+use super::questions::Question;
 use crate::jsonrpc::{self, Lookup, Params};
 use serde_json::{Map, Value, json};
 
@@ -34,7 +35,7 @@ pub fn declared(params: &Params<'_>) -> Option<Value> {
 }
 
 /// Check every input request of a round against `declared`.
-pub fn check(declared: Option<&Value>, requests: &Map<String, Value>) -> Result<(), Missing> {
+pub fn check(declared: Option<&Value>, questions: &[Question<'_>]) -> Result<(), Missing> {
     let declared = declared.filter(|d| jsonrpc::check_capabilities(d).is_ok());
     // Declared when every step is there and none is null (a null on the way is a scalar,
     // below which nothing is found).
@@ -45,14 +46,10 @@ pub fn check(declared: Option<&Value>, requests: &Map<String, Value>) -> Result<
     };
     let mut required = Map::new();
     let mut unknown_methods = Vec::new();
-    for request in requests.values() {
-        let method = request.get("method").and_then(Value::as_str).unwrap_or("");
-        let params = request.get("params");
-        match method {
+    for question in questions {
+        match &*question.method {
             "elicitation/create" => {
-                let url_mode =
-                    params.and_then(|p| p.get("mode")).and_then(Value::as_str) == Some("url");
-                if url_mode {
+                if question.mode.as_deref() == Some("url") {
                     if !has(&["elicitation", "url"]) {
                         merge(&mut required, json!({"elicitation": {"url": {}}}));
                     }
@@ -67,11 +64,7 @@ pub fn check(declared: Option<&Value>, requests: &Map<String, Value>) -> Result<
                 }
             }
             "sampling/createMessage" => {
-                let wants_tools = ["tools", "toolChoice"].iter().any(|key| {
-                    params
-                        .and_then(|p| p.get(*key))
-                        .is_some_and(|v| !v.is_null())
-                });
+                let wants_tools = question.wants_tools;
                 let ok = has(&["sampling"]) && (!wants_tools || has(&["sampling", "tools"]));
                 if !ok {
                     let sampling = if wants_tools {
@@ -126,11 +119,8 @@ mod tests {
         declared(&body.call_mut().unwrap().1)
     }
 
-    fn requests(list: &[Value]) -> Map<String, Value> {
-        list.iter()
-            .enumerate()
-            .map(|(i, r)| (format!("k{i}"), r.clone()))
-            .collect()
+    fn questions(list: &[Value]) -> Vec<Question<'_>> {
+        list.iter().map(Question::of_value).collect()
     }
 
     fn form() -> Value {
@@ -157,7 +147,7 @@ mod tests {
 
     #[test]
     fn the_reference_rules() {
-        let ok = |caps: Value, asks: &[Value]| check(Some(&caps), &requests(asks)).is_ok();
+        let ok = |caps: Value, asks: &[Value]| check(Some(&caps), &questions(asks)).is_ok();
         // A bare elicitation object counts as form; url-only does not.
         assert!(ok(json!({"elicitation": {}}), &[form()]));
         assert!(ok(json!({"elicitation": {"form": {}}}), &[form()]));
@@ -171,15 +161,15 @@ mod tests {
         assert!(!ok(json!({}), &[roots()]));
         assert!(ok(json!({"roots": {"listChanged": true}}), &[roots()]));
         // A request without any declared capabilities can answer nothing.
-        assert!(check(None, &requests(&[form()])).is_err());
-        assert!(check(None, &requests(&[])).is_ok());
+        assert!(check(None, &questions(&[form()])).is_err());
+        assert!(check(None, &questions(&[])).is_ok());
     }
 
     #[test]
     fn every_missing_capability_is_listed() {
         let missing = check(
             Some(&json!({"elicitation": {"url": {}}})),
-            &requests(&[form(), sampling(true), roots(), json!({"method": "x/y"})]),
+            &questions(&[form(), sampling(true), roots(), json!({"method": "x/y"})]),
         )
         .unwrap_err();
         assert_eq!(
@@ -211,7 +201,7 @@ mod tests {
             let scanned = crate::jsonrpc::ScannedBody::call("tools/call", &params);
             assert!(scanned.is_err(), "the gate refuses {params}");
         }
-        let ok = |caps: Value, asks: &[Value]| check(Some(&caps), &requests(asks)).is_ok();
+        let ok = |caps: Value, asks: &[Value]| check(Some(&caps), &questions(asks)).is_ok();
         assert!(!ok(json!({"Roots": {}}), &[roots()]));
         assert!(!ok(json!({"roots": {}, "ROOTS": {}}), &[roots()]));
         assert!(!ok(json!({"elicitation": {"URL": {}}}), &[url()]));

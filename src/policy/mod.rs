@@ -8,6 +8,7 @@ pub mod answers;
 pub mod capabilities;
 pub mod flow;
 mod metrics;
+pub mod questions;
 pub mod revocation;
 pub mod single_use;
 

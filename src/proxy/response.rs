@@ -16,13 +16,14 @@ use crate::error::ProxyError;
 use crate::jsonrpc::{self, Answer, AnswerFault, Id, JsonKind, ResultField, StateMember};
 use crate::policy::MrtrRefusal;
 use crate::policy::flow::FlowLimits;
+use crate::policy::questions::Round;
 use crate::policy::single_use::SingleUsePolicy;
 use crate::policy::{answers, capabilities};
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data_at};
 use crate::token::{Flow, RequestBinding, SealOptions, StateSealer};
 use crate::tools::Answering;
 use bytes::{Bytes, BytesMut};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -316,17 +317,12 @@ impl Sealer {
     /// The keys a round asks for input under and its questions as recorded in its
     /// token, if the client can answer them: it declared every capability they need.
     fn questions(&self, answer: &Answer<'_>) -> Result<(Vec<String>, Value), Withheld> {
-        let requests = match answer.result_member(ResultField::InputRequests) {
-            Some((span, JsonKind::Object)) => {
-                match jsonrpc::parse_bounded(&answer.text().as_bytes()[span], usize::MAX) {
-                    Ok(Value::Object(requests)) => requests,
-                    _ => Map::new(),
-                }
-            }
-            _ => Map::new(),
+        let round = match answer.result_member(ResultField::InputRequests) {
+            Some((span, JsonKind::Object)) => Round::scanned(answer.text(), span)
+                .map_err(|_| Withheld::from(SealFailure::UnparseableBody))?,
+            _ => Round::default(),
         };
-        let asked: Vec<String> = requests.keys().cloned().collect();
-        if asked.iter().any(|key| !key.is_ascii()) {
+        if round.asked.iter().any(|key| !key.is_ascii()) {
             // The answers come back as `inputResponses` keys, which the gate refuses
             // when they are not ASCII: fail here, where the upstream's choice is visible,
             // rather than at every client's retry.
@@ -334,7 +330,7 @@ impl Sealer {
         }
         // A server MUST NOT ask what the client did not declare it can answer.
         if let Err(missing) =
-            capabilities::check(self.context.client_capabilities.as_ref(), &requests)
+            capabilities::check(self.context.client_capabilities.as_ref(), &round.questions)
         {
             let reason = if missing.unknown_methods.is_empty() {
                 MrtrRefusal::MissingCapability
@@ -347,13 +343,12 @@ impl Sealer {
                 ProxyError::MissingCapability { required },
             ));
         }
-        let questions = answers::record(&requests).map_err(|_| {
+        answers::record(round).map_err(|_| {
             Withheld::Refused(
                 MrtrRefusal::QuestionsTooLarge,
                 ProxyError::UpstreamResponse("questions_too_large"),
             )
-        })?;
-        Ok((asked, questions))
+        })
     }
 
     /// Make a whole JSON body safe: the sealed body (`None`: as it came), or why it is

@@ -15,6 +15,7 @@
 use super::ring;
 use mcp_state_guard::jsonrpc;
 use mcp_state_guard::policy::answers::{self, MAX_QUESTIONS_BYTES};
+use mcp_state_guard::policy::questions::Round;
 use mcp_state_guard::text::printable;
 use mcp_state_guard::token::SealOptions;
 use mcp_state_guard::token::canonical::write_python_json;
@@ -29,7 +30,16 @@ pub fn check(data: &[u8]) {
     else {
         return;
     };
-    let Ok(questions) = answers::record(requests) else {
+    // The sealer reads a round from the upstream's bytes, the oracle from a tree: the
+    // same round either way.
+    let round = Round::of_tree(requests);
+    let text = serde_json::to_string(requests).expect("a tree serialises");
+    let scanned = Round::scanned(&text, 0..text.len()).expect("a serialised tree scans");
+    assert_eq!(
+        scanned, round,
+        "the round read from bytes differs from the tree's"
+    );
+    let Ok((_, questions)) = answers::record(round) else {
         return;
     };
     let recorded = serde_json::to_vec(&questions).expect("questions serialise");

@@ -1,7 +1,13 @@
 //! Tests of the answer rules: what a round records and what an answer must be.
 
 use super::*;
+use crate::policy::questions::Round;
 use serde_json::json;
+
+/// The questions recorded for `requests` read as a tree.
+fn record_tree(requests: &Map<String, Value>) -> Result<Value, QuestionsTooLarge> {
+    record(Round::of_tree(requests)).map(|(_, questions)| questions)
+}
 
 fn schema() -> Value {
     json!({"type": "object", "properties": {
@@ -30,7 +36,7 @@ fn questions() -> Map<String, Value> {
         "llm": {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}},
         "dirs": {"method": "roots/list"}
     });
-    record(requests.as_object().unwrap())
+    record_tree(requests.as_object().unwrap())
         .unwrap()
         .as_object()
         .unwrap()
@@ -179,7 +185,10 @@ fn large_schemas_are_refused_when_recorded() {
     let big = json!({"q": {"method": "elicitation/create", "params": {"requestedSchema":
         {"type": "object", "properties": {"x": {"type": "string",
             "enum": vec!["v".repeat(100); 200]}}}}}});
-    assert_eq!(record(big.as_object().unwrap()), Err(QuestionsTooLarge));
+    assert_eq!(
+        record_tree(big.as_object().unwrap()),
+        Err(QuestionsTooLarge)
+    );
 }
 
 #[test]
@@ -192,7 +201,7 @@ fn schemas_a_token_cannot_carry_are_refused_when_recorded() {
             {{"type":"object","properties":{{"x":{{"type":"number","maximum":{number}}}}}}}}}}}}}"#
         );
         let requests = crate::jsonrpc::parse_bounded(text.as_bytes(), 100).unwrap();
-        record(requests.as_object().unwrap())
+        record_tree(requests.as_object().unwrap())
     };
     for number in ["1e400", "-1e400", &"9".repeat(4301)] {
         assert_eq!(asking(number), Err(QuestionsTooLarge), "{number:.20}");
@@ -358,7 +367,7 @@ fn form_content_with_fields_that_fold_together_is_refused() {
     let requests = json!({"form": {"method": "elicitation/create", "params": {
         "requestedSchema": {"type": "object", "properties": {
             "region": {"type": "string"}, "Region": {"type": "string"}}}}}});
-    let questions = record(requests.as_object().unwrap()).unwrap();
+    let questions = record_tree(requests.as_object().unwrap()).unwrap();
     let check_content = |content: Value| {
         let responses = json!({"form": accept(content)});
         check(
@@ -379,7 +388,7 @@ fn form_content_with_fields_that_fold_together_is_refused() {
 fn every_block_of_a_tool_using_sampling_answer_is_checked() {
     let requests = json!({"llm": {"method": "sampling/createMessage",
         "params": {"messages": [], "maxTokens": 5, "tools": []}}});
-    let questions = record(requests.as_object().unwrap()).unwrap();
+    let questions = record_tree(requests.as_object().unwrap()).unwrap();
     let sampled = |content: Value| {
         let responses = json!({"llm": {"role": "assistant", "model": "m", "content": content}});
         check(

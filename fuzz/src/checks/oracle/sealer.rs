@@ -7,6 +7,7 @@
 use super::super::ring;
 use mcp_state_guard::jsonrpc::{self, ENVELOPE_FIELDS, ERROR_FIELDS};
 use mcp_state_guard::policy::flow::FlowLimits;
+use mcp_state_guard::policy::questions::Round;
 use mcp_state_guard::policy::{answers, capabilities};
 use mcp_state_guard::token::{RequestBinding, SealOptions, StateSealer};
 use serde_json::{Map, Value, json};
@@ -72,14 +73,15 @@ impl TreeSealer<'_> {
         if asked.iter().any(|key| !key.is_ascii()) {
             return Err("ambiguous_key");
         }
-        if let Err(missing) = capabilities::check(self.capabilities, requests) {
+        let round = Round::of_tree(requests);
+        if let Err(missing) = capabilities::check(self.capabilities, &round.questions) {
             return Err(if missing.unknown_methods.is_empty() {
                 "missing_capability"
             } else {
                 "unknown_input_method"
             });
         }
-        let questions = answers::record(requests).map_err(|_| "questions_too_large")?;
+        let (_, questions) = answers::record(round).map_err(|_| "questions_too_large")?;
         let flow = self
             .limits
             .next(None, mcp_state_guard::token::now())

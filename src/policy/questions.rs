@@ -1,0 +1,199 @@
+//! What a round asks: per `inputRequests` key, the little of each input request the rules
+//! act on (its method, an elicitation's mode and schema, whether a sampling request
+//! wants tools). The capability check and the recorded questions ([`super::answers`])
+//! both read this, not the request itself.
+//!
+//! Invariant: read from the upstream's bytes ([`Round::scanned`], the sealer's path) or
+//! from a tree ([`Round::of_tree`], the reference the fuzz oracle keeps), a round is the
+//! same: a member is found only under its exact key, a method or mode that is not a
+//! string reads as none, and the schema is the only part kept as a tree (its text is
+//! written canonically into the token).
+
+use crate::jsonrpc::{self, JsonKind, ObjectMember, ParseError};
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::ops::Range;
+
+/// One input request, as far as the rules read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Question<'a> {
+    /// `method`; empty when it is missing or not a string.
+    pub method: Cow<'a, str>,
+    /// `params.mode`, when a string.
+    pub mode: Option<Cow<'a, str>>,
+    /// `params.requestedSchema`, whatever it is (`null` included), when present.
+    pub schema: Option<Value>,
+    /// `params.tools` or `params.toolChoice` is present and not `null`.
+    pub wants_tools: bool,
+}
+
+/// A round's input requests: the keys asked, in order, and what each asks.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Round<'a> {
+    pub asked: Vec<String>,
+    pub questions: Vec<Question<'a>>,
+}
+
+impl<'a> Round<'a> {
+    /// The round of an `inputRequests` object read as a tree.
+    pub fn of_tree(requests: &'a Map<String, Value>) -> Self {
+        Round {
+            asked: requests.keys().cloned().collect(),
+            questions: requests.values().map(Question::of_value).collect(),
+        }
+    }
+
+    /// The round of the `inputRequests` object at `span` of `text`, an answer the scanner
+    /// accepted. Only a schema is parsed; one that does not parse fails the round.
+    pub fn scanned(text: &'a str, span: Range<usize>) -> Result<Self, ParseError> {
+        let mut round = Round::default();
+        for member in jsonrpc::members(text, span) {
+            round.questions.push(Question::scanned(text, &member)?);
+            round.asked.push(member.key.into_owned());
+        }
+        Ok(round)
+    }
+}
+
+impl<'a> Question<'a> {
+    /// The question of one input request read as a tree.
+    pub fn of_value(request: &'a Value) -> Self {
+        let params = request.get("params");
+        let param = |key: &str| params.and_then(|p| p.get(key));
+        Question {
+            method: Cow::Borrowed(request.get("method").and_then(Value::as_str).unwrap_or("")),
+            mode: param("mode").and_then(Value::as_str).map(Cow::Borrowed),
+            schema: param("requestedSchema").cloned(),
+            wants_tools: ["tools", "toolChoice"]
+                .iter()
+                .any(|key| param(key).is_some_and(|v| !v.is_null())),
+        }
+    }
+
+    /// The question of the input request `member` of `text`, read in place.
+    fn scanned(text: &'a str, member: &ObjectMember<'a>) -> Result<Self, ParseError> {
+        let mut question = Question {
+            method: Cow::Borrowed(""),
+            mode: None,
+            schema: None,
+            wants_tools: false,
+        };
+        if member.kind != JsonKind::Object {
+            return Ok(question);
+        }
+        let string = |m: &ObjectMember<'a>| {
+            (m.kind == JsonKind::String)
+                .then(|| jsonrpc::string_at(text.as_bytes(), m.value.clone()))
+                .flatten()
+        };
+        for field in jsonrpc::members(text, member.value.clone()) {
+            match &*field.key {
+                "method" => question.method = string(&field).unwrap_or_default(),
+                "params" if field.kind == JsonKind::Object => {
+                    for param in jsonrpc::members(text, field.value.clone()) {
+                        match &*param.key {
+                            "mode" => question.mode = string(&param),
+                            "requestedSchema" => {
+                                let schema = &text.as_bytes()[param.value.clone()];
+                                question.schema = Some(jsonrpc::parse_bounded(schema, usize::MAX)?);
+                            }
+                            "tools" | "toolChoice" if param.kind != JsonKind::Null => {
+                                question.wants_tools = true;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(question)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Both readings of `requests`, which must agree.
+    fn both(requests: &Value) -> Round<'static> {
+        let map = requests.as_object().unwrap();
+        let tree = Round::of_tree(map);
+        let text = serde_json::to_string(requests).unwrap();
+        let scanned = Round::scanned(&text, 0..text.len()).unwrap();
+        assert_eq!(scanned, tree, "{text}");
+        let owned = |q: &Question| Question {
+            method: Cow::Owned(q.method.to_string()),
+            mode: q.mode.as_ref().map(|m| Cow::Owned(m.to_string())),
+            schema: q.schema.clone(),
+            wants_tools: q.wants_tools,
+        };
+        Round {
+            asked: tree.asked.clone(),
+            questions: tree.questions.iter().map(owned).collect(),
+        }
+    }
+
+    #[test]
+    fn reads_what_the_rules_act_on_from_bytes_as_from_a_tree() {
+        let round = both(&json!({
+            "form": {"method": "elicitation/create",
+                     "params": {"mode": "form", "message": "m",
+                                "requestedSchema": {"type": "object", "properties": {}}}},
+            "link": {"method": "elicitation/create", "params": {"mode": "url", "url": "u"}},
+            "llm": {"method": "sampling/createMessage", "params": {"tools": [], "maxTokens": 5}},
+            "calm": {"method": "sampling/createMessage", "params": {"tools": null, "toolChoice": null}},
+            "dirs": {"method": "roots/list"}
+        }));
+        assert_eq!(round.asked, ["form", "link", "llm", "calm", "dirs"]);
+        let q = &round.questions;
+        assert_eq!(
+            (&*q[0].method, q[0].mode.as_deref()),
+            ("elicitation/create", Some("form"))
+        );
+        assert_eq!(
+            q[0].schema,
+            Some(json!({"type": "object", "properties": {}}))
+        );
+        assert_eq!((q[1].mode.as_deref(), &q[1].schema), (Some("url"), &None));
+        assert!(q[2].wants_tools && !q[3].wants_tools);
+        assert_eq!((&*q[4].method, q[4].mode.as_ref()), ("roots/list", None));
+    }
+
+    #[test]
+    fn what_is_not_the_expected_type_reads_as_absent_either_way() {
+        let round = both(&json!({
+            "a": "elicitation/create",
+            "b": {"method": 7, "params": {"mode": ["url"]}},
+            "c": {"method": "elicitation/create", "params": "mode"},
+            "d": {"method": "elicitation/create", "params": {"requestedSchema": null}},
+            "e": {"Method": "roots/list", "params": {"Mode": "url", "TOOLS": []}},
+            "f": {"method": "elicit\u{e9}\"\\", "params": {"mode": "u\u{1F600}"}},
+            "g": {"method": "x", "params": {"mode": "url", "mode2": "form"}, "method2": "y"}
+        }));
+        let q = &round.questions;
+        assert!(
+            q[..3]
+                .iter()
+                .all(|q| q.mode.is_none() && q.schema.is_none())
+        );
+        assert_eq!((&*q[0].method, &*q[1].method), ("", ""));
+        assert_eq!(q[3].schema, Some(Value::Null));
+        assert_eq!(
+            (&*q[4].method, q[4].mode.as_ref(), q[4].wants_tools),
+            ("", None, false)
+        );
+        assert_eq!(
+            (&*q[5].method, q[5].mode.as_deref()),
+            ("elicit\u{e9}\"\\", Some("u\u{1F600}"))
+        );
+        assert_eq!((&*q[6].method, q[6].mode.as_deref()), ("x", Some("url")));
+    }
+
+    #[test]
+    fn an_empty_round_and_a_span_that_is_no_object_ask_nothing() {
+        assert_eq!(both(&json!({})), Round::default());
+        assert_eq!(Round::scanned("[1]", 0..3).unwrap(), Round::default());
+    }
+}
