@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use subtle::ConstantTimeEq;
 
 pub(crate) const ENVELOPE_VERSION: u8 = 1;
@@ -214,7 +214,7 @@ impl MintClaims<'_> {
 
     pub fn encode_into(&self, out: &mut String) {
         out.push_str("{\"v\":");
-        out.push_str(&ENVELOPE_VERSION.to_string());
+        write!(out, "{ENVELOPE_VERSION}").expect("a String takes any write");
         out.push_str(",\"iat\":");
         write_python_float(self.iat, out);
         out.push_str(",\"exp\":");
@@ -242,9 +242,15 @@ impl MintClaims<'_> {
             out.push_str(",\"ns\":true");
         }
         if let Some(asked) = self.asked {
-            let list = Value::Array(asked.iter().cloned().map(Value::String).collect());
-            out.push_str(",\"q\":");
-            write_python_json(&list, false, out).expect("a list of strings always encodes");
+            // As `write_python_json` writes a list of strings, without building one.
+            out.push_str(",\"q\":[");
+            for (i, key) in asked.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(key, out);
+            }
+            out.push(']');
         }
         if let Some(path) = &self.binding.path {
             out.push_str(",\"u\":");
@@ -256,7 +262,7 @@ impl MintClaims<'_> {
         }
         if let Some(flow) = self.flow {
             out.push_str(",\"n\":");
-            out.push_str(&flow.round.to_string());
+            write!(out, "{}", flow.round).expect("a String takes any write");
             out.push_str(",\"fs\":");
             write_python_float(flow.started, out);
         }
@@ -475,6 +481,38 @@ mod tests {
         assert_eq!(opened.s, "{\"tier\":\"free\",\"é\":1}");
         assert!(opened.su);
         assert_eq!(opened.q, Some(vec!["region".to_owned()]));
+    }
+
+    #[test]
+    fn asked_keys_are_written_as_the_reference_writes_the_list() {
+        let binding = RequestBinding::of("tools/call", None).unwrap();
+        for asked in [
+            vec![],
+            vec!["a".to_owned()],
+            vec!["b\"\\".into(), "\u{e9}\u{1F600}".into(), String::new()],
+        ] {
+            let claims = MintClaims {
+                iat: 1.0,
+                exp: 2.0,
+                binding: &binding,
+                state: "",
+                audience: None,
+                principal_claim: None,
+                single_use: false,
+                no_upstream_state: false,
+                asked: Some(&asked),
+                questions: None,
+                flow: None,
+            };
+            let mut text = String::new();
+            claims.encode_into(&mut text);
+            let mut list = String::new();
+            let tree = Value::Array(asked.iter().cloned().map(Value::String).collect());
+            write_python_json(&tree, false, &mut list).unwrap();
+            assert!(text.ends_with(&format!(",\"q\":{list}}}")), "{text}");
+            let opened = OpenedClaims::decode(text.as_bytes()).unwrap();
+            assert_eq!(opened.q, Some(asked));
+        }
     }
 
     #[test]
