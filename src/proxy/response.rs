@@ -13,7 +13,9 @@ use super::budget::Reservation;
 use super::metrics::{Meters, SealFailure};
 use super::upstream::ProxyBody;
 use crate::error::ProxyError;
-use crate::jsonrpc::{self, Answer, AnswerFault, Id, JsonKind, ResultField, StateMember};
+use crate::jsonrpc::{
+    self, Answer, AnswerFault, EnvelopeField, Id, JsonKind, ResultField, StateMember,
+};
 use crate::policy::MrtrRefusal;
 use crate::policy::flow::FlowLimits;
 use crate::policy::questions::Round;
@@ -21,9 +23,10 @@ use crate::policy::single_use::SingleUsePolicy;
 use crate::policy::{answers, capabilities};
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data_at};
 use crate::token::{Flow, RequestBinding, SealOptions, StateSealer};
-use crate::tools::Answering;
+use crate::tools::{Answering, Completed};
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -231,10 +234,24 @@ impl Sealer {
         if Some(&id) != self.context.id.as_ref() {
             return;
         }
-        let text = answer.text().as_bytes();
-        let sealed = jsonrpc::replace_spans(text, state.cloned());
-        if let Ok(Value::Object(message)) = jsonrpc::parse_bounded(&sealed, usize::MAX) {
-            answering.record(&message);
+        let text = answer.text();
+        if let Some(at) = answer.envelope(EnvelopeField::Result) {
+            // The sealed state lies inside the result (where it stood, or appended).
+            let sealed = match state {
+                Some((span, token)) => {
+                    let token = std::str::from_utf8(token).expect("a written token is ASCII");
+                    Cow::Owned(
+                        [&text[at.start..span.start], token, &text[span.end..at.end]].concat(),
+                    )
+                }
+                None => Cow::Borrowed(&text[at]),
+            };
+            answering.record(Completed::Result {
+                text: &sealed,
+                asks_for_input: answer.asks_for_input(),
+            });
+        } else if let Some(at) = answer.envelope(EnvelopeField::Error) {
+            answering.record(Completed::Error(&text[at]));
         }
     }
 

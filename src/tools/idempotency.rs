@@ -454,6 +454,14 @@ impl Idempotency {
     }
 }
 
+/// An answer to a recorded call, as the response phase read it from the upstream's
+/// bytes: the text of its `result` (states sealed, handles raw) or of its `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completed<'a> {
+    Result { text: &'a str, asks_for_input: bool },
+    Error(&'a str),
+}
+
 impl Ticket {
     /// The upstream's response head came with `status`: only a 2xx answer is recorded.
     pub fn upstream_status(&self, status: StatusCode) {
@@ -464,10 +472,9 @@ impl Ticket {
     /// handles still raw: a complete result or a JSON-RPC error in a 2xx response is
     /// kept for recording; an `input_required` round, or any answer of an HTTP failure
     /// (5xx, 429, any status but 2xx), releases the key.
-    pub fn complete(&self, message: &Map<String, Value>) {
+    pub fn complete(&self, answer: Completed<'_>) {
         let status = StatusCode::from_u16(self.status.load(Ordering::Acquire)).ok();
-        let outcome = match (message.get("result"), message.get("error")) {
-            (None, None) => return,
+        let outcome = match answer {
             _ if !status.is_some_and(|s| s.is_success()) => {
                 tracing::info!(
                     status = status.map_or(0, |s| s.as_u16()),
@@ -477,21 +484,21 @@ impl Ticket {
             }
             // A round that asks (by `resultType` or by `inputRequests`, as the sealer
             // decides) is no final answer.
-            (Some(Value::Object(result)), _) if crate::mcp::asks_for_input(result) => {
-                Outcome::Release(IdempotencyResult::Released)
-            }
-            (Some(result), _) => Self::stored(status, "result", result),
-            (None, Some(error)) => Self::stored(status, "error", error),
+            Completed::Result {
+                asks_for_input: true,
+                ..
+            } => Outcome::Release(IdempotencyResult::Released),
+            Completed::Result { text, .. } => Self::stored(status, "result", text),
+            Completed::Error(text) => Self::stored(status, "error", text),
         };
         *self.outcome.lock().expect("not poisoned") = Some(outcome);
     }
 
-    fn stored(status: Option<StatusCode>, member: &str, value: &Value) -> Outcome {
-        let mut answer = Map::new();
-        answer.insert(member.into(), value.clone());
+    /// The stored answer: the member's JSON text as the client got it, under its name.
+    fn stored(status: Option<StatusCode>, member: &str, text: &str) -> Outcome {
         Outcome::Record(
             status.unwrap_or(StatusCode::OK),
-            serde_json::to_string(&answer).expect("a JSON value serialises"),
+            format!("{{\"{member}\":{text}}}"),
         )
     }
 

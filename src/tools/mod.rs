@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 pub use handles::{Handles, Issue};
-pub use idempotency::{Admission, Idempotency, Replay, Ticket};
+pub use idempotency::{Admission, Completed, Idempotency, Replay, Ticket};
 pub use metrics::{HandleResult, IdempotencyResult, ToolMetrics};
 
 /// The tool phase: what every configured feature needs.
@@ -59,11 +59,11 @@ impl Answering {
         }
     }
 
-    /// `message` answers the call (its id is the call's): record it, as it reaches the
+    /// `answer` answers the call (its id is the call's): record it, as it reaches the
     /// client (states sealed, handles raw: they are sealed afresh for each replay).
-    pub fn record(&self, message: &Map<String, Value>) {
+    pub fn record(&self, answer: Completed<'_>) {
         if let Some(ticket) = &self.ticket {
-            ticket.complete(message);
+            ticket.complete(answer);
         }
     }
 

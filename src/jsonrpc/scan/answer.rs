@@ -13,7 +13,7 @@
 
 use super::facts::{Facts, JsonKind, Member};
 use super::lexer::{Lexer, NotJson, Span, unescape};
-use super::{ResultField, Walk, member_value};
+use super::{EnvelopeField, ResultField, Walk, member_value};
 use crate::jsonrpc::{ENVELOPE_FIELDS, ERROR_FIELDS, Id, ParseError, RESULT_FIELDS};
 use std::borrow::Cow;
 use std::ops::Range;
@@ -135,6 +135,12 @@ impl<'a> Answer<'a> {
     pub fn id(&self) -> Option<Id> {
         let id = self.facts.envelope.get(ENVELOPE_FIELDS, "id")?;
         member_value(self.text, id).ok()
+    }
+
+    /// The span of an envelope member, whatever it holds.
+    pub fn envelope(&self, field: EnvelopeField) -> Option<Range<usize>> {
+        let member = self.facts.envelope.get(ENVELOPE_FIELDS, field.name())?;
+        Some(member.span.start..member.span.end)
     }
 
     /// The span of `result`, when it is an object.
