@@ -61,7 +61,8 @@
 //!    event in an SSE stream, each scanned as strictly as a client's body and the token
 //!    spliced into the upstream's bytes ([`sse`]; what a stream buffers of an incomplete event is
 //!    held against the [`proxy::budget`]), bound to the request of step 5, after checking
-//!    the round against the client's declared capabilities and the round limit; what
+//!    the round ([`policy::questions`], read from the answer's bytes) against the
+//!    client's declared capabilities and the round limit; what
 //!    cannot be sealed becomes a JSON-RPC error instead (an upstream error status and
 //!    the headers a client needs are kept); an issuing tool's handle is sealed in every
 //!    result (rounds too), and a complete answer in a 2xx response to an idempotent call
