@@ -222,7 +222,7 @@ fn span(spans: &[Option<Span>], fields: &[&str], name: &str) -> Option<Range<usi
     spans[at].map(|s| s.start..s.end)
 }
 
-/// The envelope members [`Scanned::envelope`] locates.
+/// The envelope members [`Index::envelope`] locates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnvelopeField {
     Jsonrpc,
@@ -256,7 +256,7 @@ impl EnvelopeField {
     }
 }
 
-/// The `params` members [`Scanned::param`] locates.
+/// The `params` members [`Index::param`] locates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ParamsField {
     Name,
@@ -309,7 +309,7 @@ impl ParamsField {
     }
 }
 
-/// The `result` members [`Scanned::result`] locates.
+/// The `result` members [`Index::result`] locates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResultField {
     ResultType,
