@@ -256,10 +256,15 @@ async fn revoke(admin: &Admin, request: Request<Incoming>) -> Response<ProxyBody
         }
         Err(e) => {
             tracing::error!(error = %e, "revocation could not be recorded");
-            text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store unavailable: not revoked\n",
-            )
+            // An unconfirmed record refuses on the primary, but a failover could lose it:
+            // the operator is told to try again, never that it holds.
+            let said = match e {
+                crate::store::StoreError::Unconfirmed => {
+                    "store did not confirm on a replica: not revoked; retry\n"
+                }
+                _ => "store unavailable: not revoked\n",
+            };
+            text(StatusCode::SERVICE_UNAVAILABLE, said)
         }
     }
 }

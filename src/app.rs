@@ -20,8 +20,8 @@ use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
 use crate::file_watch::{FilePoll, Seen};
 use crate::policy::single_use::SingleUse;
-use crate::proxy::Proxy;
 use crate::proxy::ingress::HostPolicy;
+use crate::proxy::{self, Proxy};
 use crate::server;
 use crate::server::Listener;
 use crate::stdio::Bridge;
@@ -134,7 +134,8 @@ pub async fn start_from(
 ) -> Result<Running, StartError> {
     let metrics = Arc::new(Metrics::new());
     let (sealer, key_poll) = parts::key_ring(config, &metrics.keys)?;
-    let upstream_kind = parts::UpstreamKind::start(config, &metrics)?;
+    let budget = parts::memory_budget(config, &metrics);
+    let upstream_kind = parts::UpstreamKind::start(config, &metrics, &budget)?;
     let connect_timeout = Duration::from_millis(config.timeouts.connect_ms);
     let (principal, jwks) = principal_source(config, &metrics.auth, connect_timeout).await?;
     parts::warn_about_weak_principals(config, &principal);
@@ -146,8 +147,7 @@ pub async fn start_from(
     let proxy = Proxy::new(
         config,
         sealer.clone(),
-        single_use.clone(),
-        revocations.clone(),
+        proxy::Shared::new(single_use.clone(), revocations.clone(), budget),
         metrics.meters(),
         principal,
         upstream,
@@ -240,7 +240,7 @@ async fn watch_store(
         if down != was_down {
             if down {
                 tracing::error!(
-                    "single-use store unreachable: not ready (on_store_error = reject)"
+                    "single-use store unreachable, or its writes not confirmed by replicas: not ready (on_store_error = reject)"
                 );
             } else {
                 tracing::info!("single-use store reachable again");

@@ -89,6 +89,10 @@ pub enum ProxyError {
     /// through because a store is full): 503, nothing forwarded.
     #[error("{} store full", .0.as_str())]
     StoreFull(Resource),
+    /// A store write no replica confirmed in time (Redis `WAIT`): given back, 503,
+    /// nothing forwarded.
+    #[error("{} store write not confirmed by a replica", .0.as_str())]
+    StoreUnconfirmed(Resource),
     #[error("upstream unavailable")]
     UpstreamUnavailable(#[source] hyper_util::client::legacy::Error),
     #[error("upstream did not answer within {0} ms")]
@@ -114,24 +118,6 @@ pub enum Share {
 }
 
 impl Share {
-    pub const ALL: [Share; 5] = [
-        Share::SingleUseEntries,
-        Share::IdempotencyRecords,
-        Share::IdempotencyBytes,
-        Share::IdempotencyInFlight,
-        Share::Connections,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Share::SingleUseEntries => "single_use_entries",
-            Share::IdempotencyRecords => "idempotency_records",
-            Share::IdempotencyBytes => "idempotency_bytes",
-            Share::IdempotencyInFlight => "idempotency_in_flight",
-            Share::Connections => "connections",
-        }
-    }
-
     /// The configuration key that sets it.
     pub fn key(self) -> &'static str {
         match self {
@@ -177,6 +163,14 @@ impl Share {
     }
 }
 
+crate::registry::labels!(Share {
+    SingleUseEntries => "single_use_entries",
+    IdempotencyRecords => "idempotency_records",
+    IdempotencyBytes => "idempotency_bytes",
+    IdempotencyInFlight => "idempotency_in_flight",
+    Connections => "connections",
+});
+
 /// A shared store that can be full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Resource {
@@ -185,22 +179,32 @@ pub enum Resource {
 }
 
 impl Resource {
-    pub const ALL: [Resource; 2] = [Resource::SingleUse, Resource::Idempotency];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Resource::SingleUse => "single_use",
-            Resource::Idempotency => "idempotency",
-        }
-    }
-
     fn wire(self) -> (&'static str, &'static str) {
         match self {
             Resource::SingleUse => ("Single-use store full", "single_use_store_full"),
             Resource::Idempotency => ("Idempotency store full", "idempotency_store_full"),
         }
     }
+
+    /// What the client is told when no replica confirmed a write.
+    fn unconfirmed_wire(self) -> (&'static str, &'static str) {
+        match self {
+            Resource::SingleUse => (
+                "Single-use store did not confirm; retry",
+                "single_use_store_unconfirmed",
+            ),
+            Resource::Idempotency => (
+                "Idempotency store did not confirm; retry",
+                "idempotency_store_unconfirmed",
+            ),
+        }
+    }
 }
+
+crate::registry::labels!(Resource {
+    SingleUse => "single_use",
+    Idempotency => "idempotency",
+});
 
 /// The frozen wire error for every refused `requestState` (design §4).
 pub const INVALID_STATE_MESSAGE: &str = "Invalid or expired requestState";
@@ -244,6 +248,7 @@ impl ProxyError {
             ProxyError::IdempotencyUnavailable => ErrorKind::IdempotencyUnavailable,
             ProxyError::Quota(_) => ErrorKind::Quota,
             ProxyError::StoreFull(_) => ErrorKind::StoreFull,
+            ProxyError::StoreUnconfirmed(_) => ErrorKind::StoreUnconfirmed,
             ProxyError::UpstreamUnavailable(_) => ErrorKind::UpstreamUnavailable,
             ProxyError::UpstreamTimeout(_) => ErrorKind::UpstreamTimeout,
             ProxyError::UpstreamResponse(_) => ErrorKind::UpstreamResponse,
@@ -379,6 +384,7 @@ impl ProxyError {
             }
             ProxyError::Quota(share) => Cow::Borrowed(share.wire().0),
             ProxyError::StoreFull(resource) => Cow::Borrowed(resource.wire().0),
+            ProxyError::StoreUnconfirmed(resource) => Cow::Borrowed(resource.unconfirmed_wire().0),
             _ => return None,
         })
     }
@@ -391,6 +397,9 @@ impl ProxyError {
             ProxyError::MissingCapability { required } => json!({"requiredCapabilities": required}),
             ProxyError::Quota(share) => json!({"type": share.wire().1, "share": share.as_str()}),
             ProxyError::StoreFull(resource) => json!({"type": resource.wire().1}),
+            ProxyError::StoreUnconfirmed(resource) => {
+                json!({"type": resource.unconfirmed_wire().1})
+            }
             _ => return None,
         })
     }

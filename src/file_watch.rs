@@ -7,7 +7,11 @@
 //! read for the load, never a later read by the watching task: a change landing in
 //! between would otherwise look like no change at all); a file that cannot be read is
 //! reported once per outage, not once per poll, and what is in use stays in use; when it
-//! can be read again it counts as changed, so it is loaded and checked afresh.
+//! can be read again it counts as changed, so it is loaded and checked afresh. New
+//! content is reported only once two polls in a row read the same bytes: a file read
+//! while its writer is still writing (an editor saving in place, `cat > file`) may
+//! happen to parse, and applying it would revert every key it does not yet hold. An
+//! operator's `SIGHUP` reads at once: it says the file is whole.
 
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
@@ -23,6 +27,8 @@ pub struct FilePoll {
     /// The digest of the content last seen; `None` before the first successful read
     /// and after a failed one.
     last: Option<[u8; 32]>,
+    /// New content read once, reported when the next poll reads it again.
+    pending: Option<[u8; 32]>,
 }
 
 /// What one poll saw.
@@ -43,11 +49,16 @@ impl FilePoll {
     /// Watch `paths`, taking as baseline `loaded`: the content of each, as loaded.
     pub fn loaded(paths: Vec<PathBuf>, loaded: &[&[u8]]) -> Self {
         let last = Some(digest(loaded.iter().copied()));
-        Self { paths, last }
+        Self {
+            paths,
+            last,
+            pending: None,
+        }
     }
 
-    /// Read every file once. `forced`: report the content as changed even if it is not
-    /// (an operator's `SIGHUP`). `None`: still unreadable, already reported.
+    /// Read every file once. New content is [`Seen::Changed`] on the second poll in a
+    /// row that reads it; `forced`: report the content as changed at once, even if it is
+    /// not (an operator's `SIGHUP`). `None`: still unreadable, already reported.
     pub async fn poll(&mut self, forced: bool) -> Option<Seen> {
         let mut contents = Vec::with_capacity(self.paths.len());
         for path in &self.paths {
@@ -61,8 +72,15 @@ impl FilePoll {
         }
         let now = digest(contents.iter().map(|b| &b[..]));
         if !forced && self.last == Some(now) {
+            self.pending = None;
             return Some(Seen::Unchanged);
         }
+        if !forced && self.pending != Some(now) {
+            // Read once: the writer may not be done. Reported when it reads the same again.
+            self.pending = Some(now);
+            return Some(Seen::Unchanged);
+        }
+        self.pending = None;
         self.last = Some(now);
         Some(Seen::Changed(contents))
     }
@@ -121,9 +139,11 @@ mod tests {
         let mut poll = FilePoll::loaded(vec![a.clone(), b.clone()], &[b"one", b"two"]);
         assert_eq!(kinds(poll.poll(false).await), "unchanged");
         assert_eq!(kinds(poll.poll(true).await), "changed", "a forced read");
-        // Moving bytes from one file to the other is a change.
+        // Moving bytes from one file to the other is a change, once it reads the same
+        // twice.
         std::fs::write(&a, "onet").unwrap();
         std::fs::write(&b, "wo").unwrap();
+        assert_eq!(kinds(poll.poll(false).await), "unchanged", "read once");
         match poll.poll(false).await {
             Some(Seen::Changed(c)) => {
                 assert_eq!((&c[0][..], &c[1][..]), (&b"onet"[..], &b"wo"[..]))
@@ -139,7 +159,47 @@ mod tests {
         assert_eq!(kinds(poll.poll(false).await), "quiet", "reported once");
         // Back with the very content it had: loaded afresh all the same.
         std::fs::write(&b, "wo").unwrap();
+        assert_eq!(kinds(poll.poll(false).await), "unchanged", "read once");
         assert_eq!(kinds(poll.poll(false).await), "changed");
+    }
+
+    /// A file read mid-write is never reported: only content two polls in a row read
+    /// alike, and a `SIGHUP` at once.
+    #[tokio::test]
+    async fn a_torn_write_is_never_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("config.toml");
+        let whole = "[single_use]\ntools = [\"transfer\"]\n[limits]\nmax_body_bytes = 1\n";
+        std::fs::write(&a, whole).unwrap();
+        let mut poll = FilePoll::loaded(vec![a.clone()], &[whole.as_bytes()]);
+        // The writer truncated the file and wrote its first table when the poll came.
+        std::fs::write(&a, &whole[..32]).unwrap();
+        assert_eq!(kinds(poll.poll(false).await), "unchanged");
+        // Then finished: a different content, so still not reported.
+        let edited = whole.replace("transfer", "wire");
+        std::fs::write(&a, &edited).unwrap();
+        assert_eq!(kinds(poll.poll(false).await), "unchanged");
+        match poll.poll(false).await {
+            Some(Seen::Changed(c)) => assert_eq!(&c[0][..], edited.as_bytes()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(kinds(poll.poll(false).await), "unchanged");
+        // Back and forth between polls: what was in force is what is read again.
+        std::fs::write(&a, "torn").unwrap();
+        assert_eq!(kinds(poll.poll(false).await), "unchanged");
+        std::fs::write(&a, &edited).unwrap();
+        assert_eq!(kinds(poll.poll(false).await), "unchanged");
+        std::fs::write(&a, "torn").unwrap();
+        assert_eq!(
+            kinds(poll.poll(false).await),
+            "unchanged",
+            "a new pending read"
+        );
+        assert_eq!(
+            kinds(poll.poll(true).await),
+            "changed",
+            "SIGHUP reads at once"
+        );
     }
 
     #[tokio::test]
@@ -150,6 +210,7 @@ mod tests {
         let mut poll = FilePoll::loaded(vec![a.clone()], &[b"old"]);
         // The file changes after the load, before the watcher first polls.
         std::fs::write(&a, "new").unwrap();
+        assert_eq!(kinds(poll.poll(false).await), "unchanged", "read once");
         assert_eq!(kinds(poll.poll(false).await), "changed");
         let mut missing = FilePoll::loaded(vec![dir.path().join("missing")], &[b""]);
         assert_eq!(

@@ -20,14 +20,15 @@
 //!    hop-by-hop headers (what its `Connection` names, never a header the sidecar sets)
 //!    are dropped; `Forwarded` / `X-Forwarded-*` survive only from
 //!    `principal.trusted_proxies`, and `X-Forwarded-For` / `-Proto` are set from what the
-//!    sidecar saw.
+//!    sidecar saw; behind a trusted proxy the client it reports owns the request's shares
+//!    ([`proxy::ingress::ClientAddr`]).
 //! 3. [`auth`] reads who is calling: nothing, a header a trusted front proxy set, a
 //!    verified JWT access token (401 without one), or the client certificate's identity.
 //! 4. [`proxy::gate`]: a POST body must be one JSON-RPC message that [`jsonrpc`] scans
 //!    strictly in one pass (no duplicate, look-alike or non-ASCII keys where the sidecar
 //!    looks, no batches, no BOM, at most `limits.max_json_values` values), indexing the
 //!    members the next steps act on (no tree of the message is built), read within its size,
-//!    time and [`proxy::budget`] limits, with `Mcp-Method`/`Mcp-Name` headers that agree
+//!    time and [`budget`] limits, with `Mcp-Method`/`Mcp-Name` headers that agree
 //!    with it. GET and DELETE pass through only without a body; configured
 //!    `passthrough_paths` are forwarded untouched.
 //! 5. [`proxy::state`]: a `params.requestState` is opened by [`token`] and checked
@@ -35,7 +36,8 @@
 //!    principal; the flow's age, the caller's revocations and each answer against the
 //!    question it answers are checked ([`policy`]); when the token or the live policy
 //!    says the target is single-use, it is consumed in the shared [`store`] (a replay is
-//!    refused; a caller past its share gets 429, a full store 503, the state unspent);
+//!    refused; a caller past its share gets 429, a full store, or a consumption no Redis
+//!    replica confirmed, 503, the state unspent);
 //!    on success the upstream's own plaintext replaces it, and
 //!    `inputResponses` keys the round did not ask for are dropped ([`jsonrpc::Params`]:
 //!    members are parsed only when read, edits are splices). On any failure the
@@ -49,18 +51,21 @@
 //!    renewed while the call is in flight, within the caller's shares), or a repeat is answered from it (replayed
 //!    with its handles sealed afresh, in progress, or conflict) without the upstream.
 //! 7. [`proxy::upstream`] forwards the message as the sidecar writes it from the scanned
-//!    tokens, edits spliced in (pooled client, `Host`
+//!    tokens, edits spliced in, its bytes held against the [`budget`] until the upstream
+//!    answers (pooled client, `Host`
 //!    rewritten, the fixed hop-by-hop headers dropped, identity encoding, timeouts; TLS
 //!    verified for an `https://` upstream). With `upstream = "stdio"` the pooled client
-//!    dials [`stdio`] in memory instead: its in-process server writes the message to the
-//!    child's stdin under an id of its own and answers with what the child wrote for that
-//!    id only, so steps 2 to 8 are the same for both kinds of upstream.
+//!    dials [`stdio`] in memory instead: its in-process server takes only what this step
+//!    marked with the process's secret (never a passthrough request), holds it in the
+//!    [`budget`] within the caller's share, writes it to the child's stdin under a random
+//!    id of its own and answers with what the child wrote for that id only, so steps 2 to
+//!    8 are the same for both kinds of upstream.
 //! 8. [`proxy::outbound`] classifies the answer (JSON by label or by its first byte,
 //!    SSE, empty, or something a 2xx answer to an MCP request may not be) and
 //!    [`proxy::response`] seals every `requestState` in it, in a JSON body or event by
 //!    event in an SSE stream, each scanned as strictly as a client's body and the token
 //!    spliced into the upstream's bytes ([`sse`]; what a stream buffers of an incomplete event is
-//!    held against the [`proxy::budget`]), bound to the request of step 5, after checking
+//!    held against the [`budget`]), bound to the request of step 5, after checking
 //!    the round ([`policy::questions`], read from the answer's bytes) against the
 //!    client's declared capabilities and the round limit; what
 //!    cannot be sealed becomes a JSON-RPC error instead (an upstream error status and
@@ -88,7 +93,7 @@
 //!
 //! | floor | modules | what they hold |
 //! | --- | --- | --- |
-//! | ground | [`version`], [`text`], [`body`], [`shutdown`], [`file_watch`], [`glob`], [`registry`] | the build's name, printable client text, the body type, the shutdown signal, the file watcher, name patterns, the metrics registry and its closed labels: nothing of the crate |
+//! | ground | [`version`], [`text`], [`body`], [`budget`], [`shutdown`], [`file_watch`], [`glob`], [`registry`] | the build's name, printable client text, the body type, the memory budget, the shutdown signal, the file watcher, name patterns, the metrics registry and its closed labels: nothing of the crate |
 //! | wire | [`jsonrpc`], [`mcp`], [`sse`] | strict scanning and writing of messages, the facts about MCP messages, event framing |
 //! | config | [`config`] | typed settings, validated with every problem listed |
 //! | crypto | [`token`], [`store`] | the one crypto seam (states and handles), the shared store |
@@ -106,6 +111,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod body;
+pub mod budget;
 pub mod config;
 pub mod error;
 pub mod file_watch;

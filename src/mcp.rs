@@ -74,16 +74,6 @@ pub enum MethodClass {
 }
 
 impl MethodClass {
-    pub const ALL: [MethodClass; 7] = [
-        MethodClass::ToolsCall,
-        MethodClass::PromptsGet,
-        MethodClass::ResourcesRead,
-        MethodClass::Other,
-        MethodClass::GetStream,
-        MethodClass::Delete,
-        MethodClass::Passthrough,
-    ];
-
     /// The class of a JSON-RPC method.
     pub fn of_method(method: &str) -> Self {
         match method {
@@ -93,21 +83,17 @@ impl MethodClass {
             _ => MethodClass::Other,
         }
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MethodClass::ToolsCall => "tools/call",
-            MethodClass::PromptsGet => "prompts/get",
-            MethodClass::ResourcesRead => "resources/read",
-            MethodClass::Other => "other",
-            MethodClass::GetStream => "get_stream",
-            MethodClass::Delete => "delete",
-            MethodClass::Passthrough => "passthrough",
-        }
-    }
 }
 
-crate::registry::closed_label!(MethodClass);
+crate::registry::labels!(MethodClass {
+    ToolsCall => "tools/call",
+    PromptsGet => "prompts/get",
+    ResourcesRead => "resources/read",
+    Other => "other",
+    GetStream => "get_stream",
+    Delete => "delete",
+    Passthrough => "passthrough",
+});
 
 #[cfg(test)]
 mod tests {

@@ -25,7 +25,38 @@ pub trait Label: Copy + Send + Sync + 'static {
     fn as_str(self) -> &'static str;
 }
 
-/// Implement [`Label`] for enums that have an inherent `ALL` array and `as_str`.
+/// A closed label set from one list: `labels!(Kind { A => "a", B => "b" })` gives the
+/// enum `Kind` (declared beside it, with its docs) its `ALL` array, its `as_str` and
+/// [`Label`], all from the same arms. A variant left out of the list is a
+/// non-exhaustive `as_str` and does not compile, so every variant's series is created.
+macro_rules! labels {
+    ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        impl $name {
+            /// Every value, in the order the list declares them.
+            pub const ALL: [$name; [$($text),+].len()] = [$($name::$variant),+];
+
+            /// The label value as exposed.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl $crate::registry::Label for $name {
+            fn all() -> impl Iterator<Item = Self> {
+                <$name>::ALL.into_iter()
+            }
+            fn as_str(self) -> &'static str {
+                <$name>::as_str(self)
+            }
+        }
+    };
+}
+pub(crate) use labels;
+
+/// Implement [`Label`] for enums that have an inherent `ALL` array and `as_str` of their
+/// own (the refusal table's [`crate::error::ErrorKind`]).
 macro_rules! closed_label {
     ($($label:ty),+ $(,)?) => {$(
         impl $crate::registry::Label for $label {
@@ -49,8 +80,6 @@ pub enum ReadResult {
 }
 
 impl ReadResult {
-    pub const ALL: [ReadResult; 2] = [ReadResult::Ok, ReadResult::Error];
-
     pub fn of(ok: bool) -> Self {
         if ok {
             ReadResult::Ok
@@ -58,16 +87,12 @@ impl ReadResult {
             ReadResult::Error
         }
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReadResult::Ok => "ok",
-            ReadResult::Error => "error",
-        }
-    }
 }
 
-closed_label!(ReadResult);
+labels!(ReadResult {
+    Ok => "ok",
+    Error => "error",
+});
 
 /// A family with one closed label.
 pub struct Family<V, L> {

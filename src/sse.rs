@@ -291,6 +291,13 @@ impl Buffered for () {
     }
 }
 
+/// The proxy's account: an incomplete event is held against the memory budget.
+impl Buffered for crate::budget::Reservation {
+    fn holding(&mut self, bytes: usize) -> bool {
+        self.resize_to(bytes).is_ok()
+    }
+}
+
 /// Where [`SseRewriteBody`] is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {

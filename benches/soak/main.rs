@@ -65,7 +65,19 @@ const RECORD_SECONDS: u64 = 30;
 const STEADY_AFTER: Duration = Duration::from_secs(TOKEN_SECONDS + 60 + 20);
 /// Idle pooled upstream connections close after this (`timeouts.upstream_idle_ms`).
 const UPSTREAM_IDLE: Duration = Duration::from_secs(2);
+/// Idle upstream connections the pool keeps (`limits.upstream_max_idle_per_host`, the
+/// default, written into the soak's configuration so its bounds follow it).
+pub const UPSTREAM_MAX_IDLE: usize = 256;
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// The single-use store's bound and one caller's share of it, as the soak configures
+/// them (`single_use.memory_max_entries`, `.max_entries_per_principal`).
+const SINGLE_USE_ENTRIES: usize = 100_000;
+const SINGLE_USE_SHARE: usize = 10_000;
+/// States consumed per request of the mix: one flow in five is single-use, and flows
+/// average 2.4 requests (a first call, its retry, half a tampered copy; an SSE pair; a
+/// single-use call, retry and replay; a handle issued, used, half a tampered use; a
+/// write and its repeat: 12 requests per five flows).
+const CONSUMED_PER_REQUEST: f64 = 1.0 / 12.0;
 pub const MIB: f64 = 1024.0 * 1024.0;
 
 pub struct Settings {
@@ -73,6 +85,25 @@ pub struct Settings {
     rate: u32,
     redis: bool,
     warmup: usize,
+    /// Principals the flows are spread over ([`tenants`]).
+    tenants: u64,
+}
+
+/// How many callers a deployment at `rate` has at least, from the shares the soak
+/// configures: the consumed ids kept at steady state (the rate of consumption times how
+/// long one is kept), spread so that each caller holds at most half its share. One
+/// caller alone would outgrow its share by design: the shares are right, so the soak
+/// models tenants. At least four. An error when the store's whole bound could not hold
+/// them.
+fn tenants(rate: u32) -> Result<u64, String> {
+    let kept = f64::from(rate) * CONSUMED_PER_REQUEST * STEADY_AFTER.as_secs_f64();
+    if kept > SINGLE_USE_ENTRIES as f64 / 2.0 {
+        return Err(format!(
+            "SOAK_RATE={rate} keeps about {kept:.0} consumed ids, over half the store's \
+             bound of {SINGLE_USE_ENTRIES}"
+        ));
+    }
+    Ok(((2.0 * kept / SINGLE_USE_SHARE as f64).ceil() as u64).max(4))
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
@@ -99,6 +130,7 @@ fn settings() -> Result<Settings, String> {
         rate,
         redis,
         warmup: (requests / 10).max(steady).min(requests / 2),
+        tenants: tenants(rate)?,
     })
 }
 
@@ -152,7 +184,7 @@ fn start(children: &mut Children, dir: &Path, redis: bool) -> Result<Sidecar, St
     let sidecar_bin = procs::sidecar_bin("SOAK_SIDECAR_BIN");
     let upstream_port = children.spawn_upstream(dir)?;
     let store = if redis {
-        let port = children.spawn_redis(dir)?;
+        let port = children.spawn_redis(dir, None)?;
         format!("store = \"redis\"\nredis_url = \"redis://127.0.0.1:{port}\"\n")
     } else {
         "store = \"memory\"\n".to_owned()
@@ -170,9 +202,12 @@ fn start(children: &mut Children, dir: &Path, redis: bool) -> Result<Sidecar, St
          [principal]\nsource = \"header\"\nheader = \"{header}\"\n\
          trusted_proxies = [\"127.0.0.1/32\"]\n\
          [single_use]\ntools = [\"approve\"]\n{store}\
+         memory_max_entries = {SINGLE_USE_ENTRIES}\n\
+         max_entries_per_principal = {SINGLE_USE_SHARE}\n\
          [idempotency]\ntools = [\"record\"]\nttl_seconds = {RECORD_SECONDS}\n\
          [admin]\ntoken_file = \"{token}\"\n\
          [timeouts]\nupstream_idle_ms = {idle}\n\
+         [limits]\nupstream_max_idle_per_host = {UPSTREAM_MAX_IDLE}\n\
          [log]\nlevel = \"warn\"\n\
          [[handles]]\nkind = \"import\"\nissued_by = [\"start_import\"]\n\
          result_pointer = \"/structuredContent/importId\"\naccepted_by = [\"append_rows\"]\n\
@@ -220,7 +255,8 @@ async fn idle(sidecar: &Sidecar) -> Result<Sample, String> {
 async fn soak(settings: &Settings, sidecar: &Sidecar) -> Result<Observed, String> {
     let mix = |run, done| {
         let token = sidecar.admin_token.clone();
-        Mix::new(run, sidecar.addr, sidecar.admin, token, done)
+        let tenants = settings.tenants;
+        Mix::new(run, sidecar.addr, sidecar.admin, token, tenants, done)
     };
     // Every path warm (pools, caches, the allocator's arenas) before the idle baseline.
     let rate = settings.rate;

@@ -59,10 +59,11 @@ fn outcomes(r: &mut Report, settings: &Settings, o: &Observed, tally: &Tally, pr
     let answered = right + tally.unexpected.values().sum::<u64>();
     let _ = writeln!(
         out,
-        "### Soak ({} requests at {} req/s, {} connections, {} store)\n",
+        "### Soak ({} requests at {} req/s, {} connections, {} callers, {} store)\n",
         settings.requests,
         settings.rate,
         CONNECTIONS,
+        settings.tenants,
         if settings.redis { "Redis" } else { "memory" }
     );
     let _ = writeln!(
@@ -202,15 +203,19 @@ fn resources(r: &mut Report, settings: &Settings, o: &Observed) {
         after.len() >= 3 && rss.1 as f64 <= rss.0 as f64 * (1.0 + RSS_BAND),
     );
     // Under load the sidecar holds, beyond its idle self (whose figures include the
-    // sampler's own scrape), a socket and a task per client connection and at most one
-    // more per pooled upstream connection (the pool opens one only when every other is
-    // busy, so never more than the client connections), plus a revocation's socket on the
-    // admin port and an upstream socket closing; and each client connection's request
+    // sampler's own scrape), a socket and a task per client connection, a socket per
+    // upstream connection busy with one of their requests, plus a revocation's socket on
+    // the admin port and an upstream socket closing; and each client connection's request
     // may have up to two short tasks of its own, which can outlive `requests_in_flight`
     // by a moment (an idempotency lease's renewal and the recording of its answer, or
-    // hyper's connection to the upstream finishing in the background). Every sample after
-    // the warm-up must be within these bounds.
-    let fd_bound = o.before.fds as i64 + 2 * CONNECTIONS as i64 + 2;
+    // hyper's connection to the upstream finishing in the background). The upstream
+    // pool dials whenever a request finds no idle connection, and when a busy one comes
+    // back first the new one joins the pool as a spare, kept while the pool holds fewer
+    // than `limits.upstream_max_idle_per_host` idle (the sidecar's configuration): at
+    // most one spare per client connection. Every sample after the warm-up must be
+    // within these bounds.
+    let spares = CONNECTIONS.min(crate::UPSTREAM_MAX_IDLE) as i64;
+    let fd_bound = o.before.fds as i64 + 2 * CONNECTIONS as i64 + spares + 2;
     let task_bound = o.before.tasks + 4 * CONNECTIONS as i64;
     let tasks_max = after.iter().map(|s| s.tasks).max().unwrap_or(0);
     r.judge(

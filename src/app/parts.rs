@@ -10,6 +10,7 @@ use super::{ADMIN_MAX_CONNECTIONS, Metrics, StartError, live, reload_keys, watch
 use crate::admin;
 use crate::auth::Identifier;
 use crate::auth::jwks::Jwks;
+use crate::budget::MemoryBudget;
 use crate::config::reload::ConfigSource;
 use crate::config::{self, Config};
 use crate::file_watch::FilePoll;
@@ -122,6 +123,14 @@ pub(super) fn warn_about_weak_principals(config: &Config, principal: &Identifier
     }
 }
 
+/// The one memory budget of the data path and a stdio upstream's bridge.
+pub(super) fn memory_budget(config: &Config, metrics: &Metrics) -> Arc<MemoryBudget> {
+    MemoryBudget::new(
+        config.limits.max_buffered_bytes,
+        metrics.path.buffered_bytes().clone(),
+    )
+}
+
 /// The upstream: a URL, or a child process run by a [`Bridge`] (whose readiness is
 /// [`health::ChildUp`]).
 pub(super) enum UpstreamKind {
@@ -131,10 +140,14 @@ pub(super) enum UpstreamKind {
 
 impl UpstreamKind {
     /// Parse the URL, or start the child (`upstream = "stdio"`).
-    pub(super) fn start(config: &Config, metrics: &Metrics) -> Result<Self, StartError> {
+    pub(super) fn start(
+        config: &Config,
+        metrics: &Metrics,
+        budget: &Arc<MemoryBudget>,
+    ) -> Result<Self, StartError> {
         if config.is_stdio() {
             let up = health::ChildUp::default();
-            let bridge = Bridge::start(config, metrics.stdio.clone(), up.clone());
+            let bridge = Bridge::start(config, metrics.stdio.clone(), up.clone(), budget.clone());
             return Ok(UpstreamKind::Stdio(bridge, up));
         }
         config::parse_upstream(&config.upstream)

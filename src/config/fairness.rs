@@ -1,5 +1,6 @@
 //! One caller's share of each bounded shared resource: consumed single-use ids, the
-//! idempotency records' bytes and their calls in flight, and client connections.
+//! idempotency records' bytes and their calls in flight, client connections, and the
+//! requests at a stdio upstream's child.
 //!
 //! Invariant: every share is at least 1 (or, for bytes, room for one write) and at most
 //! the bound it is a share of, whether it was set or derived; an unset share is a fixed
@@ -13,6 +14,8 @@ const ENTRIES_SHARE_DIVISOR: usize = 10;
 const BYTES_SHARE_DIVISOR: u64 = 8;
 /// An unset `limits.max_connections_per_peer` is this fraction of the limit.
 const CONNECTIONS_SHARE_DIVISOR: usize = 4;
+/// An unset `upstream_command.queue_max_per_principal` is this fraction of `queue_max`.
+const QUEUE_SHARE_DIVISOR: usize = 4;
 /// What a reservation is charged beyond `max_result_bytes`: the store's per-record
 /// overhead (768 bytes, measured by `cargo bench --bench store`) and a key and value of
 /// a few hundred bytes, rounded up.
@@ -47,6 +50,15 @@ impl Config {
         self.limits
             .max_connections_per_peer
             .unwrap_or(limit / CONNECTIONS_SHARE_DIVISOR)
+            .clamp(1, limit.max(1))
+    }
+
+    /// Requests one caller may have at a stdio upstream's child.
+    pub fn upstream_command_queue_share(&self) -> usize {
+        let limit = self.upstream_command.queue_max;
+        self.upstream_command
+            .queue_max_per_principal
+            .unwrap_or(limit / QUEUE_SHARE_DIVISOR)
             .clamp(1, limit.max(1))
     }
 
@@ -95,6 +107,17 @@ impl Config {
                 ),
             );
         }
+        if let Some(share) = self.upstream_command.queue_max_per_principal
+            && !(1..=self.upstream_command.queue_max).contains(&share)
+        {
+            problem(
+                "upstream_command.queue_max_per_principal",
+                format!(
+                    "must be 1 to upstream_command.queue_max ({})",
+                    self.upstream_command.queue_max
+                ),
+            );
+        }
     }
 }
 
@@ -109,14 +132,17 @@ mod tests {
         assert_eq!(config.single_use.entries_share(), 10_000);
         assert_eq!(config.idempotency_bytes_share(), 32 * 1024 * 1024);
         assert_eq!(config.connections_share(), 256);
+        assert_eq!(config.upstream_command_queue_share(), 64);
         assert_eq!(config.idempotency.max_in_flight_per_principal, 16);
         let mut small = Config::default();
         small.single_use.memory_max_entries = 3;
         small.limits.max_connections = 2;
+        small.upstream_command.queue_max = 3;
         small.idempotency.max_result_bytes = 1000;
         small.idempotency.memory_max_bytes = 6000;
         assert_eq!(small.single_use.entries_share(), 1, "never zero");
         assert_eq!(small.connections_share(), 1);
+        assert_eq!(small.upstream_command_queue_share(), 1);
         assert_eq!(small.idempotency_bytes_share(), 6000, "room for two writes");
         small.idempotency.memory_max_bytes = 1 << 30;
         assert_eq!(small.idempotency_bytes_share(), 1 << 27);
@@ -128,7 +154,9 @@ mod tests {
         config.single_use.max_entries_per_principal = Some(7);
         config.idempotency.max_bytes_per_principal = Some(5 << 20);
         config.limits.max_connections_per_peer = Some(1024);
+        config.upstream_command.queue_max_per_principal = Some(256);
         assert_eq!(config.single_use.entries_share(), 7);
+        assert_eq!(config.upstream_command_queue_share(), 256);
         assert_eq!(config.idempotency_bytes_share(), 5 << 20);
         assert_eq!(config.connections_share(), 1024);
         assert!(config.validate().is_empty(), "{:?}", config.validate());
@@ -161,5 +189,12 @@ mod tests {
             "limits.max_connections_per_peer",
             "must be 1 to",
         );
+        for share in [0, 257] {
+            assert_only(
+                &invalid(|c| c.upstream_command.queue_max_per_principal = Some(share)),
+                "upstream_command.queue_max_per_principal",
+                "must be 1 to upstream_command.queue_max",
+            );
+        }
     }
 }

@@ -73,6 +73,10 @@ pub(super) const LEAVES: &[Leaf] = &[
     leaf!(Restart, "upstream_command.restart_min_ms" => upstream_command.restart_min_ms),
     leaf!(Restart, "upstream_command.restart_max_ms" => upstream_command.restart_max_ms),
     leaf!(Restart, "upstream_command.queue_max" => upstream_command.queue_max),
+    leaf!(
+        Restart,
+        "upstream_command.queue_max_per_principal" => upstream_command.queue_max_per_principal
+    ),
     leaf!(Restart, "admin_listen" => admin_listen),
     leaf!(Live, "passthrough_paths" => passthrough_paths),
     leaf!(Live, "allowed_hosts" => allowed_hosts),
@@ -113,6 +117,8 @@ pub(super) const LEAVES: &[Leaf] = &[
     leaf!(Restart, "single_use.max_entries_per_principal" => single_use.max_entries_per_principal),
     leaf!(Restart, "single_use.redis_key_prefix" => single_use.redis_key_prefix),
     leaf!(Restart, "single_use.redis_timeout_ms" => single_use.redis_timeout_ms),
+    leaf!(Restart, "single_use.redis_wait_replicas" => single_use.redis_wait_replicas),
+    leaf!(Restart, "single_use.redis_wait_ms" => single_use.redis_wait_ms),
     leaf!(Restart, "mrtr.max_rounds" => mrtr.max_rounds),
     leaf!(Restart, "mrtr.max_flow_seconds" => mrtr.max_flow_seconds),
     leaf!(Restart, "admin.token_file" => admin.token_file),

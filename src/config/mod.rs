@@ -14,6 +14,8 @@ mod fairness;
 pub mod hosts;
 pub mod redis_url;
 
+pub use redis_url::WaitReplicas;
+
 mod load;
 mod operations;
 
@@ -229,9 +231,10 @@ pub enum OnStoreError {
 #[serde(default, deny_unknown_fields)]
 pub struct SingleUseConfig {
     pub store: SingleUseStore,
-    /// Redis URL for `store = "redis"`: `redis://`, `rediss://` (TLS), or
-    /// `redis+cluster://host1:port,host2:port` (`rediss+cluster://`) for Redis Cluster.
-    /// May carry a password: never echoed in messages.
+    /// Redis URL for `store = "redis"`: `redis://`, `rediss://` (TLS),
+    /// `redis+cluster://host1:port,host2:port` (`rediss+cluster://`) for Redis Cluster, or
+    /// `redis+sentinel://s1:26379,s2:26379/<primary name>` (`rediss+sentinel://`) for a
+    /// Sentinel-managed primary. May carry a password: never echoed in messages.
     pub redis_url: Option<String>,
     /// Tool names (glob `*` allowed) whose states are single-use.
     pub tools: Vec<String>,
@@ -255,6 +258,12 @@ pub struct SingleUseConfig {
     pub redis_key_prefix: String,
     /// Deadline of one Redis command, in milliseconds.
     pub redis_timeout_ms: u64,
+    /// Replicas that must confirm a write (`WAIT`) before it counts: `"auto"` (one
+    /// whenever the primary reports a connected replica) or a number (0: never wait).
+    pub redis_wait_replicas: WaitReplicas,
+    /// How long a write waits for its replicas, in milliseconds; unconfirmed by then, it
+    /// is released and the request refused with 503.
+    pub redis_wait_ms: u64,
 }
 
 impl Default for SingleUseConfig {
@@ -271,6 +280,8 @@ impl Default for SingleUseConfig {
             max_entries_per_principal: None,
             redis_key_prefix: "mcp-state-guard:".to_owned(),
             redis_timeout_ms: 250,
+            redis_wait_replicas: WaitReplicas::Auto,
+            redis_wait_ms: 100,
         }
     }
 }

@@ -11,6 +11,8 @@
 //! ("takes effect on restart") and the reload counts as `restart_required`, never `ok`,
 //! for as long as the file asks for something the running process does not do.
 
+mod loosened;
+
 use super::load::{LEAVES, Leaf, read_file};
 use super::{Config, ConfigErrors, Overrides};
 use crate::file_watch::{FilePoll, Seen};
@@ -127,23 +129,11 @@ pub enum ReloadOutcome {
     Error,
 }
 
-impl ReloadOutcome {
-    pub const ALL: [ReloadOutcome; 3] = [
-        ReloadOutcome::Ok,
-        ReloadOutcome::RestartRequired,
-        ReloadOutcome::Error,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReloadOutcome::Ok => "ok",
-            ReloadOutcome::RestartRequired => "restart_required",
-            ReloadOutcome::Error => "error",
-        }
-    }
-}
-
-crate::registry::closed_label!(ReloadOutcome);
+crate::registry::labels!(ReloadOutcome {
+    Ok => "ok",
+    RestartRequired => "restart_required",
+    Error => "error",
+});
 
 /// Watch `source` until `stop`; `running` is the configuration the process started
 /// with. Each new valid configuration is compared with the one in force; when live keys
@@ -169,35 +159,67 @@ pub fn watch(
             tracing::error!(path = %path.display(), %error, "configuration file unreadable; keeping the running configuration");
             count(ReloadOutcome::Error);
         }
-        Seen::Changed(contents) => match Config::load_read(&source.file, &contents[0], &source.overrides) {
-            Ok(config) => {
-                let changes = Changes::between(&in_force, &config);
-                if !changes.live.is_empty() {
-                    in_force = in_force.with_live_from(&config);
-                    apply(&in_force, &changes.live);
-                    for key in &changes.live {
-                        tracing::info!(key = *key, "configuration key changed; applied without a restart");
-                    }
-                }
-                // Said on every reload while it holds: the file asks for something this
-                // process does not do, and an operator may have missed the first one.
-                for key in &changes.restart {
-                    tracing::warn!(key = *key, "configuration key changed; takes effect on restart");
-                }
-                count(if changes.restart.is_empty() {
-                    ReloadOutcome::Ok
-                } else {
-                    ReloadOutcome::RestartRequired
-                });
-            }
-            Err(errors) => {
-                for problem in &errors.0 {
-                    tracing::error!(%problem, "configuration changed but is invalid; keeping the running configuration");
-                }
-                count(ReloadOutcome::Error);
-            }
-        },
+        Seen::Changed(contents) => {
+            let loaded = Config::load_read(&source.file, &contents[0], &source.overrides);
+            count(reload(&mut in_force, loaded, &apply));
+        }
     })
+}
+
+/// Apply one loaded configuration (or its problems) to the one in force.
+fn reload(
+    in_force: &mut Config,
+    loaded: Result<Config, super::ConfigErrors>,
+    apply: &impl Fn(&Config, &[&'static str]),
+) -> ReloadOutcome {
+    let config = match loaded {
+        Ok(config) => config,
+        Err(errors) => {
+            for problem in &errors.0 {
+                tracing::error!(%problem, "configuration changed but is invalid; keeping the running configuration");
+            }
+            return ReloadOutcome::Error;
+        }
+    };
+    let changes = Changes::between(in_force, &config);
+    if !changes.live.is_empty() {
+        let next = in_force.with_live_from(&config);
+        // The file's live keys beside this process's restart-class values: a file that
+        // is valid alone can still ask for what the running process must not do
+        // (passthrough paths while a stdio child still runs, since `upstream` waits for
+        // a restart).
+        let problems = next.validate();
+        if !problems.is_empty() {
+            for problem in &problems {
+                tracing::error!(%problem, "configuration changed but is invalid with the running process's restart-class keys; keeping the running configuration");
+            }
+            return ReloadOutcome::Error;
+        }
+        for loosened::Loosened { key, what } in loosened::loosened(in_force, &next) {
+            tracing::warn!(key, change = %what, "configuration reload removes protection; applied (check the file was written whole)");
+        }
+        *in_force = next;
+        apply(in_force, &changes.live);
+        for key in &changes.live {
+            tracing::info!(
+                key = *key,
+                "configuration key changed; applied without a restart"
+            );
+        }
+    }
+    // Said on every reload while it holds: the file asks for something this process
+    // does not do, and an operator may have missed the first one.
+    for key in &changes.restart {
+        tracing::warn!(
+            key = *key,
+            "configuration key changed; takes effect on restart"
+        );
+    }
+    if changes.restart.is_empty() {
+        ReloadOutcome::Ok
+    } else {
+        ReloadOutcome::RestartRequired
+    }
 }
 
 #[cfg(test)]
@@ -265,6 +287,42 @@ mod tests {
             });
             Ok(())
         });
+    }
+
+    /// A file valid alone but not beside the running process's restart-class keys:
+    /// `upstream` becomes an URL only on restart, so passthrough paths it allows would
+    /// reach the running stdio child without the gate. Refused, nothing applied.
+    #[test]
+    fn a_reload_must_be_valid_with_the_keys_that_wait_for_a_restart() {
+        let mut running = Config {
+            upstream: super::super::stdio::STDIO.into(),
+            ..Config::default()
+        };
+        running.upstream_command.argv = vec!["server".into()];
+        assert!(running.validate().is_empty(), "{:?}", running.validate());
+        let file = Config {
+            passthrough_paths: vec!["/oauth/token".into()],
+            ..Config::default()
+        };
+        assert!(file.validate().is_empty(), "valid alone");
+        let mut in_force = running.clone();
+        let applied = std::cell::Cell::new(false);
+        let outcome = reload(
+            &mut in_force,
+            Ok(file.clone()),
+            &|_: &Config, _: &[&str]| applied.set(true),
+        );
+        assert_eq!(outcome, ReloadOutcome::Error);
+        assert!(!applied.get(), "nothing applied");
+        assert_eq!(in_force, running);
+        // Without the stdio child the same file is applied (and upstream waits).
+        let mut in_force = Config::default();
+        let outcome = reload(&mut in_force, Ok(file), &|_: &Config, _: &[&str]| {
+            applied.set(true)
+        });
+        assert_eq!(outcome, ReloadOutcome::Ok);
+        assert!(applied.get());
+        assert_eq!(in_force.passthrough_paths, ["/oauth/token"]);
     }
 
     #[test]

@@ -35,6 +35,11 @@ pub struct UpstreamCommandConfig {
     /// Messages waiting for the child's standard input; past it 503 + `Retry-After`.
     /// At least 1.
     pub queue_max: usize,
+    /// One caller's share of the requests at the shared child (queued for its stdin,
+    /// waiting for it to come up, or in progress there); past it 429 + `Retry-After`.
+    /// Unset: a quarter of `queue_max` ([`Config::upstream_command_queue_share`]); set: 1
+    /// to `queue_max`.
+    pub queue_max_per_principal: Option<usize>,
 }
 
 impl Default for UpstreamCommandConfig {
@@ -47,6 +52,7 @@ impl Default for UpstreamCommandConfig {
             restart_min_ms: 100,
             restart_max_ms: 30_000,
             queue_max: 256,
+            queue_max_per_principal: None,
         }
     }
 }

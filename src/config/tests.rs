@@ -80,6 +80,7 @@ fn shipped_file_is_the_defaults() {
         "single_use.max_entries_per_principal",
         "idempotency.max_bytes_per_principal",
         "limits.max_connections_per_peer",
+        "upstream_command.queue_max_per_principal",
         "principal.jwt.issuer",
         "principal.jwt.audience",
         "principal.jwt.jwks_file",

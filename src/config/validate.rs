@@ -53,6 +53,17 @@ impl Config {
         if self.listen == self.admin_listen && self.listen.port() != 0 {
             problem("admin_listen", "must differ from listen".to_owned());
         }
+        if self.is_stdio() && !self.passthrough_paths.is_empty() {
+            // The child serves MCP on every path: an untouched path would be a raw
+            // channel to it (plaintext states out, forged states in, no principal).
+            problem(
+                "passthrough_paths",
+                "must be empty when upstream is \"stdio\": the child answers MCP on every \
+                 path, so a passthrough path would reach it without the gate (its states \
+                 unsealed, a forged state trusted)"
+                    .to_owned(),
+            );
+        }
         let mut seen = HashSet::new();
         for path in &self.passthrough_paths {
             if let Err(message) = check_passthrough_path(path) {
@@ -167,6 +178,21 @@ impl Config {
             problem(
                 "single_use.redis_timeout_ms",
                 "must be at least 1".to_owned(),
+            );
+        }
+        // `WAIT n 0` would block forever; a minute is longer than any client waits.
+        if !(1..=60_000).contains(&single_use.redis_wait_ms) {
+            problem(
+                "single_use.redis_wait_ms",
+                "must be between 1 and 60000".to_owned(),
+            );
+        }
+        if let super::WaitReplicas::Count(count) = single_use.redis_wait_replicas
+            && count > 16
+        {
+            problem(
+                "single_use.redis_wait_replicas",
+                "must be \"auto\" or a number from 0 to 16".to_owned(),
             );
         }
     }
@@ -382,6 +408,17 @@ pub(crate) mod tests {
         }
         let twice = invalid(|c| c.passthrough_paths = vec!["/t".into(), "/t".into()]);
         assert_only(&twice, "passthrough_paths", "listed twice");
+        // A stdio child answers MCP on every path: no path of it may skip the gate.
+        let stdio = invalid(|c| {
+            c.upstream = "stdio".into();
+            c.upstream_command.argv = vec!["server".into()];
+            c.passthrough_paths = vec!["/oauth/token".into()];
+        });
+        assert_only(
+            &stdio,
+            "passthrough_paths",
+            "must be empty when upstream is \"stdio\"",
+        );
     }
 
     #[test]

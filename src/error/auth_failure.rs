@@ -31,36 +31,17 @@ pub enum AuthFailure {
     ClientCertificate,
 }
 
-impl AuthFailure {
-    pub const ALL: [AuthFailure; 12] = [
-        AuthFailure::Missing,
-        AuthFailure::Malformed,
-        AuthFailure::Algorithm,
-        AuthFailure::UnknownKey,
-        AuthFailure::Signature,
-        AuthFailure::Expired,
-        AuthFailure::NotYetValid,
-        AuthFailure::Issuer,
-        AuthFailure::Audience,
-        AuthFailure::Claims,
-        AuthFailure::KeysUnavailable,
-        AuthFailure::ClientCertificate,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuthFailure::Missing => "missing",
-            AuthFailure::Malformed => "malformed",
-            AuthFailure::Algorithm => "algorithm",
-            AuthFailure::UnknownKey => "unknown_key",
-            AuthFailure::Signature => "signature",
-            AuthFailure::Expired => "expired",
-            AuthFailure::NotYetValid => "not_yet_valid",
-            AuthFailure::Issuer => "issuer",
-            AuthFailure::Audience => "audience",
-            AuthFailure::Claims => "claims",
-            AuthFailure::KeysUnavailable => "keys_unavailable",
-            AuthFailure::ClientCertificate => "client_certificate",
-        }
-    }
-}
+crate::registry::labels!(AuthFailure {
+    Missing => "missing",
+    Malformed => "malformed",
+    Algorithm => "algorithm",
+    UnknownKey => "unknown_key",
+    Signature => "signature",
+    Expired => "expired",
+    NotYetValid => "not_yet_valid",
+    Issuer => "issuer",
+    Audience => "audience",
+    Claims => "claims",
+    KeysUnavailable => "keys_unavailable",
+    ClientCertificate => "client_certificate",
+});

@@ -24,8 +24,8 @@ pub enum Category {
     Auth,
     /// The `requestState` token (or the answers riding with it).
     State,
-    /// A shared store: a replay, a consumption it could not record, a caller's share of
-    /// it used up, or the store full.
+    /// A shared store: a replay, a consumption it could not record (or no replica
+    /// confirmed), a caller's share of it used up, or the store full.
     Store,
     /// A tool-level rule ([`crate::tools`]): a handle refused, an idempotency key
     /// missing, malformed, in progress, reused with other arguments, or unrecordable.
@@ -254,6 +254,15 @@ refusals! {
         label: "store_full", status: Is(StatusCode::SERVICE_UNAVAILABLE),
         code: Is(jsonrpc::INTERNAL_ERROR), message: ByPayload,
         data: ByPayload, retry_after: Is(Some("60")), category: Some(Store),
+    }
+    /// A write to a replicated store (a consumption, an idempotency reservation) that no
+    /// replica confirmed in time: given back, nothing forwarded; the store picks the
+    /// message and `data` ([`Resource`](super::Resource)). Worth retrying soon (a
+    /// failover takes seconds).
+    StoreUnconfirmed {
+        label: "store_unconfirmed", status: Is(StatusCode::SERVICE_UNAVAILABLE),
+        code: Is(jsonrpc::INTERNAL_ERROR), message: ByPayload,
+        data: ByPayload, retry_after: Is(Some("1")), category: Some(Store),
     }
     UpstreamUnavailable {
         label: "upstream_unavailable", status: Is(StatusCode::BAD_GATEWAY),

@@ -7,11 +7,11 @@
 //! [`Resource`]), every one created at zero; the fill gauges are set from the store
 //! itself when `/metrics` or `/readyz` is served, never guessed.
 
-use super::{AuthFailure, ErrorKind, Resource, Share};
+use super::{ErrorKind, Resource, Share};
 use crate::registry::{Family, Registry, closed_label};
 use prometheus::{GaugeVec, IntCounterVec};
 
-closed_label!(ErrorKind, Share, Resource, AuthFailure);
+closed_label!(ErrorKind);
 
 /// Refusals and how full the shared stores are.
 pub struct RefusalMetrics {

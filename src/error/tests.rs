@@ -75,6 +75,10 @@ pub(crate) fn samples(kind: ErrorKind) -> Vec<ProxyError> {
             .into_iter()
             .map(ProxyError::StoreFull)
             .collect(),
+        ErrorKind::StoreUnconfirmed => [Resource::SingleUse, Resource::Idempotency]
+            .into_iter()
+            .map(ProxyError::StoreUnconfirmed)
+            .collect(),
         ErrorKind::UpstreamUnavailable => vec![ProxyError::UpstreamUnavailable(connect_error())],
         ErrorKind::UpstreamTimeout => vec![ProxyError::UpstreamTimeout(5)],
         ErrorKind::UpstreamResponse => vec![ProxyError::UpstreamResponse("unsealable state")],

@@ -7,7 +7,7 @@
 //! [`Consumption`], [`MrtrRefusal`]) and every series exists at zero from the first
 //! scrape.
 
-use crate::registry::{Family, Family2, Registry, closed_label};
+use crate::registry::{Family, Family2, Registry};
 use crate::store::StoreKind;
 use prometheus::{HistogramVec, IntCounterVec};
 
@@ -21,29 +21,19 @@ pub enum Consumption {
     /// The caller held its share of consumed ids (`max_entries_per_principal`).
     Quota,
     Released,
+    /// No replica confirmed the consumption in time (`WAIT`): released, the retry refused.
+    Unconfirmed,
 }
 
-impl Consumption {
-    pub const ALL: [Consumption; 6] = [
-        Consumption::Consumed,
-        Consumption::Replayed,
-        Consumption::StoreUnavailable,
-        Consumption::Full,
-        Consumption::Quota,
-        Consumption::Released,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Consumption::Consumed => "consumed",
-            Consumption::Replayed => "replayed",
-            Consumption::StoreUnavailable => "store_unavailable",
-            Consumption::Full => "full",
-            Consumption::Quota => "quota",
-            Consumption::Released => "released",
-        }
-    }
-}
+crate::registry::labels!(Consumption {
+    Consumed => "consumed",
+    Replayed => "replayed",
+    StoreUnavailable => "store_unavailable",
+    Full => "full",
+    Quota => "quota",
+    Released => "released",
+    Unconfirmed => "unconfirmed",
+});
 
 /// Why a flow was stopped by an MRTR rule (`reason` label of `mrtr_refusals_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,29 +53,14 @@ pub enum MrtrRefusal {
     FlowLimit,
 }
 
-impl MrtrRefusal {
-    pub const ALL: [MrtrRefusal; 6] = [
-        MrtrRefusal::MissingCapability,
-        MrtrRefusal::UnknownInputMethod,
-        MrtrRefusal::QuestionsTooLarge,
-        MrtrRefusal::InvalidAnswer,
-        MrtrRefusal::RoundLimit,
-        MrtrRefusal::FlowLimit,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MrtrRefusal::MissingCapability => "missing_capability",
-            MrtrRefusal::UnknownInputMethod => "unknown_input_method",
-            MrtrRefusal::QuestionsTooLarge => "questions_too_large",
-            MrtrRefusal::InvalidAnswer => "invalid_answer",
-            MrtrRefusal::RoundLimit => "round_limit",
-            MrtrRefusal::FlowLimit => "flow_limit",
-        }
-    }
-}
-
-closed_label!(Consumption, MrtrRefusal);
+crate::registry::labels!(MrtrRefusal {
+    MissingCapability => "missing_capability",
+    UnknownInputMethod => "unknown_input_method",
+    QuestionsTooLarge => "questions_too_large",
+    InvalidAnswer => "invalid_answer",
+    RoundLimit => "round_limit",
+    FlowLimit => "flow_limit",
+});
 
 /// Store calls: 50 µs (memory) to 1 s (a Redis at its timeout).
 const STORE_BUCKETS: [f64; 14] = [

@@ -8,9 +8,12 @@
 //! `on_store_error = "allow"`, lets through, counted and logged); a store that is full,
 //! or a caller holding its whole share of it, is refused whatever the failure policy
 //! (letting a full store's retries through would let whoever fills it replay at will),
-//! and the state is not spent. A consumption is released only when the upstream
-//! provably never received the request. The policy and `on_store_error` are live: a
-//! reload replaces them for the next request.
+//! and the state is not spent. A consumption no replica confirmed (Redis `WAIT`, see
+//! [`crate::store::redis`]) is released by the store and the retry refused with 503
+//! (under `on_store_error = "allow"` it goes through unrecorded, counted and logged, as
+//! when the store cannot answer). A consumption is released only when the upstream
+//! provably never received the request, and only by the holder of its random mark. The
+//! policy and `on_store_error` are live: a reload replaces them for the next request.
 
 use super::metrics::{Consumption, PolicyMetrics};
 use crate::config::{OnStoreError, SingleUseConfig};
@@ -64,11 +67,15 @@ pub enum NotConsumed {
     Share,
     /// The store is full (`memory_max_entries`, or Redis out of memory).
     Full,
+    /// No replica confirmed the consumption in time: released, the state unspent.
+    Unconfirmed,
 }
 
 /// A recorded consumption, released if the upstream never saw the request.
 pub struct Claim {
     id: String,
+    /// The random value recorded with it: only this claim releases it.
+    mark: String,
 }
 
 /// The single-use phase: the live policy, the store, and what to do when it fails.
@@ -134,7 +141,8 @@ impl SingleUse {
     }
 
     /// Whether a fail-closed store is the reason the sidecar cannot serve single-use
-    /// retries now (readiness).
+    /// retries now (readiness): it does not answer, or its writes have kept going
+    /// unconfirmed by replicas.
     pub async fn blocking_outage(&self) -> bool {
         self.on_store_error() == OnStoreError::Reject && self.store.ping().await.is_err()
     }
@@ -159,15 +167,16 @@ impl SingleUse {
         // whose clock runs behind ours by the tolerated skew sees it.
         let remaining = opened.expires_at - crate::token::now() + FUTURE_SKEW_SECONDS;
         let ttl = Duration::from_secs_f64(remaining.clamp(1.0, 86_400.0 * 2.0));
+        let mark = hex::encode(crate::token::keyring::random_bytes::<16>());
         let started = Instant::now();
-        let result = self.store.consume(&id, ttl, owner()).await;
+        let result = self.store.consume(&id, &mark, ttl, owner()).await;
         self.metrics
             .observe_store(self.store.kind(), started.elapsed().as_secs_f64());
         let kind = self.store.kind();
         match result {
             Ok(Consumed::Fresh) => {
                 self.metrics.consumption(kind, Consumption::Consumed);
-                Ok(Some(Claim { id }))
+                Ok(Some(Claim { id, mark }))
             }
             Ok(Consumed::Replayed) => {
                 self.metrics.consumption(kind, Consumption::Replayed);
@@ -187,6 +196,26 @@ impl SingleUse {
                 self.metrics.consumption(kind, Consumption::Full);
                 self.log_failure(StoreError::Full);
                 Err(NotConsumed::Full)
+            }
+            Err(StoreError::Unconfirmed) => {
+                self.metrics.consumption(kind, Consumption::Unconfirmed);
+                match self.on_store_error() {
+                    OnStoreError::Reject => {
+                        tracing::warn!(
+                            store = kind.as_str(),
+                            "single-use retry refused: no replica confirmed its consumption in \
+                             time (single_use.redis_wait_ms); released, the state stays spendable"
+                        );
+                        Err(NotConsumed::Unconfirmed)
+                    }
+                    OnStoreError::Allow => {
+                        tracing::warn!(
+                            store = kind.as_str(),
+                            "single-use state let through unconfirmed by a replica (on_store_error = allow)"
+                        );
+                        Ok(None)
+                    }
+                }
             }
             Err(error) => {
                 self.metrics
@@ -210,7 +239,7 @@ impl SingleUse {
     /// The upstream provably never received the request: the user may try again.
     pub async fn release(&self, claim: Claim) {
         let kind = self.store.kind();
-        match self.store.release(&claim.id).await {
+        match self.store.release(&claim.id, &claim.mark).await {
             Ok(()) => {
                 self.metrics.consumption(kind, Consumption::Released);
                 tracing::info!(

@@ -6,6 +6,7 @@
 //! ([`Proxy::forward_message`]), and only when nothing of the request was handed to the
 //! upstream, or connecting failed before a byte of it was written.
 
+use super::ingress::{ClientAddr, Peer};
 use super::outbound::Asked;
 use super::response::SealContext;
 use super::{Failure, Proxy, tools, upstream};
@@ -13,7 +14,6 @@ use crate::auth::Caller;
 use crate::jsonrpc::{Id, Params, ParamsField};
 use crate::policy::capabilities;
 use crate::policy::single_use::Claim;
-use crate::server::Peer;
 use crate::telemetry::audit::Record;
 use crate::token::RequestBinding;
 use crate::tools::Inbound;
@@ -89,7 +89,12 @@ impl Proxy {
     ) -> Result<Response<ProxyBody>, Failure> {
         let mut admitted = self.gate.admit(&parts.headers, body).await?;
         let id = admitted.id().cloned();
-        let peer = parts.extensions.get::<Peer>().copied();
+        // The client: behind a trusted proxy the one it reports, else the peer.
+        let client = parts
+            .extensions
+            .get::<ClientAddr>()
+            .map(|c| c.0)
+            .or_else(|| parts.extensions.get::<Peer>().map(|p| p.0.ip()));
         let caller = Caller::new(
             // The path and the query: one upstream may route tenants by either.
             parts
@@ -97,7 +102,7 @@ impl Proxy {
                 .path_and_query()
                 .map_or("/", http::uri::PathAndQuery::as_str),
             principal.as_deref(),
-            peer.map(|p| p.0.ip()),
+            client,
         );
         let prepared = match admitted.call_mut() {
             Some((method, params)) => {
@@ -117,6 +122,7 @@ impl Proxy {
             return Ok(tools::replayed(id.as_ref(), answer));
         }
         let ticket = prepared.tools.answering.ticket();
+        self.upstream.mark_gated(&mut parts.headers, caller.owner());
         // The parsed body ends here, before the upstream is awaited.
         let (forwarded, reservation) = admitted.into_forwarded();
         parts
@@ -135,7 +141,7 @@ impl Proxy {
         let response = self
             .exchange(
                 parts,
-                reservation.hold(upstream::full(forwarded)),
+                (upstream::full(forwarded), Some(reservation)),
                 context,
                 asked,
                 record,

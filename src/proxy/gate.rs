@@ -9,7 +9,7 @@
 //! ([`ScannedBody::into_forwarded`]), never bytes the scan did not read.
 
 use super::Failure;
-use super::budget::{self, CollectError, MemoryBudget, Reservation};
+use crate::budget::{self, CollectError, MemoryBudget, Reservation};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
 use crate::jsonrpc::{Id, Message, Params, ParamsField, Refused, ScannedBody};

@@ -20,7 +20,9 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
 use std::net::SocketAddr;
 
+mod client;
 mod framing;
+pub use client::ClientAddr;
 pub use framing::{FramingScan, MixedFraming, check_framing};
 
 pub use crate::server::Peer;
@@ -155,7 +157,7 @@ pub fn protected_headers(also: impl IntoIterator<Item = HeaderName>) -> Vec<Head
 /// Which peers' forwarding headers are believed.
 #[derive(Debug, Clone, Default)]
 pub struct TrustedProxies {
-    nets: Vec<IpNet>,
+    pub(super) nets: Vec<IpNet>,
 }
 
 impl TrustedProxies {

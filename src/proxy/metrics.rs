@@ -11,7 +11,7 @@ use crate::auth::AuthMetrics;
 use crate::error::RefusalMetrics;
 use crate::mcp::MethodClass;
 use crate::policy::PolicyMetrics;
-use crate::registry::{Family, Family2, Held, Label, Registry, closed_label};
+use crate::registry::{Family, Family2, Held, Label, Registry};
 use crate::telemetry::audit::Outcome;
 use crate::token::{KeyMetrics, Reject};
 use crate::tools::ToolMetrics;
@@ -24,17 +24,24 @@ use std::time::Duration;
 pub enum VerifyResult {
     Ok,
     Rejected(Reject),
+    /// A good token whose single-use consumption no replica of the store confirmed in
+    /// time: released, the retry refused with 503 (not the frozen error: the state is
+    /// good and stays spendable).
+    Unconfirmed,
 }
 
 impl Label for VerifyResult {
     fn all() -> impl Iterator<Item = Self> {
-        std::iter::once(VerifyResult::Ok).chain(Reject::ALL.into_iter().map(VerifyResult::Rejected))
+        std::iter::once(VerifyResult::Ok)
+            .chain(Reject::ALL.into_iter().map(VerifyResult::Rejected))
+            .chain(std::iter::once(VerifyResult::Unconfirmed))
     }
 
     fn as_str(self) -> &'static str {
         match self {
             VerifyResult::Ok => "ok",
             VerifyResult::Rejected(r) => r.as_str(),
+            VerifyResult::Unconfirmed => "unconfirmed",
         }
     }
 }
@@ -48,16 +55,10 @@ pub enum Route {
     Passthrough,
 }
 
-impl Route {
-    pub const ALL: [Route; 2] = [Route::Mcp, Route::Passthrough];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Route::Mcp => "mcp",
-            Route::Passthrough => "passthrough",
-        }
-    }
-}
+crate::registry::labels!(Route {
+    Mcp => "mcp",
+    Passthrough => "passthrough",
+});
 
 /// Why a response stream was cut or a response replaced by an internal error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,43 +84,22 @@ pub enum SealFailure {
     UnexpectedStatus,
 }
 
-impl SealFailure {
-    pub const ALL: [SealFailure; 14] = [
-        SealFailure::NonStringState,
-        SealFailure::StateTooLarge,
-        SealFailure::UnparseableBody,
-        SealFailure::UnsupportedEncoding,
-        SealFailure::EventTooLarge,
-        SealFailure::NoRequestContext,
-        SealFailure::AmbiguousKey,
-        SealFailure::UpstreamBodyError,
-        SealFailure::UnknownContentType,
-        SealFailure::ResponseTooLarge,
-        SealFailure::UnexpectedContentType,
-        SealFailure::TransferCoding,
-        SealFailure::OverBudget,
-        SealFailure::UnexpectedStatus,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SealFailure::NonStringState => "non_string_state",
-            SealFailure::StateTooLarge => "state_too_large",
-            SealFailure::UnparseableBody => "unparseable_body",
-            SealFailure::UnsupportedEncoding => "unsupported_encoding",
-            SealFailure::EventTooLarge => "event_too_large",
-            SealFailure::NoRequestContext => "no_request_context",
-            SealFailure::AmbiguousKey => "ambiguous_key",
-            SealFailure::UpstreamBodyError => "upstream_body_error",
-            SealFailure::UnknownContentType => "unknown_content_type",
-            SealFailure::ResponseTooLarge => "response_too_large",
-            SealFailure::UnexpectedContentType => "unexpected_content_type",
-            SealFailure::TransferCoding => "transfer_coding",
-            SealFailure::OverBudget => "over_budget",
-            SealFailure::UnexpectedStatus => "unexpected_status",
-        }
-    }
-}
+crate::registry::labels!(SealFailure {
+    NonStringState => "non_string_state",
+    StateTooLarge => "state_too_large",
+    UnparseableBody => "unparseable_body",
+    UnsupportedEncoding => "unsupported_encoding",
+    EventTooLarge => "event_too_large",
+    NoRequestContext => "no_request_context",
+    AmbiguousKey => "ambiguous_key",
+    UpstreamBodyError => "upstream_body_error",
+    UnknownContentType => "unknown_content_type",
+    ResponseTooLarge => "response_too_large",
+    UnexpectedContentType => "unexpected_content_type",
+    TransferCoding => "transfer_coding",
+    OverBudget => "over_budget",
+    UnexpectedStatus => "unexpected_status",
+});
 
 /// An upstream response status class (`class` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,14 +112,6 @@ pub enum StatusClass {
 }
 
 impl StatusClass {
-    pub const ALL: [StatusClass; 5] = [
-        StatusClass::Informational,
-        StatusClass::Success,
-        StatusClass::Redirection,
-        StatusClass::ClientError,
-        StatusClass::ServerError,
-    ];
-
     pub fn of(status: http::StatusCode) -> Self {
         match status.as_u16() {
             ..200 => StatusClass::Informational,
@@ -149,17 +121,15 @@ impl StatusClass {
             _ => StatusClass::ServerError,
         }
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StatusClass::Informational => "1xx",
-            StatusClass::Success => "2xx",
-            StatusClass::Redirection => "3xx",
-            StatusClass::ClientError => "4xx",
-            StatusClass::ServerError => "5xx",
-        }
-    }
 }
+
+crate::registry::labels!(StatusClass {
+    Informational => "1xx",
+    Success => "2xx",
+    Redirection => "3xx",
+    ClientError => "4xx",
+    ServerError => "5xx",
+});
 
 /// What became of one upstream SSE event (`result` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,19 +142,11 @@ pub enum SseEvent {
     Withheld,
 }
 
-impl SseEvent {
-    pub const ALL: [SseEvent; 3] = [SseEvent::Sealed, SseEvent::Passed, SseEvent::Withheld];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SseEvent::Sealed => "sealed",
-            SseEvent::Passed => "passed",
-            SseEvent::Withheld => "withheld",
-        }
-    }
-}
-
-closed_label!(Route, SealFailure, StatusClass, SseEvent);
+crate::registry::labels!(SseEvent {
+    Sealed => "sealed",
+    Passed => "passed",
+    Withheld => "withheld",
+});
 
 /// Request latency through the upstream: 100 µs (a refusal) to 60 s (a slow tool).
 const REQUEST_BUCKETS: [f64; 17] = [
@@ -406,8 +368,8 @@ impl PathMetrics {
 mod tests {
     use super::*;
 
-    /// The `result` label values of the contract (design §5).
-    const VERIFY_LABELS: [&str; 10] = [
+    /// The `result` label values of the contract (design §5), and `unconfirmed` after them.
+    const VERIFY_LABELS: [&str; 11] = [
         "ok",
         "malformed",
         "unknown_key",
@@ -418,6 +380,7 @@ mod tests {
         "replayed",
         "store_unavailable",
         "revoked",
+        "unconfirmed",
     ];
 
     #[test]

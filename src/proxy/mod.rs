@@ -7,7 +7,7 @@
 //!    forwarding headers are believed only from trusted proxies.
 //! 3. [`crate::auth`]: who is calling (a header, a JWT, the client certificate).
 //! 4. [`gate`]: a POSTed body is one strictly scanned JSON-RPC message, read within its
-//!    size, time and [`budget`] limits.
+//!    size, time and [`crate::budget`] limits.
 //! 5. [`state`]: a retry's `requestState` is opened and replaced by the upstream's
 //!    plaintext; unasked `inputResponses` are dropped.
 //! 6. [`crate::tools`]: a `tools/call`'s handle arguments are unwrapped and its
@@ -28,7 +28,6 @@
 //! `allowed_hosts` and `passthrough_paths` are live: a reload replaces them between two
 //! requests, and each request reads them once.
 
-pub mod budget;
 mod call;
 pub mod counted;
 pub mod gate;
@@ -43,6 +42,7 @@ pub mod upstream;
 pub use metrics::{Meters, PathMetrics, Route, SealFailure, SseEvent, StatusClass, VerifyResult};
 
 use crate::auth::Identifier;
+use crate::budget::{MemoryBudget, Reservation};
 use crate::error::ProxyError;
 use crate::jsonrpc::Id;
 use crate::mcp::MethodClass;
@@ -112,27 +112,50 @@ pub struct Proxy {
     pub(crate) protected_headers: Vec<http::HeaderName>,
 }
 
+/// What the proxy shares with the rest of the process: the single-use and revocation
+/// stores (with the tool features and the admin port) and the memory budget (with a
+/// stdio upstream's bridge).
+pub struct Shared {
+    pub single_use: Arc<SingleUse>,
+    pub revocations: Arc<Revocations>,
+    pub budget: Arc<MemoryBudget>,
+}
+
+impl Shared {
+    pub fn new(
+        single_use: Arc<SingleUse>,
+        revocations: Arc<Revocations>,
+        budget: Arc<MemoryBudget>,
+    ) -> Self {
+        Self {
+            single_use,
+            revocations,
+            budget,
+        }
+    }
+}
+
 impl Proxy {
     /// Build the phases from a validated configuration.
     pub fn new(
         config: &crate::config::Config,
         sealer: Arc<StateSealer>,
-        single_use: Arc<SingleUse>,
-        revocations: Arc<Revocations>,
+        shared: Shared,
         metrics: Meters,
         principal: Identifier,
         upstream: Upstream,
     ) -> Result<Self, String> {
+        let Shared {
+            single_use,
+            revocations,
+            budget,
+        } = shared;
         let flow_limits = FlowLimits {
             max_rounds: config.mrtr.max_rounds,
             max_flow_seconds: config.mrtr.max_flow_seconds,
         };
         use std::time::Duration;
         let limits = &config.limits;
-        let budget = budget::MemoryBudget::new(
-            limits.max_buffered_bytes,
-            metrics.path.buffered_bytes().clone(),
-        );
         let head_timeout = upstream.timeout();
         let idempotency_key = http::HeaderName::from_static(crate::tools::idempotency::HEADER);
         let protected_headers = ingress::protected_headers(
@@ -311,6 +334,7 @@ impl Proxy {
         // anything of ours is added (forwarding, identity, idempotency): honoured later,
         // it deleted the sidecar's own headers. The framing was checked just above.
         upstream::strip_hop_by_hop_keeping(&mut parts.headers, &self.protected_headers);
+        self.upstream.strip_internal(&mut parts.headers);
         let peer = parts.extensions.get::<Peer>().copied();
         let trusted_peer = self.trusted_proxies.is_empty() || self.trusted_proxies.trusts(peer);
         let principal = if passthrough && !self.principal.required_on_passthrough() {
@@ -319,6 +343,13 @@ impl Proxy {
             self.principal.identify(parts, trusted_peer).await?
         };
         record.set_principal(principal.as_deref());
+        // Before the chain is extended with the peer: the owner of the request's shares.
+        if let Some(client) = self.trusted_proxies.client(&parts.headers, peer)
+            && peer.is_some_and(|p| p.0.ip().to_canonical() != client)
+        {
+            record.set_forwarded_client(client);
+            parts.extensions.insert(ingress::ClientAddr(client));
+        }
         self.principal.strip(&mut parts.headers);
         self.trusted_proxies.rewrite(
             &mut parts.headers,
@@ -341,14 +372,24 @@ impl Proxy {
         if !body.is_end_stream() {
             return Err(ProxyError::BodyNotAllowed(parts.method).into());
         }
+        let mut parts = parts;
+        let peer = parts.extensions.get::<Peer>().map(|p| p.0.ip());
+        let owner = crate::store::Owner::of(principal.as_deref(), peer);
+        self.upstream.mark_gated(&mut parts.headers, &owner);
         let context = SealContext::unbound(principal);
         let asked = if parts.method == Method::GET {
             Asked::Stream
         } else {
             Asked::Other
         };
-        self.exchange(parts, upstream::full(Bytes::new()), context, asked, record)
-            .await
+        self.exchange(
+            parts,
+            (upstream::full(Bytes::new()), None),
+            context,
+            asked,
+            record,
+        )
+        .await
     }
 
     /// Send to the upstream, timing the wait for its response head (the part of a
@@ -387,17 +428,22 @@ impl Proxy {
     }
 
     /// Send to the upstream and make its response safe for the client. `asked`: what
-    /// the request was.
+    /// the request was. The body's bytes stay reserved in the memory budget until the
+    /// upstream's response head came (or sending failed): hyper drops a body once its
+    /// last frame is in its write buffer, and an upstream that never reads would
+    /// otherwise hold every byte of it outside the budget.
     async fn exchange(
         &self,
         mut parts: http::request::Parts,
-        body: ProxyBody,
+        (body, reservation): (ProxyBody, Option<Reservation>),
         context: SealContext,
         asked: Asked,
         record: &mut Record,
     ) -> Result<Response<ProxyBody>, Failure> {
         self.upstream.prepare(&mut parts);
-        let response = match self.send(Request::from_parts(parts, body), record).await {
+        let sent = self.send(Request::from_parts(parts, body), record).await;
+        drop(reservation);
+        let response = match sent {
             Ok(response) => response,
             Err(error) => {
                 return Err(Failure {

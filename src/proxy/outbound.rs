@@ -13,12 +13,12 @@
 //! (compressed, a transfer coding other than `chunked`, a non-UTF-8 charset) and
 //! informational statuses are refused.
 
-use super::budget::{self, CollectError, MemoryBudget, Reservation};
 use super::counted::Counted;
 use super::metrics::{Meters, SealFailure};
 use super::response::{SealContext, Sealer, with_body};
 use super::upstream::{self, BoxError, ProxyBody};
 use super::{Failure, identity_encoding};
+use crate::budget::{self, CollectError, MemoryBudget, Reservation};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
 use crate::policy::flow::FlowLimits;

@@ -9,9 +9,9 @@
 //! state, an oversized one, a body that does not parse, a compressed body) becomes a
 //! JSON-RPC internal error instead, counted and logged.
 
-use super::budget::Reservation;
 use super::metrics::{Meters, SealFailure};
 use super::upstream::ProxyBody;
+use crate::budget::Reservation;
 use crate::error::ProxyError;
 use crate::jsonrpc::{
     self, Answer, AnswerFault, EnvelopeField, Id, JsonKind, ResultField, StateMember,

@@ -213,6 +213,11 @@ impl StateOpener {
                 self.metrics.path.verified(VerifyResult::Ok);
                 Err(ProxyError::StoreFull(Resource::SingleUse))
             }
+            // Released by the store: the client may present it again shortly.
+            Err(NotConsumed::Unconfirmed) => {
+                self.metrics.path.verified(VerifyResult::Unconfirmed);
+                Err(ProxyError::StoreUnconfirmed(Resource::SingleUse))
+            }
         }
     }
 

@@ -46,6 +46,8 @@ pub struct Upstream {
     host: HeaderValue,
     base_path: String,
     response_head_timeout: Duration,
+    /// A stdio upstream's mark for the gated route ([`crate::stdio::GATED_HEADER`]).
+    gated_mark: Option<HeaderValue>,
 }
 
 /// The pool of an HTTP upstream, or of a stdio upstream's in-process server
@@ -119,6 +121,7 @@ impl Upstream {
             host,
             base_path: base.uri().path().trim_end_matches('/').to_owned(),
             response_head_timeout,
+            gated_mark: None,
         }
     }
 
@@ -130,6 +133,7 @@ impl Upstream {
         pool: Pool,
     ) -> Self {
         let authority = Authority::from_static("stdio");
+        let gated_mark = Some(connector.mark());
         Self {
             client: Clients::Stdio(crate::stdio::client(
                 connector,
@@ -141,6 +145,29 @@ impl Upstream {
             authority,
             base_path: String::new(),
             response_head_timeout,
+            gated_mark,
+        }
+    }
+
+    /// Remove a client's copies of the headers by which the gated route speaks to a
+    /// stdio upstream (on every route, before the sidecar sets anything).
+    pub fn strip_internal(&self, headers: &mut HeaderMap) {
+        if self.gated_mark.is_some() {
+            headers.remove(crate::stdio::GATED_HEADER);
+            headers.remove(crate::stdio::OWNER_HEADER);
+        }
+    }
+
+    /// Mark a request of the gated route for a stdio upstream, which answers nothing
+    /// else (never a passthrough request), with whose share it spends. No-op for an
+    /// HTTP upstream.
+    pub fn mark_gated(&self, headers: &mut HeaderMap, owner: &crate::store::Owner) {
+        if let Some(mark) = &self.gated_mark {
+            headers.insert(crate::stdio::GATED_HEADER, mark.clone());
+            headers.insert(
+                crate::stdio::OWNER_HEADER,
+                HeaderValue::from_str(owner.as_str()).expect("an owner is a hex digest"),
+            );
         }
     }
 

@@ -6,7 +6,7 @@
 //! every series exists at zero from the first scrape; an open connection is counted by a
 //! [`Held`] guard, so it is given back however the connection ends.
 
-use crate::registry::{Family, Held, Registry, closed_label};
+use crate::registry::{Family, Held, Registry};
 use prometheus::{IntCounterVec, IntGaugeVec};
 
 /// Which listener a connection came in on (`listener` label).
@@ -16,18 +16,10 @@ pub enum Listener {
     Admin,
 }
 
-impl Listener {
-    pub const ALL: [Listener; 2] = [Listener::Proxy, Listener::Admin];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Listener::Proxy => "proxy",
-            Listener::Admin => "admin",
-        }
-    }
-}
-
-closed_label!(Listener);
+crate::registry::labels!(Listener {
+    Proxy => "proxy",
+    Admin => "admin",
+});
 
 /// Open connections and limit waits, per listener.
 pub struct ConnectionMetrics {

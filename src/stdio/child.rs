@@ -4,8 +4,8 @@
 //! `restart_max_ms`) while it keeps exiting quickly. Stopping closes its stdin and sends
 //! SIGTERM, then SIGKILL at the deadline.
 
+use super::ids;
 use super::lines::{Line, Lines};
-use super::metrics::Unmatched;
 use super::route::{self, Delivery, Fault};
 use super::{Outgoing, Shared};
 use crate::config::Config;
@@ -204,8 +204,8 @@ async fn stopping(stop: &mut watch::Receiver<Option<Instant>>) -> Instant {
 /// the era of an SDK server that decides it by the first request); true once it
 /// answered, with a result or an error.
 async fn probe(shared: Arc<Shared>, timeout: Duration) -> bool {
-    let id = shared.next_id();
-    let receivers = shared.routes().open(id, json!(null), None, false);
+    let id = ids::fresh();
+    let receivers = shared.routes().open(id.clone(), json!(null), None, false);
     let discover = json!({
         "jsonrpc": "2.0",
         "id": id,
@@ -220,8 +220,9 @@ async fn probe(shared: Arc<Shared>, timeout: Duration) -> bool {
     if shared
         .queue
         .send(Outgoing {
-            id: Some(id),
+            id: Some(id.clone()),
             line: route::line(&discover),
+            held: None,
         })
         .await
         .is_err()
@@ -229,10 +230,10 @@ async fn probe(shared: Arc<Shared>, timeout: Duration) -> bool {
         return false;
     }
     let answered = tokio::time::timeout(timeout, receivers.answer).await;
-    shared.routes().close(id);
+    shared.routes().close(&id);
     match answered {
         Ok(Ok(Ok(answer))) => {
-            if serde_json::from_slice::<serde_json::Value>(&answer)
+            if serde_json::from_slice::<serde_json::Value>(&answer.message)
                 .is_ok_and(|a| a.get("error").is_some())
             {
                 tracing::warn!(
@@ -273,15 +274,17 @@ async fn write(
     mut stdin: ChildStdin,
 ) {
     let mut queued = queued.lock().await;
-    while let Some(Outgoing { id, line }) = queued.recv().await {
+    while let Some(Outgoing { id, line, held }) = queued.recv().await {
         shared.metrics.queue_depth(shared.queued());
-        if id.is_some_and(|id| !shared.routes().is_open(id)) {
+        if id.is_some_and(|id| !shared.routes().is_open(&id)) {
             continue;
         }
         if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
             // The child is exiting; its supervisor sees it and fails what was open.
             return;
         }
+        // The child's stdin took it: its bytes go back to the budget.
+        drop(held);
     }
 }
 
@@ -300,8 +303,8 @@ async fn read(shared: Arc<Shared>, stdout: ChildStdout, max_line: usize) {
                 length,
             } => {
                 shared.metrics.overlong();
-                let failed = route::overlong_id(&prefix, &tail)
-                    .is_some_and(|id| shared.routes().fail(id, Fault::Overlong));
+                let failed = ids::named_in(&prefix, &tail)
+                    .is_some_and(|id| shared.routes().fail(&id, Fault::Overlong));
                 tracing::warn!(
                     bytes = length,
                     max = max_line,
@@ -313,23 +316,45 @@ async fn read(shared: Arc<Shared>, stdout: ChildStdout, max_line: usize) {
     }
 }
 
-/// Count and log what reached nobody; refuse the child's requests to the client.
+/// Count and log what reached nobody (by kind and length, never its content: an answer
+/// to a caller that left may carry a state, and a stray print may carry anything); cut
+/// off a caller that fell behind; refuse the child's requests to the client.
 fn delivered(shared: &Shared, delivery: Delivery, line: &[u8]) {
     match delivery {
         Delivery::Delivered | Delivery::Blank => {}
         Delivery::Unmatched(reason, method) => {
             shared.metrics.unmatched(reason);
-            // Never the line itself: an answer to a caller that left may carry a state.
-            // Text that is not JSON at all (a stray print) is shown clipped.
-            let text = (reason == Unmatched::NotJson)
-                .then(|| String::from_utf8_lossy(&line[..line.len().min(64)]).into_owned());
             tracing::warn!(
                 reason = reason.as_str(),
                 method = method.as_deref().map(Clipped).map(tracing::field::display),
-                text = text.as_deref().map(Clipped).map(tracing::field::display),
                 bytes = line.len(),
                 "stdio upstream wrote a line that belongs to no open request; dropped"
             );
+        }
+        Delivery::Unreadable { failed } => {
+            shared.metrics.unreadable();
+            tracing::warn!(
+                bytes = line.len(),
+                request_failed = failed,
+                "stdio upstream wrote an answer that could not be read (not JSON); its request failed"
+            );
+        }
+        Delivery::CutOff(id, reason) => {
+            shared.metrics.cut_off(reason);
+            tracing::warn!(
+                reason = reason.as_str(),
+                "stdio caller cut off: what came for it could not be held"
+            );
+            if let Some(id) = id {
+                let cancel = json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": id, "reason": "the client fell behind"},
+                });
+                if shared.enqueue(None, route::line(&cancel), None).is_ok() {
+                    shared.metrics.cancelled();
+                }
+            }
         }
         Delivery::ServerRequest(id, method) => {
             shared.metrics.server_request_refused();
@@ -339,7 +364,7 @@ fn delivered(shared: &Shared, delivery: Delivery, line: &[u8]) {
                 "id": id,
                 "error": {"code": -32601, "message": "server-to-client requests are not available through mcp-state-guard (2026-07-28): use input_required"},
             });
-            let _ = shared.enqueue(None, route::line(&refusal));
+            let _ = shared.enqueue(None, route::line(&refusal), None);
         }
     }
 }

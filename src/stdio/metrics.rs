@@ -3,13 +3,16 @@
 //! `stdio_queue_full_total`), and what came out of it that no caller got
 //! (`stdio_unmatched_lines_total{reason}`, `stdio_overlong_lines_total`,
 //! `stdio_dropped_notifications_total{reason}`, `stdio_server_requests_refused_total`,
-//! `stdio_stderr_lines_dropped_total`), and the cancellations sent for callers that left
-//! (`stdio_cancellations_total`).
+//! `stdio_stderr_lines_dropped_total`, `stdio_unreadable_answers_total`), the
+//! cancellations sent for callers that left (`stdio_cancellations_total`), the requests
+//! the bridge refused (`stdio_requests_refused_total{reason}`) and the callers it cut off
+//! (`stdio_callers_cut_off_total{reason}`).
 //!
 //! Invariant: as for every family, labels come from closed sets ([`Unmatched`],
-//! [`Dropped`]) and every series exists at zero from the first scrape (in every mode).
+//! [`Dropped`], [`BridgeRefusal`], [`CutOff`]) and every series exists at zero from the first
+//! scrape (in every mode).
 
-use crate::registry::{Family, Registry, closed_label};
+use crate::registry::{Family, Registry};
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 /// Why a line from the child's stdout reached no caller (`reason` label).
@@ -26,45 +29,56 @@ pub enum Unmatched {
     Invalid,
 }
 
-impl Unmatched {
-    pub const ALL: [Unmatched; 4] = [
-        Unmatched::NotJson,
-        Unmatched::UnknownId,
-        Unmatched::Notification,
-        Unmatched::Invalid,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Unmatched::NotJson => "not_json",
-            Unmatched::UnknownId => "unknown_id",
-            Unmatched::Notification => "notification",
-            Unmatched::Invalid => "invalid",
-        }
-    }
-}
+crate::registry::labels!(Unmatched {
+    NotJson => "not_json",
+    UnknownId => "unknown_id",
+    Notification => "notification",
+    Invalid => "invalid",
+});
 
 /// Why a notification that belonged to a caller was not delivered (`reason` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dropped {
     /// The caller did not accept `text/event-stream`: a JSON answer has no room for it.
     JsonCaller,
-    /// The caller read too slowly: its buffer of notifications was full.
-    SlowCaller,
 }
 
-impl Dropped {
-    pub const ALL: [Dropped; 2] = [Dropped::JsonCaller, Dropped::SlowCaller];
+crate::registry::labels!(Dropped {
+    JsonCaller => "json_caller",
+});
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dropped::JsonCaller => "json_caller",
-            Dropped::SlowCaller => "slow_caller",
-        }
-    }
+/// Why the bridge refused a request before it reached the child's queue (`reason`
+/// label; a full queue has its own counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BridgeRefusal {
+    /// It did not come through the proxy's gated route (no mark, or a wrong one): 403.
+    Ungated,
+    /// What it would hold could not be reserved in `limits.max_buffered_bytes`: 503.
+    OverBudget,
+    /// Its caller holds `upstream_command.queue_max_per_principal` requests already: 429.
+    PrincipalShare,
 }
 
-closed_label!(Unmatched, Dropped);
+crate::registry::labels!(BridgeRefusal {
+    Ungated => "ungated",
+    OverBudget => "over_budget",
+    PrincipalShare => "principal_share",
+});
+
+/// Why a caller was cut off: its route failed, its stream ended with an error and the
+/// child was told to stop (`reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutOff {
+    /// It read too slowly: its buffered notifications reached the per-route bound.
+    SlowReader,
+    /// What came for it could not be reserved in `limits.max_buffered_bytes`.
+    OverBudget,
+}
+
+crate::registry::labels!(CutOff {
+    SlowReader => "slow_reader",
+    OverBudget => "over_budget",
+});
 
 /// The bridge's families.
 pub struct StdioMetrics {
@@ -78,6 +92,9 @@ pub struct StdioMetrics {
     server_requests: IntCounter,
     stderr_dropped: IntCounter,
     cancellations: IntCounter,
+    unreadable: IntCounter,
+    refused: Family<IntCounterVec, BridgeRefusal>,
+    cut_off: Family<IntCounterVec, CutOff>,
 }
 
 impl StdioMetrics {
@@ -125,6 +142,20 @@ impl StdioMetrics {
                 "stdio_cancellations_total",
                 "notifications/cancelled sent to the child for callers that went away before the answer.",
             ),
+            unreadable: registry.counter(
+                "stdio_unreadable_answers_total",
+                "Lines on the child's stdout that named an open request but could not be read (not JSON, a lone surrogate escape): the request failed at once.",
+            ),
+            refused: registry.counters(
+                "stdio_requests_refused_total",
+                "Requests the bridge refused before queueing them, by reason (ungated: not through the proxy's gated route; over_budget; principal_share).",
+                "reason",
+            ),
+            cut_off: registry.counters(
+                "stdio_callers_cut_off_total",
+                "Callers whose request was failed because what came for them could not be held (slow_reader: too many notifications waiting; over_budget).",
+                "reason",
+            ),
         }
     }
 
@@ -147,6 +178,10 @@ impl StdioMetrics {
     pub(crate) fn queue_depth(&self, depth: usize) {
         self.queue_depth
             .set(i64::try_from(depth).unwrap_or(i64::MAX));
+    }
+
+    pub fn queue_depth_now(&self) -> u64 {
+        u64::try_from(self.queue_depth.get()).unwrap_or(0)
     }
 
     pub(crate) fn queue_full(&self) {
@@ -203,5 +238,29 @@ impl StdioMetrics {
 
     pub fn cancellations(&self) -> u64 {
         self.cancellations.get()
+    }
+
+    pub(crate) fn unreadable(&self) {
+        self.unreadable.inc();
+    }
+
+    pub fn unreadable_count(&self) -> u64 {
+        self.unreadable.get()
+    }
+
+    pub(crate) fn refused(&self, reason: BridgeRefusal) {
+        self.refused.at(reason).inc();
+    }
+
+    pub fn refused_count(&self, reason: BridgeRefusal) -> u64 {
+        self.refused.at(reason).get()
+    }
+
+    pub(crate) fn cut_off(&self, reason: CutOff) {
+        self.cut_off.at(reason).inc();
+    }
+
+    pub fn cut_off_count(&self, reason: CutOff) -> u64 {
+        self.cut_off.at(reason).get()
     }
 }

@@ -1,21 +1,25 @@
 //! Which caller a message belongs to. Each request gets an id of the bridge's own (a
-//! counter, unique across every caller and every child), and its `progressToken` the
-//! same number; the answer and the progress notifications carrying it go back to that
-//! caller with its own id and token restored, and to nobody else.
+//! fresh random string, [`super::ids`]), and its `progressToken` the same; the answer
+//! and the progress notifications carrying it go back to that caller with its own id and
+//! token restored, and to nobody else.
 //!
 //! Invariant: a line from the child reaches a caller only through [`Routes::deliver`],
 //! which hands it to the one open route its id or progress token names; anything else
-//! is a [`Delivery::Unmatched`] the reader counts and logs (never its content). A
-//! route is closed exactly once: answered, failed, or given up by its caller.
+//! is a [`Delivery::Unmatched`] the reader counts and logs (never its content). What a
+//! route holds for its caller (its answer, its waiting notifications) is reserved in the
+//! memory budget until the caller's stream takes it; what cannot be reserved, or a
+//! caller too slow to take its notifications, cuts the caller off. A route is closed
+//! exactly once: answered, failed, cut off, or given up by its caller.
 
-use super::metrics::{Dropped, StdioMetrics, Unmatched};
+use super::ids::{self, BridgeId};
+use super::metrics::{CutOff, Dropped, StdioMetrics, Unmatched};
+use super::notices::Notices;
+use crate::budget::{MemoryBudget, Reservation};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
-use tokio::sync::{mpsc, oneshot};
-
-/// Notifications one caller may have waiting before more of them are dropped.
-const NOTICES_BUFFERED: usize = 64;
+use std::sync::Arc;
+use tokio::sync::oneshot;
 
 /// Why a request got no answer from the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,10 +28,22 @@ pub(crate) enum Fault {
     Exited,
     /// The answer was over `limits.max_event_bytes` and was discarded.
     Overlong,
+    /// The answer could not be read (not JSON: a lone surrogate escape, say).
+    Unreadable,
+    /// The caller was cut off.
+    CutOff(CutOff),
 }
 
-/// The answer of one request: the JSON-RPC message with the caller's id, or why none.
-pub(crate) type Answer = Result<Bytes, Fault>;
+/// An answer for its caller: the JSON-RPC message with the caller's id, and its bytes
+/// reserved until it is sent.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub message: Bytes,
+    pub held: Reservation,
+}
+
+/// The answer of one request, or why none.
+pub(crate) type Answer = Result<Reply, Fault>;
 
 /// One open request.
 struct Route {
@@ -35,13 +51,29 @@ struct Route {
     caller_id: Value,
     /// The caller takes `text/event-stream`: notifications have somewhere to go.
     streams: bool,
-    notices: mpsc::Sender<Bytes>,
-    answer: oneshot::Sender<Answer>,
+    notices: Arc<Notices>,
+    /// Taken when the route is answered or failed.
+    answer: Option<oneshot::Sender<Answer>>,
+}
+
+impl Route {
+    fn send(mut self, answer: Answer) {
+        if let Some(sender) = self.answer.take() {
+            let _ = sender.send(answer);
+        }
+    }
+}
+
+impl Drop for Route {
+    fn drop(&mut self) {
+        // However the route ends, its stream ends after what waits.
+        self.notices.close();
+    }
 }
 
 /// What the caller of a route waits on.
 pub(crate) struct Receivers {
-    pub notices: mpsc::Receiver<Bytes>,
+    pub notices: Arc<Notices>,
     pub answer: oneshot::Receiver<Answer>,
 }
 
@@ -56,25 +88,37 @@ pub(crate) enum Delivery {
     Unmatched(Unmatched, Option<String>),
     /// A request from the child to the client, with its id and method: refused.
     ServerRequest(Value, String),
+    /// A line that could not be read; whether it named an open request (now failed).
+    Unreadable { failed: bool },
+    /// The caller of a route was cut off (its route failed); the route's id when the
+    /// child is still working on it (and is told to stop).
+    CutOff(Option<BridgeId>, CutOff),
 }
 
 /// The open requests, by bridge id.
-#[derive(Default)]
 pub(crate) struct Routes {
-    open: HashMap<u64, Route>,
+    open: HashMap<BridgeId, Route>,
+    budget: Arc<MemoryBudget>,
 }
 
 impl Routes {
+    pub(crate) fn new(budget: Arc<MemoryBudget>) -> Self {
+        Self {
+            open: HashMap::new(),
+            budget,
+        }
+    }
+
     /// Open the route of bridge id `id` for a caller whose own id and progress token
     /// (if any) were `caller_id` and `progress_token`.
     pub(crate) fn open(
         &mut self,
-        id: u64,
+        id: BridgeId,
         caller_id: Value,
         progress_token: Option<Value>,
         streams: bool,
     ) -> Receivers {
-        let (notices, notices_rx) = mpsc::channel(NOTICES_BUFFERED);
+        let notices = Notices::new(&self.budget);
         let (answer, answer_rx) = oneshot::channel();
         self.open.insert(
             id,
@@ -82,30 +126,30 @@ impl Routes {
                 progress_token,
                 caller_id,
                 streams,
-                notices,
-                answer,
+                notices: notices.clone(),
+                answer: Some(answer),
             },
         );
         Receivers {
-            notices: notices_rx,
+            notices,
             answer: answer_rx,
         }
     }
 
-    pub(crate) fn is_open(&self, id: u64) -> bool {
-        self.open.contains_key(&id)
+    pub(crate) fn is_open(&self, id: &str) -> bool {
+        self.open.contains_key(id)
     }
 
     /// Close a route without an answer (its caller went away); whether it was open.
-    pub(crate) fn close(&mut self, id: u64) -> bool {
-        self.open.remove(&id).is_some()
+    pub(crate) fn close(&mut self, id: &str) -> bool {
+        self.open.remove(id).is_some()
     }
 
     /// Fail one open route; whether it was open.
-    pub(crate) fn fail(&mut self, id: u64, fault: Fault) -> bool {
-        match self.open.remove(&id) {
+    pub(crate) fn fail(&mut self, id: &str, fault: Fault) -> bool {
+        match self.open.remove(id) {
             Some(route) => {
-                let _ = route.answer.send(Err(fault));
+                route.send(Err(fault));
                 true
             }
             None => false,
@@ -117,7 +161,7 @@ impl Routes {
     pub(crate) fn fail_all(&mut self) -> usize {
         let failed = self.open.len();
         for (_, route) in self.open.drain() {
-            let _ = route.answer.send(Err(Fault::Exited));
+            route.send(Err(Fault::Exited));
         }
         failed
     }
@@ -133,7 +177,14 @@ impl Routes {
             return Delivery::Blank;
         }
         let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(line) else {
-            return Delivery::Unmatched(Unmatched::NotJson, None);
+            // Named like an answer (as an overlong line is found): its request fails now
+            // rather than waiting out the head timeout.
+            let failed =
+                ids::named_in_line(line).is_some_and(|id| self.fail(&id, Fault::Unreadable));
+            return match failed {
+                true => Delivery::Unreadable { failed },
+                false => Delivery::Unmatched(Unmatched::NotJson, None),
+            };
         };
         let method = message.get("method").map(|m| match m {
             Value::String(m) => m.clone(),
@@ -151,12 +202,19 @@ impl Routes {
     }
 
     fn answer(&mut self, mut message: Map<String, Value>) -> Delivery {
-        let id = message.get("id").and_then(Value::as_u64);
-        let Some(route) = id.and_then(|id| self.open.remove(&id)) else {
+        let id = message.get("id").and_then(Value::as_str);
+        let Some(mut route) = id.and_then(|id| self.open.remove(id)) else {
             return Delivery::Unmatched(Unmatched::UnknownId, None);
         };
-        message.insert("id".into(), route.caller_id);
-        let _ = route.answer.send(Ok(encode(&message)));
+        message.insert("id".into(), std::mem::take(&mut route.caller_id));
+        let message = encode(&message);
+        let mut held = self.budget.reservation();
+        if held.grow(message.len()).is_err() {
+            route.send(Err(Fault::CutOff(CutOff::OverBudget)));
+            // The child is done with it: nothing to cancel.
+            return Delivery::CutOff(None, CutOff::OverBudget);
+        }
+        route.send(Ok(Reply { message, held }));
         Delivery::Delivered
     }
 
@@ -177,38 +235,29 @@ impl Routes {
         let Some(token) = token else {
             return Delivery::Unmatched(Unmatched::Notification, Some(method));
         };
-        let route = token.as_u64().and_then(|id| self.open.get(&id));
-        let Some((route, original)) =
-            route.and_then(|r| r.progress_token.clone().map(|original| (r, original)))
-        else {
+        let id = token.as_str().filter(|id| self.open.contains_key(*id));
+        let Some(id) = id.map(str::to_owned) else {
+            return Delivery::Unmatched(Unmatched::Notification, Some(method));
+        };
+        let route = &self.open[&id];
+        let Some(original) = route.progress_token.clone() else {
             return Delivery::Unmatched(Unmatched::Notification, Some(method));
         };
         if !route.streams {
             metrics.dropped(Dropped::JsonCaller);
             return Delivery::Delivered;
         }
+        let notices = route.notices.clone();
         *token = original;
-        if let Err(mpsc::error::TrySendError::Full(_)) = route.notices.try_send(encode(&message)) {
-            metrics.dropped(Dropped::SlowCaller);
+        match notices.push(encode(&message)) {
+            Ok(()) => Delivery::Delivered,
+            Err(reason) => {
+                notices.cut();
+                self.fail(&id, Fault::CutOff(reason));
+                Delivery::CutOff(Some(id), reason)
+            }
         }
-        Delivery::Delivered
     }
-}
-
-/// Give a caller's request the bridge id `id` (and its progress token the same number):
-/// the caller's id and token, to restore on the way back.
-pub(crate) fn rewrite(message: &mut Map<String, Value>, id: u64) -> (Value, Option<Value>) {
-    let caller_id = message
-        .insert("id".into(), Value::from(id))
-        .unwrap_or(Value::Null);
-    let token = message
-        .get_mut("params")
-        .and_then(Value::as_object_mut)
-        .and_then(|params| params.get_mut("_meta"))
-        .and_then(Value::as_object_mut)
-        .and_then(|meta| meta.get_mut("progressToken"))
-        .map(|token| std::mem::replace(token, Value::from(id)));
-    (caller_id, token)
 }
 
 /// A message as one compact line (serde_json never writes a raw newline: those inside
@@ -224,53 +273,6 @@ pub(crate) fn line(message: &Value) -> Bytes {
     let mut out = serde_json::to_vec(message).expect("a JSON value serialises");
     out.push(b'\n');
     Bytes::from(out)
-}
-
-/// The bridge id an overlong line names: at its start like an answer of the Python SDK
-/// (`{"jsonrpc":"2.0","id":7,`, or `{"id":7,`), or as its last member like one of the
-/// TypeScript SDK (`...,"id":7}`).
-pub(crate) fn overlong_id(prefix: &[u8], tail: &[u8]) -> Option<u64> {
-    leading_id(prefix).or_else(|| trailing_id(tail))
-}
-
-fn trailing_id(tail: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(tail).ok()?;
-    let inner = text.trim_end().strip_suffix('}')?.trim_end();
-    let start = inner.rfind(|c: char| !c.is_ascii_digit())? + 1;
-    let digits = &inner[start..];
-    let before = inner[..start].trim_end().strip_suffix(':')?.trim_end();
-    before
-        .strip_suffix(r#""id""#)?
-        .trim_end()
-        .strip_suffix(',')?;
-    digits.parse().ok()
-}
-
-fn leading_id(prefix: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(prefix)
-        .or_else(|e| std::str::from_utf8(&prefix[..e.valid_up_to()]))
-        .ok()?;
-    let rest = text.trim_start().strip_prefix('{')?.trim_start();
-    let rest = match rest.strip_prefix(r#""jsonrpc""#) {
-        Some(after) => {
-            let after = after.trim_start().strip_prefix(':')?.trim_start();
-            after
-                .strip_prefix(r#""2.0""#)?
-                .trim_start()
-                .strip_prefix(',')?
-                .trim_start()
-        }
-        None => rest,
-    };
-    let digits = rest
-        .strip_prefix(r#""id""#)?
-        .trim_start()
-        .strip_prefix(':')?
-        .trim_start();
-    let end = digits.find(|c: char| !c.is_ascii_digit())?;
-    let after = digits[end..].trim_start();
-    (after.starts_with(',') || after.starts_with('}')).then_some(())?;
-    digits[..end].parse().ok()
 }
 
 #[cfg(test)]

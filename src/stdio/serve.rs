@@ -2,31 +2,43 @@
 //! reaches it over an in-memory connection ([`super::Connector`]), so everything the
 //! proxy does to a request and its answer happens exactly as for an HTTP upstream.
 //!
-//! One POSTed JSON-RPC request becomes one line on the child's stdin under a bridge id
-//! ([`super::route`]); the response head waits for the first message of that request
-//! (so `timeouts.response_head_ms` bounds a child that never answers): the answer alone
+//! Only requests the proxy's gated route marked are served ([`super::admit`]). One POSTed
+//! JSON-RPC request, read within the memory budget, becomes one line on the child's stdin
+//! under a bridge id spliced into its bytes ([`super::ids`], [`super::route`]), reserved
+//! until the child's stdin took it (a request that cannot be reserved, or whose caller
+//! holds its share, is refused at once); the response head waits for the first message
+//! of that request (so `timeouts.response_head_ms` bounds a child that never answers):
+//! the answer alone
 //! is sent as `application/json`; a notification first, to a caller that accepts
 //! `text/event-stream`, opens an event stream that ends with the answer, as the SDK
 //! servers do. A caller that goes away before its answer sends the child
 //! `notifications/cancelled` for the bridge id ([`Ticket`]).
 
 use super::Shared;
+use super::admit::{self, Slot, Waiting};
+use super::ids::{self, BridgeId, NotARequest};
+use super::metrics::{BridgeRefusal, CutOff};
+use super::notices::Notices;
 use super::route::{self, Answer, Fault, Receivers};
 use crate::body::{BoxError, ProxyBody, full};
-use bytes::Bytes;
+use crate::budget::Reservation;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use http_body::Frame;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-/// Seconds a caller refused for a full queue is asked to wait.
+/// Seconds a caller refused for a full queue, a spent budget or its share is asked to
+/// wait.
 const RETRY_AFTER_SECONDS: &str = "1";
+/// How much of a body's start is kept to name its caller's id in a refusal.
+const ID_PREFIX: usize = 256;
 
 /// Serve one request from the proxy.
 pub(crate) async fn serve(
@@ -37,6 +49,20 @@ pub(crate) async fn serve(
 }
 
 async fn respond(shared: Arc<Shared>, request: http::Request<Incoming>) -> Response<ProxyBody> {
+    let Some(owner) = admit::gated_owner(&shared, request.headers()) else {
+        // Not through the proxy's gated route (a passthrough path, say): the child is
+        // never a raw channel.
+        shared.metrics.refused(BridgeRefusal::Ungated);
+        tracing::warn!(
+            "a request reached the stdio bridge without the gated route's mark; refused"
+        );
+        return error(
+            StatusCode::FORBIDDEN,
+            Value::Null,
+            -32600,
+            "the upstream process is reached only through the sidecar's gated route",
+        );
+    };
     if request.method() != Method::POST {
         // A 2026-07-28 server has no GET stream and no session to DELETE.
         let mut response = status(StatusCode::METHOD_NOT_ALLOWED);
@@ -46,75 +72,187 @@ async fn respond(shared: Arc<Shared>, request: http::Request<Incoming>) -> Respo
         return response;
     }
     let streams = accepts_events(request.headers());
-    let body = match Limited::new(request.into_body(), shared.max_body)
-        .collect()
-        .await
-    {
-        Ok(body) => body.to_bytes(),
-        Err(_) => {
-            return error(
+    let (body, parsed, mut held) = match read(&shared, request.into_body()).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    let caller_id = parsed.caller_id.clone();
+    let Some(slot) = Slot::take(&shared, owner) else {
+        return refused(&shared, BridgeRefusal::PrincipalShare, caller_id);
+    };
+    // The body and its line are both held for a moment: reserved for that peak, then for
+    // the line alone until the child's stdin took it.
+    if held.grow(parsed.line_size(body.len())).is_err() {
+        return refused(&shared, BridgeRefusal::OverBudget, caller_id);
+    }
+    let id = ids::fresh();
+    let line = parsed.line(&body, &id);
+    drop(body);
+    let _ = held.resize_to(line.len());
+    if let Err(response) = wait_for_child(&shared, &caller_id).await {
+        return response;
+    }
+    let receivers = shared
+        .routes()
+        .open(id.clone(), caller_id.clone(), parsed.token, streams);
+    let mut ticket = Ticket {
+        shared: shared.clone(),
+        id: id.clone(),
+        settled: false,
+        _slot: slot,
+    };
+    if let Err(refused) = shared.enqueue(Some(id), line, Some(held)) {
+        ticket.withdraw();
+        return unavailable(caller_id, refused.message());
+    }
+    first_message(receivers, ticket, caller_id, streams).await
+}
+
+/// Read a request's body within the budget, and its id and progress token; or the
+/// answer when it is not a request to forward.
+async fn read(
+    shared: &Shared,
+    body: Incoming,
+) -> Result<(Bytes, ids::Parsed, Reservation), Response<ProxyBody>> {
+    let mut held = shared.budget.reservation();
+    let body = match collect(body, shared.max_body, &mut held).await {
+        Ok(body) => body,
+        Err(Unread::OverBudget(prefix)) => {
+            return Err(refused(
+                shared,
+                BridgeRefusal::OverBudget,
+                ids::caller_id_in(&prefix),
+            ));
+        }
+        Err(Unread::Other) => {
+            return Err(error(
                 StatusCode::BAD_REQUEST,
                 Value::Null,
                 -32700,
                 "unreadable body",
-            );
+            ));
         }
     };
-    let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(&body) else {
-        return error(StatusCode::BAD_REQUEST, Value::Null, -32700, "parse error");
-    };
-    let method = message.get("method").and_then(Value::as_str);
-    let Some(method) = method.filter(|_| message.contains_key("id")) else {
+    match ids::parse(&body, shared.max_values) {
+        Ok(parsed) => Ok((body, parsed, held)),
         // A notification, or a response to a server-to-client request: at 2026-07-28
         // the only client notification is `notifications/cancelled`, and an HTTP caller's
         // own id cannot name a request on the shared child (its cancellation is the
         // request going away). Nothing waits for a response. Accepted, not forwarded.
-        return status(StatusCode::ACCEPTED);
-    };
-    if method == "initialize" {
-        let id = message.get("id").cloned().unwrap_or(Value::Null);
-        return error(
+        Err(NotARequest::NoAnswer) => Err(status(StatusCode::ACCEPTED)),
+        Err(NotARequest::Initialize(id)) => Err(error(
             StatusCode::NOT_FOUND,
             id,
             -32601,
             "initialize is not served: this stdio server is bridged at protocol 2026-07-28 \
              (sessionless); retry without the handshake",
-        );
+        )),
+        Err(NotARequest::Unreadable) => Err(error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            -32700,
+            "parse error",
+        )),
     }
-    if !shared.child_ready().await {
-        let id = message.get("id").cloned().unwrap_or(Value::Null);
-        return error(
+}
+
+/// Wait until the child is up, holding a place in the queue meanwhile (refused at once
+/// when `queue_max` lines and requests wait already).
+async fn wait_for_child(
+    shared: &Arc<Shared>,
+    caller_id: &Value,
+) -> Result<(), Response<ProxyBody>> {
+    if shared.is_up() {
+        return Ok(());
+    }
+    let waiting =
+        Waiting::take(shared).map_err(|full| unavailable(caller_id.clone(), full.message()))?;
+    let ready = shared.child_ready().await;
+    drop(waiting);
+    if ready {
+        return Ok(());
+    }
+    Err(error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        caller_id.clone(),
+        -32603,
+        "upstream process stopped",
+    ))
+}
+
+/// Why a body was not read whole.
+enum Unread {
+    /// The budget is spent: the first bytes, to name the caller's id.
+    OverBudget(Bytes),
+    /// Over `limits.max_body_bytes`, or the body failed.
+    Other,
+}
+
+/// Read a whole body of at most `limit` bytes, each byte held in `held` before it is
+/// buffered.
+async fn collect(
+    mut body: Incoming,
+    limit: usize,
+    held: &mut Reservation,
+) -> Result<Bytes, Unread> {
+    let mut buffer = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|_| Unread::Other)?.into_data() else {
+            continue;
+        };
+        let total = buffer.len() + data.len();
+        if total > limit {
+            return Err(Unread::Other);
+        }
+        if held.grow_to(total).is_err() {
+            let start = if buffer.is_empty() {
+                &data[..]
+            } else {
+                &buffer[..]
+            };
+            let prefix = Bytes::copy_from_slice(&start[..start.len().min(ID_PREFIX)]);
+            drop(buffer);
+            // Read past the rest without holding it: an answer before the whole request
+            // was read makes the proxy's client see a reset instead of the refusal.
+            while let Some(Ok(_)) = body.frame().await {}
+            return Err(Unread::OverBudget(prefix));
+        }
+        buffer.extend_from_slice(&data);
+    }
+    Ok(buffer.freeze())
+}
+
+/// A refusal before the request reached the queue: counted, 429 past the caller's share,
+/// else 503; both with `Retry-After`.
+fn refused(shared: &Shared, reason: BridgeRefusal, caller_id: Value) -> Response<ProxyBody> {
+    shared.metrics.refused(reason);
+    let (status, message) = match reason {
+        BridgeRefusal::PrincipalShare => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "this caller holds its share of the upstream process \
+             (upstream_command.queue_max_per_principal); retry later",
+        ),
+        _ => (
             StatusCode::SERVICE_UNAVAILABLE,
-            id,
-            -32603,
-            "upstream process stopped",
-        );
-    }
-    let id = shared.next_id();
-    let (caller_id, token) = route::rewrite(&mut message, id);
-    let line = route::line(&Value::Object(message));
-    let receivers = shared.routes().open(id, caller_id.clone(), token, streams);
-    let ticket = Ticket {
-        shared: shared.clone(),
-        id,
-        settled: false,
+            "the sidecar's memory budget is spent; retry later",
+        ),
     };
-    if let Err(refused) = shared.enqueue(Some(id), line) {
-        let mut ticket = ticket;
-        ticket.withdraw();
-        let mut response = error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            caller_id,
-            -32000,
-            refused.message(),
-        );
-        response.headers_mut().insert(
-            header::RETRY_AFTER,
-            HeaderValue::from_static(RETRY_AFTER_SECONDS),
-        );
-        return response;
-    }
-    first_message(receivers, ticket, caller_id, streams).await
+    let mut response = error(status, caller_id, -32000, message);
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_static(RETRY_AFTER_SECONDS),
+    );
+    response
+}
+
+/// 503 with `Retry-After`.
+fn unavailable(caller_id: Value, message: &str) -> Response<ProxyBody> {
+    let mut response = error(StatusCode::SERVICE_UNAVAILABLE, caller_id, -32000, message);
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_static(RETRY_AFTER_SECONDS),
+    );
+    response
 }
 
 /// Wait for the request's first message and answer with it: the answer as JSON, or an
@@ -126,14 +264,14 @@ async fn first_message(
     streams: bool,
 ) -> Response<ProxyBody> {
     let Receivers {
-        mut notices,
+        notices,
         mut answer,
     } = receivers;
     // Only a caller that takes events is ever handed a notification.
     if streams {
         tokio::select! {
             biased;
-            Some(first) = notices.recv() => {
+            Some(first) = notices.next() => {
                 let events = Events {
                     first: Some(first),
                     notices: Some(notices),
@@ -167,8 +305,8 @@ fn answered(
 ) -> Response<ProxyBody> {
     ticket.settled = true;
     match result.unwrap_or(Err(Fault::Exited)) {
-        Ok(message) => {
-            let mut response = Response::new(full(message));
+        Ok(reply) => {
+            let mut response = Response::new(reply.held.hold(full(reply.message)));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -188,13 +326,20 @@ fn fault_message(fault: Fault) -> &'static str {
     match fault {
         Fault::Exited => "the upstream process exited before answering",
         Fault::Overlong => "the upstream process's answer was over limits.max_event_bytes",
+        Fault::Unreadable => "the upstream process's answer could not be read",
+        Fault::CutOff(CutOff::SlowReader) => {
+            "the caller read its notifications too slowly and was cut off"
+        }
+        Fault::CutOff(CutOff::OverBudget) => {
+            "the sidecar's memory budget is spent: the caller was cut off"
+        }
     }
 }
 
 /// An event stream of one request: its notifications as they come, then its answer.
 struct Events {
     first: Option<Bytes>,
-    notices: Option<mpsc::Receiver<Bytes>>,
+    notices: Option<Arc<Notices>>,
     answer: Option<oneshot::Receiver<Answer>>,
     /// The answer, once it came, held back until the notifications before it are out.
     ready: Option<Answer>,
@@ -224,9 +369,9 @@ impl http_body::Body for Events {
         if let Some(notices) = &mut this.notices {
             // Notifications the child wrote before its answer go first.
             let next = if this.ready.is_some() {
-                notices.try_recv().ok()
+                notices.try_next()
             } else {
-                match notices.poll_recv(cx) {
+                match notices.poll_next(cx) {
                     Poll::Ready(next) => next,
                     Poll::Pending => return Poll::Pending,
                 }
@@ -245,10 +390,15 @@ impl http_body::Body for Events {
         match this.ready.take() {
             Some(result) => {
                 this.ticket.settled = true;
-                let message = result.unwrap_or_else(|fault| {
-                    error_message(this.caller_id.clone(), -32603, fault_message(fault))
-                });
-                Poll::Ready(Some(Ok(event(&message))))
+                let frame = match result {
+                    Ok(reply) => event(&reply.message),
+                    Err(fault) => event(&error_message(
+                        this.caller_id.clone(),
+                        -32603,
+                        fault_message(fault),
+                    )),
+                };
+                Poll::Ready(Some(Ok(frame)))
             }
             None if this.answer.is_none() => Poll::Ready(None),
             None => Poll::Pending,
@@ -269,21 +419,23 @@ fn event(message: &[u8]) -> Frame<Bytes> {
 /// closed and the child told to stop working on it.
 struct Ticket {
     shared: Arc<Shared>,
-    id: u64,
+    id: BridgeId,
     settled: bool,
+    /// One of its caller's share, held until the caller has its answer or left.
+    _slot: Slot,
 }
 
 impl Ticket {
     /// The request never reached the queue: close the route, tell nobody.
     fn withdraw(&mut self) {
         self.settled = true;
-        self.shared.routes().close(self.id);
+        self.shared.routes().close(&self.id);
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if self.settled || !self.shared.routes().close(self.id) {
+        if self.settled || !self.shared.routes().close(&self.id) {
             return;
         }
         let cancel = json!({
@@ -291,7 +443,11 @@ impl Drop for Ticket {
             "method": "notifications/cancelled",
             "params": {"requestId": self.id, "reason": "the client went away"},
         });
-        if self.shared.enqueue(None, route::line(&cancel)).is_ok() {
+        if self
+            .shared
+            .enqueue(None, route::line(&cancel), None)
+            .is_ok()
+        {
             self.shared.metrics.cancelled();
         }
     }

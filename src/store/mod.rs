@@ -9,7 +9,10 @@
 //! ([`StoreError`]); it never guesses "fresh". A full store ([`StoreError::Full`]: the
 //! memory store at a bound, Redis out of memory) is told apart from one that cannot be
 //! reached, so no failure policy ever lets a request through because a store is full;
-//! what one caller may hold is charged to its [`Owner`].
+//! what one caller may hold is charged to its [`Owner`]. A Redis write counts only once
+//! the replicas `single_use.redis_wait_replicas` asks for confirmed it
+//! ([`StoreError::Unconfirmed`] otherwise): an acknowledged write a failover loses would
+//! reopen what it recorded.
 
 pub mod memory;
 pub mod redis;
@@ -46,6 +49,11 @@ pub enum StoreError {
     /// The caller's records are charged their share of the store's bytes.
     #[error("caller's share of the store's bytes used up")]
     OwnerBytesFull,
+    /// The primary applied the write but too few replicas confirmed it within
+    /// `single_use.redis_wait_ms` (`WAIT`): a failover could lose it. What the write
+    /// claimed has been given back where that is safe (see each method).
+    #[error("no replica confirmed the write in time")]
+    Unconfirmed,
 }
 
 /// Who a share of the store is charged to: the caller's principal when one is bound,
@@ -93,18 +101,10 @@ pub enum StoreKind {
     Redis,
 }
 
-impl StoreKind {
-    pub const ALL: [StoreKind; 2] = [StoreKind::Memory, StoreKind::Redis];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StoreKind::Memory => "memory",
-            StoreKind::Redis => "redis",
-        }
-    }
-}
-
-crate::registry::closed_label!(StoreKind);
+crate::registry::labels!(StoreKind {
+    Memory => "memory",
+    Redis => "redis",
+});
 
 /// The configured store.
 pub enum Store {
@@ -138,6 +138,10 @@ impl Store {
                     .ok_or("single_use.redis_url is required with store = \"redis\"")?,
                 &config.redis_key_prefix,
                 Duration::from_millis(config.redis_timeout_ms),
+                redis::Wait {
+                    replicas: config.redis_wait_replicas,
+                    timeout: Duration::from_millis(config.redis_wait_ms),
+                },
             )?)),
         })
     }
@@ -149,33 +153,40 @@ impl Store {
         }
     }
 
-    /// Record `id` as consumed, remembered for `ttl`, held by `owner` (the memory store
-    /// bounds what one owner holds; Redis is bounded by its own `maxmemory`).
+    /// Record `id` as consumed by the holder of `mark` (a random value: only its
+    /// holder releases it), remembered for `ttl`, held by `owner` (the memory store
+    /// bounds what one owner holds; Redis is bounded by its own `maxmemory`). In Redis a
+    /// fresh consumption no replica confirmed is released again and
+    /// [`StoreError::Unconfirmed`]: the state stays spendable.
     pub async fn consume(
         &self,
         id: &str,
+        mark: &str,
         ttl: Duration,
         owner: &Owner,
     ) -> Result<Consumed, StoreError> {
         match self {
             Store::Memory(store) => store.consume(id, ttl, owner.as_str()),
-            Store::Redis(store) => store.consume(id, ttl).await,
+            Store::Redis(store) => store.consume(id, mark, ttl).await,
         }
     }
 
-    /// Forget a consumption (the request provably never reached the upstream).
-    pub async fn release(&self, id: &str) -> Result<(), StoreError> {
+    /// Forget the consumption `mark` recorded (the request provably never reached the
+    /// upstream); one recorded by anyone else is left alone.
+    pub async fn release(&self, id: &str, mark: &str) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => {
                 store.release(id);
                 Ok(())
             }
-            Store::Redis(store) => store.release(id).await,
+            Store::Redis(store) => store.release(id, mark).await,
         }
     }
 
     /// Record that tokens of the principal named `digest` minted before `not_before`
-    /// (Unix seconds) are refused, for `keep`.
+    /// (Unix seconds) are refused, for `keep`. [`StoreError::Unconfirmed`]: recorded on
+    /// the primary (it refuses there) but not confirmed; the caller must not report it
+    /// done.
     pub async fn revoke(
         &self,
         digest: &str,
@@ -200,7 +211,8 @@ impl Store {
     }
 
     /// Set the idempotency record `key` to `value` for `lease` unless it exists: `None`
-    /// when set now (exactly one caller anywhere), else the value it holds. The memory
+    /// when set now (exactly one caller anywhere), else the value it holds; a
+    /// reservation no replica confirmed is released again ([`StoreError::Unconfirmed`]). The memory
     /// store charges it to `owner` and for `headroom` more bytes (the largest answer it
     /// may become) and refuses past its bounds; Redis is bounded by its own `maxmemory`.
     pub async fn reserve_record(
@@ -221,7 +233,9 @@ impl Store {
 
     /// Replace the record `key` by `value` for `ttl` (or delete it, with `None`), only
     /// while it still holds `expected` (a lease that expired and was taken over by
-    /// another caller is not touched).
+    /// another caller is not touched; in Redis writing the same answer again succeeds).
+    /// A new value no replica confirmed is [`StoreError::Unconfirmed`] (write it again);
+    /// an unconfirmed delete is not an error (a lost release only delays).
     pub async fn swap_record(
         &self,
         key: &str,
@@ -257,7 +271,8 @@ impl Store {
         }
     }
 
-    /// Whether the store answers now (readiness).
+    /// Whether the store answers now (readiness): for Redis also whether writes are
+    /// being confirmed by replicas again after confirmations kept failing.
     pub async fn ping(&self) -> Result<(), StoreError> {
         match self {
             Store::Memory(_) => Ok(()),

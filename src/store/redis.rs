@@ -1,103 +1,128 @@
-//! The shared store: consumed ids in Redis (or Valkey, or a Redis Cluster), so every
-//! replica sees every consumption.
+//! The shared store: consumed ids in Redis (or Valkey), one server, a Redis Cluster or a
+//! Sentinel-managed primary ([`link`]), so every replica sees every consumption.
 //!
-//! Invariant: a consumption is one atomic `SET <prefix>c:<id> 1 NX PX <ttl>`: exactly one
-//! caller anywhere gets `OK`. Revocations live beside them under `<prefix>r:<digest>`,
-//! idempotency records under `<prefix>i:<key>` (reserved, renewed and swapped by Lua
-//! scripts, each conditional on the value it expects). Every command has a deadline; a store that does not
-//! answer in time is unavailable, never "fresh". The URL (it may carry a password) is
-//! never logged or echoed: errors name their kind only.
+//! Invariant: a consumption is one atomic `SET <prefix>c:<id> <mark> NX PX <ttl>`: exactly
+//! one caller anywhere gets `OK`, and only the holder of the random mark releases it.
+//! Revocations live beside them under `<prefix>r:<digest>`, idempotency records under
+//! `<prefix>i:<key>` (reserved, renewed and swapped by Lua scripts, each conditional on the
+//! value it expects). A write that claims something (a consumption, a reservation, a
+//! revocation, a recorded answer) counts only once the replicas [`Replicas`] asks for
+//! confirmed it: `WAIT` follows it in the same pipeline; unconfirmed, a claim is released
+//! again and the caller told ([`StoreError::Unconfirmed`]), since a primary that fails
+//! before its replicas have a write is replaced by one without it. Every command has a
+//! deadline; a store that does not answer in time is unavailable, never "fresh". The URL
+//! (it may carry a password) is never logged or echoed: errors name their kind only.
+
+mod link;
+mod replicas;
 
 use super::{Consumed, StoreError};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::{Client, Cmd, RedisError};
-use std::time::Duration;
-use tokio::sync::Mutex;
+use crate::config::WaitReplicas;
+use link::{Link, Request};
+use redis::{Cmd, FromRedisValue, RedisError, Value};
+use replicas::Replicas;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 pub use crate::config::redis_url::{Target, parse_url};
 
-enum Connection {
-    Single(ConnectionManager),
-    /// Connected on first use and again after a failure: a cluster client needs a
-    /// reachable node to start, and the sidecar must start without one.
-    Cluster(Box<Cluster>),
+/// `single_use.redis_wait_replicas` and `single_use.redis_wait_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct Wait {
+    pub replicas: WaitReplicas,
+    pub timeout: Duration,
 }
 
-struct Cluster {
-    client: ClusterClient,
-    connection: Mutex<Option<ClusterConnection>>,
-}
+/// How long confirmations must have kept failing before readiness says so.
+const UNCONFIRMED_NOT_READY: Duration = Duration::from_secs(1);
 
 pub struct RedisStore {
-    connection: Connection,
+    link: Link,
     prefix: String,
     timeout: Duration,
+    wait: Wait,
+    replicas: Replicas,
+    /// Since when writes have gone unconfirmed, and the key of the last one (a probe
+    /// writes to its slot), until one is confirmed again.
+    unconfirmed: Mutex<Option<(Instant, String)>>,
+}
+
+/// A write's reply and whether the replicas asked for confirmed it.
+struct Written<T> {
+    reply: T,
+    confirmed: bool,
 }
 
 impl RedisStore {
     /// Set up the connection; nothing is contacted yet (the sidecar starts, and
     /// reconnects later, while Redis is down).
-    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Self, &'static str> {
+    pub fn new(
+        url: &str,
+        prefix: &str,
+        timeout: Duration,
+        wait: Wait,
+    ) -> Result<Self, &'static str> {
         const BUILD: &str = "the Redis client could not be set up from single_use.redis_url";
-        let connection = match parse_url(url)? {
-            Target::Single(url) => {
-                let client = Client::open(url.as_str()).map_err(|_| BUILD)?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout))
-                    // Reconnect attempts happen in the background; a command fails fast
-                    // (and the caller's deadline bounds it) rather than waiting them out.
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_secs(2));
-                let manager =
-                    ConnectionManager::new_lazy_with_config(client, config).map_err(|_| BUILD)?;
-                Connection::Single(manager)
-            }
-            Target::Cluster(nodes) => {
-                let client = ClusterClient::builder(nodes)
-                    .connection_timeout(timeout)
-                    .response_timeout(timeout)
-                    .retries(1)
-                    .build()
-                    .map_err(|_| BUILD)?;
-                Connection::Cluster(Box::new(Cluster {
-                    client,
-                    connection: Mutex::new(None),
-                }))
-            }
-        };
+        // A request may wait for its replicas on top of its own deadline.
+        let link = Link::new(parse_url(url)?, timeout + wait.timeout).map_err(|_| BUILD)?;
         Ok(Self {
-            connection,
+            link,
             prefix: prefix.to_owned(),
             timeout,
+            wait,
+            replicas: Replicas::new(wait.replicas),
+            unconfirmed: Mutex::new(None),
         })
     }
 
-    pub async fn consume(&self, id: &str, ttl: Duration) -> Result<Consumed, StoreError> {
+    pub async fn consume(
+        &self,
+        id: &str,
+        mark: &str,
+        ttl: Duration,
+    ) -> Result<Consumed, StoreError> {
+        let key = format!("{}c:{id}", self.prefix);
         let mut set = redis::cmd("SET");
-        set.arg(format!("{}c:{id}", self.prefix))
-            .arg(1)
+        set.arg(&key)
+            .arg(mark)
             .arg("NX")
             .arg("PX")
             .arg(ttl.as_millis().max(1) as u64);
-        let reply: Option<String> = self.run(set).await?;
-        Ok(match reply {
-            Some(_) => Consumed::Fresh,
-            None => Consumed::Replayed,
-        })
+        let written: Written<Option<String>> = self.write(set, &key).await?;
+        match written.reply {
+            None => Ok(Consumed::Replayed),
+            Some(_) if written.confirmed => Ok(Consumed::Fresh),
+            Some(_) => {
+                // Nothing was forwarded on it: give it back, so the state stays
+                // spendable wherever the write ends up.
+                if self.release(id, mark).await.is_err() {
+                    tracing::warn!(
+                        "unconfirmed consumption could not be released; it stays consumed"
+                    );
+                }
+                Err(StoreError::Unconfirmed)
+            }
+        }
     }
 
-    pub async fn release(&self, id: &str) -> Result<(), StoreError> {
-        let mut del = redis::cmd("DEL");
-        del.arg(format!("{}c:{id}", self.prefix));
-        let _: i64 = self.run(del).await?;
+    /// `DEL <prefix>c:<id>` while it holds `mark`: a consumption recorded by another
+    /// caller (after a failover lost ours, say) is not touched.
+    pub async fn release(&self, id: &str, mark: &str) -> Result<(), StoreError> {
+        const RELEASE: &str = r"
+            if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+            return redis.call('DEL', KEYS[1])";
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(RELEASE)
+            .arg(1)
+            .arg(format!("{}c:{id}", self.prefix))
+            .arg(mark);
+        let _: i64 = self.run(eval).await?;
         Ok(())
     }
 
     /// `SET <prefix>r:<digest> <not_before> PX <keep>` unless a later record exists: a
-    /// Lua script keeps the check and the write atomic across replicas.
+    /// Lua script keeps the check and the write atomic across replicas. An unconfirmed
+    /// record stays (it only refuses more) and the caller is told.
     pub async fn revoke(
         &self,
         digest: &str,
@@ -109,14 +134,19 @@ impl RedisStore {
             if current and current >= tonumber(ARGV[1]) then return 0 end
             redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
             return 1";
+        let key = format!("{}r:{digest}", self.prefix);
         let mut eval = redis::cmd("EVAL");
         eval.arg(LATEST)
             .arg(1)
-            .arg(format!("{}r:{digest}", self.prefix))
+            .arg(&key)
             .arg(format!("{not_before:.6}"))
             .arg(keep.as_millis().max(1) as u64);
-        let _: i64 = self.run(eval).await?;
-        Ok(())
+        let written: Written<i64> = self.write(eval, &key).await?;
+        if written.confirmed {
+            Ok(())
+        } else {
+            Err(StoreError::Unconfirmed)
+        }
     }
 
     pub async fn revoked_since(&self, digest: &str) -> Result<Option<f64>, StoreError> {
@@ -128,7 +158,8 @@ impl RedisStore {
 
     /// `SET <prefix>i:<key> <value> NX PX <lease>`, returning what the key holds when it
     /// was already set: one Lua script, so the check and the write are one step on the
-    /// server (every replica sees exactly one reservation win).
+    /// server (every replica sees exactly one reservation win). A reservation of ours no
+    /// replica confirmed is given back.
     pub async fn reserve_record(
         &self,
         key: &str,
@@ -140,16 +171,30 @@ impl RedisStore {
             if current then return current end
             redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
             return false";
+        let name = format!("{}i:{key}", self.prefix);
         let mut eval = redis::cmd("EVAL");
         eval.arg(RESERVE)
             .arg(1)
-            .arg(format!("{}i:{key}", self.prefix))
+            .arg(&name)
             .arg(value)
             .arg(lease.as_millis().max(1) as u64);
-        self.run(eval).await
+        let written: Written<Option<String>> = self.write(eval, &name).await?;
+        match written.reply {
+            Some(held) => Ok(Some(held)),
+            None if written.confirmed => Ok(None),
+            None => {
+                if self.swap_record(key, value, None, lease).await.is_err() {
+                    tracing::warn!(
+                        "unconfirmed idempotency reservation could not be released; it holds until its lease ends"
+                    );
+                }
+                Err(StoreError::Unconfirmed)
+            }
+        }
     }
 
-    /// Replace (or, with `None`, delete) `<prefix>i:<key>` only while it holds `expected`.
+    /// Replace (or, with `None`, delete) `<prefix>i:<key>` only while it holds `expected`
+    /// (or holds `value` already: a record written again after it went unconfirmed).
     pub async fn swap_record(
         &self,
         key: &str,
@@ -158,24 +203,38 @@ impl RedisStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         const SWAP: &str = r"
-            if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+            local current = redis.call('GET', KEYS[1])
+            if current ~= ARGV[1] and (ARGV[2] == '' or current ~= ARGV[2]) then return 0 end
             if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end
             redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
             return 1";
+        let name = format!("{}i:{key}", self.prefix);
         let mut eval = redis::cmd("EVAL");
         eval.arg(SWAP)
             .arg(1)
-            .arg(format!("{}i:{key}", self.prefix))
+            .arg(&name)
             .arg(expected)
             .arg(value.unwrap_or(""))
             .arg(ttl.as_millis().max(1) as u64);
-        let swapped: i64 = self.run(eval).await?;
-        Ok(swapped > 0)
+        if value.is_none() {
+            // A release: one that a failover loses only keeps the key until its lease
+            // ends, so it is not waited for.
+            let released: i64 = self.run(eval).await?;
+            return Ok(released > 0);
+        }
+        let written: Written<i64> = self.write(eval, &name).await?;
+        match written.reply {
+            0 => Ok(false),
+            _ if written.confirmed => Ok(true),
+            _ => Err(StoreError::Unconfirmed),
+        }
     }
 
     /// `PEXPIRE <prefix>i:<key> <lease>` only while it holds `expected`: one Lua script,
     /// so a reservation taken over by another caller after its lease ended is not
-    /// extended.
+    /// extended. Not waited for: a renewal comes every third of the lease, so a
+    /// promoted replica that lacks the last one still holds the reservation long enough
+    /// for the next.
     pub async fn renew_record(
         &self,
         key: &str,
@@ -195,42 +254,114 @@ impl RedisStore {
         Ok(renewed > 0)
     }
 
+    /// The store answers; and once writes have gone unconfirmed for a while, a probe
+    /// write to the slot of the last one is confirmed again (else
+    /// [`StoreError::Unconfirmed`]: not ready, as an unreachable store is not).
     pub async fn ping(&self) -> Result<(), StoreError> {
         let _: String = self.run(redis::cmd("PING")).await?;
-        Ok(())
+        let failing = self.unconfirmed.lock().expect("not poisoned").clone();
+        let Some((since, key)) = failing else {
+            return Ok(());
+        };
+        if since.elapsed() < UNCONFIRMED_NOT_READY {
+            return Ok(());
+        }
+        let probe = probe_key(&key);
+        let mut set = redis::cmd("SET");
+        set.arg(&probe).arg(1).arg("PX").arg(60_000);
+        let written: Written<String> = self.write(set, &probe).await?;
+        if written.confirmed {
+            Ok(())
+        } else {
+            Err(StoreError::Unconfirmed)
+        }
+    }
+
+    /// A write of `key`, followed in the same pipeline by `WAIT` for the replicas it
+    /// needs (none: no `WAIT`).
+    async fn write<T: FromRedisValue>(
+        &self,
+        command: Cmd,
+        key: &str,
+    ) -> Result<Written<T>, StoreError> {
+        let replicas = self.replicas.for_key(&self.link, key).await;
+        if replicas == 0 {
+            let reply = self.run(command).await?;
+            self.note(true, key, 0, 0);
+            return Ok(Written {
+                reply,
+                confirmed: true,
+            });
+        }
+        let wait_ms = self.wait.timeout.as_millis().max(1) as u64;
+        let mut pipeline = redis::pipe();
+        pipeline
+            .add_command(command)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(wait_ms);
+        let call = self.link.send(Request::Pipeline {
+            pipeline: &pipeline,
+            waits: true,
+        });
+        let values = tokio::time::timeout(self.timeout + self.wait.timeout, call)
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(report)?;
+        let [reply, acks]: [Value; 2] = values.try_into().map_err(|_| StoreError::Unavailable)?;
+        if let Value::ServerError(error) = &reply {
+            return Err(report(RedisError::from(error.clone())));
+        }
+        let reply = T::from_redis_value(reply).map_err(|_| StoreError::Unavailable)?;
+        let acks = i64::from_redis_value(acks).unwrap_or(0);
+        let confirmed = acks >= i64::from(replicas);
+        self.note(confirmed, key, replicas, acks);
+        Ok(Written { reply, confirmed })
+    }
+
+    /// Keep the streak of unconfirmed writes, and log it when it starts and ends. Only a
+    /// write confirmed on the primary whose writes went unconfirmed ends it (in a
+    /// cluster, the other shards' writes say nothing about that one).
+    fn note(&self, confirmed: bool, key: &str, replicas: u32, acks: i64) {
+        let mut unconfirmed = self.unconfirmed.lock().expect("not poisoned");
+        match (&*unconfirmed, confirmed) {
+            (None, true) => {}
+            (Some((_, failing)), true) if !self.replicas.same_shard(failing, key) => {}
+            (Some(_), true) => {
+                *unconfirmed = None;
+                tracing::info!("redis writes confirmed by replicas again");
+            }
+            (None, false) => {
+                *unconfirmed = Some((Instant::now(), key.to_owned()));
+                tracing::error!(
+                    replicas,
+                    acks,
+                    wait_ms = self.wait.timeout.as_millis() as u64,
+                    "redis write not confirmed by its replicas in time (WAIT): released, request refused"
+                );
+            }
+            (Some((since, _)), false) => *unconfirmed = Some((*since, key.to_owned())),
+        }
     }
 
     /// One command, bounded by the deadline.
-    async fn run<T: redis::FromRedisValue>(&self, command: Cmd) -> Result<T, StoreError> {
-        let call = async {
-            match &self.connection {
-                Connection::Single(manager) => {
-                    let mut manager = manager.clone();
-                    command.query_async(&mut manager).await.map_err(report)
-                }
-                Connection::Cluster(cluster) => {
-                    let Cluster { client, connection } = &**cluster;
-                    let mut guard = connection.lock().await;
-                    let mut cluster = match guard.as_ref() {
-                        Some(cluster) => cluster.clone(),
-                        None => {
-                            let cluster = client.get_async_connection().await.map_err(report)?;
-                            *guard = Some(cluster.clone());
-                            cluster
-                        }
-                    };
-                    drop(guard);
-                    let result = command.query_async(&mut cluster).await;
-                    if result.as_ref().is_err_and(|e| e.is_unrecoverable_error()) {
-                        *connection.lock().await = None;
-                    }
-                    result.map_err(report)
-                }
-            }
-        };
-        tokio::time::timeout(self.timeout, call)
+    async fn run<T: FromRedisValue>(&self, command: Cmd) -> Result<T, StoreError> {
+        let call = self.link.send(Request::Command(&command));
+        let mut values = tokio::time::timeout(self.timeout, call)
             .await
             .map_err(|_| StoreError::Timeout)?
+            .map_err(report)?;
+        let value = values.pop().ok_or(StoreError::Unavailable)?;
+        T::from_redis_value(value).map_err(|error| report(error.into()))
+    }
+}
+
+/// A key in the same cluster slot as `key`: its hash tag, or all of it as one.
+fn probe_key(key: &str) -> String {
+    if replicas::slot_of(key.as_bytes()) == replicas::slot_of(format!("{{{key}}}").as_bytes()) {
+        format!("{{{key}}}:probe")
+    } else {
+        format!("{key}:probe")
     }
 }
 

@@ -19,7 +19,7 @@ use crate::text::{MAX_LOGGED_BYTES, printable};
 use crate::token::{KeyId, Reject};
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 /// The target every record is written under, so a log pipeline can route the audit
@@ -72,6 +72,9 @@ pub struct Record {
     /// The caller as identified; written only as its [`principal_digest`].
     principal: Option<String>,
     client: Option<SocketAddr>,
+    /// Behind a trusted proxy, the client its forwarding chain names (whose shares the
+    /// request spends), when it is not the peer.
+    forwarded_client: Option<IpAddr>,
     trace_id: Option<String>,
     upstream_wait: Duration,
     upstream_status: Option<u16>,
@@ -92,6 +95,7 @@ impl Record {
             kid: None,
             principal: None,
             client,
+            forwarded_client: None,
             trace_id: trace_id(headers),
             upstream_wait: Duration::ZERO,
             upstream_status: None,
@@ -139,6 +143,11 @@ impl Record {
     /// The caller, written only as [`principal_digest`].
     pub fn set_principal(&mut self, principal: Option<&str>) {
         self.principal = principal.map(str::to_owned);
+    }
+
+    /// The client a trusted proxy reports, when it is not the peer.
+    pub fn set_forwarded_client(&mut self, client: IpAddr) {
+        self.forwarded_client = Some(client);
     }
 
     /// Time spent waiting for the upstream's response head, and its status.
@@ -195,6 +204,7 @@ impl Drop for Record {
         let kid = self.kid.map(KeyId::hex);
         let kid = kid.as_ref().map(|k| k.as_str());
         let client = self.client.map(|c| c.to_string());
+        let forwarded_client = self.forwarded_client.map(|c| c.to_string());
         let principal = self.principal.as_deref().map(principal_digest);
         match self.refusal {
             Some(refusal) => tracing::info!(
@@ -210,6 +220,7 @@ impl Drop for Record {
                 kid,
                 principal = principal.as_deref(),
                 client = client.as_deref(),
+                forwarded_client = forwarded_client.as_deref(),
                 trace_id = self.trace_id.as_deref(),
                 elapsed_ms,
                 "request refused"
@@ -226,6 +237,7 @@ impl Drop for Record {
                 kid,
                 principal = principal.as_deref(),
                 client = client.as_deref(),
+                forwarded_client = forwarded_client.as_deref(),
                 trace_id = self.trace_id.as_deref(),
                 upstream_wait_ms = self.upstream_wait.as_secs_f64() * 1000.0,
                 elapsed_ms,
@@ -296,19 +308,11 @@ pub enum Outcome {
     UpstreamError,
 }
 
-impl Outcome {
-    pub const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::Refused, Outcome::UpstreamError];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Refused => "refused",
-            Outcome::UpstreamError => "upstream_error",
-        }
-    }
-}
-
-crate::registry::closed_label!(Outcome);
+crate::registry::labels!(Outcome {
+    Ok => "ok",
+    Refused => "refused",
+    UpstreamError => "upstream_error",
+});
 
 #[cfg(test)]
 mod tests {

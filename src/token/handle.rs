@@ -37,33 +37,17 @@ pub enum HandleReject {
     StoreUnavailable,
 }
 
-impl HandleReject {
-    pub const ALL: [HandleReject; 9] = [
-        HandleReject::Malformed,
-        HandleReject::UnknownKey,
-        HandleReject::Expired,
-        HandleReject::Kind,
-        HandleReject::Audience,
-        HandleReject::Principal,
-        HandleReject::Path,
-        HandleReject::Revoked,
-        HandleReject::StoreUnavailable,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HandleReject::Malformed => "malformed",
-            HandleReject::UnknownKey => "unknown_key",
-            HandleReject::Expired => "expired",
-            HandleReject::Kind => "kind",
-            HandleReject::Audience => "audience",
-            HandleReject::Principal => "principal",
-            HandleReject::Path => "path",
-            HandleReject::Revoked => "revoked",
-            HandleReject::StoreUnavailable => "store_unavailable",
-        }
-    }
-}
+crate::registry::labels!(HandleReject {
+    Malformed => "malformed",
+    UnknownKey => "unknown_key",
+    Expired => "expired",
+    Kind => "kind",
+    Audience => "audience",
+    Principal => "principal",
+    Path => "path",
+    Revoked => "revoked",
+    StoreUnavailable => "store_unavailable",
+});
 
 /// A sealed handle that opened.
 #[derive(Debug, Clone, PartialEq)]

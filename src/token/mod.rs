@@ -61,33 +61,17 @@ pub enum Reject {
     Revoked,
 }
 
-impl Reject {
-    pub const ALL: [Reject; 9] = [
-        Reject::Malformed,
-        Reject::UnknownKey,
-        Reject::Expired,
-        Reject::Binding,
-        Reject::Audience,
-        Reject::Principal,
-        Reject::Replayed,
-        Reject::StoreUnavailable,
-        Reject::Revoked,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reject::Malformed => "malformed",
-            Reject::UnknownKey => "unknown_key",
-            Reject::Expired => "expired",
-            Reject::Binding => "binding",
-            Reject::Audience => "audience",
-            Reject::Principal => "principal",
-            Reject::Replayed => "replayed",
-            Reject::StoreUnavailable => "store_unavailable",
-            Reject::Revoked => "revoked",
-        }
-    }
-}
+crate::registry::labels!(Reject {
+    Malformed => "malformed",
+    UnknownKey => "unknown_key",
+    Expired => "expired",
+    Binding => "binding",
+    Audience => "audience",
+    Principal => "principal",
+    Replayed => "replayed",
+    StoreUnavailable => "store_unavailable",
+    Revoked => "revoked",
+});
 
 /// A refusal: the reason, and a static detail that is safe to log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,10 @@
 //! round, an HTTP failure of the upstream, a body that is no complete answer, an answer
 //! that could not be made safe or stored) or its record expires; every other call gets
 //! the stored answer (same arguments, completed), `idempotency_key_in_progress` (still in
-//! flight) or `idempotency_key_conflict` (other arguments). A reservation is owned (a
+//! flight) or `idempotency_key_conflict` (other arguments). A reservation no replica of
+//! the store confirmed is given back and the call refused with 503; an answer no replica
+//! confirmed is written again until one does (see [`crate::store::redis`]). A
+//! reservation is owned (a
 //! random nonce in its value: only its owner renews, records or deletes it) and renewed
 //! every third of `idempotency.lease_ms` while its answer is in progress, so it outlives
 //! a long stream but not the replica that held it. A store that cannot answer refuses
@@ -35,12 +38,13 @@ use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::AtomicU16;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 
 mod lease;
+mod ticket;
 
 use lease::{release_phantom, renew};
 
@@ -121,6 +125,8 @@ struct Pending {
     reserved: String,
     digest: String,
     ttl: Duration,
+    /// The reservation's lease: how long an unconfirmed record is written again.
+    lease: Duration,
     max_result_bytes: usize,
     /// The task renewing the lease; stopped when the ticket finishes or is dropped.
     _renewal: Renewal,
@@ -319,6 +325,15 @@ impl Idempotency {
                 ));
                 Err(self.unavailable(error))
             }
+            Err(StoreError::Unconfirmed) => {
+                // The store gave the reservation back: nothing is held, nothing forwarded.
+                self.metrics.idempotency(IdempotencyResult::Unreplicated);
+                tracing::warn!(
+                    "idempotent call refused: no replica confirmed its reservation in time \
+                     (single_use.redis_wait_ms); released"
+                );
+                Err(ProxyError::StoreUnconfirmed(Resource::Idempotency))
+            }
             Err(StoreError::Full) => Err(self.full()),
             Err(StoreError::OwnerFull) => Err(self.over_share(Share::IdempotencyRecords)),
             Err(StoreError::OwnerBytesFull) => Err(self.over_share(Share::IdempotencyBytes)),
@@ -348,6 +363,7 @@ impl Idempotency {
                 reserved,
                 digest,
                 ttl: Duration::from_secs(self.config.ttl_seconds),
+                lease: self.lease,
                 max_result_bytes: self.config.max_result_bytes,
                 _renewal: Renewal(renewal.abort_handle()),
                 _in_flight: in_flight,
@@ -460,134 +476,4 @@ impl Idempotency {
 pub enum Completed<'a> {
     Result { text: &'a str, asks_for_input: bool },
     Error(&'a str),
-}
-
-impl Ticket {
-    /// The upstream's response head came with `status`: only a 2xx answer is recorded.
-    pub fn upstream_status(&self, status: StatusCode) {
-        self.status.store(status.as_u16(), Ordering::Release);
-    }
-
-    /// The response phase saw the answer to the call, its states sealed and its issued
-    /// handles still raw: a complete result or a JSON-RPC error in a 2xx response is
-    /// kept for recording; an `input_required` round, or any answer of an HTTP failure
-    /// (5xx, 429, any status but 2xx), releases the key.
-    pub fn complete(&self, answer: Completed<'_>) {
-        let status = StatusCode::from_u16(self.status.load(Ordering::Acquire)).ok();
-        let outcome = match answer {
-            _ if !status.is_some_and(|s| s.is_success()) => {
-                tracing::info!(
-                    status = status.map_or(0, |s| s.as_u16()),
-                    "idempotent call answered with an HTTP failure: key released, not recorded"
-                );
-                Outcome::Release(IdempotencyResult::UpstreamFailed)
-            }
-            // A round that asks (by `resultType` or by `inputRequests`, as the sealer
-            // decides) is no final answer.
-            Completed::Result {
-                asks_for_input: true,
-                ..
-            } => Outcome::Release(IdempotencyResult::Released),
-            Completed::Result { text, .. } => Self::stored(status, "result", text),
-            Completed::Error(text) => Self::stored(status, "error", text),
-        };
-        *self.outcome.lock().expect("not poisoned") = Some(outcome);
-    }
-
-    /// The stored answer: the member's JSON text as the client got it, under its name.
-    fn stored(status: Option<StatusCode>, member: &str, text: &str) -> Outcome {
-        Outcome::Record(
-            status.unwrap_or(StatusCode::OK),
-            format!("{{\"{member}\":{text}}}"),
-        )
-    }
-
-    /// Record (or release) now, when the answer is known; `false` while it is not (a
-    /// stream still flowing: the ticket finishes when it is dropped).
-    pub async fn finish_if_complete(&self) -> bool {
-        let outcome = self.outcome.lock().expect("not poisoned").take();
-        let Some(outcome) = outcome else {
-            return false;
-        };
-        let pending = self.pending.lock().expect("not poisoned").take();
-        if let Some(pending) = pending {
-            // A task of its own: if the caller's future is dropped while the store is
-            // written (the client went away), the record is still written, not stranded
-            // as a reservation until its lease ends.
-            let _ = tokio::spawn(pending.finish(Some(outcome))).await;
-        }
-        true
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let pending = self.pending.get_mut().expect("not poisoned").take();
-        let outcome = self.outcome.get_mut().expect("not poisoned").take();
-        if let Some(pending) = pending
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(pending.finish(outcome));
-        }
-    }
-}
-
-impl Pending {
-    /// Store the answer for `ttl`, or give the key back (no answer: the upstream was
-    /// unreachable, timed out, the stream broke, or the answer was withheld).
-    async fn finish(self, outcome: Option<Outcome>) {
-        let Pending {
-            store,
-            metrics,
-            record,
-            reserved,
-            digest,
-            ttl,
-            max_result_bytes,
-            _renewal,
-            _in_flight,
-        } = self;
-        // No renewal may land after the record (it would not: it is conditional on
-        // the reservation), nor keep running after a release.
-        drop(_renewal);
-        let outcome = match outcome {
-            Some(Outcome::Record(_, answer)) if answer.len() > max_result_bytes => {
-                tracing::warn!(
-                    bytes = answer.len(),
-                    "idempotent result larger than idempotency.max_result_bytes: not recorded, \
-                     a repeat will be applied again"
-                );
-                Outcome::Release(IdempotencyResult::TooLarge)
-            }
-            Some(outcome) => outcome,
-            None => Outcome::Release(IdempotencyResult::Released),
-        };
-        let (value, result) = match &outcome {
-            Outcome::Record(status, answer) => (
-                Some(format!("{ANSWERED}{digest}:{}:{answer}", status.as_u16())),
-                IdempotencyResult::Recorded,
-            ),
-            Outcome::Release(result) => (None, *result),
-        };
-        match store
-            .swap_record(&record, &reserved, value.as_deref(), ttl)
-            .await
-        {
-            Ok(true) => metrics.idempotency(result),
-            Ok(false) => {
-                metrics.idempotency(IdempotencyResult::LeaseLost);
-                tracing::warn!(
-                    "idempotency reservation lost before the answer came (its lease ended): \
-                     not recorded; a repeat may have been applied meanwhile"
-                );
-            }
-            Err(error) => {
-                metrics.idempotency(IdempotencyResult::StoreUnavailable);
-                tracing::error!(
-                    error = %error,
-                    "idempotency record could not be written; the key stays reserved until its lease ends"
-                );
-            }
-        }
-    }
 }

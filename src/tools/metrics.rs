@@ -4,7 +4,7 @@
 //! Invariant: as for every family, labels come from closed sets ([`HandleResult`],
 //! [`IdempotencyResult`]) and every series exists at zero from the first scrape.
 
-use crate::registry::{Family, Label, Registry, closed_label};
+use crate::registry::{Family, Label, Registry};
 use crate::token::HandleReject;
 use prometheus::IntCounterVec;
 
@@ -81,47 +81,32 @@ pub enum IdempotencyResult {
     /// refused and the reservation it may have left deleted, best effort, by a
     /// conditional delete retried until the store answers (its outcome is logged).
     ReserveUnconfirmed,
+    /// The reservation was made but no replica of the store confirmed it in time
+    /// (`single_use.redis_wait_ms`): given back, the call refused with 503.
+    Unreplicated,
+    /// The answer was recorded but no replica confirmed it in time: written again until
+    /// one does (or the lease would have ended), so a failover does not lose it.
+    RecordUnreplicated,
 }
 
-impl IdempotencyResult {
-    pub const ALL: [IdempotencyResult; 14] = [
-        IdempotencyResult::Reserved,
-        IdempotencyResult::Recorded,
-        IdempotencyResult::Replayed,
-        IdempotencyResult::InProgress,
-        IdempotencyResult::Conflict,
-        IdempotencyResult::Released,
-        IdempotencyResult::TooLarge,
-        IdempotencyResult::Invalid,
-        IdempotencyResult::StoreUnavailable,
-        IdempotencyResult::LeaseLost,
-        IdempotencyResult::UpstreamFailed,
-        IdempotencyResult::Full,
-        IdempotencyResult::Quota,
-        IdempotencyResult::ReserveUnconfirmed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IdempotencyResult::Reserved => "reserved",
-            IdempotencyResult::Recorded => "recorded",
-            IdempotencyResult::Replayed => "replayed",
-            IdempotencyResult::InProgress => "in_progress",
-            IdempotencyResult::LeaseLost => "lease_lost",
-            IdempotencyResult::Conflict => "conflict",
-            IdempotencyResult::Released => "released",
-            IdempotencyResult::TooLarge => "too_large",
-            IdempotencyResult::Invalid => "invalid",
-            IdempotencyResult::StoreUnavailable => "store_unavailable",
-            IdempotencyResult::UpstreamFailed => "upstream_failed",
-            IdempotencyResult::Full => "full",
-            IdempotencyResult::Quota => "quota",
-            IdempotencyResult::ReserveUnconfirmed => "reserve_unconfirmed",
-        }
-    }
-}
-
-closed_label!(IdempotencyResult);
+crate::registry::labels!(IdempotencyResult {
+    Reserved => "reserved",
+    Recorded => "recorded",
+    Replayed => "replayed",
+    InProgress => "in_progress",
+    Conflict => "conflict",
+    Released => "released",
+    TooLarge => "too_large",
+    Invalid => "invalid",
+    StoreUnavailable => "store_unavailable",
+    LeaseLost => "lease_lost",
+    UpstreamFailed => "upstream_failed",
+    Full => "full",
+    Quota => "quota",
+    ReserveUnconfirmed => "reserve_unconfirmed",
+    Unreplicated => "unreplicated",
+    RecordUnreplicated => "record_unreplicated",
+});
 
 /// The tool features' families; registered once, shared by [`super::Handles`] and
 /// [`super::Idempotency`].

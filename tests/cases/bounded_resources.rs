@@ -334,3 +334,62 @@ async fn a_json_body_that_stalls_after_its_head_times_out() {
     );
     sidecar.stop().await;
 }
+
+/// Third review, finding 2 (the HTTP path): a request body's reservation ended when
+/// hyper had taken its last frame, so an upstream that accepts connections and never
+/// reads held every byte of every call outside the budget (60 calls of 4 MiB took the
+/// sidecar to 301 MiB with a 64 MiB budget, none refused). A body now stays reserved
+/// until the upstream answers: past the budget the next call is refused at once with
+/// 503 and `Retry-After`, and the budget comes back when the stalled calls end.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_that_never_reads_holds_its_bodies_inside_the_budget() {
+    // Accepts every connection and never reads from it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let mut c = config(&format!("http://{upstream}"));
+    c.limits.max_body_bytes = 512 * 1024;
+    c.limits.max_buffered_bytes = 1024 * 1024;
+    c.timeouts.response_head_ms = 3_000;
+    let sidecar = Sidecar::start(c).await;
+    let budget = || sidecar.metrics().path.buffered_bytes().get();
+    let pad = "x".repeat(300 * 1024);
+    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "provision", "arguments": {"pad": pad}}}))
+    .unwrap();
+    let headers = mcp_headers("tools/call", Some("provision"));
+    // Three bodies fit the budget and are forwarded to an upstream that never reads them.
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        let (url, headers, body) = (sidecar.mcp_url(), headers.clone(), body.clone());
+        stalled.push(tokio::spawn(async move {
+            send(Method::POST, &url, &headers, body, T).await
+        }));
+    }
+    wait_until(|| budget() >= 3 * 300 * 1024, "three bodies held").await;
+    // Give hyper time to hand every byte to the sockets (what used to end the
+    // reservation): the budget still holds them.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(budget() >= 3 * 300 * 1024, "released early: {}", budget());
+    assert!(budget() <= 1024 * 1024);
+    let started = Instant::now();
+    let refused = send(Method::POST, &sidecar.mcp_url(), &headers, body.clone(), T).await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert!(refused.headers.contains_key("retry-after"));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once, not after the head timeout"
+    );
+    // The stalled calls end at the head timeout, and the budget is whole again.
+    for call in stalled {
+        assert_eq!(call.await.unwrap().status, 504);
+    }
+    wait_until(|| budget() == 0, "the budget is returned").await;
+    held.abort();
+    sidecar.stop().await;
+}

@@ -36,6 +36,34 @@ fn check_config(path: &std::path::Path) -> (Option<i32>, String) {
     (out.status.code(), String::from_utf8(out.stderr).unwrap())
 }
 
+/// Third review, finding 3: with a stdio child every path is MCP, so a passthrough path
+/// was a raw channel to it, and `check-config` called the combination valid.
+#[test]
+fn check_config_refuses_passthrough_paths_with_a_stdio_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "upstream = \"stdio\"\npassthrough_paths = [\"/oauth/token\"]\n\
+         [upstream_command]\nargv = [\"python3\", \"server.py\"]\n",
+    )
+    .unwrap();
+    let (code, stderr) = check_config(&config);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("passthrough_paths (MCP_STATE_GUARD_PASSTHROUGH_PATHS)")
+            && stderr.contains("must be empty when upstream is \"stdio\""),
+        "{stderr}"
+    );
+    std::fs::write(
+        &config,
+        "upstream = \"stdio\"\n[upstream_command]\nargv = [\"python3\", \"server.py\"]\n",
+    )
+    .unwrap();
+    let (code, stderr) = check_config(&config);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 #[test]
 fn check_config_lists_every_problem_with_key_and_env_var() {
     let dir = tempfile::tempdir().unwrap();

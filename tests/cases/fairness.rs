@@ -39,6 +39,11 @@ fn single_use(upstream: &str) -> Config {
 
 /// A call of the single-use tool by `who`, a retry with `token` when given.
 async fn call(url: &str, who: &str, token: Option<&str>) -> ClientReply {
+    call_with(url, ("x-forwarded-user", who), token).await
+}
+
+/// A call of the single-use tool with one more header (who calls, or for whom).
+async fn call_with(url: &str, (name, value): (&str, &str), token: Option<&str>) -> ClientReply {
     let mut params = json!({"name": TOOL, "_meta": meta()});
     if let Some(token) = token {
         params["requestState"] = json!(token);
@@ -47,7 +52,7 @@ async fn call(url: &str, who: &str, token: Option<&str>) -> ClientReply {
     }
     let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
     let mut headers = mcp_headers("tools/call", Some(TOOL));
-    headers.push(("x-forwarded-user".into(), who.into()));
+    headers.push((name.into(), value.into()));
     send(
         Method::POST,
         url,
@@ -74,6 +79,54 @@ fn assert_over_share(reply: &ClientReply, share: Share, retry_after: &str) {
 async fn admin_get(sidecar: &Sidecar, path: &str) -> ClientReply {
     let url = format!("http://{}{path}", sidecar.admin_addr);
     send(Method::GET, &url, &[], "", T).await
+}
+
+/// A call of the single-use tool relayed by a trusted front proxy for the clients of
+/// `chain` (its `X-Forwarded-For`), no principal source.
+async fn relayed(url: &str, chain: &str, token: Option<&str>) -> ClientReply {
+    call_with(url, ("x-forwarded-for", chain), token).await
+}
+
+/// Third review, finding 5: without a principal the shares were keyed on the TCP peer,
+/// so behind an ingress every client was one caller and one client's retries gave
+/// everyone 429. Behind a trusted proxy the owner is the client its chain reports (the
+/// first untrusted address from the right); what a client writes further left is not
+/// believed, so it cannot take another client's share either.
+#[tokio::test(flavor = "multi_thread")]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_share() {
+    let fake = FakeUpstream::start(asking).await;
+    let mut c = config(&fake.base_url());
+    c.single_use.tools = vec![TOOL.into()];
+    c.single_use.memory_max_entries = 8;
+    c.single_use.max_entries_per_principal = Some(2);
+    c.principal.trusted_proxies = vec!["127.0.0.1/32".into()];
+    let sidecar = Sidecar::start(c).await;
+    let url = sidecar.mcp_url();
+    let mint_for = |chain: &'static str| {
+        let url = url.clone();
+        async move {
+            let reply = relayed(&url, chain, None).await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            sealed(&reply.json()["result"])
+        }
+    };
+    let (a, b) = ("203.0.113.5", "198.51.100.7");
+    for _ in 0..2 {
+        let token = mint_for(a).await;
+        assert_eq!(relayed(&url, a, Some(&token)).await.status, 200);
+    }
+    let token = mint_for(a).await;
+    let over = relayed(&url, a, Some(&token)).await;
+    assert_over_share(&over, Share::SingleUseEntries, "60");
+    // A spoofed address left of the real one changes nothing: still A's share.
+    let token = mint_for("198.51.100.7, 203.0.113.5").await;
+    let spoofed = relayed(&url, "198.51.100.7, 203.0.113.5", Some(&token)).await;
+    assert_over_share(&spoofed, Share::SingleUseEntries, "60");
+    // Another client behind the same proxy spends its own share.
+    let token = mint_for(b).await;
+    let reply = relayed(&url, b, Some(&token)).await;
+    assert_eq!(reply.status, 200, "B is unaffected: {}", reply.text());
+    sidecar.stop().await;
 }
 
 /// Finding 4: once `memory_max_entries` was reached by one caller, every tenant's

@@ -302,9 +302,24 @@ fn the_release_binary_the_image_ships_accepts_every_rendered_config() {
         build_stage.contains("RUN .ci/build-release.sh /out \"${VERSION}\""),
         "{dockerfile}"
     );
-    let runtime = dockerfile.rsplit("\nFROM ").next().unwrap();
+    // The bases are build arguments whose defaults are the official images; the image
+    // tests (tests/cases/image.rs) put a base made from Debian's packages in their place.
+    for default in [
+        "\nARG BUILD_IMAGE=rust:1.95-bookworm\n",
+        "\nARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot\n",
+        "\nARG BINARY_FROM=build\n",
+    ] {
+        assert!(dockerfile.contains(default), "{default:?} in {dockerfile}");
+    }
     assert!(
-        runtime.starts_with("gcr.io/distroless/cc-debian12:nonroot"),
+        build_stage.starts_with("${BUILD_IMAGE} AS build\n"),
+        "{build_stage}"
+    );
+    let runtime = dockerfile.rsplit("\nFROM ").next().unwrap();
+    assert!(runtime.starts_with("${RUNTIME_IMAGE}\n"), "{runtime}");
+    assert!(
+        runtime
+            .contains("\nCOPY --from=binary /out/mcp-state-guard /usr/local/bin/mcp-state-guard\n"),
         "{runtime}"
     );
     assert!(

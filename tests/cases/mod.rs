@@ -24,6 +24,8 @@ mod mtls;
 mod audit;
 // A single-use target runs at most once per token; a store outage fails closed.
 mod single_use;
+// ... and a failover of the store loses no consumption, write record or revocation.
+mod store_failover;
 // Answers go only to the questions a verified round asked.
 mod answers;
 // A revoked caller's flows stop on every replica.
@@ -57,12 +59,15 @@ mod upstream_faults;
 // A stdio server behind the sidecar gets every protection, and its answers reach only
 // their caller.
 mod stdio_upstream;
+// ... within the memory budget and its shares, whatever the child writes.
+mod stdio_bounds;
 
 // Not guarantees of the security model (the allow-list in `security_model`).
 mod cli;
 mod conformance;
 mod fuzz_regressions;
 mod helm;
+mod image;
 mod interop;
 mod jwt_interop;
 mod layers;

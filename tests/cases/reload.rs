@@ -278,6 +278,55 @@ async fn a_changed_restart_key_is_logged_by_name_and_not_counted_ok() {
     assert_eq!(scraped(admin, &reloads("restart_required")).await, 1);
 }
 
+/// Third review, finding 6: a file that no longer mentions live keys reverts them to
+/// their defaults. Applied (the file is what it asks for), but when that takes
+/// protection away the log says so at warn, naming each key and what it lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_that_removes_protection_is_logged_at_warn_by_key() {
+    let fake =
+        FakeUpstream::always(|| Reply::json(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    let head = format!(
+        "upstream = {:?}\n[state]\nreload_interval_ms = 100\n",
+        fake.base_url()
+    );
+    replace(
+        &file,
+        format!("{head}[single_use]\ntools = [\"approve\", \"wire\"]\nprompts = [\"confirm\"]\n"),
+    );
+    let process = Process::start(&["--config", file.to_str().unwrap()], &[]);
+    let admin = admin_of(&process);
+    // The edit lost the prompts and one tool (as a file cut short would).
+    replace(
+        &file,
+        format!("{head}[single_use]\ntools = [\"approve\"]\n"),
+    );
+    wait_above(admin, &reloads("ok"), 0).await;
+    process.wait_for_log("removes protection");
+    let warned: Vec<Value> = process
+        .log()
+        .lines()
+        .filter(|line| line.contains("removes protection"))
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let keys: Vec<&str> = warned
+        .iter()
+        .map(|line| line["fields"]["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        ["single_use.tools", "single_use.prompts"],
+        "{warned:?}"
+    );
+    assert!(warned.iter().all(|line| line["level"] == "WARN"));
+    let change = warned[0]["fields"]["change"].as_str().unwrap();
+    assert!(
+        change.contains("wire") && !change.contains("approve"),
+        "{change}"
+    );
+}
+
 /// `POST /admin/revoke` with `secret` as the bearer token; the status.
 async fn revoke(admin: SocketAddr, secret: &str) -> u16 {
     let url = format!("http://{admin}/admin/revoke");

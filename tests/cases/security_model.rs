@@ -21,6 +21,7 @@ const NOT_GUARANTEES: &[&str] = &[
     "conformance",
     "fuzz_regressions",
     "helm",
+    "image",
     "interop",
     "jwt_interop",
     "layers",

@@ -11,7 +11,7 @@ use crate::cases::interop::{
 };
 use crate::support::conformance::run_suite;
 use crate::support::flow::{HTTP_TIMEOUT, text, tool_call};
-use crate::support::http::{event_json, mcp_headers, post_mcp, send, split_events};
+use crate::support::http::{event_json, mcp_headers, post_mcp, post_mcp_with, send, split_events};
 use crate::support::interop::{Sdk, run_client};
 use crate::support::python::{interpreter, repo_path};
 use crate::support::sidecar::{Sidecar, config};
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 /// A sidecar configuration running `argv` as its stdio upstream (a short drain, so a
 /// test's stop is quick).
-fn stdio_config(argv: Vec<String>) -> Config {
+pub(crate) fn stdio_config(argv: Vec<String>) -> Config {
     let mut config = config("stdio");
     config.upstream_command.argv = argv;
     config.upstream_command.restart_min_ms = 50;
@@ -55,12 +55,12 @@ fn typescript_server() -> Vec<String> {
     argv
 }
 
-fn child(args: &[&str]) -> Vec<String> {
+pub(crate) fn child(args: &[&str]) -> Vec<String> {
     python("stdio_child.py", args)
 }
 
 /// Wait (bounded) until `done` holds.
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -69,7 +69,7 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// Wait until the child answered `server/discover`.
-async fn up(sidecar: &Sidecar) {
+pub(crate) async fn up(sidecar: &Sidecar) {
     eventually("the child to be up", || sidecar.metrics().stdio.up()).await;
 }
 
@@ -381,6 +381,8 @@ async fn stdio_full_queue_answers_503_with_retry_after() {
     let mut config = stdio_config(child(&["--stall"]));
     config.upstream_command.queue_max = 1;
     config.timeouts.response_head_ms = 5000;
+    // Three callers, so that the queue, not one caller's share, is what fills.
+    config.principal.source = mcp_state_guard::config::PrincipalSource::Header;
     let sidecar = Sidecar::start(config).await;
     up(&sidecar).await;
     let url = sidecar.mcp_url();
@@ -389,10 +391,14 @@ async fn stdio_full_queue_answers_503_with_retry_after() {
     let mut waiting = Vec::new();
     for id in [1, 2] {
         let (url, message) = (url.clone(), echo(json!(id), &big, 0, None));
-        waiting.push(tokio::spawn(async move { post_mcp(&url, &message).await }));
+        let user = format!("user-{id}");
+        waiting.push(tokio::spawn(async move {
+            post_mcp_with(&url, &message, &[("x-forwarded-user", &user)]).await
+        }));
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let reply = post_mcp(&url, &echo(json!(3), "third", 0, None)).await;
+    let third = echo(json!(3), "third", 0, None);
+    let reply = post_mcp_with(&url, &third, &[("x-forwarded-user", "user-3")]).await;
     assert_eq!(reply.status, 503, "{}", reply.text());
     assert_eq!(reply.headers.get("retry-after").unwrap(), "1");
     assert_eq!(reply.json()["id"], 3);

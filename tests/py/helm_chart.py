@@ -343,6 +343,7 @@ def case_checks(case: str, values: dict, merged: dict, objects: list[dict]) -> d
     parsed = config["parsed"]
     integers_stay_integers(case, parsed)
     deployments = kinds.get("Deployment", [])
+    pod_spec = None
     if check(len(deployments) == 1, f"{case}: one Deployment"):
         deployment = deployments[0]
         pod = deployment["spec"]["template"]
@@ -350,6 +351,19 @@ def case_checks(case: str, values: dict, merged: dict, objects: list[dict]) -> d
         check(all(pod["metadata"]["labels"].get(k) == v for k, v in selector.items()), f"{case}: the pod carries the selector labels")
         check(("replicas" in deployment["spec"]) != merged["autoscaling"]["enabled"], f"{case}: replicas left to the HPA when autoscaling")
         pod_checks(case, values, merged, pod, fullname, parsed)
+        # What the image test runs the image with: the container as the kubelet starts it.
+        container = next((c for c in pod["spec"]["containers"] if c["name"] == SIDECAR), {})
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        pod_spec = {
+            "command": container.get("command"),
+            "args": container.get("args"),
+            "mounts": {
+                m["mountPath"]: (volumes.get(m["name"], {}).get("secret") or volumes.get(m["name"], {}).get("configMap") or {}).get("defaultMode", 0o644)
+                for m in container.get("volumeMounts", [])
+            },
+            "run_as_user": container.get("securityContext", {}).get("runAsUser"),
+            "fs_group": pod["spec"].get("securityContext", {}).get("fsGroup"),
+        }
         sidecar_ports = {p["name"] for c in pod["spec"]["containers"] if c["name"] == SIDECAR for p in c["ports"]}
         # The Service reaches the sidecar's MCP port and nothing else.
         services = [s for s in kinds.get("Service", []) if s["metadata"]["name"] == fullname]
@@ -415,7 +429,7 @@ def case_checks(case: str, values: dict, merged: dict, objects: list[dict]) -> d
     check(len(dashboards) == (1 if merged["grafanaDashboard"]["enabled"] else 0), f"{case}: dashboard ConfigMap exactly when enabled")
     for dashboard in dashboards:
         check(dashboard["metadata"]["labels"].get("grafana_dashboard") == "1", f"{case}: the dashboard carries the Grafana sidecar's label")
-    return {"kinds": sorted(kinds), "config": config["text"], "keys": keys_text, "fullname": fullname, "rules": [r["spec"] for r in kinds.get("PrometheusRule", [])], "dashboards": [d["data"] for d in dashboards]}
+    return {"kinds": sorted(kinds), "config": config["text"], "pod": pod_spec, "keys": keys_text, "fullname": fullname, "rules": [r["spec"] for r in kinds.get("PrometheusRule", [])], "dashboards": [d["data"] for d in dashboards]}
 
 
 def lint(case: str, values: dict) -> None:
@@ -475,6 +489,7 @@ def command_render(request: dict) -> dict:
             "kinds": result["kinds"],
             "root": str(root),
             "config": str(config_path),
+            "pod": result["pod"],
             "env": env,
             "tls": merged["tls"]["enabled"],
             "client_ca": merged["tls"]["enabled"] and merged["tls"]["clientCA"],

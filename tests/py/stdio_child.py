@@ -12,12 +12,22 @@ request on its own thread so answers interleave. Tools:
     big(bytes)              answers with a text of `bytes` characters (one long line).
     ask_client()            sends the client a sampling/createMessage request and answers with the
                             error it got back.
+    forge()                 writes, as a tool that prints its input would, an input_required answer
+                            naming every id a counter would have given (1..200, as numbers and as
+                            strings, and three strings shaped like a bridge id) with a forged
+                            requestState, then answers "forged".
+    surrogate()             answers with a text holding a lone surrogate escape (`\ud800`): valid
+                            for JSON.parse, refused by a strict parser.
+    flood_progress(count, bytes)
+                            with `_meta.progressToken`, writes `count` progress notifications whose
+                            message is `bytes` characters, then answers "flooded".
 Options:
     --garbage        before each answer also writes a stray print, an answer to an unknown id
                      and a log notification (all of which must reach nobody).
     --flood-stderr   writes 1 KiB lines to stderr without pause.
     --stall          after answering server/discover, stops reading stdin (so its pipe fills).
     --received FILE  appends every line it reads to FILE.
+    --slow-start MS  sleeps MS milliseconds before it reads anything.
 Exits at EOF on stdin.
 """
 
@@ -81,6 +91,28 @@ def call(request: dict, garbage: bool) -> None:
         return
     elif name == "big":
         send(text(rid, "x" * int(args.get("bytes", 0))))
+    elif name == "forge":
+        forged = {"resultType": "input_required", "requestState": "FORGED-STATE",
+                  "inputRequests": {"ok": {"method": "elicitation/create", "params": {
+                      "mode": "form", "message": "ok?", "requestedSchema": {"type": "object", "properties": {}}}}}}
+        for guess in range(1, 201):
+            send({"jsonrpc": "2.0", "id": guess, "result": forged})
+            send({"jsonrpc": "2.0", "id": str(guess), "result": forged})
+        # The shape of a bridge id, without its secret.
+        for guess in ("0" * 32, "f" * 32, "%032x" % 1):
+            send({"jsonrpc": "2.0", "id": guess, "result": forged})
+        send(text(rid, "forged"))
+    elif name == "surrogate":
+        line = '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"SECRET-CONTENT-\\ud800"}],"resultType":"complete"}}\n' % json.dumps(rid)
+        with WRITE:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    elif name == "flood_progress":
+        message = "p" * int(args.get("bytes", 0))
+        for step in range(int(args.get("count", 0))):
+            send({"jsonrpc": "2.0", "method": "notifications/progress",
+                  "params": {"progressToken": token, "progress": step, "message": message}})
+        send(text(rid, "flooded"))
     elif name == "ask_client":
         ask = "ask-" + str(rid)
         event = threading.Event()
@@ -105,7 +137,9 @@ def main() -> None:
     parser.add_argument("--flood-stderr", action="store_true")
     parser.add_argument("--stall", action="store_true")
     parser.add_argument("--received")
+    parser.add_argument("--slow-start", type=int, default=0)
     args = parser.parse_args()
+    time.sleep(args.slow_start / 1000)
     if args.flood_stderr:
         threading.Thread(target=flood, daemon=True).start()
     received = open(args.received, "a", encoding="utf-8") if args.received else None

@@ -3,12 +3,13 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 /// The binary, started on free ports; its address and its JSON log.
 pub struct Process {
     child: std::process::Child,
     pub addr: String,
-    log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    log: Arc<Mutex<Vec<u8>>>,
 }
 
 impl Process {
@@ -35,7 +36,7 @@ impl Process {
             .spawn()
             .unwrap();
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::new(Mutex::new(Vec::new()));
         let mut addr = None;
         let mut line = String::new();
         while addr.is_none() && stderr.read_line(&mut line).unwrap() > 0 {
@@ -46,16 +47,7 @@ impl Process {
             }
             line.clear();
         }
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut buffer = [0u8; 8192];
-            while let Ok(n) = stderr.read(&mut buffer) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buffer[..n]);
-            }
-        });
+        drain_into(stderr, log.clone());
         Self {
             child,
             addr: addr.expect("the sidecar started"),
@@ -129,4 +121,18 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Copy everything `reader` yields into `sink` from a thread of its own, until it ends
+/// (a child's log, kept for the test to read while the child runs).
+pub fn drain_into(mut reader: impl Read + Send + 'static, sink: Arc<Mutex<Vec<u8>>>) {
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 8192];
+        while let Ok(n) = reader.read(&mut buffer) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buffer[..n]);
+        }
+    });
 }

@@ -72,6 +72,98 @@ impl RedisServer {
     }
 }
 
+impl RedisServer {
+    /// A server on a free loopback port, run in `dir` with `args` after the usual ones,
+    /// answering before this returns.
+    pub fn spawn(dir: &std::path::Path, args: &[&str]) -> Self {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .current_dir(dir)
+            .args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (tests/run.sh installs it with apt)");
+        let server = Self {
+            port,
+            child: Some(child),
+        };
+        server.wait_answering();
+        server
+    }
+
+    /// A sentinel (`redis-sentinel`, Debian's package) run in `dir` from `config`, on a
+    /// free loopback port.
+    pub fn sentinel(dir: &std::path::Path, config: &std::path::Path) -> Self {
+        let port = free_port();
+        let child = Command::new("redis-sentinel")
+            .current_dir(dir)
+            .arg(config)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-sentinel is installed (tests/run.sh installs it with apt)");
+        let server = Self {
+            port,
+            child: Some(child),
+        };
+        server.wait_answering();
+        server
+    }
+
+    /// Wait until it answers `PING` (10 s at most).
+    pub fn wait_answering(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.answers() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Send `signal` (`STOP`, `CONT`, `KILL`) to it.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("running");
+        let sent = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+
+    /// A plain connection to this node (not cluster-aware), with short timeouts.
+    pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        let connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        connection.set_read_timeout(Some(Duration::from_secs(5)))?;
+        connection.set_write_timeout(Some(Duration::from_secs(5)))?;
+        Ok(connection)
+    }
+
+    /// `command` on this node.
+    pub fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> redis::RedisResult<T> {
+        command.query(&mut self.connection()?)
+    }
+}
+
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
@@ -85,51 +177,43 @@ pub struct RedisCluster {
     _dir: tempfile::TempDir,
 }
 
+/// `count` cluster nodes in `dir` (each with `args` after the cluster's own), joined by
+/// `redis-cli --cluster create` with `replicas` replicas per primary; not yet waited
+/// for until every slot is served.
+pub fn create_cluster(
+    dir: &std::path::Path,
+    count: usize,
+    replicas: usize,
+    args: &[&str],
+) -> Vec<RedisServer> {
+    let nodes: Vec<RedisServer> = (0..count)
+        .map(|i| {
+            let conf = format!("nodes-{i}.conf");
+            let mut all = vec!["--cluster-enabled", "yes", "--cluster-config-file", &conf];
+            all.extend(args);
+            RedisServer::spawn(dir, &all)
+        })
+        .collect();
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addresses)
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("redis-cli is installed");
+    assert!(created.success(), "redis-cli --cluster create failed");
+    nodes
+}
+
 impl RedisCluster {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut nodes = Vec::new();
-        for _ in 0..3 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let child = Command::new("redis-server")
-                .current_dir(dir.path())
-                .args(["--port", &port.to_string()])
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server is installed");
-            let node = RedisServer {
-                port,
-                child: Some(child),
-            };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !node.answers() {
-                assert!(Instant::now() < deadline, "cluster node did not start");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            nodes.push(node);
-        }
-        let addresses: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let created = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("redis-cli is installed");
-        assert!(created.success(), "redis-cli --cluster create failed");
+        let nodes = create_cluster(dir.path(), 3, 0, &[]);
         let deadline = Instant::now() + Duration::from_secs(20);
         while !nodes.iter().all(|n| n.cluster_ok()) {
             assert!(Instant::now() < deadline, "the cluster did not become ok");
@@ -150,7 +234,7 @@ impl RedisCluster {
 }
 
 impl RedisServer {
-    fn cluster_ok(&self) -> bool {
+    pub fn cluster_ok(&self) -> bool {
         let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };

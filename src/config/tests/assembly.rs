@@ -27,6 +27,7 @@ fn assembly_leaf_by_leaf_matches_serde() {
             restart_min_ms = 26
             restart_max_ms = 27
             queue_max = 28
+            queue_max_per_principal = 7
             [state]
             audience = "aud"
             keys_file = "/k"
@@ -71,6 +72,8 @@ fn assembly_leaf_by_leaf_matches_serde() {
             max_entries_per_principal = 4
             redis_key_prefix = "k:"
             redis_timeout_ms = 11
+            redis_wait_replicas = 2
+            redis_wait_ms = 12
             [mrtr]
             max_rounds = 3
             max_flow_seconds = 4

@@ -1,76 +1,111 @@
 use super::*;
 use crate::registry::Registry;
+use prometheus::IntGauge;
 use serde_json::json;
 
 fn metrics() -> StdioMetrics {
     StdioMetrics::register(&Registry::new())
 }
 
-fn request(id: Value, token: Option<Value>) -> Map<String, Value> {
-    let mut params = json!({"name": "t", "arguments": {"big": 123456789012345678901234567890u128}});
-    if let Some(token) = token {
-        params["_meta"] = json!({ "progressToken": token });
-    }
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
-        .as_object()
-        .unwrap()
-        .clone()
+fn budget(limit: usize) -> Arc<MemoryBudget> {
+    MemoryBudget::new(limit, IntGauge::new("b", "b").unwrap())
 }
 
-#[test]
-fn ids_and_tokens_are_the_bridges_and_come_back_as_the_callers() {
-    let metrics = metrics();
-    let mut routes = Routes::default();
-    // Two callers with the same id and token: the child sees two different ones.
-    let mut a = request(json!(1), Some(json!(1)));
-    let mut b = request(json!(1), Some(json!("tok")));
-    let (a_id, a_token) = rewrite(&mut a, 10);
-    let (b_id, b_token) = rewrite(&mut b, 11);
-    assert_eq!((a["id"].clone(), b["id"].clone()), (json!(10), json!(11)));
-    assert_eq!(a["params"]["_meta"]["progressToken"], json!(10));
-    assert_eq!(b["params"]["_meta"]["progressToken"], json!(11));
-    // Everything else is kept as sent, big numbers to the digit.
-    assert!(
-        String::from_utf8(encode(&a).to_vec())
-            .unwrap()
-            .contains("123456789012345678901234567890")
-    );
-    let mut ra = routes.open(10, a_id, a_token, true);
-    let mut rb = routes.open(11, b_id, b_token, false);
+fn progress(token: &str, message: &str) -> Vec<u8> {
+    serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "method": "notifications/progress",
+        "params": {"progressToken": token, "progress": 1, "message": message}}),
+    )
+    .unwrap()
+}
 
-    let progress = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":10,"progress":1}}"#;
-    assert_eq!(routes.deliver(progress, &metrics), Delivery::Delivered);
-    let notice: Value = serde_json::from_slice(&ra.notices.try_recv().unwrap()).unwrap();
+#[tokio::test]
+async fn answers_and_progress_go_to_the_route_their_bridge_id_names() {
+    let metrics = metrics();
+    let budget = budget(1 << 20);
+    let mut routes = Routes::new(budget.clone());
+    let (a, b) = (ids::fresh(), ids::fresh());
+    assert_ne!(a, b);
+    let ra = routes.open(a.clone(), json!(1), Some(json!(1)), true);
+    let mut rb = routes.open(b.clone(), json!(1), Some(json!("tok")), false);
+
+    assert_eq!(
+        routes.deliver(&progress(&a, "x"), &metrics),
+        Delivery::Delivered
+    );
+    let notice: Value = serde_json::from_slice(&ra.notices.try_next().unwrap()).unwrap();
     assert_eq!(notice["params"]["progressToken"], json!(1));
     // b asked for JSON: its progress is dropped with a count.
-    let progress = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":11,"progress":1}}"#;
-    assert_eq!(routes.deliver(progress, &metrics), Delivery::Delivered);
-    assert!(rb.notices.try_recv().is_err());
+    assert_eq!(
+        routes.deliver(&progress(&b, "x"), &metrics),
+        Delivery::Delivered
+    );
+    assert!(rb.notices.try_next().is_none());
     assert_eq!(metrics.dropped_count(Dropped::JsonCaller), 1);
 
-    let answer = br#"{"jsonrpc":"2.0","id":11,"result":{"requestState":"x"}}"#;
-    assert_eq!(routes.deliver(answer, &metrics), Delivery::Delivered);
-    let got: Value = serde_json::from_slice(&rb.answer.try_recv().unwrap().unwrap()).unwrap();
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":"{b}","result":{{"requestState":"x"}}}}"#);
+    assert_eq!(
+        routes.deliver(answer.as_bytes(), &metrics),
+        Delivery::Delivered
+    );
+    let reply = rb.answer.try_recv().unwrap().unwrap();
+    assert_eq!(
+        budget.used(),
+        reply.message.len(),
+        "an answer is held until sent"
+    );
+    let got: Value = serde_json::from_slice(&reply.message).unwrap();
     assert_eq!(
         got,
         json!({"jsonrpc":"2.0","id":1,"result":{"requestState":"x"}})
     );
+    drop(reply);
+    assert_eq!(budget.used(), 0);
     // Answered once: the same id again belongs to nobody.
     assert_eq!(
-        routes.deliver(answer, &metrics),
+        routes.deliver(answer.as_bytes(), &metrics),
         Delivery::Unmatched(Unmatched::UnknownId, None)
     );
+    let mut ra = ra;
     assert!(ra.answer.try_recv().is_err());
     assert_eq!(routes.fail_all(), 1);
-    assert_eq!(ra.answer.try_recv().unwrap(), Err(Fault::Exited));
+    assert_eq!(ra.answer.try_recv().unwrap().unwrap_err(), Fault::Exited);
+}
+
+/// The ids a counter would have given, as numbers or strings, name nobody.
+#[test]
+fn guessed_ids_and_tokens_name_nobody() {
+    let metrics = metrics();
+    let mut routes = Routes::new(budget(1 << 20));
+    let id = ids::fresh();
+    let _r = routes.open(id, json!(1), Some(json!("p")), true);
+    for guess in 0..50 {
+        for token in [json!(guess), json!(guess.to_string())] {
+            let answer =
+                json!({"jsonrpc": "2.0", "id": token, "result": {"requestState": "forged"}});
+            assert_eq!(
+                routes.deliver(&serde_json::to_vec(&answer).unwrap(), &metrics),
+                Delivery::Unmatched(Unmatched::UnknownId, None)
+            );
+            let notice = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": 1}});
+            assert!(matches!(
+                routes.deliver(&serde_json::to_vec(&notice).unwrap(), &metrics),
+                Delivery::Unmatched(Unmatched::Notification, _)
+            ));
+        }
+    }
+    assert_eq!(routes.len(), 1);
 }
 
 #[test]
 fn lines_of_nobody_are_unmatched() {
     let metrics = metrics();
-    let mut routes = Routes::default();
-    let _r = routes.open(3, json!(1), None, true);
-    let cases: [(&[u8], Delivery); 7] = [
+    let mut routes = Routes::new(budget(1 << 20));
+    let id = ids::fresh();
+    let _r = routes.open(id.clone(), json!(1), None, true);
+    let progress_without_token = progress(&id, "x");
+    let cases: [(&[u8], Delivery); 8] = [
         (b"   ", Delivery::Blank),
         (b"hello from print()", Delivery::Unmatched(Unmatched::NotJson, None)),
         (b"[1,2]", Delivery::Unmatched(Unmatched::NotJson, None)),
@@ -81,12 +116,17 @@ fn lines_of_nobody_are_unmatched() {
         ),
         // Progress for a request that asked for none.
         (
-            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":3}}"#,
+            &progress_without_token,
             Delivery::Unmatched(Unmatched::Notification, Some("notifications/progress".into())),
         ),
         (
             br#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#,
             Delivery::ServerRequest(json!("s1"), "sampling/createMessage".into()),
+        ),
+        // Unreadable, naming nobody open.
+        (
+            br#"{"jsonrpc":"2.0","id":"00000000000000000000000000000000","result":"\ud800"}"#,
+            Delivery::Unmatched(Unmatched::NotJson, None),
         ),
     ];
     for (line, expected) in cases {
@@ -100,28 +140,74 @@ fn lines_of_nobody_are_unmatched() {
     assert_eq!(routes.len(), 1);
 }
 
+/// An answer that cannot be read fails the request it names at once, whichever end of
+/// the line names it.
 #[test]
-fn an_overlong_answer_is_named_by_its_first_or_last_bytes() {
-    let none = b"".as_slice();
-    let leading = |prefix: &[u8]| overlong_id(prefix, none);
+fn an_unreadable_answer_fails_its_request() {
+    let metrics = metrics();
+    let mut routes = Routes::new(budget(1 << 20));
+    for line in [
+        r#"{"jsonrpc":"2.0","id":"ID","result":{"text":"\ud800"}}"#,
+        r#"{"result":{"text":"\ud800"},"jsonrpc":"2.0","id":"ID"}"#,
+    ] {
+        let id = ids::fresh();
+        let mut receivers = routes.open(id.clone(), json!(7), None, false);
+        let line = line.replace("ID", &id);
+        assert_eq!(
+            routes.deliver(line.as_bytes(), &metrics),
+            Delivery::Unreadable { failed: true }
+        );
+        assert_eq!(
+            receivers.answer.try_recv().unwrap().unwrap_err(),
+            Fault::Unreadable
+        );
+    }
+    assert_eq!(routes.len(), 0);
+}
+
+/// A caller that does not take its notifications is cut off at the per-route bound, or
+/// as soon as one cannot be reserved: its route fails, what waited for it is given back,
+/// and the reader is told whom to cancel.
+#[test]
+fn a_caller_falling_behind_is_cut_off() {
+    let metrics = metrics();
+    let budget = budget(1 << 20);
+    let mut routes = Routes::new(budget.clone());
+    let id = ids::fresh();
+    let mut slow = routes.open(id.clone(), json!(1), Some(json!("p")), true);
+    for _ in 0..super::super::notices::NOTICES_BUFFERED {
+        assert_eq!(
+            routes.deliver(&progress(&id, "x"), &metrics),
+            Delivery::Delivered
+        );
+    }
+    assert!(budget.used() > 0);
     assert_eq!(
-        leading(br#"{"jsonrpc":"2.0","id":42,"result":{"x":"#),
-        Some(42)
+        routes.deliver(&progress(&id, "x"), &metrics),
+        Delivery::CutOff(Some(id.clone()), CutOff::SlowReader)
     );
-    assert_eq!(leading(br#"{ "jsonrpc" : "2.0" , "id" : 7 }"#), Some(7));
-    assert_eq!(leading(br#"{"id":9,"result":"#), Some(9));
+    assert_eq!(budget.used(), 0);
     assert_eq!(
-        leading(br#"{"jsonrpc":"2.0","method":"x","params":{"id":5,"#),
-        None
+        slow.answer.try_recv().unwrap().unwrap_err(),
+        Fault::CutOff(CutOff::SlowReader)
     );
-    assert_eq!(leading(br#"{"jsonrpc":"2.0","id":"5","#), None);
-    assert_eq!(overlong_id(b"garbage", b"garbage"), None);
-    // The TypeScript SDK writes the id last.
-    let ts = br#"{"result":{"content":[]},"jsonrpc":"2.0","id":"#;
+    assert!(slow.notices.try_next().is_none());
+
+    let small = budget_limited();
+    let mut routes = Routes::new(small.clone());
+    let id = ids::fresh();
+    let mut big = routes.open(id.clone(), json!(1), Some(json!("p")), true);
     assert_eq!(
-        overlong_id(ts, br#"xxxx"}]},"jsonrpc":"2.0","id":12}"#),
-        Some(12)
+        routes.deliver(&progress(&id, &"x".repeat(200)), &metrics),
+        Delivery::CutOff(Some(id), CutOff::OverBudget)
     );
-    // A nested id at the end is not the message's.
-    assert_eq!(overlong_id(ts, br#"xx","item":{"id":3}}}"#), None);
+    assert_eq!(
+        big.answer.try_recv().unwrap().unwrap_err(),
+        Fault::CutOff(CutOff::OverBudget)
+    );
+    assert_eq!(small.used(), 0);
+}
+
+fn budget_limited() -> Arc<MemoryBudget> {
+    budget(100)
 }

@@ -2,7 +2,8 @@
 //! released when reserving it timed out but the store may have applied it all the same.
 //! Only the value this replica reserved (its random nonce) is ever renewed or deleted.
 
-use crate::store::Store;
+use crate::store::{Store, StoreError};
+use crate::tools::metrics::{IdempotencyResult, ToolMetrics};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,4 +63,59 @@ pub(super) async fn release_phantom(
     tracing::warn!(
         "idempotency reservation that timed out could not be cleaned up: it ends with its lease"
     );
+}
+
+/// An answer recorded on the primary that no replica confirmed: write it again (the
+/// store accepts the same answer over itself) until a replica confirms it, the
+/// reservation is gone, or a lease has passed (after which the reservation it replaced
+/// would have ended anyway). A failover in between leaves the reservation on the
+/// promoted replica, which the next attempt turns into the answer.
+pub(super) async fn confirm_record(
+    store: &Store,
+    record: &str,
+    reserved: &str,
+    value: &str,
+    ttl: Duration,
+    lease: Duration,
+) -> Result<bool, StoreError> {
+    let give_up = tokio::time::Instant::now() + lease;
+    let mut last = Err(StoreError::Unconfirmed);
+    while tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        last = store.swap_record(record, reserved, Some(value), ttl).await;
+        match last {
+            Ok(_) => return last,
+            Err(_) => continue,
+        }
+    }
+    tracing::error!(
+        "idempotency record not confirmed by a replica within a lease: a failover may lose \
+         it, and a repeat be applied again"
+    );
+    last
+}
+
+/// Count (and log) how writing a finished call's record or release went.
+pub(super) fn report_finished(
+    metrics: &ToolMetrics,
+    result: IdempotencyResult,
+    written: Result<bool, StoreError>,
+) {
+    match written {
+        Ok(true) => metrics.idempotency(result),
+        Ok(false) => {
+            metrics.idempotency(IdempotencyResult::LeaseLost);
+            tracing::warn!(
+                "idempotency reservation lost before the answer came (its lease ended): \
+                 not recorded; a repeat may have been applied meanwhile"
+            );
+        }
+        Err(error) => {
+            metrics.idempotency(IdempotencyResult::StoreUnavailable);
+            tracing::error!(
+                error = %error,
+                "idempotency record could not be written; the key stays reserved until its lease ends"
+            );
+        }
+    }
 }

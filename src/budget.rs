@@ -1,7 +1,10 @@
-//! The memory the data path may hold at once: one budget for every body buffered by the
-//! requests in flight (request bodies while they are read and forwarded, whole JSON
-//! responses while they are sealed and sent, the incomplete event of every SSE stream
-//! while it waits for its blank line).
+//! The memory the data path may hold at once (`limits.max_buffered_bytes`): one budget
+//! for every byte a request holds from the client's socket until the upstream has taken
+//! it, and back: request bodies while they are read and until the upstream answers (an
+//! upstream that never reads holds them), whole JSON responses while they are sealed and
+//! sent, the incomplete event of every SSE stream while it waits for its blank line, and
+//! with a stdio upstream what the bridge holds ([`crate::stdio`]: a request's line until
+//! the child's stdin took it, notifications waiting for a slow reader).
 //!
 //! Invariant: bytes are reserved before they are buffered, and a [`Reservation`] gives
 //! them back when it is dropped, whatever path the request took (refused, forwarded, the
@@ -10,16 +13,14 @@
 //! nothing waits, so a flood of large bodies cannot queue up memory either.
 //!
 //! Bytes are reserved as they arrive, never on a declared `Content-Length` (a client
-//! that announces megabytes and sends nothing must not hold the budget). A body gives its
-//! bytes back once hyper has taken its last frame: what still sits in hyper's write
-//! buffer for a slow reader is not counted.
+//! that announces megabytes and sends nothing must not hold the budget). On the ground
+//! floor: the data path and the stdio bridge hold one instance, made by the wiring.
 //!
 //! What a parse of those bytes allocates on top is bounded per client body by
 //! `limits.max_json_values` and is never held across an await (the gate's parsed form
 //! ends before the upstream is called), so at most one parse per worker thread is alive
 //! at a time.
 
-use super::upstream::{self, ProxyBody};
 use bytes::{Bytes, BytesMut};
 use http_body::Body;
 use http_body_util::BodyExt;
@@ -118,8 +119,8 @@ impl Reservation {
     }
 
     /// Keep these bytes reserved until `body` has been sent or dropped.
-    pub fn hold(self, body: ProxyBody) -> ProxyBody {
-        upstream::holding(body, self)
+    pub fn hold(self, body: crate::body::ProxyBody) -> crate::body::ProxyBody {
+        crate::body::holding(body, self)
     }
 }
 
@@ -161,13 +162,6 @@ where
     Ok(buffer.freeze())
 }
 
-/// An SSE stream's incomplete event is held against the budget while it is buffered.
-impl crate::sse::Buffered for Reservation {
-    fn holding(&mut self, bytes: usize) -> bool {
-        self.resize_to(bytes).is_ok()
-    }
-}
-
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.budget.give_back(self.bytes);
@@ -207,20 +201,23 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_holds_what_it_buffers_now_and_gives_the_rest_back() {
-        use crate::sse::Buffered;
+    fn a_resize_holds_what_is_buffered_now_and_gives_the_rest_back() {
         let gauge = IntGauge::new("b", "b").unwrap();
         let budget = MemoryBudget::new(100, gauge.clone());
         let mut other = budget.reservation();
         other.grow(30).unwrap();
         let mut stream = budget.reservation();
-        assert!(stream.holding(60));
-        assert!(stream.holding(20), "an event went out");
+        assert!(stream.resize_to(60).is_ok());
+        assert!(stream.resize_to(20).is_ok(), "an event went out");
         assert_eq!((budget.used(), gauge.get()), (50, 50));
-        assert!(!stream.holding(71), "30 + 71 is over the budget");
+        assert_eq!(
+            stream.resize_to(71),
+            Err(OverBudget),
+            "30 + 71 is over the budget"
+        );
         assert_eq!(stream.bytes(), 20, "a refused resize holds what it held");
-        assert!(stream.holding(70));
-        assert!(stream.holding(0));
+        assert!(stream.resize_to(70).is_ok());
+        assert!(stream.resize_to(0).is_ok());
         assert_eq!((budget.used(), gauge.get()), (30, 30));
         drop(other);
         drop(stream);
