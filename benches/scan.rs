@@ -7,7 +7,7 @@
 //! `cargo bench --bench scan`
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use mcp_state_guard::jsonrpc;
+use mcp_state_guard::facade::jsonrpc;
 use std::hint::black_box;
 
 /// The gate's default `limits.max_json_values` is far above these bodies' counts; the

@@ -17,8 +17,8 @@
 //! `cargo bench --bench store [-- --quick]`
 
 use criterion::{Criterion, Throughput};
-use mcp_state_guard::store::Consumed;
-use mcp_state_guard::store::memory::{MemoryStore, RECORD_OVERHEAD_BYTES, RecordBounds};
+use mcp_state_guard::facade::store::Consumed;
+use mcp_state_guard::facade::store::memory::{MemoryStore, RECORD_OVERHEAD_BYTES, RecordBounds};
 use sha2::{Digest, Sha256};
 use std::hint::black_box;
 use std::time::{Duration, Instant};

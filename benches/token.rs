@@ -5,7 +5,9 @@
 //! `cargo bench --bench token`
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use mcp_state_guard::token::{KeyRing, RequestBinding, SealOptions, StateSealer, args_digest};
+use mcp_state_guard::facade::token::{
+    KeyRing, RequestBinding, SealOptions, StateSealer, args_digest,
+};
 use serde_json::{Value, json};
 use std::hint::black_box;
 

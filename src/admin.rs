@@ -32,31 +32,31 @@ use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
 /// What the admin listener serves from.
-pub struct Admin {
+pub(crate) struct Admin {
     /// What `/metrics` renders.
-    pub registry: Arc<Registry>,
+    pub(crate) registry: Arc<Registry>,
     /// The admin listener's own family.
-    pub metrics: Arc<AdminMetrics>,
+    pub(crate) metrics: Arc<AdminMetrics>,
     /// Where the store's fill gauges are set.
-    pub refusals: Arc<RefusalMetrics>,
-    pub readiness: Arc<Readiness>,
-    pub revocations: Arc<Revocations>,
+    pub(crate) refusals: Arc<RefusalMetrics>,
+    pub(crate) readiness: Arc<Readiness>,
+    pub(crate) revocations: Arc<Revocations>,
     /// The bearer secret of the mutating endpoints, as `admin.token_file` holds it now;
     /// `None`: they are refused.
-    pub token: Option<Token>,
+    pub(crate) token: Option<Token>,
     /// Which `Host` values this listener answers to (live with `allowed_hosts`).
-    pub hosts: ArcSwap<HostPolicy>,
+    pub(crate) hosts: ArcSwap<HostPolicy>,
     /// The shared store, for how full it is.
-    pub store: Arc<Store>,
+    pub(crate) store: Arc<Store>,
 }
 
 /// The admin listener's refusals for a foreign `Host`.
-pub struct AdminMetrics {
+pub(crate) struct AdminMetrics {
     misdirected: IntCounter,
 }
 
 impl AdminMetrics {
-    pub fn register(registry: &Registry) -> Self {
+    pub(crate) fn register(registry: &Registry) -> Self {
         Self {
             misdirected: registry.counter(
                 "admin_requests_misdirected_total",
@@ -66,12 +66,8 @@ impl AdminMetrics {
     }
 
     /// An admin request was refused with 421 for its `Host`.
-    pub fn admin_misdirected(&self) {
+    pub(crate) fn admin_misdirected(&self) {
         self.misdirected.inc();
-    }
-
-    pub fn admin_misdirected_count(&self) -> u64 {
-        self.misdirected.get()
     }
 }
 
@@ -96,9 +92,7 @@ impl Admin {
 }
 
 /// The admin bearer secret in use, replaced when `admin.token_file` changes.
-pub type Token = ArcSwap<Zeroizing<String>>;
-
-pub use crate::config::admin_token::parse_token;
+pub(crate) type Token = ArcSwap<Zeroizing<String>>;
 
 /// Readiness: serving (flipped to false when draining starts so load balancers stop
 /// sending), and every dependency check passing.
@@ -112,21 +106,21 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    pub fn set(&self, ready: bool) {
+    pub(crate) fn set(&self, ready: bool) {
         self.serving.store(ready, Ordering::SeqCst);
     }
 
-    pub fn set_store_down(&self, down: bool) {
+    pub(crate) fn set_store_down(&self, down: bool) {
         self.store_down.store(down, Ordering::SeqCst);
     }
 
     /// Install the outside checks (once; later calls are ignored).
-    pub fn set_checks(&self, checks: Checks) {
+    pub(crate) fn set_checks(&self, checks: Checks) {
         let _ = self.checks.set(checks);
     }
 
     /// Re-run the outside checks that are due (a probe at most once a second).
-    pub async fn refresh(&self) {
+    pub(crate) async fn refresh(&self) {
         if let Some(checks) = self.checks.get() {
             checks.refresh().await;
         }
@@ -152,7 +146,7 @@ impl Readiness {
     }
 }
 
-pub async fn handle(admin: Arc<Admin>, request: Request<Incoming>) -> Response<ProxyBody> {
+pub(crate) async fn handle(admin: Arc<Admin>, request: Request<Incoming>) -> Response<ProxyBody> {
     // First, as on the proxy port: a rebound name must not read `/metrics` (or probe
     // `/admin/revoke`) from a browser.
     if admin

@@ -5,12 +5,13 @@
 //! Invariant: the sidecar is ready only once keys are loaded and both listeners are
 //! bound; shutdown first fails readiness, then stops accepting, then drains.
 
-pub mod files;
+pub(crate) mod files;
 mod live;
 mod metrics;
 mod parts;
 
-pub use metrics::{Metrics, ProcessMetrics};
+pub use metrics::Metrics;
+pub use metrics::ProcessMetrics;
 
 use crate::admin::{self, Readiness};
 use crate::auth::jwks::{self, Jwks};
@@ -72,7 +73,6 @@ pub struct Running {
     drain: Duration,
     metrics: Arc<Metrics>,
     sealer: Arc<StateSealer>,
-    single_use: Arc<SingleUse>,
     readiness: Arc<Readiness>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -94,10 +94,6 @@ impl Running {
 
     pub fn sealer(&self) -> &Arc<StateSealer> {
         &self.sealer
-    }
-
-    pub fn single_use(&self) -> &Arc<SingleUse> {
-        &self.single_use
     }
 
     pub fn readiness(&self) -> &Arc<Readiness> {
@@ -221,7 +217,6 @@ pub async fn start_from(
         drain: Duration::from_millis(config.timeouts.drain_ms),
         metrics,
         sealer,
-        single_use,
         readiness,
         shutdown,
         tasks,

@@ -10,12 +10,12 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Every body the sidecar sends, to either side.
-pub type ProxyBody = BoxBody<Bytes, BoxError>;
+pub(crate) type ProxyBody = BoxBody<Bytes, BoxError>;
 
 /// A whole body from bytes.
-pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     http_body_util::Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()
@@ -24,7 +24,7 @@ pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
 /// `body`, keeping `held` alive until hyper drops it: after its last byte is written, or
 /// when the peer went away. Length and end-of-stream are the body's own, so a whole
 /// body still goes out with `content-length`.
-pub fn holding<T: Send + Sync + Unpin + 'static>(body: ProxyBody, held: T) -> ProxyBody {
+pub(crate) fn holding<T: Send + Sync + Unpin + 'static>(body: ProxyBody, held: T) -> ProxyBody {
     Holding { body, _held: held }.boxed()
 }
 

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The shared budget, in bytes.
 #[derive(Debug)]
-pub struct MemoryBudget {
+pub(crate) struct MemoryBudget {
     limit: usize,
     used: AtomicUsize,
     /// `buffered_bytes`, kept equal to `used`.
@@ -39,10 +39,10 @@ pub struct MemoryBudget {
 
 /// The budget is spent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OverBudget;
+pub(crate) struct OverBudget;
 
 impl MemoryBudget {
-    pub fn new(limit: usize, gauge: IntGauge) -> Arc<Self> {
+    pub(crate) fn new(limit: usize, gauge: IntGauge) -> Arc<Self> {
         Arc::new(Self {
             limit,
             used: AtomicUsize::new(0),
@@ -50,13 +50,14 @@ impl MemoryBudget {
         })
     }
 
+    #[cfg(test)]
     /// Bytes reserved right now (for the metric).
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
 
     /// An empty reservation that can grow.
-    pub fn reservation(self: &Arc<Self>) -> Reservation {
+    pub(crate) fn reservation(self: &Arc<Self>) -> Reservation {
         Reservation {
             budget: self.clone(),
             bytes: 0,
@@ -82,27 +83,27 @@ impl MemoryBudget {
 
 /// Bytes held against the budget until dropped.
 #[derive(Debug)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     budget: Arc<MemoryBudget>,
     bytes: usize,
 }
 
 impl Reservation {
     /// Hold `more` bytes, or fail without holding any of them.
-    pub fn grow(&mut self, more: usize) -> Result<(), OverBudget> {
+    pub(crate) fn grow(&mut self, more: usize) -> Result<(), OverBudget> {
         self.budget.take(more)?;
         self.bytes += more;
         Ok(())
     }
 
     /// Hold at least `total` bytes in all.
-    pub fn grow_to(&mut self, total: usize) -> Result<(), OverBudget> {
+    pub(crate) fn grow_to(&mut self, total: usize) -> Result<(), OverBudget> {
         self.grow(total.saturating_sub(self.bytes))
     }
 
     /// Hold exactly `total` bytes in all: more (or fail without holding any of them), or
     /// give the rest back.
-    pub fn resize_to(&mut self, total: usize) -> Result<(), OverBudget> {
+    pub(crate) fn resize_to(&mut self, total: usize) -> Result<(), OverBudget> {
         if total == self.bytes {
             return Ok(());
         }
@@ -114,19 +115,19 @@ impl Reservation {
         Ok(())
     }
 
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Keep these bytes reserved until `body` has been sent or dropped.
-    pub fn hold(self, body: crate::body::ProxyBody) -> crate::body::ProxyBody {
+    pub(crate) fn hold(self, body: crate::body::ProxyBody) -> crate::body::ProxyBody {
         crate::body::holding(body, self)
     }
 }
 
 /// Why a body could not be collected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CollectError {
+pub(crate) enum CollectError {
     /// More than the per-body limit.
     TooLarge,
     /// The shared budget is spent.
@@ -137,7 +138,7 @@ pub enum CollectError {
 
 /// Read a whole body of at most `limit` bytes, each byte held in `reservation` before it
 /// is buffered.
-pub async fn collect<B>(
+pub(crate) async fn collect<B>(
     mut body: B,
     limit: usize,
     reservation: &mut Reservation,

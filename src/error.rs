@@ -12,7 +12,8 @@ mod kind;
 mod metrics;
 
 pub use auth_failure::AuthFailure;
-pub use kind::{Category, ErrorKind};
+pub(crate) use kind::Category;
+pub use kind::ErrorKind;
 pub use metrics::RefusalMetrics;
 
 use crate::jsonrpc::{self, Id, ParseError};
@@ -119,7 +120,7 @@ pub enum Share {
 
 impl Share {
     /// The configuration key that sets it.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Share::SingleUseEntries => "single_use.max_entries_per_principal",
             Share::IdempotencyRecords => "idempotency.max_records_per_principal",
@@ -163,7 +164,7 @@ impl Share {
     }
 }
 
-crate::registry::labels!(Share {
+crate::registry::labels!(pub Share {
     SingleUseEntries => "single_use_entries",
     IdempotencyRecords => "idempotency_records",
     IdempotencyBytes => "idempotency_bytes",
@@ -201,13 +202,13 @@ impl Resource {
     }
 }
 
-crate::registry::labels!(Resource {
+crate::registry::labels!(pub Resource {
     SingleUse => "single_use",
     Idempotency => "idempotency",
 });
 
 /// The frozen wire error for every refused `requestState` (design §4).
-pub const INVALID_STATE_MESSAGE: &str = "Invalid or expired requestState";
+pub(crate) const INVALID_STATE_MESSAGE: &str = "Invalid or expired requestState";
 
 /// What a client gets where a row says `ByPayload` and the payload's function has no arm:
 /// never, while `the_payload_fills_exactly_the_by_payload_cells` passes; an internal
@@ -217,11 +218,11 @@ const UNFILLED_MESSAGE: &str = "Internal error";
 
 impl ProxyError {
     /// The upstream provably received nothing of the request: connecting to it failed.
-    pub fn never_sent(&self) -> bool {
+    pub(crate) fn never_sent(&self) -> bool {
         matches!(self, ProxyError::UpstreamUnavailable(e) if e.is_connect())
     }
 
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             ProxyError::Parse(_) => ErrorKind::Parse,
             ProxyError::HeaderMismatch(_) => ErrorKind::HeaderMismatch,
@@ -289,7 +290,7 @@ impl ProxyError {
     }
 
     /// The reason a caller was not identified, for `auth_failures_total`.
-    pub fn auth_failure(&self) -> Option<AuthFailure> {
+    pub(crate) fn auth_failure(&self) -> Option<AuthFailure> {
         match self {
             ProxyError::Unauthorized { reason, .. } => Some(*reason),
             _ => None,
@@ -305,7 +306,7 @@ impl ProxyError {
     }
 
     /// The whole HTTP response.
-    pub fn into_response(&self, id: Option<&Id>) -> Response<Bytes> {
+    pub(crate) fn to_response(&self, id: Option<&Id>) -> Response<Bytes> {
         if let ProxyError::Unauthorized { challenge, .. } = self {
             return self.oauth_response(challenge.as_ref());
         }

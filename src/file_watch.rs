@@ -22,7 +22,7 @@ use zeroize::Zeroizing;
 
 /// A set of files watched together (a certificate and its key change as a pair).
 #[derive(Debug, Clone)]
-pub struct FilePoll {
+pub(crate) struct FilePoll {
     paths: Vec<PathBuf>,
     /// The digest of the content last seen; `None` before the first successful read
     /// and after a failed one.
@@ -33,7 +33,7 @@ pub struct FilePoll {
 
 /// What one poll saw.
 #[derive(Debug)]
-pub enum Seen {
+pub(crate) enum Seen {
     /// The same content as last time.
     Unchanged,
     /// New content (or a forced re-read): every file's bytes, in the order given.
@@ -47,7 +47,7 @@ pub enum Seen {
 
 impl FilePoll {
     /// Watch `paths`, taking as baseline `loaded`: the content of each, as loaded.
-    pub fn loaded(paths: Vec<PathBuf>, loaded: &[&[u8]]) -> Self {
+    pub(crate) fn loaded(paths: Vec<PathBuf>, loaded: &[&[u8]]) -> Self {
         let last = Some(digest(loaded.iter().copied()));
         Self {
             paths,
@@ -59,7 +59,7 @@ impl FilePoll {
     /// Read every file once. New content is [`Seen::Changed`] on the second poll in a
     /// row that reads it; `forced`: report the content as changed at once, even if it is
     /// not (an operator's `SIGHUP`). `None`: still unreadable, already reported.
-    pub async fn poll(&mut self, forced: bool) -> Option<Seen> {
+    pub(crate) async fn poll(&mut self, forced: bool) -> Option<Seen> {
         let mut contents = Vec::with_capacity(self.paths.len());
         for path in &self.paths {
             match tokio::fs::read(path).await {
@@ -87,7 +87,7 @@ impl FilePoll {
 
     /// Poll every `interval`, and at once on each `hangup`, until `stop`; hand `on`
     /// everything seen.
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         interval: Duration,
         mut hangup: Option<Signal>,

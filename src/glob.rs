@@ -7,7 +7,7 @@
 /// `*` matches any run of characters (including none); everything else, `?` and `[`
 /// included, is literal, since resource URIs carry both. Written out rather than taken
 /// from a glob crate because those give `?`, `[...]` and `/` meanings a URI must not get.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or_default();
     let Some(mut rest) = text.strip_prefix(first) else {

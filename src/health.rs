@@ -20,7 +20,7 @@ use tokio::time::Instant;
 const PROBE_CACHE: Duration = Duration::from_secs(1);
 
 /// Whether the upstream accepts connections.
-pub struct UpstreamProbe {
+pub(crate) struct UpstreamProbe {
     /// `host:port` of the upstream (never a path or userinfo).
     address: String,
     timeout: Duration,
@@ -32,7 +32,7 @@ pub struct UpstreamProbe {
 
 impl UpstreamProbe {
     /// Probe the authority of `upstream`, within `timeout`.
-    pub fn new(upstream: &UpstreamUrl, timeout: Duration) -> Self {
+    pub(crate) fn new(upstream: &UpstreamUrl, timeout: Duration) -> Self {
         let authority = upstream.authority();
         let port = authority.port_u16().unwrap_or(80);
         Self {
@@ -44,7 +44,7 @@ impl UpstreamProbe {
     }
 
     /// Connect (unless an answer less than a second old stands) and remember the verdict.
-    pub async fn refresh(&self) {
+    pub(crate) async fn refresh(&self) {
         let mut last = self.last.lock().await;
         if last.is_some_and(|at| at.elapsed() < PROBE_CACHE) {
             return;
@@ -60,7 +60,7 @@ impl UpstreamProbe {
         }
     }
 
-    pub fn is_down(&self) -> bool {
+    pub(crate) fn is_down(&self) -> bool {
         self.down.load(Ordering::SeqCst)
     }
 }
@@ -68,38 +68,38 @@ impl UpstreamProbe {
 /// Whether a stdio upstream's child process is running and has answered
 /// `server/discover` (set by [`crate::stdio`], read by `/readyz`).
 #[derive(Debug, Clone, Default)]
-pub struct ChildUp(Arc<AtomicBool>);
+pub(crate) struct ChildUp(Arc<AtomicBool>);
 
 impl ChildUp {
-    pub fn set(&self, up: bool) {
+    pub(crate) fn set(&self, up: bool) {
         self.0.store(up, Ordering::SeqCst);
     }
 
-    pub fn is_up(&self) -> bool {
+    pub(crate) fn is_up(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
 }
 
 /// The checks configured under `[readyz]`.
 #[derive(Default)]
-pub struct Checks {
-    pub upstream: Option<UpstreamProbe>,
+pub(crate) struct Checks {
+    pub(crate) upstream: Option<UpstreamProbe>,
     /// A stdio upstream's child (in place of the TCP probe).
-    pub child: Option<ChildUp>,
+    pub(crate) child: Option<ChildUp>,
     /// The ring is stale once the key file's age (from the metrics) passes this.
-    pub key_age: Option<(Arc<KeyMetrics>, Duration)>,
+    pub(crate) key_age: Option<(Arc<KeyMetrics>, Duration)>,
 }
 
 impl Checks {
     /// Bring the probes up to date (bounded by the probe timeout).
-    pub async fn refresh(&self) {
+    pub(crate) async fn refresh(&self) {
         if let Some(upstream) = &self.upstream {
             upstream.refresh().await;
         }
     }
 
     /// The names of the checks that failed at their last refresh.
-    pub fn failing(&self, out: &mut Vec<&'static str>) {
+    pub(crate) fn failing(&self, out: &mut Vec<&'static str>) {
         if self.upstream.as_ref().is_some_and(UpstreamProbe::is_down) {
             out.push("upstream unreachable");
         }

@@ -22,14 +22,22 @@ mod fold;
 mod names;
 mod params;
 mod scan;
-pub use fold::{fold, folds_equal};
-pub use names::{CAPABILITIES_META, Lookup, check_capabilities, distinct, lookup, member};
+pub use fold::fold;
+pub(crate) use fold::folds_equal;
+pub(crate) use names::{CAPABILITIES_META, Lookup, check_capabilities, distinct, lookup, member};
+pub use params::NotAnObject;
+pub use params::Params;
 pub use params::ScannedBody;
-pub use params::{NotAnObject, Params};
-pub use scan::{
-    Answer, AnswerFault, EnvelopeField, Index, JsonKind, Members, ObjectMember, ParamsField,
-    Refused, ResultField, Scanned, StateMember, members, scan, scan_answer, string_at,
-};
+pub use scan::Answer;
+pub use scan::EnvelopeField;
+pub use scan::Index;
+pub use scan::ParamsField;
+pub use scan::Refused;
+pub use scan::ResultField;
+pub use scan::Scanned;
+pub use scan::scan;
+pub use scan::scan_answer;
+pub(crate) use scan::{AnswerFault, JsonKind, ObjectMember, StateMember, members, string_at};
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.
 pub const ENVELOPE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
@@ -92,7 +100,7 @@ pub enum ParseError {
 impl ParseError {
     /// The JSON-RPC code a client gets: -32700 for text that is not one JSON value,
     /// -32600 for a JSON value that is not one acceptable message, -32602 for bad params.
-    pub fn code(&self) -> i64 {
+    pub(crate) fn code(&self) -> i64 {
         match self {
             ParseError::Bom | ParseError::Syntax | ParseError::DuplicateKey => PARSE_ERROR,
             ParseError::Target(_) | ParseError::Params => INVALID_PARAMS,
@@ -100,8 +108,9 @@ impl ParseError {
         }
     }
 
+    #[cfg(test)]
     /// A closed label for metrics.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             ParseError::Bom => "bom",
             ParseError::Syntax => "syntax",
@@ -122,20 +131,19 @@ impl ParseError {
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
-pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
-pub const INTERNAL_ERROR: i64 = -32603;
+pub(crate) const INTERNAL_ERROR: i64 = -32603;
 /// MCP 2026-07-28: a header disagrees with the body (or is repeated).
 pub const HEADER_MISMATCH: i64 = -32020;
 /// MCP 2026-07-28: the server needs a client capability the client did not declare.
-pub const MISSING_CAPABILITY: i64 = -32021;
+pub(crate) const MISSING_CAPABILITY: i64 = -32021;
 
 /// Parse one JSON value, refusing duplicate keys at any depth. Numbers keep their
 /// literal digits (`arbitrary_precision`), so re-serialising changes no number's value;
 /// only an exponent's spelling is normalised (`1E2` is written `1e+2`).
 /// Unbounded: [`parse_bounded`] also caps what the value may cost.
 #[cfg(test)]
-pub fn parse_strict(bytes: &[u8]) -> Result<Value, ParseError> {
+pub(crate) fn parse_strict(bytes: &[u8]) -> Result<Value, ParseError> {
     parse_bounded(bytes, usize::MAX)
 }
 
@@ -377,7 +385,7 @@ impl<'de> Visitor<'de> for StrictVisitor<'_> {
 }
 
 /// A JSON-RPC id: string, number or null.
-pub type Id = Value;
+pub(crate) type Id = Value;
 
 /// One classified JSON-RPC message.
 #[derive(Debug, Clone, PartialEq)]
@@ -399,6 +407,7 @@ impl Message {
     }
 }
 
+#[cfg(any(test, feature = "oracle"))]
 /// Classify a parsed client body. The envelope, `params` and the fields it carries are
 /// checked; the payload is otherwise the upstream's business.
 pub fn classify(value: &Value) -> Result<Message, ParseError> {
@@ -525,7 +534,7 @@ fn printable(key: &str) -> String {
 
 /// `text` with each span replaced by its bytes (spans in order, none overlapping; an
 /// empty span inserts): how an upstream's answer gets its sealed members.
-pub fn replace_spans(
+pub(crate) fn replace_spans(
     text: &[u8],
     edits: impl IntoIterator<Item = (std::ops::Range<usize>, Vec<u8>)>,
 ) -> Vec<u8> {
@@ -541,7 +550,12 @@ pub fn replace_spans(
 }
 
 /// A JSON-RPC error body.
-pub fn error_body(id: Option<&Id>, code: i64, message: &str, data: Option<Value>) -> Vec<u8> {
+pub(crate) fn error_body(
+    id: Option<&Id>,
+    code: i64,
+    message: &str,
+    data: Option<Value>,
+) -> Vec<u8> {
     let mut error = Map::new();
     error.insert("code".into(), Value::from(code));
     error.insert("message".into(), Value::from(message));
@@ -555,7 +569,7 @@ pub fn error_body(id: Option<&Id>, code: i64, message: &str, data: Option<Value>
 
 /// A JSON-RPC answer under `id` (`null` when unknown): `answer` holds its `result` or
 /// `error` member.
-pub fn answer_body(id: Option<&Id>, answer: Map<String, Value>) -> Vec<u8> {
+pub(crate) fn answer_body(id: Option<&Id>, answer: Map<String, Value>) -> Vec<u8> {
     let mut body = Map::new();
     body.insert("jsonrpc".into(), Value::from("2.0"));
     body.insert("id".into(), id.cloned().unwrap_or(Value::Null));

@@ -106,30 +106,34 @@
 //!
 //! The steps of the journey above are numbered the same way in [`proxy`].
 #![forbid(unsafe_code)]
+// Every `pub` is reached through `facade`; anything else is `pub(crate)` (the tests,
+// benches and fuzz targets are crates of their own, so the lint is the library's).
+#![warn(unreachable_pub)]
 
-pub mod admin;
-pub mod app;
-pub mod auth;
-pub mod body;
-pub mod budget;
-pub mod config;
-pub mod error;
-pub mod file_watch;
-pub mod glob;
-pub mod health;
-pub mod jsonrpc;
-pub mod mcp;
-pub mod policy;
-pub mod proxy;
-pub mod registry;
-pub mod server;
-pub mod shutdown;
-pub mod sse;
-pub mod stdio;
-pub mod store;
-pub mod telemetry;
-pub mod text;
-pub mod tls;
-pub mod token;
-pub mod tools;
-pub mod version;
+mod admin;
+mod app;
+mod auth;
+mod body;
+mod budget;
+mod config;
+mod error;
+pub mod facade;
+mod file_watch;
+mod glob;
+mod health;
+mod jsonrpc;
+mod mcp;
+mod policy;
+mod proxy;
+mod registry;
+mod server;
+mod shutdown;
+mod sse;
+mod stdio;
+mod store;
+mod telemetry;
+mod text;
+mod tls;
+mod token;
+mod tools;
+mod version;

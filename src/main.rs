@@ -2,12 +2,12 @@
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
-use mcp_state_guard::config::SingleUseStore;
-use mcp_state_guard::config::reload::ConfigSource;
-use mcp_state_guard::config::{Config, ConfigErrors, LogFormat, Overrides};
-use mcp_state_guard::policy::revocation::Revocations;
-use mcp_state_guard::store::Store;
-use mcp_state_guard::{app, token, version};
+use mcp_state_guard::facade::config::SingleUseStore;
+use mcp_state_guard::facade::config::reload::ConfigSource;
+use mcp_state_guard::facade::config::{Config, ConfigErrors, LogFormat, Overrides};
+use mcp_state_guard::facade::policy::revocation::Revocations;
+use mcp_state_guard::facade::store::Store;
+use mcp_state_guard::facade::{app, token, version};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -128,7 +128,7 @@ fn listed(errors: ConfigErrors) -> Vec<String> {
 /// `config`, once the files it names (keys, certificates and keys, CA bundles, a JWKS
 /// file) are usable too, or every problem with them.
 fn files_checked(config: Config) -> Result<Config, Vec<String>> {
-    let problems = mcp_state_guard::app::files::check_files(&config);
+    let problems = mcp_state_guard::facade::app::files::check_files(&config);
     if !problems.is_empty() {
         return Err(problems.iter().map(ToString::to_string).collect());
     }
@@ -181,7 +181,7 @@ fn revoke(file: Option<PathBuf>, principal: &str) -> ExitCode {
                     Some(audience) => println!(
                         "revoked for audience {}: tokens of this principal minted before \
                          {at:.3} are refused",
-                        mcp_state_guard::text::Clipped(audience)
+                        mcp_state_guard::facade::text::Clipped(audience)
                     ),
                     None => println!(
                         "revoked for sidecars without state.audience: tokens of this \

@@ -5,11 +5,12 @@
 //! Invariant: each rule here is the only copy of it in the crate; the gate, the token
 //! binding, the audit record, the sealer and the idempotency record all ask this module.
 
+#[cfg(any(test, feature = "oracle"))]
 use serde_json::{Map, Value};
 
 /// The member of `params` a request's binding names its target by, as the reference's
 /// `_request_identity` does: `uri` for `resources/read`, `name` for every other method.
-pub fn target_field(method: &str) -> &'static str {
+pub(crate) fn target_field(method: &str) -> &'static str {
     if method == "resources/read" {
         "uri"
     } else {
@@ -28,6 +29,7 @@ pub fn header_target_field(method: &str) -> Option<&'static str> {
     }
 }
 
+#[cfg(any(test, feature = "oracle"))]
 /// Whether a result asks the client for input: by `resultType`, or by carrying
 /// `inputRequests` (an older draft's shape).
 pub fn asks_for_input(result: &Map<String, Value>) -> bool {
@@ -38,7 +40,7 @@ pub fn asks_for_input(result: &Map<String, Value>) -> bool {
 /// Whether bytes open like JSON to some client: `{` or `[` after JSON whitespace, or a
 /// byte order mark (UTF-8, UTF-16, UTF-32: lenient clients detect the encoding from it
 /// and decode JSON behind it). `None` until a significant byte has arrived.
-pub fn json_like(bytes: &[u8]) -> Option<bool> {
+pub(crate) fn json_like(bytes: &[u8]) -> Option<bool> {
     const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
     let start = bytes
         .iter()
@@ -75,7 +77,7 @@ pub enum MethodClass {
 
 impl MethodClass {
     /// The class of a JSON-RPC method.
-    pub fn of_method(method: &str) -> Self {
+    pub(crate) fn of_method(method: &str) -> Self {
         match method {
             "tools/call" => MethodClass::ToolsCall,
             "prompts/get" => MethodClass::PromptsGet,
@@ -85,7 +87,7 @@ impl MethodClass {
     }
 }
 
-crate::registry::labels!(MethodClass {
+crate::registry::labels!(pub MethodClass {
     ToolsCall => "tools/call",
     PromptsGet => "prompts/get",
     ResourcesRead => "resources/read",

@@ -18,25 +18,26 @@ use std::marker::PhantomData;
 use std::sync::Mutex;
 
 /// A closed set of label values: every value, and its spelling on the wire.
-pub trait Label: Copy + Send + Sync + 'static {
+pub(crate) trait Label: Copy + Send + Sync + 'static {
     /// Every value the label can take.
     fn all() -> impl Iterator<Item = Self>;
     /// The label value as exposed.
     fn as_str(self) -> &'static str;
 }
 
-/// A closed label set from one list: `labels!(Kind { A => "a", B => "b" })` gives the
-/// enum `Kind` (declared beside it, with its docs) its `ALL` array, its `as_str` and
+/// A closed label set from one list: `labels!(pub(crate) Kind { A => "a", B => "b" })`
+/// gives the enum `Kind` (declared beside it, with its docs, at that visibility) its `ALL`
+/// array, its `as_str` and
 /// [`Label`], all from the same arms. A variant left out of the list is a
 /// non-exhaustive `as_str` and does not compile, so every variant's series is created.
 macro_rules! labels {
-    ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+    ($vis:vis $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         impl $name {
             /// Every value, in the order the list declares them.
-            pub const ALL: [$name; [$($text),+].len()] = [$($name::$variant),+];
+            $vis const ALL: [$name; [$($text),+].len()] = [$($name::$variant),+];
 
             /// The label value as exposed.
-            pub fn as_str(self) -> &'static str {
+            $vis fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => $text),+
                 }
@@ -74,13 +75,13 @@ pub(crate) use closed_label;
 /// Whether reading a source (a key file, certificates, a key set, a token file) gave
 /// something usable (`result` label: `ok`, or `error` and the previous value stays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadResult {
+pub(crate) enum ReadResult {
     Ok,
     Error,
 }
 
 impl ReadResult {
-    pub fn of(ok: bool) -> Self {
+    pub(crate) fn of(ok: bool) -> Self {
         if ok {
             ReadResult::Ok
         } else {
@@ -89,33 +90,33 @@ impl ReadResult {
     }
 }
 
-labels!(ReadResult {
+labels!(pub(crate) ReadResult {
     Ok => "ok",
     Error => "error",
 });
 
 /// A family with one closed label.
-pub struct Family<V, L> {
+pub(crate) struct Family<V, L> {
     vec: V,
     label: PhantomData<fn(L)>,
 }
 
 impl<B: MetricVecBuilder, L: Label> Family<MetricVec<B>, L> {
     /// The series of `value`.
-    pub fn at(&self, value: L) -> B::M {
+    pub(crate) fn at(&self, value: L) -> B::M {
         self.vec.with_label_values(&[value.as_str()])
     }
 }
 
 /// A family with two closed labels.
-pub struct Family2<V, A, C> {
+pub(crate) struct Family2<V, A, C> {
     vec: V,
     labels: PhantomData<fn(A, C)>,
 }
 
 impl<B: MetricVecBuilder, A: Label, C: Label> Family2<MetricVec<B>, A, C> {
     /// The series of `(first, second)`.
-    pub fn at(&self, first: A, second: C) -> B::M {
+    pub(crate) fn at(&self, first: A, second: C) -> B::M {
         self.vec
             .with_label_values(&[first.as_str(), second.as_str()])
     }
@@ -123,10 +124,10 @@ impl<B: MetricVecBuilder, A: Label, C: Label> Family2<MetricVec<B>, A, C> {
 
 /// One unit of a gauge, given back when dropped (an open connection, an open stream).
 #[derive(Debug)]
-pub struct Held(IntGauge);
+pub(crate) struct Held(IntGauge);
 
 impl Held {
-    pub fn take(gauge: &IntGauge) -> Self {
+    pub(crate) fn take(gauge: &IntGauge) -> Self {
         gauge.inc();
         Held(gauge.clone())
     }
@@ -157,26 +158,26 @@ impl Registry {
     }
 
     /// Register a family whose labels its owner manages (`kid`, `build_info`).
-    pub fn register<C: Collector + Clone + 'static>(&self, collector: C) -> C {
+    pub(crate) fn register<C: Collector + Clone + 'static>(&self, collector: C) -> C {
         self.inner
             .register(Box::new(collector.clone()))
             .expect("metric names are unique and valid");
         collector
     }
 
-    pub fn counter(&self, name: &str, help: &str) -> IntCounter {
+    pub(crate) fn counter(&self, name: &str, help: &str) -> IntCounter {
         self.register(IntCounter::new(name, help).expect("a valid counter"))
     }
 
-    pub fn gauge(&self, name: &str, help: &str) -> IntGauge {
+    pub(crate) fn gauge(&self, name: &str, help: &str) -> IntGauge {
         self.register(IntGauge::new(name, help).expect("a valid gauge"))
     }
 
-    pub fn float_gauge(&self, name: &str, help: &str) -> Gauge {
+    pub(crate) fn float_gauge(&self, name: &str, help: &str) -> Gauge {
         self.register(Gauge::new(name, help).expect("a valid gauge"))
     }
 
-    pub fn counters<L: Label>(
+    pub(crate) fn counters<L: Label>(
         &self,
         name: &str,
         help: &str,
@@ -185,11 +186,16 @@ impl Registry {
         self.family(IntCounterVec::new(Opts::new(name, help), &[label]).expect("a valid counter"))
     }
 
-    pub fn gauges<L: Label>(&self, name: &str, help: &str, label: &str) -> Family<IntGaugeVec, L> {
+    pub(crate) fn gauges<L: Label>(
+        &self,
+        name: &str,
+        help: &str,
+        label: &str,
+    ) -> Family<IntGaugeVec, L> {
         self.family(IntGaugeVec::new(Opts::new(name, help), &[label]).expect("a valid gauge"))
     }
 
-    pub fn float_gauges<L: Label>(
+    pub(crate) fn float_gauges<L: Label>(
         &self,
         name: &str,
         help: &str,
@@ -198,7 +204,7 @@ impl Registry {
         self.family(GaugeVec::new(Opts::new(name, help), &[label]).expect("a valid gauge"))
     }
 
-    pub fn histograms<L: Label>(
+    pub(crate) fn histograms<L: Label>(
         &self,
         name: &str,
         help: &str,
@@ -209,7 +215,7 @@ impl Registry {
         self.family(HistogramVec::new(opts, &[label]).expect("a valid histogram"))
     }
 
-    pub fn counters2<A: Label, C: Label>(
+    pub(crate) fn counters2<A: Label, C: Label>(
         &self,
         name: &str,
         help: &str,
@@ -218,7 +224,7 @@ impl Registry {
         self.family2(IntCounterVec::new(Opts::new(name, help), &labels).expect("a valid counter"))
     }
 
-    pub fn histograms2<A: Label, C: Label>(
+    pub(crate) fn histograms2<A: Label, C: Label>(
         &self,
         name: &str,
         help: &str,
@@ -262,7 +268,7 @@ impl Registry {
 
     /// Run `refresh` before every exposition (a gauge computed from a clock or the
     /// runtime rather than counted).
-    pub fn on_scrape(&self, refresh: impl Fn() + Send + Sync + 'static) {
+    pub(crate) fn on_scrape(&self, refresh: impl Fn() + Send + Sync + 'static) {
         self.on_scrape
             .lock()
             .expect("not poisoned")
@@ -270,7 +276,7 @@ impl Registry {
     }
 
     /// Text exposition format 0.0.4.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         for refresh in self.on_scrape.lock().expect("not poisoned").iter() {
             refresh();
         }

@@ -13,16 +13,17 @@
 //! never in the accept loop, so a slow client cannot stall others; every request of a
 //! TLS connection carries the client's verified identity, if any.
 
-pub mod deadline;
-pub mod framing;
+pub(crate) mod deadline;
+pub(crate) mod framing;
 mod metrics;
-pub mod slots;
+pub(crate) mod slots;
 
-pub use metrics::{ConnectionMetrics, Listener};
+pub use metrics::ConnectionMetrics;
+pub use metrics::Listener;
 
 use crate::body::{self, ProxyBody};
 use crate::error::{ErrorKind, ProxyError, RefusalMetrics, Share};
-pub use crate::shutdown::stopped;
+use crate::shutdown::stopped;
 use crate::tls::peer::PeerIdentity;
 use deadline::{Clock, Expired, Watched};
 use framing::{FramingScan, MixedFraming};
@@ -43,38 +44,38 @@ use tokio::task::JoinSet;
 
 /// The client's address, put in each request's extensions by the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer(pub SocketAddr);
+pub(crate) struct Peer(pub(crate) SocketAddr);
 
 /// How a listener treats its connections.
 #[derive(Clone)]
-pub struct ServeOptions {
-    pub name: &'static str,
+pub(crate) struct ServeOptions {
+    pub(crate) name: &'static str,
     /// Which listener, for the connection metrics.
-    pub listener: Listener,
-    pub metrics: Arc<ConnectionMetrics>,
+    pub(crate) listener: Listener,
+    pub(crate) metrics: Arc<ConnectionMetrics>,
     /// Where refused connections and requests hyper refused are counted.
-    pub refusals: Arc<RefusalMetrics>,
+    pub(crate) refusals: Arc<RefusalMetrics>,
     /// After shutdown, how long connections in flight may finish.
-    pub drain: Duration,
+    pub(crate) drain: Duration,
     /// An HTTP/1.1 request head must arrive within this, or the connection is closed
     /// (a client that sends half a request line holds nothing for long).
-    pub header_read_timeout: Duration,
+    pub(crate) header_read_timeout: Duration,
     /// A connection with no request in progress is closed after this.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// Connections served at once; more wait in the accept backlog.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Connections one client address may hold (see [`slots::peer_key`]).
-    pub max_connections_per_peer: usize,
+    pub(crate) max_connections_per_peer: usize,
     /// Addresses exempt from that share: trusted front proxies carry many clients.
-    pub shared_peer: Arc<dyn Fn(IpAddr) -> bool + Send + Sync>,
-    pub http2_max_concurrent_streams: u32,
-    pub http2_max_header_list_bytes: u32,
+    pub(crate) shared_peer: Arc<dyn Fn(IpAddr) -> bool + Send + Sync>,
+    pub(crate) http2_max_concurrent_streams: u32,
+    pub(crate) http2_max_header_list_bytes: u32,
 }
 
 /// Serve `handler` on `listener` until `shutdown` flips to true, then drain for at most
 /// `options.drain`. Each request carries the peer's address as an [`Peer`] extension and,
 /// with `tls` requiring client certificates, the client's [`PeerIdentity`].
-pub async fn serve<H, F>(
+pub(crate) async fn serve<H, F>(
     listener: TcpListener,
     tls: Option<Arc<crate::tls::ServerTls>>,
     handler: H,
@@ -378,7 +379,7 @@ async fn refuse(stream: tokio::net::TcpStream, tls: Option<Arc<crate::tls::Serve
     builder.http1().keep_alive(false);
     let service = service_fn(|_request: Request<Incoming>| async {
         let response = ProxyError::Quota(Share::Connections)
-            .into_response(None)
+            .to_response(None)
             .map(body::full);
         Ok::<_, Infallible>(response)
     });

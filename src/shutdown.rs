@@ -8,6 +8,6 @@ use tokio::sync::watch;
 
 /// Resolves once shutdown is signalled (or its sender is gone). The guard `wait_for`
 /// returns is not `Send`, so it is dropped here rather than held across a `select!`.
-pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }

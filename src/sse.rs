@@ -57,7 +57,7 @@ impl EventFramer {
     }
 
     /// Bytes received and not yet returned as events.
-    pub fn buffered(&self) -> usize {
+    pub(crate) fn buffered(&self) -> usize {
         self.buf.len()
     }
 
@@ -159,14 +159,14 @@ pub fn event_data(event: &[u8]) -> Option<Vec<u8>> {
 /// An event's data ([`event_data`]), borrowed from the event when one data line holds
 /// it all.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventData<'a> {
-    pub bytes: Cow<'a, [u8]>,
+pub(crate) struct EventData<'a> {
+    pub(crate) bytes: Cow<'a, [u8]>,
     /// Where `bytes` start in the event, when they are borrowed from it.
-    pub at: Option<usize>,
+    pub(crate) at: Option<usize>,
 }
 
 /// [`event_data`] without a copy when one data line holds it all.
-pub fn event_data_at(event: &[u8]) -> Option<EventData<'_>> {
+pub(crate) fn event_data_at(event: &[u8]) -> Option<EventData<'_>> {
     let mut data: Option<EventData<'_>> = None;
     for line in lines(event) {
         let (field, value) = match line.iter().position(|&b| b == b':') {
@@ -254,7 +254,8 @@ pub enum StreamFailure {
 }
 
 impl StreamFailure {
-    pub fn as_str(self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StreamFailure::EventTooLarge => "event too large",
             StreamFailure::UpstreamError => "upstream body error",
@@ -335,8 +336,9 @@ where
     B::Error: std::fmt::Display,
     R: EventRewriter,
 {
+    #[cfg(test)]
     /// Wraps the upstream body `inner`; no event may exceed `max_event_bytes`.
-    pub fn new(inner: B, rewriter: R, max_event_bytes: usize) -> Self {
+    pub(crate) fn new(inner: B, rewriter: R, max_event_bytes: usize) -> Self {
         Self::accounted(inner, rewriter, max_event_bytes, ())
     }
 }

@@ -27,13 +27,17 @@ mod admit;
 mod child;
 mod ids;
 mod lines;
-pub mod metrics;
+pub(crate) mod metrics;
 mod notices;
 mod route;
 mod serve;
 
-pub use admit::{GATED_HEADER, OWNER_HEADER};
-pub use metrics::{BridgeRefusal, CutOff, Dropped, StdioMetrics, Unmatched};
+pub(crate) use admit::{GATED_HEADER, OWNER_HEADER};
+pub use metrics::BridgeRefusal;
+pub use metrics::CutOff;
+pub use metrics::Dropped;
+pub use metrics::StdioMetrics;
+pub use metrics::Unmatched;
 
 use crate::budget::{MemoryBudget, Reservation};
 use crate::config::Config;
@@ -162,7 +166,7 @@ impl Shared {
 }
 
 /// The child and the bridge to it.
-pub struct Bridge {
+pub(crate) struct Bridge {
     shared: Arc<Shared>,
     /// Set to stop: the instant by which the child must be gone.
     stop: watch::Sender<Option<tokio::time::Instant>>,
@@ -172,7 +176,7 @@ pub struct Bridge {
 impl Bridge {
     /// Start the child `config.upstream_command` describes (the configuration is
     /// validated and `upstream = "stdio"`), and supervise it until [`Bridge::stop`].
-    pub fn start(
+    pub(crate) fn start(
         config: &Config,
         metrics: Arc<StdioMetrics>,
         child_up: ChildUp,
@@ -207,7 +211,7 @@ impl Bridge {
     }
 
     /// What the proxy's client dials.
-    pub fn connector(self: &Arc<Self>) -> Connector {
+    pub(crate) fn connector(self: &Arc<Self>) -> Connector {
         Connector {
             shared: self.shared.clone(),
         }
@@ -215,7 +219,7 @@ impl Bridge {
 
     /// Stop the child once the proxy has drained: close its stdin and send it SIGTERM,
     /// then SIGKILL when it is still there at `deadline` (and at least a moment later).
-    pub async fn stop(&self, deadline: tokio::time::Instant) {
+    pub(crate) async fn stop(&self, deadline: tokio::time::Instant) {
         let earliest = tokio::time::Instant::now() + Duration::from_millis(500);
         let _ = self.stop.send(Some(deadline.max(earliest)));
         let supervisor = self
@@ -233,14 +237,14 @@ impl Bridge {
 /// Dials the bridge: each connection is an in-memory pipe to a new HTTP/1.1 server
 /// connection of the bridge (pooled and reused by the client like any other).
 #[derive(Clone)]
-pub struct Connector {
+pub(crate) struct Connector {
     shared: Arc<Shared>,
 }
 
 impl Connector {
     /// The value of [`GATED_HEADER`] the bridge answers: the proxy's gated route sets it
     /// (and only it: no client learns it).
-    pub fn mark(&self) -> http::HeaderValue {
+    pub(crate) fn mark(&self) -> http::HeaderValue {
         self.shared.mark.clone()
     }
 }
@@ -275,7 +279,7 @@ impl tower_service::Service<http::Uri> for Connector {
 }
 
 /// The client's end of an in-memory connection.
-pub struct Pipe(TokioIo<DuplexStream>);
+pub(crate) struct Pipe(TokioIo<DuplexStream>);
 
 impl Connection for Pipe {
     fn connected(&self) -> Connected {
@@ -312,7 +316,7 @@ impl hyper::rt::Write for Pipe {
 }
 
 /// The pooled client of the bridge, for [`crate::proxy::upstream::Upstream`].
-pub fn client(
+pub(crate) fn client(
     connector: Connector,
     idle_timeout: Duration,
     max_idle: usize,

@@ -11,7 +11,7 @@
 use std::fmt;
 
 /// The most bytes of one client-supplied string that reach a log line (after escaping).
-pub const MAX_LOGGED_BYTES: usize = 256;
+pub(crate) const MAX_LOGGED_BYTES: usize = 256;
 
 /// `text` escaped to printable ASCII and cut to at most `max_bytes` (plus `...` when
 /// cut), never splitting an escape.

@@ -18,7 +18,7 @@
 //! in-cluster upstream) go in `upstream_tls.ca_file` / `principal.jwt.jwks_ca_file`.
 
 mod metrics;
-pub mod peer;
+pub(crate) mod peer;
 
 pub use metrics::TlsMetrics;
 
@@ -52,7 +52,7 @@ const VERSIONS: &[&rustls::SupportedProtocolVersion] =
     &[&rustls::version::TLS13, &rustls::version::TLS12];
 
 /// The one crypto provider of every TLS configuration.
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
@@ -61,9 +61,9 @@ pub fn provider() -> Arc<CryptoProvider> {
 #[derive(Debug, thiserror::Error)]
 #[error("{key} ({env}): {path}: {problem}", env = env_var_for(key), path = path.display())]
 pub struct FileError {
-    pub key: &'static str,
-    pub path: PathBuf,
-    pub problem: FileProblem,
+    pub(crate) key: &'static str,
+    pub(crate) path: PathBuf,
+    pub(crate) problem: FileProblem,
 }
 
 impl FileError {
@@ -76,7 +76,7 @@ impl FileError {
     }
 
     /// As a `check-config` problem.
-    pub fn to_problem(&self) -> ConfigProblem {
+    pub(crate) fn to_problem(&self) -> ConfigProblem {
         ConfigProblem::new(
             self.key,
             format!("{}: {}", self.path.display(), self.problem),
@@ -86,7 +86,7 @@ impl FileError {
 
 /// What is wrong with a PEM file.
 #[derive(Debug, thiserror::Error)]
-pub enum FileProblem {
+pub(crate) enum FileProblem {
     #[error("cannot read: {0}")]
     Unreadable(String),
     #[error("no PEM certificate in the file")]
@@ -132,19 +132,6 @@ impl Pem<'_> {
     }
 }
 
-/// Every certificate of a PEM file, at least one.
-pub fn certificates(
-    key: &'static str,
-    path: &Path,
-) -> Result<Vec<CertificateDer<'static>>, FileError> {
-    let bytes = read(key, path)?;
-    certificates_in(Pem {
-        key,
-        path,
-        bytes: &bytes,
-    })
-}
-
 fn certificates_in(pem: Pem<'_>) -> Result<Vec<CertificateDer<'static>>, FileError> {
     let certs = CertificateDer::pem_slice_iter(pem.bytes)
         .collect::<Result<Vec<_>, _>>()
@@ -157,7 +144,7 @@ fn certificates_in(pem: Pem<'_>) -> Result<Vec<CertificateDer<'static>>, FileErr
 
 /// A certificate chain and the private key of its leaf, checked to match and the leaf
 /// checked not to have expired.
-pub fn identity_pair(
+pub(crate) fn identity_pair(
     cert_key: &'static str,
     cert_path: &Path,
     key_key: &'static str,
@@ -206,7 +193,7 @@ fn identity_pair_in(
 }
 
 /// A CA bundle as trust anchors.
-pub fn roots(key: &'static str, path: &Path) -> Result<RootCertStore, FileError> {
+pub(crate) fn roots(key: &'static str, path: &Path) -> Result<RootCertStore, FileError> {
     let bytes = read(key, path)?;
     roots_in(Pem {
         key,
@@ -252,7 +239,7 @@ impl ListenerFiles {
 }
 
 /// The listener's TLS: the configuration in use, swapped when the files change.
-pub struct ServerTls {
+pub(crate) struct ServerTls {
     files: ListenerFiles,
     identity: Option<MtlsIdentity>,
     current: ArcSwap<ServerConfig>,
@@ -264,7 +251,7 @@ impl ServerTls {
     /// From `tls`, with the watch of its files for [`ServerTls::watch`]; `None` when the
     /// listener speaks plain HTTP. `identity`: the identity every client certificate
     /// must name (`principal.source = "mtls"`).
-    pub fn load(
+    pub(crate) fn load(
         tls: &TlsConfig,
         identity: Option<MtlsIdentity>,
         handshake_timeout: Duration,
@@ -294,14 +281,9 @@ impl ServerTls {
         Ok(Some((tls, poll)))
     }
 
-    /// Whether clients must present a certificate.
-    pub fn mutual(&self) -> bool {
-        self.files.client_ca.is_some()
-    }
-
     /// Complete a handshake (bounded by the handshake timeout) with the configuration in
     /// use now, and read the client's identity when one is required.
-    pub async fn accept(
+    pub(crate) async fn accept(
         &self,
         stream: TcpStream,
     ) -> std::io::Result<(TlsStream<TcpStream>, Option<PeerIdentity>)> {
@@ -330,7 +312,7 @@ impl ServerTls {
     /// Swap in a new configuration whenever `poll` (from [`ServerTls::load`]) sees the
     /// files change, until `stop`. A cert/key pair caught half-written simply fails and
     /// is retried when the other half lands (the content changes again).
-    pub async fn watch(
+    pub(crate) async fn watch(
         self: Arc<Self>,
         poll: FilePoll,
         interval: Duration,
@@ -474,7 +456,7 @@ impl ClientCertVerifier for ClientCertificates {
 
 /// A client configuration: trust `ca` (key and file) or the compiled-in Mozilla roots,
 /// and present `identity` (cert and key settings) when given.
-pub fn client_config(
+pub(crate) fn client_config(
     ca: Option<(&'static str, &Path)>,
     identity: Option<[(&'static str, &Path); 2]>,
 ) -> Result<ClientConfig, FileError> {
@@ -501,7 +483,7 @@ pub fn client_config(
 
 /// A connector speaking HTTP/1.1 over TLS with `config` (SNI and verification from the
 /// request's host), or plain HTTP too unless `https_only`.
-pub fn https_connector(
+pub(crate) fn https_connector(
     config: ClientConfig,
     connect_timeout: Duration,
     https_only: bool,

@@ -5,7 +5,7 @@
 
 use crate::generator::{self, Target};
 use crate::{ALLOCATOR, Phase, WORKLOADS, request_body, state_of, upstream};
-use mcp_state_guard::config::{self, Config};
+use mcp_state_guard::facade::config::{self, Config};
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -44,7 +44,7 @@ pub async fn per_request(dir: &Path) -> Result<String, String> {
     config.principal.header = generator::PRINCIPAL_HEADER.into();
     config.principal.trusted_proxies = vec!["127.0.0.1/32".into()];
     config.timeouts.drain_ms = 1000;
-    let sidecar = mcp_state_guard::app::start(&config)
+    let sidecar = mcp_state_guard::facade::app::start(&config)
         .await
         .map_err(|e| format!("in-process sidecar: {e}"))?;
     let mut out = String::new();

@@ -49,18 +49,18 @@ fn applier(key: &str) -> Option<Applier> {
 
 /// The running parts a reload reaches.
 pub(super) struct Live {
-    pub proxy: Arc<Proxy>,
-    pub admin: Arc<Admin>,
-    pub single_use: Arc<SingleUse>,
+    pub(crate) proxy: Arc<Proxy>,
+    pub(crate) admin: Arc<Admin>,
+    pub(crate) single_use: Arc<SingleUse>,
     /// The listeners' configured addresses (restart-class), which the host policies'
     /// defaults follow.
-    pub listen: SocketAddr,
-    pub admin_listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
+    pub(crate) admin_listen: SocketAddr,
 }
 
 impl Live {
     /// Apply the `changed` live keys of `config` (the configuration now in force).
-    pub fn apply(&self, config: &Config, changed: &[&str]) {
+    pub(crate) fn apply(&self, config: &Config, changed: &[&str]) {
         let mut appliers: Vec<Applier> = changed.iter().filter_map(|key| applier(key)).collect();
         appliers.sort();
         appliers.dedup();
@@ -110,7 +110,8 @@ pub(super) fn load_admin_token(
     let bytes = std::fs::read(path)
         .map(Zeroizing::new)
         .map_err(|e| format!("admin.token_file: {} cannot be read: {e}", path.display()))?;
-    let token = admin::parse_token(&bytes, path).map_err(|e| format!("admin.token_file: {e}"))?;
+    let token = crate::config::admin_token::parse_token(&bytes, path)
+        .map_err(|e| format!("admin.token_file: {e}"))?;
     let poll = FilePoll::loaded(vec![path.to_owned()], &[&bytes[..]]);
     Ok((Some(ArcSwap::from_pointee(token)), Some(poll)))
 }
@@ -135,7 +136,7 @@ pub(super) async fn reload_admin_token(
             tracing::error!(%error, path = %path.display(), "admin token file unreadable; keeping the previous token");
             metrics.admin_token_reload(false);
         }
-        Seen::Changed(contents) => match admin::parse_token(&contents[0], &path) {
+        Seen::Changed(contents) => match crate::config::admin_token::parse_token(&contents[0], &path) {
             Ok(new) => {
                 token.store(Arc::new(new));
                 tracing::info!(path = %path.display(), "admin token file changed; the new token is in use and the old one refused");
@@ -157,7 +158,7 @@ mod tests {
     #[test]
     fn every_live_key_has_an_applier_and_no_other_key_does() {
         for (key, class) in crate::config::reload::classes() {
-            let live = class == crate::config::reload::Reload::Live;
+            let live = class == crate::config::Reload::Live;
             assert_eq!(applier(key).is_some(), live, "{key}: {class:?}");
         }
     }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 /// The process's metrics: the registry and each component's families.
 pub struct Metrics {
-    pub registry: Arc<Registry>,
+    pub(crate) registry: Arc<Registry>,
     pub path: Arc<PathMetrics>,
     pub refusals: Arc<RefusalMetrics>,
     pub policy: Arc<PolicyMetrics>,
@@ -34,11 +34,11 @@ pub struct Metrics {
     pub connections: Arc<ConnectionMetrics>,
     pub stdio: Arc<StdioMetrics>,
     pub process: Arc<ProcessMetrics>,
-    pub admin: Arc<AdminMetrics>,
+    pub(crate) admin: Arc<AdminMetrics>,
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let registry = Registry::new();
         Self {
             path: Arc::new(PathMetrics::register(&registry)),
@@ -62,7 +62,7 @@ impl Metrics {
     }
 
     /// What the data path counts into.
-    pub fn meters(&self) -> Meters {
+    pub(crate) fn meters(&self) -> Meters {
         Meters {
             path: self.path.clone(),
             refusals: self.refusals.clone(),
@@ -126,7 +126,7 @@ impl ProcessMetrics {
         }
     }
 
-    pub fn config_reload(&self, result: ReloadOutcome) {
+    pub(crate) fn config_reload(&self, result: ReloadOutcome) {
         self.config_reloads.at(result).inc();
     }
 
@@ -135,11 +135,12 @@ impl ProcessMetrics {
     }
 
     /// The admin token file changed: `ok` (the new token is in use) or not.
-    pub fn admin_token_reload(&self, ok: bool) {
+    pub(crate) fn admin_token_reload(&self, ok: bool) {
         self.admin_token_reloads.at(ReadResult::of(ok)).inc();
     }
 
-    pub fn admin_token_reload_count(&self, ok: bool) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn admin_token_reload_count(&self, ok: bool) -> u64 {
         self.admin_token_reloads.at(ReadResult::of(ok)).get()
     }
 }

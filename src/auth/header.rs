@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderName};
 /// received), or `None` when the request carries no identity. `from_trusted_peer`: the
 /// peer may set the identity header (`principal.trusted_proxies` is empty or holds it);
 /// an identity from any other peer is refused, not ignored.
-pub fn identify(
+pub(crate) fn identify(
     name: &HeaderName,
     headers: &HeaderMap,
     from_trusted_peer: bool,
@@ -42,7 +42,7 @@ pub fn identify(
 /// forwarded, and always its look-alikes (`x_forwarded_user`): WSGI and CGI servers map
 /// `_` and `-` to the same variable, so a client could smuggle an identity the front
 /// proxy never vouched for.
-pub fn strip(name: &HeaderName, forward: bool, headers: &mut HeaderMap) {
+pub(crate) fn strip(name: &HeaderName, forward: bool, headers: &mut HeaderMap) {
     let look_alikes: Vec<HeaderName> = headers
         .keys()
         .filter(|k| *k != name && spelled_as(k.as_str(), name.as_str()))
@@ -59,12 +59,12 @@ pub fn strip(name: &HeaderName, forward: bool, headers: &mut HeaderMap) {
 /// Whether header names `a` and `b` (lower-case, as `http` keeps them) are one name
 /// once `_` is read as `-`, the way WSGI and CGI servers read them. Compared in place:
 /// every request's every header goes through this, so neither name is copied.
-pub fn spelled_as(a: &str, b: &str) -> bool {
+pub(crate) fn spelled_as(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| dash(x) == dash(y))
 }
 
 /// Whether header name `name`, with `_` read as `-`, starts with `prefix`.
-pub fn spelled_with_prefix(name: &str, prefix: &str) -> bool {
+pub(crate) fn spelled_with_prefix(name: &str, prefix: &str) -> bool {
     name.len() >= prefix.len()
         && name
             .bytes()

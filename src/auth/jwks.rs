@@ -28,7 +28,7 @@ use tokio::sync::{Mutex, watch};
 
 /// The algorithms a token may be signed with: asymmetric only. `none` and every HMAC
 /// algorithm are refused whatever the token header says.
-pub const ACCEPTED: [Algorithm; 7] = [
+pub(crate) const ACCEPTED: [Algorithm; 7] = [
     Algorithm::RS256,
     Algorithm::RS384,
     Algorithm::RS512,
@@ -44,14 +44,14 @@ const MAX_JWKS_BYTES: usize = 1024 * 1024;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One key of the set, and what it may verify.
-pub struct VerifyingKey {
-    pub kid: Option<String>,
-    pub key: DecodingKey,
-    pub algorithms: Vec<Algorithm>,
+pub(crate) struct VerifyingKey {
+    pub(crate) kid: Option<String>,
+    pub(crate) key: DecodingKey,
+    pub(crate) algorithms: Vec<Algorithm>,
 }
 
 /// A usable key set (never empty).
-pub struct KeySet {
+pub(crate) struct KeySet {
     keys: Vec<Arc<VerifyingKey>>,
 }
 
@@ -77,7 +77,7 @@ pub enum JwksError {
 impl KeySet {
     /// Read a JWKS document. Keys that cannot verify an accepted algorithm are skipped
     /// (their count is returned); duplicates of a key id make the set ambiguous.
-    pub fn parse(bytes: &[u8]) -> Result<(KeySet, usize), JwksError> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<(KeySet, usize), JwksError> {
         let document: Value = serde_json::from_slice(bytes).map_err(|_| JwksError::NotJwks)?;
         let entries = document
             .get("keys")
@@ -108,7 +108,7 @@ impl KeySet {
 
     /// The key a token names. A token without `kid` is accepted only when the set holds
     /// exactly one key: guessing among several would let a token pick its verifier.
-    pub fn find(&self, kid: Option<&str>) -> Option<Arc<VerifyingKey>> {
+    pub(crate) fn find(&self, kid: Option<&str>) -> Option<Arc<VerifyingKey>> {
         match kid {
             Some(kid) => self
                 .keys
@@ -121,7 +121,7 @@ impl KeySet {
     }
 
     /// Key ids for logs.
-    pub fn kids(&self) -> Vec<&str> {
+    pub(crate) fn kids(&self) -> Vec<&str> {
         self.keys
             .iter()
             .map(|k| k.kid.as_deref().unwrap_or("(none)"))
@@ -179,7 +179,7 @@ fn usable(jwk: &Jwk) -> Option<VerifyingKey> {
 }
 
 /// Where the keys come from.
-pub enum Source {
+pub(crate) enum Source {
     File(PathBuf),
     Url {
         uri: http::Uri,
@@ -249,7 +249,7 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The cached key set and its refresh policy.
-pub struct Jwks {
+pub(crate) struct Jwks {
     source: Source,
     current: ArcSwapOption<KeySet>,
     /// When the source was last read; held while reading, so refreshes never overlap.
@@ -259,7 +259,7 @@ pub struct Jwks {
 }
 
 impl Jwks {
-    pub fn new(source: Source, cooldown: Duration, metrics: Arc<AuthMetrics>) -> Self {
+    pub(crate) fn new(source: Source, cooldown: Duration, metrics: Arc<AuthMetrics>) -> Self {
         Self {
             source,
             current: ArcSwapOption::empty(),
@@ -270,7 +270,7 @@ impl Jwks {
     }
 
     /// Read the source now; keeps the previous set when that fails.
-    pub async fn refresh(&self) -> Result<(), JwksError> {
+    pub(crate) async fn refresh(&self) -> Result<(), JwksError> {
         let mut last = self.last_read.lock().await;
         self.read_locked(&mut last).await
     }
@@ -305,7 +305,7 @@ impl Jwks {
 
     /// The key a token names. An unknown `kid` (or no keys yet) triggers one read of
     /// the source, unless another read happened within the cooldown.
-    pub async fn key(&self, kid: Option<&str>) -> KeyLookup {
+    pub(crate) async fn key(&self, kid: Option<&str>) -> KeyLookup {
         if let Some(key) = self.find(kid) {
             return KeyLookup::Found(key);
         }
@@ -333,7 +333,7 @@ impl Jwks {
 
     /// Refresh every `interval` until `stop`, so keys are renewed before they go stale
     /// and requests rarely wait for a fetch.
-    pub async fn run(self: Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    pub(crate) async fn run(self: Arc<Self>, interval: Duration, mut stop: watch::Receiver<bool>) {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
@@ -345,7 +345,7 @@ impl Jwks {
 }
 
 /// What a key lookup found.
-pub enum KeyLookup {
+pub(crate) enum KeyLookup {
     Found(Arc<VerifyingKey>),
     /// The set is loaded but has no such key (or the token names none among several).
     Unknown,

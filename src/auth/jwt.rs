@@ -24,7 +24,7 @@ use std::sync::Arc;
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
 /// Verifies bearer tokens for one issuer and audience.
-pub struct JwtVerifier {
+pub(crate) struct JwtVerifier {
     issuer: String,
     audience: String,
     leeway_seconds: u64,
@@ -37,7 +37,7 @@ impl JwtVerifier {
     /// From a `principal.jwt` section that passed its rules. Fails only if the
     /// resource metadata URL cannot go into the challenge header (its rules refuse such
     /// a URL).
-    pub fn new(config: &JwtSettings, jwks: Arc<Jwks>) -> Result<Self, InvalidHeaderValue> {
+    pub(crate) fn new(config: &JwtSettings, jwks: Arc<Jwks>) -> Result<Self, InvalidHeaderValue> {
         Ok(Self {
             issuer: config.issuer.clone(),
             audience: config.audience.clone(),
@@ -49,17 +49,17 @@ impl JwtVerifier {
     }
 
     /// The `WWW-Authenticate` value of every 401.
-    pub fn challenge(&self) -> &HeaderValue {
+    pub(crate) fn challenge(&self) -> &HeaderValue {
         &self.challenge
     }
 
     /// Whether `Authorization` is kept on the forwarded request.
-    pub fn forwards_authorization(&self) -> bool {
+    pub(crate) fn forwards_authorization(&self) -> bool {
         self.forward
     }
 
     /// The principal of the request's bearer token.
-    pub async fn principal(&self, headers: &HeaderMap) -> Result<String, AuthFailure> {
+    pub(crate) async fn principal(&self, headers: &HeaderMap) -> Result<String, AuthFailure> {
         let token = bearer(headers)?;
         let (algorithm, kid) = header(token)?;
         let key = match self.jwks.key(kid.as_deref()).await {

@@ -15,7 +15,7 @@ pub struct AuthMetrics {
 }
 
 impl AuthMetrics {
-    pub fn register(registry: &Registry) -> Self {
+    pub(crate) fn register(registry: &Registry) -> Self {
         Self {
             failures: registry.counters(
                 "auth_failures_total",
@@ -30,7 +30,7 @@ impl AuthMetrics {
         }
     }
 
-    pub fn auth_failed(&self, reason: AuthFailure) {
+    pub(crate) fn auth_failed(&self, reason: AuthFailure) {
         self.failures.at(reason).inc();
     }
 
@@ -38,7 +38,7 @@ impl AuthMetrics {
         self.failures.at(reason).get()
     }
 
-    pub fn jwks_refresh(&self, ok: bool) {
+    pub(crate) fn jwks_refresh(&self, ok: bool) {
         self.jwks_refreshes.at(ReadResult::of(ok)).inc();
     }
 

@@ -9,16 +9,16 @@
 //! `mtls` every request must carry an identity). What the upstream must not see of the
 //! identity is removed before forwarding.
 
-pub mod header;
-pub mod jwks;
-pub mod jwt;
+pub(crate) mod header;
+pub(crate) mod jwks;
+pub(crate) mod jwt;
 mod metrics;
 
 pub use metrics::AuthMetrics;
 
 // The reasons live with the errors, below this floor (`error` names them in
 // `ProxyError::Unauthorized`); `auth::AuthFailure` still names them.
-pub use crate::error::AuthFailure;
+use crate::error::AuthFailure;
 
 use crate::error::ProxyError;
 use crate::store::Owner;
@@ -31,11 +31,11 @@ use std::sync::OnceLock;
 /// Who sends a request and where: what the phases after the gate key their decisions on
 /// (a state's principal binding, a handle's owner, idempotency records, the shares of
 /// the shared stores).
-pub struct Caller<'a> {
+pub(crate) struct Caller<'a> {
     /// The request's path and query: one upstream may route tenants by either.
-    pub path: &'a str,
+    pub(crate) path: &'a str,
     /// The identified principal, if any.
-    pub principal: Option<&'a str>,
+    pub(crate) principal: Option<&'a str>,
     /// The client's address, which owns the request's shares without a principal.
     peer: Option<IpAddr>,
     /// Computed when a share is first spent: most requests spend none.
@@ -43,7 +43,7 @@ pub struct Caller<'a> {
 }
 
 impl<'a> Caller<'a> {
-    pub fn new(path: &'a str, principal: Option<&'a str>, peer: Option<IpAddr>) -> Self {
+    pub(crate) fn new(path: &'a str, principal: Option<&'a str>, peer: Option<IpAddr>) -> Self {
         Self {
             path,
             principal,
@@ -53,14 +53,14 @@ impl<'a> Caller<'a> {
     }
 
     /// Whose share of the shared stores the request spends ([`Owner::of`]).
-    pub fn owner(&self) -> &Owner {
+    pub(crate) fn owner(&self) -> &Owner {
         self.owner
             .get_or_init(|| Owner::of(self.principal, self.peer))
     }
 }
 
 /// A configured identity source.
-pub enum Identifier {
+pub(crate) enum Identifier {
     /// Tokens are not bound to a caller.
     None,
     /// The identity a trusted front proxy put in `name` (e.g. `x-forwarded-user`).
@@ -74,7 +74,7 @@ pub enum Identifier {
 impl Identifier {
     /// The principal string of this request, or `None` when it is not bound to one.
     /// `from_trusted_peer`: the peer may set the identity header (`header` source).
-    pub async fn identify(
+    pub(crate) async fn identify(
         &self,
         parts: &http::request::Parts,
         from_trusted_peer: bool,
@@ -105,12 +105,12 @@ impl Identifier {
     /// Whether a request on a `passthrough_paths` entry needs an identity. Those paths
     /// are forwarded untouched and carry no state, and with `jwt` they are where a client
     /// without a token yet goes (an OAuth token endpoint, the resource metadata).
-    pub fn required_on_passthrough(&self) -> bool {
+    pub(crate) fn required_on_passthrough(&self) -> bool {
         !matches!(self, Identifier::Jwt(_))
     }
 
     /// The identity header, when there is one.
-    pub fn header(&self) -> Option<&HeaderName> {
+    pub(crate) fn header(&self) -> Option<&HeaderName> {
         match self {
             Identifier::Header { name, .. } => Some(name),
             _ => None,
@@ -119,7 +119,7 @@ impl Identifier {
 
     /// Remove what the upstream must not see: the identity header (unless forwarded)
     /// and its look-alikes; `Authorization` when `forward_authorization` is off.
-    pub fn strip(&self, headers: &mut HeaderMap) {
+    pub(crate) fn strip(&self, headers: &mut HeaderMap) {
         match self {
             Identifier::Header { name, forward } => header::strip(name, *forward, headers),
             Identifier::Jwt(verifier) if !verifier.forwards_authorization() => {

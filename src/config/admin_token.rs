@@ -12,7 +12,7 @@ const MIN_TOKEN_BYTES: usize = 16;
 
 /// The secret in `bytes`, as read from `path` (named in the message, which never
 /// contains the secret).
-pub fn parse_token(bytes: &[u8], path: &Path) -> Result<Zeroizing<String>, String> {
+pub(crate) fn parse_token(bytes: &[u8], path: &Path) -> Result<Zeroizing<String>, String> {
     let text =
         std::str::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8", path.display()))?;
     let token = Zeroizing::new(text.trim().to_owned());

@@ -23,7 +23,7 @@ const RESERVATION_SLACK_BYTES: u64 = 2048;
 
 impl SingleUseConfig {
     /// Consumed ids one caller may hold in the memory store.
-    pub fn entries_share(&self) -> usize {
+    pub(crate) fn entries_share(&self) -> usize {
         self.max_entries_per_principal
             .unwrap_or(self.memory_max_entries / ENTRIES_SHARE_DIVISOR)
             .clamp(1, self.memory_max_entries.max(1))
@@ -32,7 +32,7 @@ impl SingleUseConfig {
 
 impl Config {
     /// Bytes one caller's idempotency records may be charged in the memory store.
-    pub fn idempotency_bytes_share(&self) -> u64 {
+    pub(crate) fn idempotency_bytes_share(&self) -> u64 {
         let idempotency = &self.idempotency;
         let one_write = idempotency.max_result_bytes as u64 + RESERVATION_SLACK_BYTES;
         let budget = idempotency.memory_max_bytes;
@@ -45,7 +45,7 @@ impl Config {
     }
 
     /// Connections one client address may hold open.
-    pub fn connections_share(&self) -> usize {
+    pub(crate) fn connections_share(&self) -> usize {
         let limit = self.limits.max_connections;
         self.limits
             .max_connections_per_peer
@@ -54,7 +54,7 @@ impl Config {
     }
 
     /// Requests one caller may have at a stdio upstream's child.
-    pub fn upstream_command_queue_share(&self) -> usize {
+    pub(crate) fn upstream_command_queue_share(&self) -> usize {
         let limit = self.upstream_command.queue_max;
         self.upstream_command
             .queue_max_per_principal

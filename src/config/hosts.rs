@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 /// One `allowed_hosts` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostPattern {
+pub(crate) enum HostPattern {
     /// `*`: any host.
     Any,
     /// `host` or `host:*`: this host on any port (or none).
@@ -20,7 +20,7 @@ pub enum HostPattern {
 }
 
 impl HostPattern {
-    pub fn parse(entry: &str) -> Result<Self, &'static str> {
+    pub(crate) fn parse(entry: &str) -> Result<Self, &'static str> {
         if entry == "*" {
             return Ok(HostPattern::Any);
         }
@@ -39,7 +39,7 @@ impl HostPattern {
         })
     }
 
-    pub fn matches(&self, host: &str, port: Option<u16>) -> bool {
+    pub(crate) fn matches(&self, host: &str, port: Option<u16>) -> bool {
         match self {
             HostPattern::Any => true,
             HostPattern::Host(h) => h.eq_ignore_ascii_case(host),
@@ -49,7 +49,7 @@ impl HostPattern {
 }
 
 /// `host[:port]` with a non-empty host, no userinfo, and a port that is a port.
-pub fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
+pub(crate) fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
     let authority: http::uri::Authority = text.parse().ok()?;
     let host = authority.host();
     if host.is_empty() || text.contains('@') {
@@ -63,7 +63,7 @@ pub fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
 }
 
 /// `principal.trusted_proxies`: CIDRs or single addresses.
-pub fn parse_nets(entries: &[String]) -> Result<Vec<IpNet>, String> {
+pub(crate) fn parse_nets(entries: &[String]) -> Result<Vec<IpNet>, String> {
     entries
         .iter()
         .map(|entry| {
@@ -76,7 +76,7 @@ pub fn parse_nets(entries: &[String]) -> Result<Vec<IpNet>, String> {
 }
 
 /// `allowed_hosts`: every entry a pattern.
-pub fn parse_hosts(entries: &[String]) -> Result<Vec<HostPattern>, String> {
+pub(crate) fn parse_hosts(entries: &[String]) -> Result<Vec<HostPattern>, String> {
     entries
         .iter()
         .map(|entry| HostPattern::parse(entry).map_err(|e| format!("entry {entry:?} {e}")))

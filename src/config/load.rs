@@ -12,7 +12,6 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use zeroize::Zeroizing;
 
-use super::reload::Reload;
 use super::{Config, ConfigErrors, ConfigProblem, ENV_PREFIX, Overrides};
 
 /// Name of the provider for command-line flags, so messages can say "set by --listen".
@@ -24,17 +23,26 @@ const SECRET_KEYS: &[&str] = &["single_use.redis_url"];
 // Boxed: `figment::Error` is over 200 bytes and these run once per key.
 type Assign = fn(&Figment, &str, &mut Config) -> Result<(), Box<figment::Error>>;
 
+/// When a change of a configuration key takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reload {
+    /// A reload applies it.
+    Live,
+    /// The running process keeps the old value until it is restarted.
+    Restart,
+}
+
 /// One leaf key: its name, when a change of it takes effect, and how to read, compare
 /// and copy its field.
 pub(super) struct Leaf {
-    pub key: &'static str,
-    pub reload: Reload,
+    pub(crate) key: &'static str,
+    pub(crate) reload: Reload,
     /// Extract the value at `key` alone and store it in its field.
-    pub assign: Assign,
+    pub(crate) assign: Assign,
     /// Whether two configurations hold different values here.
-    pub differs: fn(&Config, &Config) -> bool,
+    pub(crate) differs: fn(&Config, &Config) -> bool,
     /// Copy this value from the second configuration into the first.
-    pub adopt: fn(&mut Config, &Config),
+    pub(crate) adopt: fn(&mut Config, &Config),
 }
 
 /// `leaf!(Live | Restart, "key" => field.path)`.
@@ -159,10 +167,11 @@ pub(super) const LEAVES: &[Leaf] = &[
 ];
 
 impl Config {
+    #[cfg(test)]
     /// The layered sources: defaults < `file` < `MCP_STATE_GUARD_*` environment (nesting
     /// with `__`) < `overrides`. A given file is read exactly where it is (no search of
     /// parent directories); a missing or unparseable file makes extraction fail.
-    pub fn figment(file: Option<&Path>, overrides: &Overrides) -> Figment {
+    pub(crate) fn figment(file: Option<&Path>, overrides: &Overrides) -> Figment {
         // `Toml::file` would search parent directories and silently skip a missing file;
         // `file_exact` reads this path or fails.
         Self::layered(file.map(Toml::file_exact), overrides)
@@ -188,7 +197,7 @@ impl Config {
 
     /// As [`Config::load`], with the file's `contents` as already read (what the watch
     /// hashed is what it loads; problems still name the file at `path`).
-    pub fn load_read(
+    pub(crate) fn load_read(
         path: &Path,
         contents: &[u8],
         overrides: &Overrides,

@@ -9,17 +9,19 @@
 //! The shipped `config/mcp-state-guard.toml` lists every key with its default and is
 //! tested to parse to exactly [`Config::default`].
 
-pub mod admin_token;
+pub(crate) mod admin_token;
 mod fairness;
-pub mod hosts;
-pub mod redis_url;
+pub(crate) mod hosts;
+pub(crate) mod redis_url;
 
 pub use redis_url::WaitReplicas;
 
 mod load;
+#[cfg(test)]
+pub(crate) use load::Reload;
 mod operations;
 
-pub mod reload;
+pub(crate) mod reload;
 mod security;
 mod stdio;
 mod tools;
@@ -34,15 +36,20 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-pub use security::{
-    JwksKeys, JwtConfig, JwtSettings, MtlsConfig, MtlsIdentity, TlsConfig, UpstreamTlsConfig,
-};
-pub use stdio::{STDIO, UpstreamCommandConfig};
-pub use tools::{HandleConfig, IdempotencyConfig};
-pub use validate::{UpstreamUrl, parse_upstream};
+pub use security::JwtConfig;
+pub use security::MtlsConfig;
+pub use security::MtlsIdentity;
+pub use security::TlsConfig;
+pub use security::UpstreamTlsConfig;
+pub(crate) use security::{JwksKeys, JwtSettings};
+pub(crate) use stdio::STDIO;
+pub use stdio::UpstreamCommandConfig;
+pub use tools::HandleConfig;
+pub use tools::IdempotencyConfig;
+pub(crate) use validate::{UpstreamUrl, parse_upstream};
 
 /// Prefix of every environment variable the configuration reads.
-pub const ENV_PREFIX: &str = "MCP_STATE_GUARD_";
+pub(crate) const ENV_PREFIX: &str = "MCP_STATE_GUARD_";
 
 /// Everything the sidecar can be told. See `config/mcp-state-guard.toml` for the
 /// operator-facing description of each key.
@@ -151,17 +158,7 @@ pub enum PrincipalSource {
     Mtls,
 }
 
-impl PrincipalSource {
-    /// The configuration spelling of this source.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PrincipalSource::None => "none",
-            PrincipalSource::Header => "header",
-            PrincipalSource::Jwt => "jwt",
-            PrincipalSource::Mtls => "mtls",
-        }
-    }
-}
+impl PrincipalSource {}
 
 /// Who is calling, so tokens can be bound to the caller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -199,7 +196,7 @@ impl Default for PrincipalConfig {
 
 impl PrincipalConfig {
     /// `header` as the header name it must be (checked by [`Config::validate`] too).
-    pub fn header_name(&self) -> Result<http::HeaderName, ConfigProblem> {
+    pub(crate) fn header_name(&self) -> Result<http::HeaderName, ConfigProblem> {
         http::HeaderName::from_bytes(self.header.as_bytes())
             .map_err(|_| ConfigProblem::new("principal.header", "must be a valid HTTP header name"))
     }
@@ -243,7 +240,7 @@ pub struct SingleUseConfig {
     /// Resource URIs (glob `*` allowed) whose states are single-use.
     pub resources: Vec<String>,
     /// Single-use for targets no list names.
-    pub default: bool,
+    pub(crate) default: bool,
     /// What happens when the store cannot record a consumption.
     pub on_store_error: OnStoreError,
     /// Most consumed ids the memory store holds (about 434 bytes each, measured); full,
@@ -255,7 +252,7 @@ pub struct SingleUseConfig {
     pub max_entries_per_principal: Option<usize>,
     /// Prefix of every Redis key the store writes (`<prefix>c:<id>` for consumptions,
     /// `<prefix>r:<digest>` for revocations).
-    pub redis_key_prefix: String,
+    pub(crate) redis_key_prefix: String,
     /// Deadline of one Redis command, in milliseconds.
     pub redis_timeout_ms: u64,
     /// Replicas that must confirm a write (`WAIT`) before it counts: `"auto"` (one
@@ -263,7 +260,7 @@ pub struct SingleUseConfig {
     pub redis_wait_replicas: WaitReplicas,
     /// How long a write waits for its replicas, in milliseconds; unconfirmed by then, it
     /// is released and the request refused with 503.
-    pub redis_wait_ms: u64,
+    pub(crate) redis_wait_ms: u64,
 }
 
 impl Default for SingleUseConfig {
@@ -292,7 +289,7 @@ impl Default for SingleUseConfig {
 pub struct MrtrConfig {
     /// Most `input_required` rounds one flow may have (above the SDK clients' own cap
     /// of 10); at least 1.
-    pub max_rounds: u32,
+    pub(crate) max_rounds: u32,
     /// Oldest a flow may get, from its first round, in seconds; at least 1.
     pub max_flow_seconds: u64,
 }
@@ -328,7 +325,7 @@ pub struct LimitsConfig {
     /// Most JSON values (scalars, arrays, objects) one client body may hold; at least
     /// 64. Bounds the memory a parse can take (a 4 MiB array of zeros is two million
     /// values). Upstream bodies are bounded by size only.
-    pub max_json_values: usize,
+    pub(crate) max_json_values: usize,
     /// Budget for the bodies buffered by all requests in flight together (request
     /// bodies, whole JSON responses, SSE streams' incomplete events); over it, requests
     /// are refused with 503 and a stream ends with an error event. At least
@@ -352,7 +349,7 @@ pub struct LimitsConfig {
     /// burst has in flight: a pool smaller than that closes the rest after each answer
     /// and dials again for the next request. `timeouts.upstream_idle_ms` closes them
     /// once idle.
-    pub upstream_max_idle_per_host: usize,
+    pub(crate) upstream_max_idle_per_host: usize,
 }
 
 impl Default for LimitsConfig {
@@ -464,7 +461,7 @@ pub struct ReadyzConfig {
     /// Not ready while a TCP connection to the upstream cannot be opened.
     pub check_upstream: bool,
     /// Deadline of that connection attempt, in milliseconds; at least 1.
-    pub upstream_timeout_ms: u64,
+    pub(crate) upstream_timeout_ms: u64,
     /// Not ready while the key file has not been read back valid for this long (it
     /// became unreadable or invalid and the previous keys are still in use), in
     /// seconds; 0 disables the check.
@@ -500,11 +497,11 @@ pub struct ConfigProblem {
     /// Dotted file key (`state.ttl_seconds`); empty for a problem with the file itself.
     pub key: String,
     /// Lowercase, no trailing period, never a secret value.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl ConfigProblem {
-    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
         ConfigProblem {
             key: key.into(),
             message: message.into(),
@@ -512,7 +509,7 @@ impl ConfigProblem {
     }
 
     /// The environment variable that sets this problem's key.
-    pub fn env_var(&self) -> String {
+    pub(crate) fn env_var(&self) -> String {
         env_var_for(&self.key)
     }
 }

@@ -50,7 +50,7 @@ impl<'de> Deserialize<'de> for WaitReplicas {
 
 /// A parsed `single_use.redis_url`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// `redis://` or `rediss://`: one server (or a primary behind a proxy).
     Single(String),
     /// `redis+cluster://a:7000,b:7001`: the seed nodes of a Redis Cluster, each as a
@@ -63,25 +63,25 @@ pub enum Target {
 
 /// Where a Sentinel-managed primary is found and how it is spoken to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sentinel {
+pub(crate) struct Sentinel {
     /// Each sentinel as a `redis://` (or `rediss://`) URL, without credentials: the
     /// sentinels are asked without authenticating.
-    pub sentinels: Vec<String>,
+    pub(crate) sentinels: Vec<String>,
     /// The primary's name in the sentinels' configuration (`sentinel monitor <name>`).
-    pub service: String,
+    pub(crate) service: String,
     /// TLS to the primary (and the sentinels): `rediss+sentinel://`.
-    pub tls: bool,
+    pub(crate) tls: bool,
     /// The credentials of the URL, for the primary.
-    pub username: Option<String>,
-    pub password: Option<String>,
-    pub db: i64,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) db: i64,
 }
 
 const SHAPE: &str = "must be redis://, rediss://, redis+cluster://, rediss+cluster://, \
                      redis+sentinel:// or rediss+sentinel:// followed by [user:password@]host[:port]";
 
 /// Check and split a Redis URL. Messages never echo it (it may carry a password).
-pub fn parse_url(url: &str) -> Result<Target, &'static str> {
+pub(crate) fn parse_url(url: &str) -> Result<Target, &'static str> {
     let (scheme, rest) = url.split_once("://").ok_or(SHAPE)?;
     let target = match scheme {
         "redis" | "rediss" => Target::Single(url.to_owned()),

@@ -13,7 +13,7 @@
 
 mod loosened;
 
-use super::load::{LEAVES, Leaf, read_file};
+use super::load::{LEAVES, Leaf, Reload, read_file};
 use super::{Config, ConfigErrors, Overrides};
 use crate::file_watch::{FilePoll, Seen};
 use std::path::PathBuf;
@@ -25,8 +25,8 @@ use tokio::sync::watch;
 /// file held when it was loaded (the watch's baseline).
 #[derive(Debug, Clone)]
 pub struct ConfigSource {
-    pub file: PathBuf,
-    pub overrides: Overrides,
+    pub(crate) file: PathBuf,
+    pub(crate) overrides: Overrides,
     baseline: FilePoll,
 }
 
@@ -47,38 +47,31 @@ impl ConfigSource {
     }
 }
 
-/// When a change of a configuration key takes effect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reload {
-    /// A reload applies it.
-    Live,
-    /// The running process keeps the old value until it is restarted.
-    Restart,
-}
-
+#[cfg(test)]
 /// The reload class of a leaf key (`single_use.tools`); `None` for a key that is not one.
-pub fn reload_class(key: &str) -> Option<Reload> {
+pub(crate) fn reload_class(key: &str) -> Option<Reload> {
     LEAVES
         .iter()
         .find(|leaf| leaf.key == key)
         .map(|leaf| leaf.reload)
 }
 
+#[cfg(test)]
 /// Every leaf key with its reload class, in table order.
-pub fn classes() -> impl Iterator<Item = (&'static str, Reload)> {
+pub(crate) fn classes() -> impl Iterator<Item = (&'static str, Reload)> {
     LEAVES.iter().map(|leaf| (leaf.key, leaf.reload))
 }
 
 /// The leaf keys whose values differ between the configuration in force and a new one,
 /// by reload class, in table order.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Changes {
-    pub live: Vec<&'static str>,
-    pub restart: Vec<&'static str>,
+pub(crate) struct Changes {
+    pub(crate) live: Vec<&'static str>,
+    pub(crate) restart: Vec<&'static str>,
 }
 
 impl Changes {
-    pub fn between(in_force: &Config, new: &Config) -> Self {
+    pub(crate) fn between(in_force: &Config, new: &Config) -> Self {
         let mut changes = Self::default();
         for Leaf {
             key,
@@ -101,7 +94,7 @@ impl Changes {
 impl Config {
     /// This configuration with every live key taken from `new`: what is in force once a
     /// reload to `new` is applied (restart-class keys keep their running values).
-    pub fn with_live_from(&self, new: &Config) -> Config {
+    pub(crate) fn with_live_from(&self, new: &Config) -> Config {
         let mut in_force = self.clone();
         for leaf in LEAVES.iter().filter(|leaf| leaf.reload == Reload::Live) {
             (leaf.adopt)(&mut in_force, new);
@@ -112,7 +105,7 @@ impl Config {
 
 /// Listen for `SIGHUP` from now on. Called before the sidecar reports ready: until a
 /// handler is installed, `SIGHUP` would terminate the process.
-pub fn hangups() -> Option<Signal> {
+pub(crate) fn hangups() -> Option<Signal> {
     signal(SignalKind::hangup())
         .inspect_err(|e| tracing::warn!(error = %e, "no SIGHUP handler; the file is still polled"))
         .ok()
@@ -129,7 +122,7 @@ pub enum ReloadOutcome {
     Error,
 }
 
-crate::registry::labels!(ReloadOutcome {
+crate::registry::labels!(pub ReloadOutcome {
     Ok => "ok",
     RestartRequired => "restart_required",
     Error => "error",
@@ -142,7 +135,7 @@ crate::registry::labels!(ReloadOutcome {
 ///
 /// The baseline is what [`ConfigSource::load`] loaded, not what the returned task first
 /// sees: a change made while the sidecar started is never mistaken for the baseline.
-pub fn watch(
+pub(crate) fn watch(
     source: ConfigSource,
     hangup: Option<Signal>,
     interval: Duration,

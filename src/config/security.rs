@@ -29,7 +29,7 @@ pub struct TlsConfig {
 
 impl TlsConfig {
     /// Whether the client-facing listener speaks TLS: both files are set.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.cert_file.is_some() && self.key_file.is_some()
     }
 }
@@ -92,7 +92,7 @@ pub struct JwtConfig {
     /// PEM CA bundle for `jwks_url`. Unset: the compiled-in Mozilla roots.
     pub jwks_ca_file: Option<PathBuf>,
     /// Clock skew tolerated on `exp`, `nbf` and `iat`, at most 600.
-    pub leeway_seconds: u64,
+    pub(crate) leeway_seconds: u64,
     /// URL of the protected resource metadata (RFC 9728), sent in `WWW-Authenticate`.
     pub resource_metadata: Option<String>,
     /// Keep `Authorization` on the forwarded request.
@@ -124,7 +124,7 @@ impl Default for JwtConfig {
 /// Where the keys that verify a JWT come from (`principal.jwt.jwks_file` or
 /// `principal.jwt.jwks_url`: exactly one).
 #[derive(Debug, Clone, PartialEq)]
-pub enum JwksKeys {
+pub(crate) enum JwksKeys {
     File(PathBuf),
     Url {
         uri: http::Uri,
@@ -136,21 +136,21 @@ pub enum JwksKeys {
 /// A `principal.jwt` section that passed its rules, its values typed: what a verifier
 /// needs, nothing left to unwrap.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JwtSettings {
-    pub issuer: String,
-    pub audience: String,
-    pub keys: JwksKeys,
-    pub leeway_seconds: u64,
+pub(crate) struct JwtSettings {
+    pub(crate) issuer: String,
+    pub(crate) audience: String,
+    pub(crate) keys: JwksKeys,
+    pub(crate) leeway_seconds: u64,
     /// Safe inside a quoted string of `WWW-Authenticate`.
-    pub resource_metadata: Option<String>,
-    pub forward_authorization: bool,
-    pub jwks_cooldown_seconds: u64,
+    pub(crate) resource_metadata: Option<String>,
+    pub(crate) forward_authorization: bool,
+    pub(crate) jwks_cooldown_seconds: u64,
 }
 
 impl JwtConfig {
     /// This section as `principal.source = "jwt"` uses it, or every problem its rules
     /// find (the same ones [`Config::validate`] lists for it).
-    pub fn settings(&self) -> Result<JwtSettings, Vec<ConfigProblem>> {
+    pub(crate) fn settings(&self) -> Result<JwtSettings, Vec<ConfigProblem>> {
         let mut problems = Vec::new();
         let settings = jwt_source(self, &mut |key: &str, message: String| {
             problems.push(ConfigProblem::new(key, message));

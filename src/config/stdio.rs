@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::{Config, ConfigProblem};
 
 /// The value of `upstream` that switches to a child process.
-pub const STDIO: &str = "stdio";
+pub(crate) const STDIO: &str = "stdio";
 
 /// How the child is started, restarted and fed (`[upstream_command]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,16 +22,16 @@ pub struct UpstreamCommandConfig {
     /// Variables set in the child's environment (over the inherited or minimal one).
     pub env: BTreeMap<String, String>,
     /// The child's working directory; unset: the sidecar's.
-    pub cwd: Option<PathBuf>,
+    pub(crate) cwd: Option<PathBuf>,
     /// Pass the sidecar's whole environment on. Default false: only `PATH`, `HOME`,
     /// `LANG` (when set) and `env`, so the sidecar's own settings and secrets in its
     /// environment do not reach the server.
-    pub inherit_env: bool,
+    pub(crate) inherit_env: bool,
     /// The first restart delay after the child exits, doubled per failed start up to
     /// `restart_max_ms`, in milliseconds; at least 1.
     pub restart_min_ms: u64,
     /// The longest restart delay, in milliseconds; at least `restart_min_ms`.
-    pub restart_max_ms: u64,
+    pub(crate) restart_max_ms: u64,
     /// Messages waiting for the child's standard input; past it 503 + `Retry-After`.
     /// At least 1.
     pub queue_max: usize,
@@ -59,7 +59,7 @@ impl Default for UpstreamCommandConfig {
 
 impl Config {
     /// Whether the upstream is a child process (`upstream = "stdio"`).
-    pub fn is_stdio(&self) -> bool {
+    pub(crate) fn is_stdio(&self) -> bool {
         self.upstream == STDIO
     }
 }

@@ -44,7 +44,7 @@ pub struct IdempotencyConfig {
     /// released, so a repeat is applied again: logged and counted).
     pub max_result_bytes: usize,
     /// Remove `params.idempotencyKey` and the `Idempotency-Key` header before forwarding.
-    pub strip_key: bool,
+    pub(crate) strip_key: bool,
     /// How long a reservation holds without renewal, 1000..=600000 ms: the replica
     /// forwarding the call renews it every third of this while the answer is in
     /// progress, so it bounds how long a key stays reserved after that replica dies.

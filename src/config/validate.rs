@@ -243,7 +243,7 @@ impl Config {
 /// Parses an upstream base URL: absolute `http://` or `https://`, with a host, an
 /// optional port and base path, and no query, fragment or userinfo. The error never
 /// echoes the URL (a userinfo part would hold a password).
-pub fn parse_upstream(url: &str) -> Result<UpstreamUrl, &'static str> {
+pub(crate) fn parse_upstream(url: &str) -> Result<UpstreamUrl, &'static str> {
     const NOT_HTTP: &str =
         "must be an absolute http:// or https:// URL such as http://127.0.0.1:3000";
     // `http::Uri` drops a fragment silently; refuse it before parsing.
@@ -278,24 +278,24 @@ pub fn parse_upstream(url: &str) -> Result<UpstreamUrl, &'static str> {
 /// An upstream base URL that [`parse_upstream`] accepted: its authority is there (a
 /// host, a valid port if any, no userinfo), so users need not unwrap it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamUrl {
+pub(crate) struct UpstreamUrl {
     uri: http::Uri,
     authority: http::uri::Authority,
 }
 
 impl UpstreamUrl {
     /// The whole URL.
-    pub fn uri(&self) -> &http::Uri {
+    pub(crate) fn uri(&self) -> &http::Uri {
         &self.uri
     }
 
     /// `host[:port]`.
-    pub fn authority(&self) -> &http::uri::Authority {
+    pub(crate) fn authority(&self) -> &http::uri::Authority {
         &self.authority
     }
 
     /// `http` or `https`.
-    pub fn is_https(&self) -> bool {
+    pub(crate) fn is_https(&self) -> bool {
         self.uri.scheme() == Some(&http::uri::Scheme::HTTPS)
     }
 }

@@ -31,7 +31,7 @@ pub enum AuthFailure {
     ClientCertificate,
 }
 
-crate::registry::labels!(AuthFailure {
+crate::registry::labels!(pub AuthFailure {
     Missing => "missing",
     Malformed => "malformed",
     Algorithm => "algorithm",

@@ -17,7 +17,7 @@ use serde_json::json;
 /// Which check refused a request: the `category` field of its audit line
 /// ([`Category::of`], in [`crate::telemetry::audit`], adds the closed reason).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Category {
+pub(crate) enum Category {
     /// The request itself: host, framing, parse, headers, limits, body.
     Gate,
     /// The caller's identity.
@@ -33,7 +33,7 @@ pub enum Category {
 }
 
 impl Category {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Category::Gate => "gate",
             Category::Auth => "auth",
@@ -74,17 +74,17 @@ impl Data {
 #[derive(Debug)]
 pub(crate) struct Row {
     /// `mcp_state_guard_requests_refused_total{reason}` and logs.
-    pub label: &'static str,
-    pub status: Cell<StatusCode>,
-    pub code: Cell<i64>,
+    pub(crate) label: &'static str,
+    pub(crate) status: Cell<StatusCode>,
+    pub(crate) code: Cell<i64>,
     /// The fixed message the client sees (never the error's own text).
-    pub message: Cell<&'static str>,
-    pub data: Cell<Option<Data>>,
+    pub(crate) message: Cell<&'static str>,
+    pub(crate) data: Cell<Option<Data>>,
     /// `Retry-After` seconds.
-    pub retry_after: Cell<Option<&'static str>>,
+    pub(crate) retry_after: Cell<Option<&'static str>>,
     /// The audit category; `None` for an upstream failure, which is not the client's
     /// refusal.
-    pub category: Option<Category>,
+    pub(crate) category: Option<Category>,
 }
 
 /// Declares [`ErrorKind`] (one variant per row, in row order), [`ErrorKind::ALL`] and the
@@ -289,13 +289,13 @@ impl ErrorKind {
         &ROWS[self as usize]
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.row().label
     }
 
     /// Whose fault: the client's (refused before the upstream) or the upstream's (a
     /// row without an audit category).
-    pub fn is_upstream(self) -> bool {
+    pub(crate) fn is_upstream(self) -> bool {
         self.row().category.is_none()
     }
 }

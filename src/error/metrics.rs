@@ -21,7 +21,7 @@ pub struct RefusalMetrics {
 }
 
 impl RefusalMetrics {
-    pub fn register(registry: &Registry) -> Self {
+    pub(crate) fn register(registry: &Registry) -> Self {
         Self {
             refused: registry.counters(
                 "requests_refused_total",
@@ -41,7 +41,7 @@ impl RefusalMetrics {
         }
     }
 
-    pub fn refused(&self, kind: ErrorKind) {
+    pub(crate) fn refused(&self, kind: ErrorKind) {
         self.refused.at(kind).inc();
     }
 
@@ -50,7 +50,7 @@ impl RefusalMetrics {
     }
 
     /// One caller's share of `share` was used up: a request (or connection) refused.
-    pub fn quota_refused(&self, share: Share) {
+    pub(crate) fn quota_refused(&self, share: Share) {
         self.quota_refusals.at(share).inc();
     }
 
@@ -59,7 +59,7 @@ impl RefusalMetrics {
     }
 
     /// How full `resource` is now: `used` of `bound`.
-    pub fn store_fill(&self, resource: Resource, used: u64, bound: u64) {
+    pub(crate) fn store_fill(&self, resource: Resource, used: u64, bound: u64) {
         let ratio = if bound == 0 {
             0.0
         } else {

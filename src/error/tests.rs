@@ -205,7 +205,7 @@ fn fixed_cells_are_what_the_client_gets() {
     for kind in ErrorKind::ALL {
         let row = kind.row();
         for error in samples(kind) {
-            let response = error.into_response(Some(&json!(7)));
+            let response = error.to_response(Some(&json!(7)));
             if let Is(status) = row.status {
                 assert_eq!(response.status(), status, "{error}");
             }
@@ -237,7 +237,7 @@ fn every_state_refusal_is_the_same_frozen_error() {
             reason,
             detail: "x",
         };
-        let resp = err.into_response(Some(&serde_json::json!(9)));
+        let resp = err.to_response(Some(&serde_json::json!(9)));
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
         bodies.push(resp.into_body());
     }
@@ -267,14 +267,14 @@ fn statuses_and_codes() {
     assert_eq!(ProxyError::Parse(ParseError::Batch).wire().0, -32600);
     assert!(ErrorKind::UpstreamTimeout.is_upstream());
     for share in Share::ALL {
-        let response = ProxyError::Quota(share).into_response(None);
+        let response = ProxyError::Quota(share).to_response(None);
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert!(response.headers().contains_key(header::RETRY_AFTER));
         let body: serde_json::Value = serde_json::from_slice(response.body()).unwrap();
         assert_eq!(body["error"]["data"]["share"], share.as_str());
     }
     for resource in [Resource::SingleUse, Resource::Idempotency] {
-        let response = ProxyError::StoreFull(resource).into_response(None);
+        let response = ProxyError::StoreFull(resource).to_response(None);
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[header::RETRY_AFTER], "60");
     }

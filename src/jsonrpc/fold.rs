@@ -22,7 +22,7 @@ pub fn fold(key: &str) -> String {
 /// (nearly every key) are compared byte by byte, their letters and digits lowercased and
 /// everything else skipped, which is what [`fold`] does to ASCII; others go through
 /// [`folded`].
-pub fn folds_equal(a: &str, b: &str) -> bool {
+pub(crate) fn folds_equal(a: &str, b: &str) -> bool {
     fn kept(s: &str) -> impl Iterator<Item = u8> + '_ {
         s.bytes()
             .filter(u8::is_ascii_alphanumeric)

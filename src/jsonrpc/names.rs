@@ -13,7 +13,7 @@ use super::{ParseError, fold, folds_equal, printable};
 use serde_json::{Map, Value};
 
 /// Where a 2026 request declares its client's capabilities (`params._meta[...]`).
-pub const CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(crate) const CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 
 /// The names [`crate::policy::capabilities`] reads below [`CAPABILITIES_META`], as paths:
 /// each level of each is checked at the gate.
@@ -26,7 +26,7 @@ pub(super) const CAPABILITY_PATHS: &[&[&str]] = &[
 
 /// Where a path of names leads (see [`lookup`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Lookup<'v> {
+pub(crate) enum Lookup<'v> {
     /// Every step is there, spelled exactly; the value at the end.
     Found(&'v Value),
     /// A step is there in no spelling (or is an index an array does not have).
@@ -37,8 +37,9 @@ pub enum Lookup<'v> {
 }
 
 impl<'v> Lookup<'v> {
+    #[cfg(test)]
     /// The value found; nothing when the path is absent or blocked.
-    pub fn found(self) -> Option<&'v Value> {
+    pub(crate) fn found(self) -> Option<&'v Value> {
         match self {
             Lookup::Found(value) => Some(value),
             Lookup::Absent | Lookup::Blocked => None,
@@ -49,7 +50,7 @@ impl<'v> Lookup<'v> {
 /// The member `name` of `object`, or `None` when it is there in no spelling. Refused
 /// (as [`ParseError::AmbiguousKey`], naming the look-alike printable) when another key
 /// folds to `name`, whether or not `name` itself is there.
-pub fn member<'v>(
+pub(crate) fn member<'v>(
     object: &'v Map<String, Value>,
     name: &str,
 ) -> Result<Option<&'v Value>, ParseError> {
@@ -68,7 +69,7 @@ pub fn member<'v>(
 /// look-alike at any level refuses the whole path), a step into an array an index as
 /// RFC 6901 spells it (`0`, `17`; no sign, no leading zero). Steps are plain names: a
 /// JSON pointer's `~1` / `~0` are the caller's to unescape.
-pub fn lookup<'v, S: AsRef<str>>(
+pub(crate) fn lookup<'v, S: AsRef<str>>(
     value: &'v Value,
     path: impl IntoIterator<Item = S>,
 ) -> Result<Lookup<'v>, ParseError> {
@@ -90,7 +91,7 @@ pub fn lookup<'v, S: AsRef<str>>(
 
 /// Refuse an object in which two keys fold together, for one whose every member is read
 /// (accepted form content): each is read by the rule of [`member`], in one pass.
-pub fn distinct(object: &Map<String, Value>) -> Result<(), ParseError> {
+pub(crate) fn distinct(object: &Map<String, Value>) -> Result<(), ParseError> {
     let mut seen = std::collections::HashSet::with_capacity(object.len());
     for key in object.keys() {
         if !seen.insert(fold(key)) {
@@ -109,6 +110,7 @@ fn index(step: &str) -> Option<usize> {
     step.parse().ok()
 }
 
+#[cfg(any(test, feature = "oracle"))]
 /// The gate's check of the declared client capabilities: `params._meta`, its
 /// [`CAPABILITIES_META`] member and every capability name read below it, each without a
 /// look-alike sibling. (The values' shapes are not the gate's business: a capability
@@ -125,7 +127,7 @@ pub(super) fn check_capability_names(params: &Map<String, Value>) -> Result<(), 
 
 /// Refuse declared client capabilities (the value under [`CAPABILITIES_META`]) in which
 /// a capability name the policy reads has a look-alike, at any level.
-pub fn check_capabilities(declared: &Value) -> Result<(), ParseError> {
+pub(crate) fn check_capabilities(declared: &Value) -> Result<(), ParseError> {
     for path in CAPABILITY_PATHS {
         lookup(declared, path.iter())?;
     }

@@ -51,7 +51,7 @@ enum Edit {
 
 impl ScannedBody {
     /// Scan `body` ([`scan`]): the accepted call, or why not.
-    pub fn scan(body: Bytes, max_values: usize) -> Result<Self, Refused> {
+    pub(crate) fn scan(body: Bytes, max_values: usize) -> Result<Self, Refused> {
         let (message, index) = scan(&body, max_values)?.into_parts();
         Ok(Self {
             body,
@@ -61,9 +61,10 @@ impl ScannedBody {
         })
     }
 
+    #[cfg(test)]
     /// A call of `method` with `params` (an object), written and scanned as a client's
     /// body would be: how tests and tools build one.
-    pub fn call(method: &str, params: &Value) -> Result<Self, Refused> {
+    pub(crate) fn call(method: &str, params: &Value) -> Result<Self, Refused> {
         let body =
             serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         Self::scan(Bytes::from(body.to_string()), usize::MAX)
@@ -73,12 +74,12 @@ impl ScannedBody {
         &self.message
     }
 
-    pub fn id(&self) -> Option<&Id> {
+    pub(crate) fn id(&self) -> Option<&Id> {
         self.message.id()
     }
 
     /// The client's bytes, as scanned.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.body
     }
 
@@ -216,13 +217,14 @@ fn member(body: &[u8], span: Range<usize>) -> Value {
 }
 
 impl Params<'_> {
+    #[cfg(test)]
     /// A call without `params`.
-    pub fn absent() -> Params<'static> {
+    pub(crate) fn absent() -> Params<'static> {
         Params(None)
     }
 
     /// Whether the call has a `params` object.
-    pub fn is_present(&self) -> bool {
+    pub(crate) fn is_present(&self) -> bool {
         self.0.is_some()
     }
 
@@ -234,13 +236,13 @@ impl Params<'_> {
     /// The client capabilities the call declared
     /// (`_meta["io.modelcontextprotocol/clientCapabilities"]`), parsed alone: the rest of
     /// `_meta` is never read.
-    pub fn declared_capabilities(&self) -> Option<Value> {
+    pub(crate) fn declared_capabilities(&self) -> Option<Value> {
         let parts = self.0.as_ref()?;
         Some(member(parts.body, parts.index.declared()?))
     }
 
     /// A member that is a string.
-    pub fn get_str(&self, field: ParamsField) -> Option<&str> {
+    pub(crate) fn get_str(&self, field: ParamsField) -> Option<&str> {
         self.get(field).and_then(Value::as_str)
     }
 

@@ -34,9 +34,11 @@ mod facts;
 mod lexer;
 mod members;
 
-pub use answer::{Answer, AnswerFault, StateMember, scan_answer};
-pub use facts::JsonKind;
-pub use members::{Members, ObjectMember, members};
+pub use answer::Answer;
+pub use answer::scan_answer;
+pub(crate) use answer::{AnswerFault, StateMember};
+pub(crate) use facts::JsonKind;
+pub(crate) use members::{ObjectMember, members};
 
 use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, Refusal, parse_bounded};
 use facts::{Facts, Member, Role};
@@ -148,7 +150,7 @@ impl Index {
     }
 
     /// The span of a `params` member's key (quotes included).
-    pub fn param_key(&self, field: ParamsField) -> Option<Range<usize>> {
+    pub(crate) fn param_key(&self, field: ParamsField) -> Option<Range<usize>> {
         span(&self.params_keys, super::PARAMS_FIELDS, field.name())
     }
 
@@ -181,7 +183,7 @@ impl<'a> Scanned<'a> {
     }
 
     /// The message and the index, owned.
-    pub fn into_parts(self) -> (Message, Index) {
+    pub(crate) fn into_parts(self) -> (Message, Index) {
         (self.message, self.index)
     }
 
@@ -204,7 +206,7 @@ impl<'a> Scanned<'a> {
 
 /// The text of the string token at `span` of `body`, unescaped (borrowed when it holds
 /// no escape); `None` when `span` is no string token.
-pub fn string_at(body: &[u8], span: Range<usize>) -> Option<Cow<'_, str>> {
+pub(crate) fn string_at(body: &[u8], span: Range<usize>) -> Option<Cow<'_, str>> {
     let token = std::str::from_utf8(body.get(span)?).ok()?;
     // The common token: quotes around bytes that need no second look.
     if let Some(inner) = token.strip_prefix('"').and_then(|t| t.strip_suffix('"'))
@@ -282,12 +284,12 @@ impl ParamsField {
     ];
 
     /// The field of this key.
-    pub fn named(key: &str) -> Option<Self> {
+    pub(crate) fn named(key: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|field| field.name() == key)
     }
 
     /// The member a request's binding names its target by ([`crate::mcp::target_field`]).
-    pub fn target(method: &str) -> Self {
+    pub(crate) fn target(method: &str) -> Self {
         match crate::mcp::target_field(method) {
             "uri" => Self::Uri,
             _ => Self::Name,

@@ -15,20 +15,17 @@ use super::questions::Question;
 use crate::jsonrpc::{self, Lookup, Params};
 use serde_json::{Map, Value, json};
 
-/// Where a 2026 request declares its client's capabilities.
-pub use crate::jsonrpc::CAPABILITIES_META;
-
 /// What the client lacks for one round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Missing {
     /// `ClientCapabilities` listing everything missing (`data.requiredCapabilities`).
-    pub required: Value,
+    pub(crate) required: Value,
     /// Input request methods nobody can declare support for (not in the protocol).
     pub unknown_methods: Vec<String>,
 }
 
 /// The client capabilities a request declared (`params._meta[...]`), if any.
-pub fn declared(params: &Params<'_>) -> Option<Value> {
+pub(crate) fn declared(params: &Params<'_>) -> Option<Value> {
     params
         .declared_capabilities()
         .filter(|c| c.is_object() && jsonrpc::check_capabilities(c).is_ok())
@@ -112,6 +109,7 @@ fn merge(into: &mut Map<String, Value>, extra: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jsonrpc::CAPABILITIES_META;
 
     /// What `params` declares (nothing, when the gate refuses it).
     fn of(params: Value) -> Option<Value> {

@@ -41,7 +41,7 @@ impl FlowLimits {
     }
 
     /// Whether a flow started at `flow.started` is too old to go on `now`.
-    pub fn too_old(&self, flow: Option<Flow>, now: f64) -> bool {
+    pub(crate) fn too_old(&self, flow: Option<Flow>, now: f64) -> bool {
         flow.is_some_and(|flow| now - flow.started > self.max_flow_seconds as f64)
     }
 }

@@ -25,7 +25,7 @@ pub enum Consumption {
     Unconfirmed,
 }
 
-crate::registry::labels!(Consumption {
+crate::registry::labels!(pub Consumption {
     Consumed => "consumed",
     Replayed => "replayed",
     StoreUnavailable => "store_unavailable",
@@ -53,7 +53,7 @@ pub enum MrtrRefusal {
     FlowLimit,
 }
 
-crate::registry::labels!(MrtrRefusal {
+crate::registry::labels!(pub MrtrRefusal {
     MissingCapability => "missing_capability",
     UnknownInputMethod => "unknown_input_method",
     QuestionsTooLarge => "questions_too_large",
@@ -75,7 +75,7 @@ pub struct PolicyMetrics {
 }
 
 impl PolicyMetrics {
-    pub fn register(registry: &Registry) -> Self {
+    pub(crate) fn register(registry: &Registry) -> Self {
         Self {
             consumptions: registry.counters2(
                 "single_use_consumptions_total",
@@ -96,7 +96,7 @@ impl PolicyMetrics {
         }
     }
 
-    pub fn consumption(&self, store: StoreKind, result: Consumption) {
+    pub(crate) fn consumption(&self, store: StoreKind, result: Consumption) {
         self.consumptions.at(store, result).inc();
     }
 
@@ -104,11 +104,11 @@ impl PolicyMetrics {
         self.consumptions.at(store, result).get()
     }
 
-    pub fn observe_store(&self, store: StoreKind, seconds: f64) {
+    pub(crate) fn observe_store(&self, store: StoreKind, seconds: f64) {
         self.store_latency.at(store).observe(seconds);
     }
 
-    pub fn mrtr_refused(&self, reason: MrtrRefusal) {
+    pub(crate) fn mrtr_refused(&self, reason: MrtrRefusal) {
         self.mrtr_refusals.at(reason).inc();
     }
 

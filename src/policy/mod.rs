@@ -4,12 +4,14 @@
 //! Invariant: every rule here decides from the verified token and the live policy only;
 //! none trusts a field of the request the token does not bind.
 
-pub mod answers;
-pub mod capabilities;
-pub mod flow;
+pub(crate) mod answers;
+pub(crate) mod capabilities;
+pub(crate) mod flow;
 mod metrics;
-pub mod questions;
-pub mod revocation;
-pub mod single_use;
+pub(crate) mod questions;
+pub(crate) mod revocation;
+pub(crate) mod single_use;
 
-pub use metrics::{Consumption, MrtrRefusal, PolicyMetrics};
+pub use metrics::Consumption;
+pub use metrics::MrtrRefusal;
+pub use metrics::PolicyMetrics;

@@ -10,7 +10,9 @@
 //! written canonically into the token).
 
 use crate::jsonrpc::{self, JsonKind, ObjectMember, ParseError};
-use serde_json::{Map, Value};
+#[cfg(any(test, feature = "oracle"))]
+use serde_json::Map;
+use serde_json::Value;
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -18,23 +20,24 @@ use std::ops::Range;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Question<'a> {
     /// `method`; empty when it is missing or not a string.
-    pub method: Cow<'a, str>,
+    pub(crate) method: Cow<'a, str>,
     /// `params.mode`, when a string.
-    pub mode: Option<Cow<'a, str>>,
+    pub(crate) mode: Option<Cow<'a, str>>,
     /// `params.requestedSchema`, whatever it is (`null` included), when present.
-    pub schema: Option<Value>,
+    pub(crate) schema: Option<Value>,
     /// `params.tools` or `params.toolChoice` is present and not `null`.
-    pub wants_tools: bool,
+    pub(crate) wants_tools: bool,
 }
 
 /// A round's input requests: the keys asked, in order, and what each asks.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Round<'a> {
-    pub asked: Vec<String>,
+    pub(crate) asked: Vec<String>,
     pub questions: Vec<Question<'a>>,
 }
 
 impl<'a> Round<'a> {
+    #[cfg(any(test, feature = "oracle"))]
     /// The round of an `inputRequests` object read as a tree.
     pub fn of_tree(requests: &'a Map<String, Value>) -> Self {
         Round {
@@ -56,8 +59,9 @@ impl<'a> Round<'a> {
 }
 
 impl<'a> Question<'a> {
+    #[cfg(any(test, feature = "oracle"))]
     /// The question of one input request read as a tree.
-    pub fn of_value(request: &'a Value) -> Self {
+    pub(crate) fn of_value(request: &'a Value) -> Self {
         let params = request.get("params");
         let param = |key: &str| params.and_then(|p| p.get(key));
         Question {

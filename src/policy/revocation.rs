@@ -24,7 +24,7 @@ use std::time::Duration;
 
 /// Why [`Revocations::check`] did not clear a token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotCleared {
+pub(crate) enum NotCleared {
     /// Its principal was revoked after it was minted.
     Revoked,
     /// The store could not say, and the failure policy refuses.
@@ -64,7 +64,7 @@ impl Revocations {
     /// by `what` in the log) minted at `issued_at` for `principal`: nothing to check
     /// without a principal; a store that cannot say follows the store's failure policy
     /// (`fails_open`: `single_use.on_store_error = "allow"`), as consumptions do.
-    pub async fn check(
+    pub(crate) async fn check(
         &self,
         principal: Option<&str>,
         issued_at: f64,
@@ -89,7 +89,11 @@ impl Revocations {
     }
 
     /// Whether a token of `principal` minted at `issued_at` was revoked since.
-    pub async fn revoked(&self, principal: &str, issued_at: f64) -> Result<bool, StoreError> {
+    pub(crate) async fn revoked(
+        &self,
+        principal: &str,
+        issued_at: f64,
+    ) -> Result<bool, StoreError> {
         let since = |not_before: Option<f64>| not_before.is_some_and(|at| issued_at < at);
         // Both names at once: the previous version's record costs no second round trip.
         let (scoped, legacy) = (self.digest(principal), legacy_digest(principal));

@@ -34,7 +34,7 @@ pub struct SingleUsePolicy {
 }
 
 impl SingleUsePolicy {
-    pub fn from_config(config: &SingleUseConfig) -> Self {
+    pub(crate) fn from_config(config: &SingleUseConfig) -> Self {
         Self {
             tools: config.tools.clone(),
             prompts: config.prompts.clone(),
@@ -45,7 +45,7 @@ impl SingleUsePolicy {
 
     /// Whether states of `target` under `method` are single-use. Methods without a
     /// target list (`tools/list`, say) follow `default`.
-    pub fn applies(&self, method: &str, target: &str) -> bool {
+    pub(crate) fn applies(&self, method: &str, target: &str) -> bool {
         let list = match method {
             "tools/call" => &self.tools,
             "prompts/get" => &self.prompts,
@@ -60,7 +60,7 @@ use crate::glob::glob_match;
 
 /// Why a verified retry's consumption was not recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotConsumed {
+pub(crate) enum NotConsumed {
     /// The frozen state error with this reason (a replay, a store that cannot answer).
     Refused(Reject),
     /// The caller holds its share of consumed ids (`max_entries_per_principal`).
@@ -72,14 +72,14 @@ pub enum NotConsumed {
 }
 
 /// A recorded consumption, released if the upstream never saw the request.
-pub struct Claim {
+pub(crate) struct Claim {
     id: String,
     /// The random value recorded with it: only this claim releases it.
     mark: String,
 }
 
 /// The single-use phase: the live policy, the store, and what to do when it fails.
-pub struct SingleUse {
+pub(crate) struct SingleUse {
     policy: ArcSwap<SingleUsePolicy>,
     store: Arc<Store>,
     /// `on_store_error = "allow"`; replaced by a reload.
@@ -91,7 +91,11 @@ pub struct SingleUse {
 }
 
 impl SingleUse {
-    pub fn new(config: &SingleUseConfig, store: Arc<Store>, metrics: Arc<PolicyMetrics>) -> Self {
+    pub(crate) fn new(
+        config: &SingleUseConfig,
+        store: Arc<Store>,
+        metrics: Arc<PolicyMetrics>,
+    ) -> Self {
         Self {
             policy: ArcSwap::from_pointee(SingleUsePolicy::from_config(config)),
             store,
@@ -103,17 +107,17 @@ impl SingleUse {
     }
 
     /// The policy now (sealing asks it when minting).
-    pub fn policy(&self) -> Arc<SingleUsePolicy> {
+    pub(crate) fn policy(&self) -> Arc<SingleUsePolicy> {
         self.policy.load_full()
     }
 
     /// Apply a new policy without a restart.
-    pub fn replace_policy(&self, policy: SingleUsePolicy) {
+    pub(crate) fn replace_policy(&self, policy: SingleUsePolicy) {
         self.policy.store(Arc::new(policy));
     }
 
     /// Apply a new `on_store_error` without a restart.
-    pub fn replace_on_store_error(&self, on_store_error: OnStoreError) {
+    pub(crate) fn replace_on_store_error(&self, on_store_error: OnStoreError) {
         self.fails_open
             .store(on_store_error == OnStoreError::Allow, Ordering::Relaxed);
     }
@@ -127,23 +131,23 @@ impl SingleUse {
     }
 
     /// Whether a store failure lets requests through (`on_store_error = "allow"`).
-    pub fn fails_open(&self) -> bool {
+    pub(crate) fn fails_open(&self) -> bool {
         self.on_store_error() == OnStoreError::Allow
     }
 
-    pub fn store(&self) -> &Store {
+    pub(crate) fn store(&self) -> &Store {
         &self.store
     }
 
     /// The shared store itself, for the other features that record in it.
-    pub fn shared_store(&self) -> Arc<Store> {
+    pub(crate) fn shared_store(&self) -> Arc<Store> {
         self.store.clone()
     }
 
     /// Whether a fail-closed store is the reason the sidecar cannot serve single-use
     /// retries now (readiness): it does not answer, or its writes have kept going
     /// unconfirmed by replicas.
-    pub async fn blocking_outage(&self) -> bool {
+    pub(crate) async fn blocking_outage(&self) -> bool {
         self.on_store_error() == OnStoreError::Reject && self.store.ping().await.is_err()
     }
 
@@ -152,7 +156,7 @@ impl SingleUse {
     /// retry.
     /// `owner`: whose share the consumption is charged to, asked only when a state is
     /// consumed.
-    pub async fn consume<'o>(
+    pub(crate) async fn consume<'o>(
         &self,
         opened: &Opened,
         method: &str,
@@ -237,7 +241,7 @@ impl SingleUse {
     }
 
     /// The upstream provably never received the request: the user may try again.
-    pub async fn release(&self, claim: Claim) {
+    pub(crate) async fn release(&self, claim: Claim) {
         let kind = self.store.kind();
         match self.store.release(&claim.id, &claim.mark).await {
             Ok(()) => {

@@ -6,21 +6,22 @@
 //! ([`Proxy::forward_message`]), and only when nothing of the request was handed to the
 //! upstream, or connecting failed before a byte of it was written.
 
-use super::ingress::{ClientAddr, Peer};
+use super::ingress::ClientAddr;
 use super::outbound::Asked;
 use super::response::SealContext;
-use super::{Failure, Proxy, tools, upstream};
+use super::{Failure, Proxy, tools};
 use crate::auth::Caller;
+use crate::body::ProxyBody;
 use crate::jsonrpc::{Id, Params, ParamsField};
 use crate::policy::capabilities;
 use crate::policy::single_use::Claim;
+use crate::server::Peer;
 use crate::telemetry::audit::Record;
 use crate::token::RequestBinding;
 use crate::tools::Inbound;
 use http::Response;
 use http::header::{self, HeaderValue};
 use hyper::body::Incoming;
-use upstream::ProxyBody;
 
 /// One call as steps 5 and 6 read it: its method and id, who sends it and where.
 struct Call<'a> {
@@ -141,7 +142,7 @@ impl Proxy {
         let response = self
             .exchange(
                 parts,
-                (upstream::full(forwarded), Some(reservation)),
+                (crate::body::full(forwarded), Some(reservation)),
                 context,
                 asked,
                 record,

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 
 /// A rewriter whose decisions are counted.
-pub struct Counted<R> {
+pub(crate) struct Counted<R> {
     inner: R,
     metrics: Arc<PathMetrics>,
     _open: Held,
@@ -20,7 +20,7 @@ pub struct Counted<R> {
 
 impl<R: EventRewriter> Counted<R> {
     /// Wrap `inner`; the stream counts as open from now until this is dropped.
-    pub fn new(inner: R, metrics: &Arc<PathMetrics>) -> Self {
+    pub(crate) fn new(inner: R, metrics: &Arc<PathMetrics>) -> Self {
         Self {
             inner,
             _open: metrics.sse_stream(),

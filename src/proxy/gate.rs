@@ -27,42 +27,46 @@ const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
 /// The gate's settings.
-pub struct Gate {
+pub(crate) struct Gate {
     limits: LimitsConfig,
     budget: Arc<MemoryBudget>,
     body_timeout: Duration,
 }
 
 /// A message the gate let in.
-pub struct AdmittedBody {
+pub(crate) struct AdmittedBody {
     /// The scanned message; the next phases edit its `params` through [`Params`]. Boxed:
     /// its index and edits (about 1.5 KB) would otherwise be copied with every move of
     /// the request's future.
-    pub body: Box<ScannedBody>,
+    pub(crate) body: Box<ScannedBody>,
     /// The request body's bytes, held until the forwarded body is gone.
-    pub reservation: Reservation,
+    pub(crate) reservation: Reservation,
 }
 
 impl AdmittedBody {
-    pub fn id(&self) -> Option<&Id> {
+    pub(crate) fn id(&self) -> Option<&Id> {
         self.body.id()
     }
 
     /// The method and `params` of a request or notification (a client's response to a
     /// server request has neither).
-    pub fn call_mut(&mut self) -> Option<(&str, Params<'_>)> {
+    pub(crate) fn call_mut(&mut self) -> Option<(&str, Params<'_>)> {
         self.body.call_mut()
     }
 
     /// The message as the upstream will receive it, and the reservation that holds its
     /// bytes (the members the phases read were parsed on their own and go with it).
-    pub fn into_forwarded(self) -> (Bytes, Reservation) {
+    pub(crate) fn into_forwarded(self) -> (Bytes, Reservation) {
         (self.body.into_forwarded(), self.reservation)
     }
 }
 
 impl Gate {
-    pub fn new(limits: LimitsConfig, budget: Arc<MemoryBudget>, body_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        limits: LimitsConfig,
+        budget: Arc<MemoryBudget>,
+        body_timeout: Duration,
+    ) -> Self {
         Self {
             limits,
             budget,
@@ -71,7 +75,7 @@ impl Gate {
     }
 
     /// Run every check on a POSTed message.
-    pub async fn admit(
+    pub(crate) async fn admit(
         &self,
         headers: &HeaderMap,
         body: Incoming,

@@ -22,17 +22,17 @@ use std::net::SocketAddr;
 
 mod client;
 mod framing;
-pub use client::ClientAddr;
-pub use framing::{FramingScan, MixedFraming, check_framing};
+pub(crate) use client::ClientAddr;
+pub(crate) use framing::check_framing;
 
-pub use crate::server::Peer;
+use crate::server::Peer;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// Which `Host` values are accepted.
 #[derive(Debug, Clone)]
-pub struct HostPolicy {
+pub(crate) struct HostPolicy {
     /// `None`: any host.
     patterns: Option<Vec<HostPattern>>,
     /// Any IP-literal host is accepted too (the admin listener: see
@@ -46,7 +46,7 @@ const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 impl HostPolicy {
     /// From `allowed_hosts`, or its default for `listen`: loopback names on a loopback
     /// address, any host otherwise.
-    pub fn new(allowed: Option<&[String]>, listen: SocketAddr) -> Result<Self, String> {
+    pub(crate) fn new(allowed: Option<&[String]>, listen: SocketAddr) -> Result<Self, String> {
         let entries: Vec<&str> = match allowed {
             Some(list) => list.iter().map(String::as_str).collect(),
             None if listen.ip().is_loopback() => LOOPBACK_HOSTS.to_vec(),
@@ -67,7 +67,10 @@ impl HostPolicy {
     /// PodMonitor discovers (pod IPs). A scrape by a name (a Compose service name, say)
     /// works while `allowed_hosts` is unset on a non-loopback address, or when the name
     /// is listed.
-    pub fn for_admin(allowed: Option<&[String]>, admin_listen: SocketAddr) -> Result<Self, String> {
+    pub(crate) fn for_admin(
+        allowed: Option<&[String]>,
+        admin_listen: SocketAddr,
+    ) -> Result<Self, String> {
         let mut entries: Vec<&str> = match allowed {
             Some(list) => list.iter().map(String::as_str).collect(),
             None if admin_listen.ip().is_loopback() => Vec::new(),
@@ -100,12 +103,16 @@ impl HostPolicy {
 
     /// Every authority the request names (the target's, and each `Host` header) must be
     /// allowed, and there must be one.
-    pub fn check(&self, parts: &http::request::Parts) -> Result<(), ProxyError> {
+    pub(crate) fn check(&self, parts: &http::request::Parts) -> Result<(), ProxyError> {
         self.check_head(&parts.uri, &parts.headers)
     }
 
     /// [`HostPolicy::check`] of a request head's target and headers.
-    pub fn check_head(&self, uri: &http::Uri, headers: &HeaderMap) -> Result<(), ProxyError> {
+    pub(crate) fn check_head(
+        &self,
+        uri: &http::Uri,
+        headers: &HeaderMap,
+    ) -> Result<(), ProxyError> {
         let Some(patterns) = &self.patterns else {
             return Ok(());
         };
@@ -148,7 +155,7 @@ fn is_ip_literal(host: &str) -> bool {
 /// call under). RFC 9110 lets a sender mark any field hop-by-hop, but these describe the
 /// request to the upstream, and honouring a client's `Connection: X-Forwarded-For` after
 /// the rewrite deleted the sidecar's own value (security review, finding 3).
-pub fn protected_headers(also: impl IntoIterator<Item = HeaderName>) -> Vec<HeaderName> {
+pub(crate) fn protected_headers(also: impl IntoIterator<Item = HeaderName>) -> Vec<HeaderName> {
     let mut names = vec![X_FORWARDED_FOR, X_FORWARDED_PROTO, header::AUTHORIZATION];
     names.extend(also);
     names
@@ -156,24 +163,24 @@ pub fn protected_headers(also: impl IntoIterator<Item = HeaderName>) -> Vec<Head
 
 /// Which peers' forwarding headers are believed.
 #[derive(Debug, Clone, Default)]
-pub struct TrustedProxies {
+pub(crate) struct TrustedProxies {
     pub(super) nets: Vec<IpNet>,
 }
 
 impl TrustedProxies {
     /// From `principal.trusted_proxies`: CIDRs or single addresses.
-    pub fn new(entries: &[String]) -> Result<Self, String> {
+    pub(crate) fn new(entries: &[String]) -> Result<Self, String> {
         Ok(Self {
             nets: crate::config::hosts::parse_nets(entries)?,
         })
     }
 
     /// No peer is trusted (the identity header is then taken from anyone).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.nets.is_empty()
     }
 
-    pub fn trusts(&self, peer: Option<Peer>) -> bool {
+    pub(crate) fn trusts(&self, peer: Option<Peer>) -> bool {
         peer.is_some_and(|Peer(addr)| {
             let ip = addr.ip().to_canonical();
             self.nets.iter().any(|net| net.contains(&ip))
@@ -183,7 +190,7 @@ impl TrustedProxies {
     /// Make the forwarding headers say what the sidecar saw: kept and extended for a
     /// trusted peer, replaced for anyone else. `keep` is a header that must survive
     /// (the identity header, which has its own rules).
-    pub fn rewrite(
+    pub(crate) fn rewrite(
         &self,
         headers: &mut HeaderMap,
         peer: Option<Peer>,

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 /// Outcomes of verifying an inbound `requestState` (`result` label, design §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerifyResult {
+pub(crate) enum VerifyResult {
     Ok,
     Rejected(Reject),
     /// A good token whose single-use consumption no replica of the store confirmed in
@@ -48,14 +48,14 @@ impl Label for VerifyResult {
 
 /// What kind of traffic a request was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// A POSTed JSON-RPC message through the gate.
     Mcp,
     /// A body-less request (GET SSE streams, DELETE) or a configured passthrough path.
     Passthrough,
 }
 
-crate::registry::labels!(Route {
+crate::registry::labels!(pub(crate) Route {
     Mcp => "mcp",
     Passthrough => "passthrough",
 });
@@ -84,7 +84,7 @@ pub enum SealFailure {
     UnexpectedStatus,
 }
 
-crate::registry::labels!(SealFailure {
+crate::registry::labels!(pub SealFailure {
     NonStringState => "non_string_state",
     StateTooLarge => "state_too_large",
     UnparseableBody => "unparseable_body",
@@ -112,7 +112,7 @@ pub enum StatusClass {
 }
 
 impl StatusClass {
-    pub fn of(status: http::StatusCode) -> Self {
+    pub(crate) fn of(status: http::StatusCode) -> Self {
         match status.as_u16() {
             ..200 => StatusClass::Informational,
             200..300 => StatusClass::Success,
@@ -123,7 +123,7 @@ impl StatusClass {
     }
 }
 
-crate::registry::labels!(StatusClass {
+crate::registry::labels!(pub StatusClass {
     Informational => "1xx",
     Success => "2xx",
     Redirection => "3xx",
@@ -142,7 +142,7 @@ pub enum SseEvent {
     Withheld,
 }
 
-crate::registry::labels!(SseEvent {
+crate::registry::labels!(pub SseEvent {
     Sealed => "sealed",
     Passed => "passed",
     Withheld => "withheld",
@@ -166,12 +166,12 @@ const OVERHEAD_BUCKETS: [f64; 16] = [
 /// wiring hands it over; each phase reads the part it counts.
 #[derive(Clone)]
 pub struct Meters {
-    pub path: Arc<PathMetrics>,
-    pub refusals: Arc<RefusalMetrics>,
-    pub policy: Arc<PolicyMetrics>,
-    pub keys: Arc<KeyMetrics>,
-    pub tools: Arc<ToolMetrics>,
-    pub auth: Arc<AuthMetrics>,
+    pub(crate) path: Arc<PathMetrics>,
+    pub(crate) refusals: Arc<RefusalMetrics>,
+    pub(crate) policy: Arc<PolicyMetrics>,
+    pub(crate) keys: Arc<KeyMetrics>,
+    pub(crate) tools: Arc<ToolMetrics>,
+    pub(crate) auth: Arc<AuthMetrics>,
 }
 
 impl Meters {
@@ -206,7 +206,7 @@ pub struct PathMetrics {
 }
 
 impl PathMetrics {
-    pub fn register(registry: &Registry) -> Self {
+    pub(crate) fn register(registry: &Registry) -> Self {
         Self {
             sealed: registry.counter(
                 "state_sealed_total",
@@ -261,7 +261,7 @@ impl PathMetrics {
         }
     }
 
-    pub fn sealed(&self) {
+    pub(crate) fn sealed(&self) {
         self.sealed.inc();
     }
 
@@ -269,7 +269,7 @@ impl PathMetrics {
         self.sealed.get()
     }
 
-    pub fn verified(&self, result: VerifyResult) {
+    pub(crate) fn verified(&self, result: VerifyResult) {
         self.verified.at(result).inc();
     }
 
@@ -281,7 +281,7 @@ impl PathMetrics {
         self.verified.at(result).get()
     }
 
-    pub fn seal_failed(&self, failure: SealFailure) {
+    pub(crate) fn seal_failed(&self, failure: SealFailure) {
         self.seal_failures.at(failure).inc();
     }
 
@@ -289,7 +289,7 @@ impl PathMetrics {
         self.seal_failures.at(failure).get()
     }
 
-    pub fn input_responses_dropped(&self, n: usize) {
+    pub(crate) fn input_responses_dropped(&self, n: usize) {
         self.input_responses_dropped.inc_by(n as u64);
     }
 
@@ -297,7 +297,7 @@ impl PathMetrics {
         self.input_responses_dropped.get()
     }
 
-    pub fn request(&self, route: Route) {
+    pub(crate) fn request(&self, route: Route) {
         self.requests.at(route).inc();
     }
 
@@ -308,7 +308,7 @@ impl PathMetrics {
 
     /// Count a request in flight until the guard is dropped (with the response body, so
     /// streams count for as long as they run, and a client that goes away decrements).
-    pub fn in_flight_guard(&self) -> Held {
+    pub(crate) fn in_flight_guard(&self) -> Held {
         Held::take(&self.in_flight)
     }
 
@@ -318,7 +318,7 @@ impl PathMetrics {
 
     /// One request's time to its response head, and the part of it that was not the
     /// upstream's (`upstream_wait`: time spent waiting for its response head).
-    pub fn observe_request(
+    pub(crate) fn observe_request(
         &self,
         method: MethodClass,
         outcome: Outcome,
@@ -338,7 +338,7 @@ impl PathMetrics {
         self.request_duration.at(method, outcome).get_sample_count()
     }
 
-    pub fn upstream_response(&self, status: http::StatusCode) {
+    pub(crate) fn upstream_response(&self, status: http::StatusCode) {
         self.upstream_responses.at(StatusClass::of(status)).inc();
     }
 
@@ -346,7 +346,7 @@ impl PathMetrics {
         self.upstream_responses.at(class).get()
     }
 
-    pub fn sse_event(&self, event: SseEvent) {
+    pub(crate) fn sse_event(&self, event: SseEvent) {
         self.sse_events.at(event).inc();
     }
 
@@ -355,7 +355,7 @@ impl PathMetrics {
     }
 
     /// Count an SSE stream as open until the guard is dropped (with the stream's body).
-    pub fn sse_stream(&self) -> Held {
+    pub(crate) fn sse_stream(&self) -> Held {
         Held::take(&self.sse_streams)
     }
 

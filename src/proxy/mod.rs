@@ -29,19 +29,25 @@
 //! requests, and each request reads them once.
 
 mod call;
-pub mod counted;
-pub mod gate;
-pub mod ingress;
+pub(crate) mod counted;
+pub(crate) mod gate;
+pub(crate) mod ingress;
 mod metrics;
-pub mod outbound;
-pub mod response;
-pub mod state;
-pub mod tools;
-pub mod upstream;
+pub(crate) mod outbound;
+pub(crate) mod response;
+pub(crate) mod state;
+pub(crate) mod tools;
+pub(crate) mod upstream;
 
-pub use metrics::{Meters, PathMetrics, Route, SealFailure, SseEvent, StatusClass, VerifyResult};
+pub use metrics::Meters;
+pub use metrics::PathMetrics;
+pub(crate) use metrics::Route;
+pub use metrics::SealFailure;
+pub use metrics::SseEvent;
+pub use metrics::StatusClass;
 
 use crate::auth::Identifier;
+use crate::body::{BoxError, ProxyBody};
 use crate::budget::{MemoryBudget, Reservation};
 use crate::error::ProxyError;
 use crate::jsonrpc::Id;
@@ -49,6 +55,7 @@ use crate::mcp::MethodClass;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::SingleUse;
+use crate::server::Peer;
 use crate::telemetry::audit::Record;
 use crate::token::StateSealer;
 use crate::tools::{Handles, Idempotency, ToolFeatures};
@@ -59,14 +66,14 @@ use http::header;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
-use ingress::{HostPolicy, Peer, TrustedProxies};
+use ingress::{HostPolicy, TrustedProxies};
 use outbound::{Asked, Outbound};
 use response::SealContext;
 use state::StateOpener;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
-use upstream::{BoxError, ProxyBody, Upstream};
+use upstream::Upstream;
 
 /// The largest token worth opening: no token this sidecar mints for a state of
 /// `max_state_bytes` is longer (claims overhead, JSON escaping of every byte at worst 6×,
@@ -76,12 +83,12 @@ pub fn max_token_bytes(max_state_bytes: usize) -> usize {
 }
 
 /// A failure with the id of the request it answers, when known.
-pub struct Failure {
-    pub id: Option<Id>,
-    pub error: ProxyError,
+pub(crate) struct Failure {
+    pub(crate) id: Option<Id>,
+    pub(crate) error: ProxyError,
     /// The upstream's response head, when the failure replaces its body: an error
     /// status and its headers are kept.
-    pub upstream_head: Option<http::response::Parts>,
+    pub(crate) upstream_head: Option<http::response::Parts>,
 }
 
 impl From<ProxyError> for Failure {
@@ -95,7 +102,7 @@ impl From<ProxyError> for Failure {
 }
 
 /// The phases, wired once and shared by all connections.
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub(crate) metrics: Meters,
     pub(crate) hosts: ArcSwap<HostPolicy>,
     pub(crate) trusted_proxies: TrustedProxies,
@@ -115,14 +122,14 @@ pub struct Proxy {
 /// What the proxy shares with the rest of the process: the single-use and revocation
 /// stores (with the tool features and the admin port) and the memory budget (with a
 /// stdio upstream's bridge).
-pub struct Shared {
-    pub single_use: Arc<SingleUse>,
-    pub revocations: Arc<Revocations>,
-    pub budget: Arc<MemoryBudget>,
+pub(crate) struct Shared {
+    pub(crate) single_use: Arc<SingleUse>,
+    pub(crate) revocations: Arc<Revocations>,
+    pub(crate) budget: Arc<MemoryBudget>,
 }
 
 impl Shared {
-    pub fn new(
+    pub(crate) fn new(
         single_use: Arc<SingleUse>,
         revocations: Arc<Revocations>,
         budget: Arc<MemoryBudget>,
@@ -137,7 +144,7 @@ impl Shared {
 
 impl Proxy {
     /// Build the phases from a validated configuration.
-    pub fn new(
+    pub(crate) fn new(
         config: &crate::config::Config,
         sealer: Arc<StateSealer>,
         shared: Shared,
@@ -226,18 +233,18 @@ impl Proxy {
     }
 
     /// Apply a reloaded `allowed_hosts` (for `listen`, which does not change live).
-    pub fn replace_hosts(&self, hosts: HostPolicy) {
+    pub(crate) fn replace_hosts(&self, hosts: HostPolicy) {
         self.hosts.store(Arc::new(hosts));
     }
 
     /// Apply a reloaded `passthrough_paths`.
-    pub fn replace_passthrough_paths(&self, paths: &[String]) {
+    pub(crate) fn replace_passthrough_paths(&self, paths: &[String]) {
         self.passthrough_paths
             .store(Arc::new(paths.iter().cloned().collect()));
     }
 
     /// Serve one request. Never fails: errors become JSON-RPC error responses here.
-    pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
+    pub(crate) async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
         // Held by the response body: streams count until they end, and a client that
         // goes away mid-request or mid-stream still decrements (and still leaves its
         // one record).
@@ -255,7 +262,7 @@ impl Proxy {
             record.started().elapsed(),
             record.upstream_wait(),
         );
-        response.map(|body| upstream::holding(body, (in_flight, record)))
+        response.map(|body| crate::body::holding(body, (in_flight, record)))
     }
 
     /// The one place a failure becomes a response.
@@ -278,7 +285,7 @@ impl Proxy {
         if kind.is_upstream() {
             tracing::warn!(kind = kind.as_str(), error = %error, cause = ?std::error::Error::source(&error), "upstream failure");
         }
-        let mut response = error.into_response(id.as_ref()).map(upstream::full);
+        let mut response = error.to_response(id.as_ref()).map(crate::body::full);
         if let Some(head) = upstream_head {
             outbound::keep_upstream_head(&mut response, head);
         }
@@ -384,7 +391,7 @@ impl Proxy {
         };
         self.exchange(
             parts,
-            (upstream::full(Bytes::new()), None),
+            (crate::body::full(Bytes::new()), None),
             context,
             asked,
             record,

@@ -16,8 +16,9 @@
 use super::counted::Counted;
 use super::metrics::{Meters, SealFailure};
 use super::response::{SealContext, Sealer, with_body};
-use super::upstream::{self, BoxError, ProxyBody};
+use super::upstream;
 use super::{Failure, identity_encoding};
+use crate::body::{BoxError, ProxyBody};
 use crate::budget::{self, CollectError, MemoryBudget, Reservation};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
@@ -37,7 +38,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// The response phase's settings.
-pub struct Outbound {
+pub(crate) struct Outbound {
     sealer: Arc<StateSealer>,
     /// Asked, when a state is sealed, whether its target is single-use now.
     single_use: Arc<SingleUse>,
@@ -83,7 +84,7 @@ enum Label {
 }
 
 impl Outbound {
-    pub fn new(
+    pub(crate) fn new(
         sealer: Arc<StateSealer>,
         single_use: Arc<SingleUse>,
         metrics: Meters,
@@ -104,7 +105,7 @@ impl Outbound {
     }
 
     /// Make `response` safe for the client; `asked` says what kind of request it answers.
-    pub async fn respond(
+    pub(crate) async fn respond(
         &self,
         response: Response<Incoming>,
         context: SealContext,
@@ -176,7 +177,7 @@ impl Outbound {
                         for name in BODY_HEADERS {
                             parts.headers.remove(name);
                         }
-                        Ok(Response::from_parts(parts, upstream::full(Bytes::new())))
+                        Ok(Response::from_parts(parts, crate::body::full(Bytes::new())))
                     }
                     // The TypeScript SDK parses every 2xx GET body as SSE, whatever its
                     // label: so does the sealer (with no request to bind, any state in it
@@ -318,7 +319,7 @@ impl Outbound {
 
 /// What kind of request a response answers, which decides what a 2xx body may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Asked {
+pub(crate) enum Asked {
     /// A POSTed request with an id: the answer is its JSON-RPC response.
     Call,
     /// A POSTed notification or client response: nothing is read from the answer.

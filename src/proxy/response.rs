@@ -10,7 +10,7 @@
 //! JSON-RPC internal error instead, counted and logged.
 
 use super::metrics::{Meters, SealFailure};
-use super::upstream::ProxyBody;
+use crate::body::ProxyBody;
 use crate::budget::Reservation;
 use crate::error::ProxyError;
 use crate::jsonrpc::{
@@ -68,7 +68,7 @@ impl SealContext {
     }
 
     /// What the tool features decided at admission.
-    pub fn with_tools(mut self, answering: Answering) -> Self {
+    pub(crate) fn with_tools(mut self, answering: Answering) -> Self {
         self.answering = answering;
         self
     }
@@ -83,18 +83,18 @@ impl SealContext {
 
     /// The upstream's response head came with `status` (an idempotent call records
     /// only a 2xx answer).
-    pub fn upstream_status(&self, status: http::StatusCode) {
+    pub(crate) fn upstream_status(&self, status: http::StatusCode) {
         self.answering.upstream_status(status);
     }
 
     /// The id of the request.
-    pub fn request_id(&self) -> Option<&Id> {
+    pub(crate) fn request_id(&self) -> Option<&Id> {
         self.id.as_ref()
     }
 
     /// A response that answers no request the sidecar parsed (a GET stream, say):
     /// a state in it cannot be bound, so it cannot be let through.
-    pub fn unbound(principal: Option<String>) -> Self {
+    pub(crate) fn unbound(principal: Option<String>) -> Self {
         Self::new(None, None, None, principal)
     }
 }
@@ -168,7 +168,7 @@ impl Sealer {
     }
 
     /// The id of the request this response answers.
-    pub fn request_id(&self) -> Option<&Id> {
+    pub(crate) fn request_id(&self) -> Option<&Id> {
         self.context.id.as_ref()
     }
 
@@ -376,7 +376,7 @@ impl Sealer {
     }
 
     /// Count, log, and build the internal error that replaces an unsafe response.
-    pub fn failure(&self, failure: SealFailure) -> ProxyError {
+    pub(crate) fn failure(&self, failure: SealFailure) -> ProxyError {
         self.metrics.path.seal_failed(failure);
         tracing::error!(
             method = self.context.method.as_deref().unwrap_or("-"),
@@ -387,7 +387,7 @@ impl Sealer {
     }
 
     /// Count, log, and build the error that replaces a withheld response.
-    pub fn withhold(&self, withheld: Withheld) -> ProxyError {
+    pub(crate) fn withhold(&self, withheld: Withheld) -> ProxyError {
         match withheld {
             Withheld::Failure(failure) => self.failure(failure),
             Withheld::Refused(reason, error) => {
@@ -480,7 +480,7 @@ impl EventRewriter for Sealer {
 /// line per line of `data` (a message read from several data lines, which SSE joins with
 /// LF, keeps them), each with the first data line's ending; every other line (`event:`,
 /// `id:`, `retry:`, comments) and its ending is kept.
-pub fn replace_data(event: &[u8], data: &[u8]) -> Bytes {
+pub(crate) fn replace_data(event: &[u8], data: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(event.len() + data.len());
     let mut written = false;
     for (content, ending) in crate::sse::split_lines(event) {
@@ -502,7 +502,7 @@ pub fn replace_data(event: &[u8], data: &[u8]) -> Bytes {
 }
 
 /// A whole-body response with a new body, holding `reservation` until it is sent.
-pub fn with_body(
+pub(crate) fn with_body(
     mut parts: http::response::Parts,
     body: Bytes,
     reservation: Option<Reservation>,
@@ -510,7 +510,7 @@ pub fn with_body(
     parts
         .headers
         .insert(http::header::CONTENT_LENGTH, body.len().into());
-    let body = super::upstream::full(body);
+    let body = crate::body::full(body);
     let body = match reservation {
         Some(reservation) => reservation.hold(body),
         None => body,

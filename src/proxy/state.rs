@@ -24,7 +24,7 @@ use serde_json::Value;
 use std::sync::Arc;
 
 /// Opens states; holds only what that needs.
-pub struct StateOpener {
+pub(crate) struct StateOpener {
     pub(super) sealer: Arc<StateSealer>,
     pub(super) single_use: Arc<SingleUse>,
     pub(super) revocations: Arc<Revocations>,
@@ -34,19 +34,19 @@ pub struct StateOpener {
 }
 
 /// A retry whose state was opened.
-pub struct OpenedRetry {
+pub(crate) struct OpenedRetry {
     /// The request's binding, computed to open the token (the response reuses it).
-    pub binding: RequestBinding,
+    pub(crate) binding: RequestBinding,
     /// The single-use consumption recorded for it, if any.
-    pub claim: Option<Claim>,
+    pub(crate) claim: Option<Claim>,
     /// Where its token stood in the flow (the next round counts from it).
-    pub flow: Option<Flow>,
+    pub(crate) flow: Option<Flow>,
 }
 
 impl StateOpener {
     /// Verify, consume when single-use (held by `owner`), and unwrap
     /// `params.requestState` in place. `None`: the request carried no state.
-    pub async fn open(
+    pub(crate) async fn open(
         &self,
         method: &str,
         params: &mut Params<'_>,
@@ -222,7 +222,7 @@ impl StateOpener {
     }
 
     /// Give back a consumption whose request never reached the upstream.
-    pub async fn release(&self, claim: Claim) {
+    pub(crate) async fn release(&self, claim: Claim) {
         self.single_use.release(claim).await;
     }
 

@@ -5,7 +5,7 @@
 //! upstream's original HTTP status, marked `Idempotent-Replayed: true`; nothing else is
 //! added.
 
-use super::upstream::{self, ProxyBody};
+use crate::body::ProxyBody;
 use crate::jsonrpc::{self, Id};
 use crate::tools::Replay;
 use crate::tools::idempotency::REPLAYED_HEADER;
@@ -13,8 +13,11 @@ use http::Response;
 use http::header::{self, HeaderValue};
 
 /// The stored answer under `id`.
-pub fn replayed(id: Option<&Id>, Replay { status, answer, .. }: Replay) -> Response<ProxyBody> {
-    let mut response = Response::new(upstream::full(jsonrpc::answer_body(id, answer)));
+pub(crate) fn replayed(
+    id: Option<&Id>,
+    Replay { status, answer, .. }: Replay,
+) -> Response<ProxyBody> {
+    let mut response = Response::new(crate::body::full(jsonrpc::answer_body(id, answer)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(

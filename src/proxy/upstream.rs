@@ -23,7 +23,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
-pub use crate::body::{BoxError, ProxyBody, full, holding};
+use crate::body::ProxyBody;
 
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those the
 /// sidecar sets itself.
@@ -39,7 +39,7 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// The configured upstream and a connection pool to it.
-pub struct Upstream {
+pub(crate) struct Upstream {
     client: Clients,
     scheme: Scheme,
     authority: Authority,
@@ -59,11 +59,11 @@ enum Clients {
 
 /// How idle upstream connections are kept for reuse.
 #[derive(Debug, Clone, Copy)]
-pub struct Pool {
+pub(crate) struct Pool {
     /// An idle connection is closed after this (`timeouts.upstream_idle_ms`).
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// At most this many idle connections are kept (`limits.upstream_max_idle_per_host`).
-    pub max_idle: usize,
+    pub(crate) max_idle: usize,
 }
 
 impl Default for Pool {
@@ -77,9 +77,10 @@ impl Default for Pool {
 }
 
 impl Upstream {
+    #[cfg(test)]
     /// `base` is an `http://` upstream URL (an `https://` one is verified against the
     /// compiled-in roots: see [`Upstream::with_tls`]); the pool keeps the default sizes.
-    pub fn new(
+    pub(crate) fn new(
         base: &UpstreamUrl,
         connect_timeout: Duration,
         response_head_timeout: Duration,
@@ -96,7 +97,7 @@ impl Upstream {
 
     /// `base` is an `http://` or `https://` upstream URL; `tls` is used for an
     /// `https://` one (which is then never spoken to in the clear).
-    pub fn with_tls(
+    pub(crate) fn with_tls(
         base: &UpstreamUrl,
         tls: rustls::ClientConfig,
         connect_timeout: Duration,
@@ -127,7 +128,7 @@ impl Upstream {
 
     /// A stdio upstream: the bridge's in-process server, reached in memory
     /// ([`crate::stdio::Connector`]); requests name the authority `stdio`.
-    pub fn stdio(
+    pub(crate) fn stdio(
         connector: crate::stdio::Connector,
         response_head_timeout: Duration,
         pool: Pool,
@@ -151,7 +152,7 @@ impl Upstream {
 
     /// Remove a client's copies of the headers by which the gated route speaks to a
     /// stdio upstream (on every route, before the sidecar sets anything).
-    pub fn strip_internal(&self, headers: &mut HeaderMap) {
+    pub(crate) fn strip_internal(&self, headers: &mut HeaderMap) {
         if self.gated_mark.is_some() {
             headers.remove(crate::stdio::GATED_HEADER);
             headers.remove(crate::stdio::OWNER_HEADER);
@@ -161,7 +162,7 @@ impl Upstream {
     /// Mark a request of the gated route for a stdio upstream, which answers nothing
     /// else (never a passthrough request), with whose share it spends. No-op for an
     /// HTTP upstream.
-    pub fn mark_gated(&self, headers: &mut HeaderMap, owner: &crate::store::Owner) {
+    pub(crate) fn mark_gated(&self, headers: &mut HeaderMap, owner: &crate::store::Owner) {
         if let Some(mark) = &self.gated_mark {
             headers.insert(crate::stdio::GATED_HEADER, mark.clone());
             headers.insert(
@@ -172,7 +173,7 @@ impl Upstream {
     }
 
     /// The upstream URI for a client request target: base path ‖ path, query kept.
-    pub fn uri_for(&self, client_uri: &Uri) -> Uri {
+    pub(crate) fn uri_for(&self, client_uri: &Uri) -> Uri {
         let path_and_query = client_uri
             .path_and_query()
             .map_or("/", PathAndQuery::as_str);
@@ -188,7 +189,7 @@ impl Upstream {
     /// Rewrite a client request head for the upstream hop (in place): target URI,
     /// headers, and HTTP/1.1 whatever the client spoke (h2c clients included; the pool
     /// speaks HTTP/1.1 to the upstream, as MCP servers generally only do).
-    pub fn prepare(&self, parts: &mut http::request::Parts) {
+    pub(crate) fn prepare(&self, parts: &mut http::request::Parts) {
         parts.uri = self.uri_for(&parts.uri);
         parts.version = http::Version::HTTP_11;
         self.prepare_headers(&mut parts.headers);
@@ -197,7 +198,7 @@ impl Upstream {
     /// Rewrite client headers for the upstream hop (in place). The client's `Connection`
     /// set was dropped at ingress; by now the sidecar has added forwarding, identity and
     /// idempotency headers, so a `Connection` header is not honoured here, only removed.
-    pub fn prepare_headers(&self, headers: &mut HeaderMap) {
+    pub(crate) fn prepare_headers(&self, headers: &mut HeaderMap) {
         strip_fixed_hop_by_hop(headers);
         // The sidecar holds the whole body before it forwards: a client's expectation
         // (`100-continue`) was met or ignored at this hop, as Envoy does by default.
@@ -210,12 +211,12 @@ impl Upstream {
     }
 
     /// How long a response head (and a whole JSON body) may take.
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         self.response_head_timeout
     }
 
     /// Send a request and wait for the response head, bounded by the configured timeout.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         request: http::Request<ProxyBody>,
     ) -> Result<http::Response<Incoming>, ProxyError> {
@@ -235,14 +236,14 @@ impl Upstream {
 
 /// Remove hop-by-hop headers, including those the `Connection` header names (the
 /// upstream's response head on its way to the client).
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     strip_hop_by_hop_keeping(headers, &[]);
 }
 
 /// Remove hop-by-hop headers, including those the `Connection` header names, except the
 /// names in `keep`: a client may not use `Connection` to delete what the sidecar sets or
 /// vouches for (forwarding, identity, credentials, idempotency key).
-pub fn strip_hop_by_hop_keeping(headers: &mut HeaderMap, keep: &[HeaderName]) {
+pub(crate) fn strip_hop_by_hop_keeping(headers: &mut HeaderMap, keep: &[HeaderName]) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()

@@ -32,7 +32,7 @@ enum Phase {
 
 /// Which deadline passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expired {
+pub(crate) enum Expired {
     /// A request head did not arrive in time: close at once.
     Head,
     /// Idle for too long: close (HTTP/2: after a GOAWAY).
@@ -55,7 +55,7 @@ struct State {
 
 /// The deadlines of one connection, shared by its reader, its service and its task.
 #[derive(Debug)]
-pub struct Clock {
+pub(crate) struct Clock {
     state: Mutex<State>,
     changed: Notify,
     header_read: Duration,
@@ -64,7 +64,7 @@ pub struct Clock {
 
 impl Clock {
     /// A connection accepted now: its first request head is due within `header_read`.
-    pub fn new(header_read: Duration, idle: Duration) -> Arc<Self> {
+    pub(crate) fn new(header_read: Duration, idle: Duration) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(State {
                 phase: Phase::Head(Instant::now()),
@@ -122,7 +122,7 @@ impl Clock {
     }
 
     /// A request's head was read; it is in progress until [`Clock::finished`].
-    pub fn started(&self) {
+    pub(crate) fn started(&self) {
         self.update(|state| {
             state.in_flight += 1;
             state.phase = Phase::Busy;
@@ -130,7 +130,7 @@ impl Clock {
     }
 
     /// A request's response was written (or abandoned).
-    pub fn finished(&self) {
+    pub(crate) fn finished(&self) {
         self.update(|state| {
             state.in_flight = state.in_flight.saturating_sub(1);
             if state.in_flight == 0 {
@@ -140,7 +140,7 @@ impl Clock {
     }
 
     /// Whether the client speaks HTTP/2 (known once its first bytes arrived).
-    pub fn is_http2(&self) -> bool {
+    pub(crate) fn is_http2(&self) -> bool {
         self.state.lock().expect("not poisoned").http2 == Some(true)
     }
 
@@ -157,7 +157,7 @@ impl Clock {
 
     /// Since when the connection has been idle (no request in progress, nothing read
     /// since the last one ended), if it is and was not reclaimed already.
-    pub fn idle_since(&self) -> Option<Instant> {
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
         let state = self.state.lock().expect("not poisoned");
         match state.phase {
             Phase::Idle(since) if !state.reclaimed => Some(since),
@@ -168,7 +168,7 @@ impl Clock {
     /// Close the connection now if it is idle (the listener needs its slot): its idle
     /// deadline is moved to the moment it went idle. Returns whether it was idle. A
     /// request that starts meanwhile cancels it (the phase changes).
-    pub fn reclaim(&self) -> bool {
+    pub(crate) fn reclaim(&self) -> bool {
         let mut state = self.state.lock().expect("not poisoned");
         if !matches!(state.phase, Phase::Idle(_)) || state.reclaimed {
             return false;
@@ -180,7 +180,7 @@ impl Clock {
     }
 
     /// Resolves when the deadline in force passes without the phase changing.
-    pub async fn expired(&self) -> Expired {
+    pub(crate) async fn expired(&self) -> Expired {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
@@ -202,7 +202,7 @@ impl Clock {
 
     /// A guard for one request: started now, finished when dropped (with the response
     /// body, after its last byte or when the client went away).
-    pub fn request(self: &Arc<Self>) -> InRequest {
+    pub(crate) fn request(self: &Arc<Self>) -> InRequest {
         self.started();
         InRequest(self.clone())
     }
@@ -210,7 +210,7 @@ impl Clock {
 
 /// One request in progress on a connection.
 #[derive(Debug)]
-pub struct InRequest(Arc<Clock>);
+pub(crate) struct InRequest(Arc<Clock>);
 
 impl Drop for InRequest {
     fn drop(&mut self) {
@@ -221,7 +221,7 @@ impl Drop for InRequest {
 pin_project_lite::pin_project! {
     /// The client's stream, telling the [`Clock`] when bytes arrive, and showing them to
     /// the connection's [`FramingScan`].
-    pub struct Watched<I> {
+    pub(crate) struct Watched<I> {
         #[pin]
         inner: I,
         clock: Arc<Clock>,
@@ -230,7 +230,7 @@ pin_project_lite::pin_project! {
 }
 
 impl<I> Watched<I> {
-    pub fn new(inner: I, clock: Arc<Clock>, framing: FramingScan) -> Self {
+    pub(crate) fn new(inner: I, clock: Arc<Clock>, framing: FramingScan) -> Self {
         Self {
             inner,
             clock,

@@ -21,15 +21,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// request whose check runs after a head pipelined behind it tripped the scan is refused
 /// too: failing closed, on the connection of the client that sent the ambiguous head.
 #[derive(Debug, Clone, Default)]
-pub struct MixedFraming(Arc<AtomicBool>);
+pub(crate) struct MixedFraming(Arc<AtomicBool>);
 
 impl MixedFraming {
-    pub fn seen(&self) -> bool {
+    pub(crate) fn seen(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
 
     /// Record that a head named both.
-    pub fn mark(&self) {
+    pub(crate) fn mark(&self) {
         self.0.store(true, Ordering::Relaxed);
     }
 }
@@ -46,7 +46,7 @@ const SCAN_LINE: usize = 18;
 /// non-JSON bytes of that shape can trip it, and only on its own connection. Stops at
 /// the first hit, and on an HTTP/2 connection (its first line is the preface's).
 #[derive(Debug)]
-pub struct FramingScan {
+pub(crate) struct FramingScan {
     seen: MixedFraming,
     /// The current line's first bytes, lowercased, without `\r`.
     line: [u8; SCAN_LINE],
@@ -60,7 +60,7 @@ pub struct FramingScan {
 }
 
 impl FramingScan {
-    pub fn new(seen: MixedFraming) -> Self {
+    pub(crate) fn new(seen: MixedFraming) -> Self {
         Self {
             seen,
             line: [0; SCAN_LINE],
@@ -76,7 +76,7 @@ impl FramingScan {
     /// Bytes that arrived from the client, in order. Lines are found with `memchr`, and
     /// only a line's first `SCAN_LINE` bytes are looked at: a body costs a scan for
     /// newlines, not a step per byte.
-    pub fn read(&mut self, mut bytes: &[u8]) {
+    pub(crate) fn read(&mut self, mut bytes: &[u8]) {
         while !self.done && !bytes.is_empty() {
             match memchr::memchr(b'\n', bytes) {
                 Some(end) => {

@@ -16,7 +16,7 @@ pub enum Listener {
     Admin,
 }
 
-crate::registry::labels!(Listener {
+crate::registry::labels!(pub Listener {
     Proxy => "proxy",
     Admin => "admin",
 });
@@ -28,7 +28,7 @@ pub struct ConnectionMetrics {
 }
 
 impl ConnectionMetrics {
-    pub fn register(registry: &Registry) -> Self {
+    pub(crate) fn register(registry: &Registry) -> Self {
         Self {
             open: registry.gauges(
                 "client_connections_open",
@@ -44,11 +44,11 @@ impl ConnectionMetrics {
     }
 
     /// Count a client connection as open until the guard is dropped.
-    pub fn connection(&self, listener: Listener) -> Held {
+    pub(crate) fn connection(&self, listener: Listener) -> Held {
         Held::take(&self.open.at(listener))
     }
 
-    pub fn connection_limit_reached(&self, listener: Listener) {
+    pub(crate) fn connection_limit_reached(&self, listener: Listener) {
         self.limit_waits.at(listener).inc();
     }
 

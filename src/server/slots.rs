@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 /// The address a share is counted by: an IPv4 address (an IPv4-mapped IPv6 one too),
 /// or an IPv6 client's /64, what one host is routinely given.
-pub fn peer_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn peer_key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -36,12 +36,12 @@ struct Listed {
 
 /// The open connections of one listener.
 #[derive(Default)]
-pub struct Slots {
+pub(crate) struct Slots {
     listed: Mutex<Listed>,
 }
 
 /// One listed connection; unlisted when dropped.
-pub struct Slot {
+pub(crate) struct Slot {
     slots: Arc<Slots>,
     id: u64,
 }
@@ -62,7 +62,7 @@ impl Drop for Slot {
 
 impl Slots {
     /// List a connection of `peer` (a [`peer_key`]).
-    pub fn list(self: &Arc<Self>, peer: IpAddr, clock: Arc<Clock>) -> Slot {
+    pub(crate) fn list(self: &Arc<Self>, peer: IpAddr, clock: Arc<Clock>) -> Slot {
         let mut listed = self.listed.lock().expect("not poisoned");
         let id = listed.next;
         listed.next += 1;
@@ -75,14 +75,14 @@ impl Slots {
     }
 
     /// Connections `peer` holds now.
-    pub fn held_by(&self, peer: IpAddr) -> usize {
+    pub(crate) fn held_by(&self, peer: IpAddr) -> usize {
         let listed = self.listed.lock().expect("not poisoned");
         listed.per_peer.get(&peer).copied().unwrap_or(0)
     }
 
     /// Close the connection idle the longest (of `peer` only, when given). Returns
     /// whether one was idle.
-    pub fn reclaim_idle(&self, peer: Option<IpAddr>) -> bool {
+    pub(crate) fn reclaim_idle(&self, peer: Option<IpAddr>) -> bool {
         let listed = self.listed.lock().expect("not poisoned");
         let mut idle: Vec<_> = listed
             .open

@@ -15,10 +15,10 @@ use subtle::ConstantTimeEq;
 
 /// The header by which the proxy's gated route marks what it forwards to the bridge
 /// (with a per-process random value; any copy a client sent is removed at ingress).
-pub const GATED_HEADER: &str = "x-mcp-state-guard-gated";
+pub(crate) const GATED_HEADER: &str = "x-mcp-state-guard-gated";
 /// The header naming whose share a request spends (the proxy's `Caller::owner`, a
 /// digest), set by the gated route next to the mark, over any copy a client sent.
-pub const OWNER_HEADER: &str = "x-mcp-state-guard-owner";
+pub(crate) const OWNER_HEADER: &str = "x-mcp-state-guard-owner";
 
 /// A new secret for [`GATED_HEADER`].
 pub(super) fn fresh_mark() -> HeaderValue {

@@ -27,9 +27,9 @@ pub(crate) fn fresh() -> BridgeId {
 
 /// A caller's request, read: its id and progress token, and where they are.
 pub(crate) struct Parsed {
-    pub caller_id: Value,
+    pub(crate) caller_id: Value,
     /// The caller's `params._meta.progressToken`, when it sent one.
-    pub token: Option<Value>,
+    pub(crate) token: Option<Value>,
     /// The spans of the id and the token, in order.
     spans: Vec<Range<usize>>,
 }

@@ -29,7 +29,7 @@ pub enum Unmatched {
     Invalid,
 }
 
-crate::registry::labels!(Unmatched {
+crate::registry::labels!(pub Unmatched {
     NotJson => "not_json",
     UnknownId => "unknown_id",
     Notification => "notification",
@@ -43,7 +43,7 @@ pub enum Dropped {
     JsonCaller,
 }
 
-crate::registry::labels!(Dropped {
+crate::registry::labels!(pub Dropped {
     JsonCaller => "json_caller",
 });
 
@@ -59,7 +59,7 @@ pub enum BridgeRefusal {
     PrincipalShare,
 }
 
-crate::registry::labels!(BridgeRefusal {
+crate::registry::labels!(pub BridgeRefusal {
     Ungated => "ungated",
     OverBudget => "over_budget",
     PrincipalShare => "principal_share",
@@ -75,7 +75,7 @@ pub enum CutOff {
     OverBudget,
 }
 
-crate::registry::labels!(CutOff {
+crate::registry::labels!(pub CutOff {
     SlowReader => "slow_reader",
     OverBudget => "over_budget",
 });
@@ -98,7 +98,7 @@ pub struct StdioMetrics {
 }
 
 impl StdioMetrics {
-    pub fn register(registry: &Registry) -> Self {
+    pub(crate) fn register(registry: &Registry) -> Self {
         Self {
             up: registry.gauge(
                 "stdio_child_up",
@@ -242,10 +242,6 @@ impl StdioMetrics {
 
     pub(crate) fn unreadable(&self) {
         self.unreadable.inc();
-    }
-
-    pub fn unreadable_count(&self) -> u64 {
-        self.unreadable.get()
     }
 
     pub(crate) fn refused(&self, reason: BridgeRefusal) {

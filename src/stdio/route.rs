@@ -38,8 +38,8 @@ pub(crate) enum Fault {
 /// reserved until it is sent.
 #[derive(Debug)]
 pub(crate) struct Reply {
-    pub message: Bytes,
-    pub held: Reservation,
+    pub(crate) message: Bytes,
+    pub(crate) held: Reservation,
 }
 
 /// The answer of one request, or why none.
@@ -73,8 +73,8 @@ impl Drop for Route {
 
 /// What the caller of a route waits on.
 pub(crate) struct Receivers {
-    pub notices: Arc<Notices>,
-    pub answer: oneshot::Receiver<Answer>,
+    pub(crate) notices: Arc<Notices>,
+    pub(crate) answer: oneshot::Receiver<Answer>,
 }
 
 /// What became of a line from the child's stdout.

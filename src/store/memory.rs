@@ -25,8 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod records;
+pub use records::RECORD_OVERHEAD_BYTES;
+pub use records::RecordBounds;
 use records::{Charges, Record, record_weight};
-pub use records::{RECORD_OVERHEAD_BYTES, RecordBounds};
 
 /// Each entry expires at the deadline stored in it.
 struct AtDeadline;
@@ -90,27 +91,27 @@ impl<V: Deadline> Expiry<Arc<str>, V> for AtDeadline {
 
 /// The bounds of the embedded store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     /// Consumed ids held at once (`single_use.memory_max_entries`).
-    pub max_entries: usize,
+    pub(crate) max_entries: usize,
     /// Consumed ids one owner may hold (`single_use.max_entries_per_principal`).
-    pub entries_per_owner: usize,
-    pub records: RecordBounds,
+    pub(crate) entries_per_owner: usize,
+    pub(crate) records: RecordBounds,
 }
 
 /// How full the embedded store is (for the metrics and `/readyz`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Usage {
-    pub entries: usize,
-    pub max_entries: usize,
-    pub record_bytes: u64,
-    pub max_record_bytes: u64,
+pub(crate) struct Usage {
+    pub(crate) entries: usize,
+    pub(crate) max_entries: usize,
+    pub(crate) record_bytes: u64,
+    pub(crate) max_record_bytes: u64,
 }
 
 impl Usage {
     /// Whether a bound is reached: new single-use retries or idempotent calls of callers
     /// within their share are refused until something expires.
-    pub fn full(&self) -> Vec<&'static str> {
+    pub(crate) fn full(&self) -> Vec<&'static str> {
         let mut full = Vec::new();
         if self.entries >= self.max_entries {
             full.push("single_use entries");
@@ -142,7 +143,8 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
-    pub fn new(max_entries: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(max_entries: usize) -> Self {
         Self::with_record_bounds(max_entries, RecordBounds::default())
     }
 
@@ -157,7 +159,7 @@ impl MemoryStore {
     }
 
     /// A store within `bounds`.
-    pub fn with_bounds(bounds: Bounds) -> Self {
+    pub(crate) fn with_bounds(bounds: Bounds) -> Self {
         let Bounds {
             max_entries,
             entries_per_owner,
@@ -205,7 +207,7 @@ impl MemoryStore {
         }
     }
 
-    pub fn revoke(&self, digest: &str, not_before: f64, keep: Duration) {
+    pub(crate) fn revoke(&self, digest: &str, not_before: f64, keep: Duration) {
         let deadline = Instant::now() + keep;
         // A later revocation wins; an earlier one never shortens a record in force.
         self.revocations
@@ -216,7 +218,7 @@ impl MemoryStore {
             });
     }
 
-    pub fn revoked_since(&self, digest: &str) -> Option<f64> {
+    pub(crate) fn revoked_since(&self, digest: &str) -> Option<f64> {
         self.revocations
             .get(digest)
             .map(|(not_before, _)| not_before)
@@ -268,18 +270,19 @@ impl MemoryStore {
     }
 
     /// Consumed ids `owner` holds now.
-    pub fn owner_entries(&self, owner: &str) -> usize {
+    pub(crate) fn owner_entries(&self, owner: &str) -> usize {
         let owners = self.id_owners.lock().expect("not poisoned");
         owners.get(owner).copied().unwrap_or(0)
     }
 
     /// Bytes `owner`'s idempotency records are charged now.
-    pub fn owner_record_bytes(&self, owner: &str) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn owner_record_bytes(&self, owner: &str) -> u64 {
         self.charges.owner_bytes(owner)
     }
 
     /// How full the store is now.
-    pub fn usage(&self) -> Usage {
+    pub(crate) fn usage(&self) -> Usage {
         Usage {
             entries: self.len(),
             max_entries: self.max_entries,
@@ -358,7 +361,7 @@ impl MemoryStore {
     }
 
     /// Extend `key`'s lease to `lease` from now, only while it holds `expected`.
-    pub fn renew_record(&self, key: &str, expected: &str, lease: Duration) -> bool {
+    pub(crate) fn renew_record(&self, key: &str, expected: &str, lease: Duration) -> bool {
         self.replace_if(key, expected, |held| {
             Some(Record {
                 deadline: Instant::now() + lease,
@@ -414,6 +417,7 @@ impl MemoryStore {
         self.live.load(Ordering::Acquire)
     }
 
+    /// Whether no id is live.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -14,8 +14,8 @@
 //! ([`StoreError::Unconfirmed`] otherwise): an acknowledged write a failover loses would
 //! reopen what it recorded.
 
-pub mod memory;
-pub mod redis;
+pub(crate) mod memory;
+pub(crate) mod redis;
 
 use sha2::{Digest, Sha256};
 use std::net::IpAddr;
@@ -63,7 +63,7 @@ pub enum StoreError {
 pub struct Owner(Arc<str>);
 
 impl Owner {
-    pub fn of(principal: Option<&str>, peer: Option<IpAddr>) -> Self {
+    pub(crate) fn of(principal: Option<&str>, peer: Option<IpAddr>) -> Self {
         let mut hash = Sha256::new().chain_update(b"mcp-state-guard/owner/v1:");
         match (principal, peer) {
             (Some(principal), _) => {
@@ -89,7 +89,7 @@ impl Owner {
         Owner(Arc::from(hex::encode(&hash.finalize()[..16])))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -101,7 +101,7 @@ pub enum StoreKind {
     Redis,
 }
 
-crate::registry::labels!(StoreKind {
+crate::registry::labels!(pub StoreKind {
     Memory => "memory",
     Redis => "redis",
 });
@@ -146,7 +146,7 @@ impl Store {
         })
     }
 
-    pub fn kind(&self) -> StoreKind {
+    pub(crate) fn kind(&self) -> StoreKind {
         match self {
             Store::Memory(_) => StoreKind::Memory,
             Store::Redis(_) => StoreKind::Redis,
@@ -158,7 +158,7 @@ impl Store {
     /// bounds what one owner holds; Redis is bounded by its own `maxmemory`). In Redis a
     /// fresh consumption no replica confirmed is released again and
     /// [`StoreError::Unconfirmed`]: the state stays spendable.
-    pub async fn consume(
+    pub(crate) async fn consume(
         &self,
         id: &str,
         mark: &str,
@@ -173,7 +173,7 @@ impl Store {
 
     /// Forget the consumption `mark` recorded (the request provably never reached the
     /// upstream); one recorded by anyone else is left alone.
-    pub async fn release(&self, id: &str, mark: &str) -> Result<(), StoreError> {
+    pub(crate) async fn release(&self, id: &str, mark: &str) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => {
                 store.release(id);
@@ -187,7 +187,7 @@ impl Store {
     /// (Unix seconds) are refused, for `keep`. [`StoreError::Unconfirmed`]: recorded on
     /// the primary (it refuses there) but not confirmed; the caller must not report it
     /// done.
-    pub async fn revoke(
+    pub(crate) async fn revoke(
         &self,
         digest: &str,
         not_before: f64,
@@ -203,7 +203,7 @@ impl Store {
     }
 
     /// The latest revocation of the principal named `digest`, if one is in force.
-    pub async fn revoked_since(&self, digest: &str) -> Result<Option<f64>, StoreError> {
+    pub(crate) async fn revoked_since(&self, digest: &str) -> Result<Option<f64>, StoreError> {
         match self {
             Store::Memory(store) => Ok(store.revoked_since(digest)),
             Store::Redis(store) => store.revoked_since(digest).await,
@@ -215,7 +215,7 @@ impl Store {
     /// reservation no replica confirmed is released again ([`StoreError::Unconfirmed`]). The memory
     /// store charges it to `owner` and for `headroom` more bytes (the largest answer it
     /// may become) and refuses past its bounds; Redis is bounded by its own `maxmemory`.
-    pub async fn reserve_record(
+    pub(crate) async fn reserve_record(
         &self,
         key: &str,
         value: &str,
@@ -236,7 +236,7 @@ impl Store {
     /// another caller is not touched; in Redis writing the same answer again succeeds).
     /// A new value no replica confirmed is [`StoreError::Unconfirmed`] (write it again);
     /// an unconfirmed delete is not an error (a lost release only delays).
-    pub async fn swap_record(
+    pub(crate) async fn swap_record(
         &self,
         key: &str,
         expected: &str,
@@ -251,7 +251,7 @@ impl Store {
 
     /// Extend the record `key`'s lease to `lease` from now, only while it holds
     /// `expected` (its owner's reservation). Returns whether it did.
-    pub async fn renew_record(
+    pub(crate) async fn renew_record(
         &self,
         key: &str,
         expected: &str,
@@ -264,7 +264,7 @@ impl Store {
     }
 
     /// How full the memory store is (Redis reports its own memory).
-    pub fn usage(&self) -> Option<memory::Usage> {
+    pub(crate) fn usage(&self) -> Option<memory::Usage> {
         match self {
             Store::Memory(store) => Some(store.usage()),
             Store::Redis(_) => None,
@@ -273,7 +273,7 @@ impl Store {
 
     /// Whether the store answers now (readiness): for Redis also whether writes are
     /// being confirmed by replicas again after confirmations kept failing.
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
         match self {
             Store::Memory(_) => Ok(()),
             Store::Redis(store) => store.ping().await,

@@ -24,13 +24,13 @@ use replicas::Replicas;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub use crate::config::redis_url::{Target, parse_url};
+use crate::config::redis_url::parse_url;
 
 /// `single_use.redis_wait_replicas` and `single_use.redis_wait_ms`.
 #[derive(Debug, Clone, Copy)]
-pub struct Wait {
-    pub replicas: WaitReplicas,
-    pub timeout: Duration,
+pub(crate) struct Wait {
+    pub(crate) replicas: WaitReplicas,
+    pub(crate) timeout: Duration,
 }
 
 /// How long confirmations must have kept failing before readiness says so.
@@ -56,7 +56,7 @@ struct Written<T> {
 impl RedisStore {
     /// Set up the connection; nothing is contacted yet (the sidecar starts, and
     /// reconnects later, while Redis is down).
-    pub fn new(
+    pub(crate) fn new(
         url: &str,
         prefix: &str,
         timeout: Duration,
@@ -75,7 +75,7 @@ impl RedisStore {
         })
     }
 
-    pub async fn consume(
+    pub(crate) async fn consume(
         &self,
         id: &str,
         mark: &str,
@@ -107,7 +107,7 @@ impl RedisStore {
 
     /// `DEL <prefix>c:<id>` while it holds `mark`: a consumption recorded by another
     /// caller (after a failover lost ours, say) is not touched.
-    pub async fn release(&self, id: &str, mark: &str) -> Result<(), StoreError> {
+    pub(crate) async fn release(&self, id: &str, mark: &str) -> Result<(), StoreError> {
         const RELEASE: &str = r"
             if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
             return redis.call('DEL', KEYS[1])";
@@ -123,7 +123,7 @@ impl RedisStore {
     /// `SET <prefix>r:<digest> <not_before> PX <keep>` unless a later record exists: a
     /// Lua script keeps the check and the write atomic across replicas. An unconfirmed
     /// record stays (it only refuses more) and the caller is told.
-    pub async fn revoke(
+    pub(crate) async fn revoke(
         &self,
         digest: &str,
         not_before: f64,
@@ -149,7 +149,7 @@ impl RedisStore {
         }
     }
 
-    pub async fn revoked_since(&self, digest: &str) -> Result<Option<f64>, StoreError> {
+    pub(crate) async fn revoked_since(&self, digest: &str) -> Result<Option<f64>, StoreError> {
         let mut get = redis::cmd("GET");
         get.arg(format!("{}r:{digest}", self.prefix));
         let value: Option<String> = self.run(get).await?;
@@ -160,7 +160,7 @@ impl RedisStore {
     /// was already set: one Lua script, so the check and the write are one step on the
     /// server (every replica sees exactly one reservation win). A reservation of ours no
     /// replica confirmed is given back.
-    pub async fn reserve_record(
+    pub(crate) async fn reserve_record(
         &self,
         key: &str,
         value: &str,
@@ -195,7 +195,7 @@ impl RedisStore {
 
     /// Replace (or, with `None`, delete) `<prefix>i:<key>` only while it holds `expected`
     /// (or holds `value` already: a record written again after it went unconfirmed).
-    pub async fn swap_record(
+    pub(crate) async fn swap_record(
         &self,
         key: &str,
         expected: &str,
@@ -235,7 +235,7 @@ impl RedisStore {
     /// extended. Not waited for: a renewal comes every third of the lease, so a
     /// promoted replica that lacks the last one still holds the reservation long enough
     /// for the next.
-    pub async fn renew_record(
+    pub(crate) async fn renew_record(
         &self,
         key: &str,
         expected: &str,
@@ -257,7 +257,7 @@ impl RedisStore {
     /// The store answers; and once writes have gone unconfirmed for a while, a probe
     /// write to the slot of the last one is confirmed again (else
     /// [`StoreError::Unconfirmed`]: not ready, as an unreachable store is not).
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
         let _: String = self.run(redis::cmd("PING")).await?;
         let failing = self.unconfirmed.lock().expect("not poisoned").clone();
         let Some((since, key)) = failing else {
@@ -384,6 +384,7 @@ fn report(error: RedisError) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::redis_url::Target;
 
     #[test]
     fn urls() {

@@ -24,12 +24,12 @@ use std::time::{Duration, Instant};
 
 /// The target every record is written under, so a log pipeline can route the audit
 /// stream (`RUST_LOG`-style: `log.level = "info,mcp_state_guard::audit=info"`).
-pub const TARGET: &str = "mcp_state_guard::audit";
+pub(crate) const TARGET: &str = "mcp_state_guard::audit";
 
 impl Category {
     /// The category and closed reason of a refusal; `None` for an upstream failure,
     /// which is not the client's refusal.
-    pub fn of(error: &ProxyError) -> Option<(Category, &'static str)> {
+    pub(crate) fn of(error: &ProxyError) -> Option<(Category, &'static str)> {
         let kind = error.kind();
         // The kind's row: `None` for an upstream failure.
         let category = kind.row().category?;
@@ -62,7 +62,7 @@ struct Refusal {
 
 /// What is known about one request; written when dropped.
 #[derive(Debug)]
-pub struct Record {
+pub(crate) struct Record {
     started: Instant,
     class: MethodClass,
     method: Option<String>,
@@ -85,7 +85,7 @@ pub struct Record {
 
 impl Record {
     /// A record for a request that arrived now, from `client`, with these headers.
-    pub fn begin(client: Option<SocketAddr>, headers: &HeaderMap) -> Self {
+    pub(crate) fn begin(client: Option<SocketAddr>, headers: &HeaderMap) -> Self {
         Self {
             started: Instant::now(),
             class: MethodClass::Passthrough,
@@ -105,20 +105,25 @@ impl Record {
         }
     }
 
-    pub fn started(&self) -> Instant {
+    pub(crate) fn started(&self) -> Instant {
         self.started
     }
 
-    pub fn class(&self) -> MethodClass {
+    pub(crate) fn class(&self) -> MethodClass {
         self.class
     }
 
-    pub fn set_class(&mut self, class: MethodClass) {
+    pub(crate) fn set_class(&mut self, class: MethodClass) {
         self.class = class;
     }
 
     /// The JSON-RPC call: its method (which also sets the class), id and target.
-    pub fn set_call(&mut self, method: &str, id: Option<&serde_json::Value>, params: &Params<'_>) {
+    pub(crate) fn set_call(
+        &mut self,
+        method: &str,
+        id: Option<&serde_json::Value>,
+        params: &Params<'_>,
+    ) {
         self.class = MethodClass::of_method(method);
         self.method = Some(printable(method, MAX_LOGGED_BYTES));
         self.request_id = id.map(id_text);
@@ -132,36 +137,36 @@ impl Record {
 
     /// The key id named by the request's token, if it carried one.
     /// The request's method, escaped and bounded for logs.
-    pub fn method(&self) -> Option<&str> {
+    pub(crate) fn method(&self) -> Option<&str> {
         self.method.as_deref()
     }
 
-    pub fn kid(&self) -> Option<KeyId> {
+    pub(crate) fn kid(&self) -> Option<KeyId> {
         self.kid
     }
 
     /// The caller, written only as [`principal_digest`].
-    pub fn set_principal(&mut self, principal: Option<&str>) {
+    pub(crate) fn set_principal(&mut self, principal: Option<&str>) {
         self.principal = principal.map(str::to_owned);
     }
 
     /// The client a trusted proxy reports, when it is not the peer.
-    pub fn set_forwarded_client(&mut self, client: IpAddr) {
+    pub(crate) fn set_forwarded_client(&mut self, client: IpAddr) {
         self.forwarded_client = Some(client);
     }
 
     /// Time spent waiting for the upstream's response head, and its status.
-    pub fn upstream_answered(&mut self, waited: Duration, status: Option<http::StatusCode>) {
+    pub(crate) fn upstream_answered(&mut self, waited: Duration, status: Option<http::StatusCode>) {
         self.upstream_wait += waited;
         self.upstream_status = status.map(|s| s.as_u16()).or(self.upstream_status);
     }
 
-    pub fn upstream_wait(&self) -> Duration {
+    pub(crate) fn upstream_wait(&self) -> Duration {
         self.upstream_wait
     }
 
     /// The request failed with `error`: refused by a check, or an upstream failure.
-    pub fn failed(&mut self, error: &ProxyError) {
+    pub(crate) fn failed(&mut self, error: &ProxyError) {
         match Category::of(error) {
             Some((category, reason)) => {
                 self.outcome = Outcome::Refused;
@@ -181,12 +186,12 @@ impl Record {
         }
     }
 
-    pub fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Outcome {
         self.outcome
     }
 
     /// The status the client is answered with.
-    pub fn set_status(&mut self, status: http::StatusCode) {
+    pub(crate) fn set_status(&mut self, status: http::StatusCode) {
         self.status = Some(status.as_u16());
     }
 }
@@ -252,7 +257,7 @@ impl Drop for Record {
 /// caller's records (`printf 'mcp-state-guard/audit/principal:%s' "$P" | sha256sum`)
 /// without the log holding the identity. It is not a secret: someone who can guess a
 /// principal can confirm the guess.
-pub fn principal_digest(principal: &str) -> String {
+pub(crate) fn principal_digest(principal: &str) -> String {
     let digest = Sha256::new()
         .chain_update(b"mcp-state-guard/audit/principal:")
         .chain_update(principal.as_bytes())
@@ -262,7 +267,7 @@ pub fn principal_digest(principal: &str) -> String {
 
 /// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), when there is
 /// exactly one well-formed header; nothing else of it is kept.
-pub fn trace_id(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn trace_id(headers: &HeaderMap) -> Option<String> {
     let mut values = headers.get_all("traceparent").iter();
     let (value, None) = (values.next()?, values.next()) else {
         return None;
@@ -308,7 +313,7 @@ pub enum Outcome {
     UpstreamError,
 }
 
-crate::registry::labels!(Outcome {
+crate::registry::labels!(pub Outcome {
     Ok => "ok",
     Refused => "refused",
     UpstreamError => "upstream_error",

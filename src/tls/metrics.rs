@@ -14,7 +14,7 @@ pub struct TlsMetrics {
 }
 
 impl TlsMetrics {
-    pub fn register(registry: &Registry) -> Self {
+    pub(crate) fn register(registry: &Registry) -> Self {
         Self {
             reloads: registry.counters(
                 "tls_reloads_total",
@@ -28,7 +28,7 @@ impl TlsMetrics {
         }
     }
 
-    pub fn tls_reload(&self, ok: bool) {
+    pub(crate) fn tls_reload(&self, ok: bool) {
         self.reloads.at(ReadResult::of(ok)).inc();
     }
 
@@ -36,7 +36,7 @@ impl TlsMetrics {
         self.reloads.at(ReadResult::of(ok)).get()
     }
 
-    pub fn tls_handshake_failed(&self) {
+    pub(crate) fn tls_handshake_failed(&self) {
         self.handshake_failures.inc();
     }
 

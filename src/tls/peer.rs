@@ -18,11 +18,11 @@ use x509_parser::prelude::{FromDer, X509Certificate, X509Name};
 
 /// The verified identity of a TLS peer, put in each request's extensions by the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerIdentity(pub Arc<str>);
+pub(crate) struct PeerIdentity(pub(crate) Arc<str>);
 
 /// Why a verified certificate cannot be used as a client identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum IdentityError {
+pub(crate) enum IdentityError {
     #[error("certificate does not parse")]
     Unparseable,
     #[error("certificate key usage does not allow digital signatures")]
@@ -35,7 +35,7 @@ pub enum IdentityError {
 
 /// The certificate may be used to authenticate a TLS client: when it restricts its key
 /// usage, `digitalSignature` is among them (the handshake signature is one).
-pub fn check_usage(der: &[u8]) -> Result<(), IdentityError> {
+pub(crate) fn check_usage(der: &[u8]) -> Result<(), IdentityError> {
     let (_, cert) = X509Certificate::from_der(der).map_err(|_| IdentityError::Unparseable)?;
     match cert.key_usage() {
         Ok(None) => Ok(()),
@@ -46,7 +46,7 @@ pub fn check_usage(der: &[u8]) -> Result<(), IdentityError> {
 }
 
 /// The identity `kind` names in the certificate `der`.
-pub fn identity(der: &[u8], kind: MtlsIdentity) -> Result<String, IdentityError> {
+pub(crate) fn identity(der: &[u8], kind: MtlsIdentity) -> Result<String, IdentityError> {
     let (_, cert) = X509Certificate::from_der(der).map_err(|_| IdentityError::Unparseable)?;
     match kind {
         MtlsIdentity::UriSan => {
@@ -76,7 +76,7 @@ pub fn identity(der: &[u8], kind: MtlsIdentity) -> Result<String, IdentityError>
 /// RFC 4514: RDNs last to first, `,` between them, `+` inside a multi-valued one, known
 /// attribute types by their short name, others by dotted OID; values that are not
 /// strings as `#` and the hex of their DER encoding.
-pub fn rfc4514(name: &X509Name<'_>) -> String {
+pub(crate) fn rfc4514(name: &X509Name<'_>) -> String {
     let mut out = String::new();
     let rdns: Vec<_> = name.iter_rdn().collect();
     for (i, rdn) in rdns.iter().rev().enumerate() {

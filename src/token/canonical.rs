@@ -69,7 +69,7 @@ pub fn write_python_json(
 /// without encoding it: exact for ASCII text that needs no escape, with an eighth more
 /// for escapes, and numbers counted at their usual width. Walking the tree costs a few
 /// instructions per value; encoding it to measure cost as much as the encoding itself.
-pub fn len_hint(value: &Value) -> usize {
+pub(crate) fn len_hint(value: &Value) -> usize {
     const NUMBER: usize = 24;
     let text = |s: &str| s.len() + s.len() / 8 + 2;
     match value {
@@ -88,7 +88,7 @@ pub fn len_hint(value: &Value) -> usize {
 
 /// `json.dumps` default `ensure_ascii=True`: printable ASCII verbatim, everything else
 /// escaped with lowercase hex, astral characters as surrogate pairs, DEL escaped too.
-pub fn write_string(s: &str, out: &mut String) {
+pub(crate) fn write_string(s: &str, out: &mut String) {
     out.push('"');
     let mut rest = s;
     while !rest.is_empty() {
@@ -213,7 +213,7 @@ fn write_number(n: &Number, out: &mut String) -> Result<(), CanonicalError> {
 /// fails on an integer longer than Python reads, and writes a float literal beyond `f64`
 /// (`1e400`) as `Infinity`, as Python does, which is not JSON. What a token carries as
 /// JSON (its `qd` claim) must pass; checked without encoding.
-pub fn reads_back(value: &Value) -> bool {
+pub(crate) fn reads_back(value: &Value) -> bool {
     match value {
         Value::Number(n) => match PythonNumber::of(n) {
             Ok(PythonNumber::Float(value)) => value.is_finite(),
@@ -228,7 +228,7 @@ pub fn reads_back(value: &Value) -> bool {
 
 /// Python's `float.__repr__`: the shortest round-tripping digits, positional between 1e-4 and 1e16, otherwise `d.ddde+XX`; a `.0` suffix for
 /// integral values; `Infinity` for what overflowed while parsing, as `json.dumps` writes it.
-pub fn write_python_float(value: f64, out: &mut String) {
+pub(crate) fn write_python_float(value: f64, out: &mut String) {
     if value.is_nan() {
         out.push_str("NaN");
         return;

@@ -59,6 +59,7 @@ pub struct RequestBinding {
 }
 
 impl RequestBinding {
+    #[cfg(any(test, feature = "oracle"))]
     /// Bind a request as the reference's `_request_identity` does: a per-method allowlist,
     /// so a future wire field cannot silently join (or escape) the digest.
     pub fn of(method: &str, params: Option<&Map<String, Value>>) -> Result<Self, BindingError> {
@@ -72,7 +73,7 @@ impl RequestBinding {
 
     /// [`RequestBinding::of`] from the two members it reads: the method's target field
     /// ([`crate::mcp::target_field`]) and `arguments`.
-    pub fn of_members(
+    pub(crate) fn of_members(
         method: &str,
         target: Option<&Value>,
         arguments: Option<&Value>,
@@ -121,7 +122,7 @@ fn python_falsy(value: &Value) -> bool {
 /// as they are, so a later reader of the same arguments (idempotency) may take it rather
 /// than serialise them again: always, but for the falsy values other than `{}`, which
 /// the binding reads as no arguments (as the reference does).
-pub fn binding_digests_as_is(arguments: Option<&Value>) -> bool {
+pub(crate) fn binding_digests_as_is(arguments: Option<&Value>) -> bool {
     arguments.is_none_or(|a| !python_falsy(a) || a.as_object().is_some_and(Map::is_empty))
 }
 
@@ -137,7 +138,7 @@ pub fn args_digest(arguments: Option<&Value>) -> Result<String, CanonicalError> 
 }
 
 /// The salted, one-way principal claim: base64url(salt ‖ SHA-256(label ‖ salt ‖ principal)[..16]).
-pub fn principal_claim(principal: &str, salt: [u8; PRINCIPAL_SALT_LEN]) -> String {
+pub(crate) fn principal_claim(principal: &str, salt: [u8; PRINCIPAL_SALT_LEN]) -> String {
     let mut raw = Vec::with_capacity(PRINCIPAL_SALT_LEN + PRINCIPAL_TAG_LEN);
     raw.extend_from_slice(&salt);
     raw.extend_from_slice(&principal_tag(&salt, principal));
@@ -145,7 +146,7 @@ pub fn principal_claim(principal: &str, salt: [u8; PRINCIPAL_SALT_LEN]) -> Strin
 }
 
 /// Constant-time check of a claim against the principal bound to this request.
-pub fn principal_matches(claim: &str, principal: &str) -> bool {
+pub(crate) fn principal_matches(claim: &str, principal: &str) -> bool {
     let Ok(raw) = URL_SAFE_NO_PAD.decode_to_vec(claim) else {
         return false;
     };
@@ -169,35 +170,35 @@ fn principal_tag(salt: &[u8], principal: &str) -> [u8; PRINCIPAL_TAG_LEN] {
 }
 
 /// The claims this sidecar mints.
-pub struct MintClaims<'a> {
-    pub iat: f64,
-    pub exp: f64,
-    pub binding: &'a RequestBinding,
-    pub state: &'a str,
-    pub audience: Option<&'a str>,
-    pub principal_claim: Option<String>,
-    pub single_use: bool,
-    pub no_upstream_state: bool,
-    pub asked: Option<&'a [String]>,
+pub(crate) struct MintClaims<'a> {
+    pub(crate) iat: f64,
+    pub(crate) exp: f64,
+    pub(crate) binding: &'a RequestBinding,
+    pub(crate) state: &'a str,
+    pub(crate) audience: Option<&'a str>,
+    pub(crate) principal_claim: Option<String>,
+    pub(crate) single_use: bool,
+    pub(crate) no_upstream_state: bool,
+    pub(crate) asked: Option<&'a [String]>,
     /// Per asked key, what was asked (`qd`): method, elicitation mode, schema.
-    pub questions: Option<&'a Value>,
+    pub(crate) questions: Option<&'a Value>,
     /// The round number and the flow's start (`n`, `fs`).
-    pub flow: Option<Flow>,
+    pub(crate) flow: Option<Flow>,
 }
 
 /// Where a token stands in its multi-round flow.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Flow {
     /// 1 for the first `input_required` answer of a flow.
-    pub round: u32,
+    pub(crate) round: u32,
     /// Unix seconds when the flow's first round was minted.
-    pub started: f64,
+    pub(crate) started: f64,
 }
 
 impl MintClaims<'_> {
     /// Compact JSON in the reference's key order: `v iat exp m t a s [aud] [p]`, then ours.
     /// A generous estimate of the encoded length (escapes may add a little more).
-    pub fn len_hint(&self) -> usize {
+    pub(crate) fn len_hint(&self) -> usize {
         const FIXED: usize = 160;
         FIXED
             + self.binding.method.len()
@@ -212,7 +213,7 @@ impl MintClaims<'_> {
             + self.questions.map_or(0, super::canonical::len_hint)
     }
 
-    pub fn encode_into(&self, out: &mut String) {
+    pub(crate) fn encode_into(&self, out: &mut String) {
         out.push_str("{\"v\":");
         write!(out, "{ENVELOPE_VERSION}").expect("a String takes any write");
         out.push_str(",\"iat\":");
@@ -274,41 +275,41 @@ impl MintClaims<'_> {
 /// forces a copy. Claims are authenticated, so a field of the wrong type can only come
 /// from a buggy minter; it fails to parse and the token counts as malformed.
 #[derive(Deserialize)]
-pub struct OpenedClaims<'a> {
-    pub v: f64,
-    pub iat: f64,
-    pub exp: f64,
+pub(crate) struct OpenedClaims<'a> {
+    pub(crate) v: f64,
+    pub(crate) iat: f64,
+    pub(crate) exp: f64,
     #[serde(borrow, default)]
-    pub m: Option<Cow<'a, str>>,
+    pub(crate) m: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    pub t: Option<Cow<'a, str>>,
+    pub(crate) t: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    pub a: Option<Cow<'a, str>>,
-    pub s: String,
+    pub(crate) a: Option<Cow<'a, str>>,
+    pub(crate) s: String,
     #[serde(borrow, default)]
-    pub aud: Option<Cow<'a, str>>,
+    pub(crate) aud: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    pub p: Option<Cow<'a, str>>,
+    pub(crate) p: Option<Cow<'a, str>>,
     #[serde(default)]
-    pub su: bool,
+    pub(crate) su: bool,
     #[serde(default)]
-    pub ns: bool,
+    pub(crate) ns: bool,
     #[serde(default)]
-    pub q: Option<Vec<String>>,
+    pub(crate) q: Option<Vec<String>>,
     /// The request path. Absent means "not bound to a path"; `null` is not absent but a
     /// claim of the wrong type, like a number.
     #[serde(borrow, default, deserialize_with = "present_str")]
-    pub u: Option<Cow<'a, str>>,
+    pub(crate) u: Option<Cow<'a, str>>,
     /// What each asked key asked (method, mode, schema): kept as its JSON text, read
     /// only when a retry's answers are checked against it ([`Questions`]).
     #[serde(default)]
-    pub qd: Option<Box<RawValue>>,
+    pub(crate) qd: Option<Box<RawValue>>,
     /// The round number.
     #[serde(default)]
-    pub n: Option<u32>,
+    pub(crate) n: Option<u32>,
     /// The flow's start, Unix seconds.
     #[serde(default)]
-    pub fs: Option<f64>,
+    pub(crate) fs: Option<f64>,
 }
 
 /// A claim that, when present, must be a string: `null` fails instead of reading as
@@ -334,7 +335,7 @@ fn present_str<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>,
 }
 
 impl<'a> OpenedClaims<'a> {
-    pub fn decode(payload: &'a [u8]) -> Option<Self> {
+    pub(crate) fn decode(payload: &'a [u8]) -> Option<Self> {
         let claims: Self = serde_json::from_slice(payload).ok()?;
         // The recorded questions are an object, checked without building it.
         let questions_object = claims.qd.as_ref().is_none_or(|q| q.get().starts_with('{'));

@@ -37,7 +37,7 @@ pub enum HandleReject {
     StoreUnavailable,
 }
 
-crate::registry::labels!(HandleReject {
+crate::registry::labels!(pub HandleReject {
     Malformed => "malformed",
     UnknownKey => "unknown_key",
     Expired => "expired",
@@ -51,11 +51,11 @@ crate::registry::labels!(HandleReject {
 
 /// A sealed handle that opened.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OpenedHandle {
+pub(crate) struct OpenedHandle {
     /// The upstream's raw handle.
-    pub raw: Value,
+    pub(crate) raw: Value,
     /// When it was sealed (Unix seconds), for the revocation check.
-    pub issued_at: f64,
+    pub(crate) issued_at: f64,
 }
 
 /// What a handle token carries (compact JSON, short names like the state claims).
@@ -93,7 +93,7 @@ impl StateSealer {
 
     /// [`StateSealer::seal_handle`] bound to the request `path` it was issued on, and the
     /// id of the key that minted it (read from the ring it was sealed with).
-    pub fn seal_handle_on(
+    pub(crate) fn seal_handle_on(
         &self,
         path: &str,
         kind: &str,
@@ -153,7 +153,7 @@ impl StateSealer {
 
     /// [`StateSealer::open_handle`] on the request `path`: a handle issued on another
     /// path is refused (one issued without a path opens on any).
-    pub fn open_handle_on(
+    pub(crate) fn open_handle_on(
         &self,
         path: &str,
         token: &str,
@@ -163,7 +163,7 @@ impl StateSealer {
         self.open_handle_claims(super::now(), token, kind, principal, Some(path))
     }
 
-    pub fn open_handle_at(
+    pub(crate) fn open_handle_at(
         &self,
         now: f64,
         token: &str,

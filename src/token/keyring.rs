@@ -26,7 +26,7 @@ pub(crate) const KID_LEN: usize = 4;
 pub(crate) const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
 /// The reference refuses shorter operator secrets; so do we.
-pub const MIN_SECRET_BYTES: usize = 32;
+pub(crate) const MIN_SECRET_BYTES: usize = 32;
 
 /// Why a key ring could not be built. Names the line or index, never the secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -69,7 +69,7 @@ pub enum OpenError {
 }
 
 /// Length of a token's identity: its key id and nonce.
-pub const TOKEN_ID_LEN: usize = KID_LEN + NONCE_LEN;
+pub(crate) const TOKEN_ID_LEN: usize = KID_LEN + NONCE_LEN;
 
 /// An opened token: its plaintext and its identity. The identity (key id ‖ nonce) is
 /// authenticated by the AEAD and unique per seal, so it names one token for replay checks.
@@ -81,11 +81,11 @@ pub struct Unsealed {
 }
 
 impl Unsealed {
-    pub fn payload(&self) -> &[u8] {
+    pub(crate) fn payload(&self) -> &[u8] {
         &self.raw[TOKEN_ID_LEN..]
     }
 
-    pub fn id(&self) -> [u8; TOKEN_ID_LEN] {
+    pub(crate) fn id(&self) -> [u8; TOKEN_ID_LEN] {
         self.raw[..TOKEN_ID_LEN]
             .try_into()
             .expect("checked at open")
@@ -124,7 +124,7 @@ impl KeyRing {
     }
 
     /// Parse key-file contents: one secret per line, blank lines and `#` comments ignored.
-    pub fn parse(contents: &[u8], origin: &str) -> Result<Self, KeyRingError> {
+    pub(crate) fn parse(contents: &[u8], origin: &str) -> Result<Self, KeyRingError> {
         let mut numbered = Vec::new();
         for (i, raw) in contents.split(|b| *b == b'\n').enumerate() {
             let line = i + 1;
@@ -149,13 +149,13 @@ impl KeyRing {
     }
 
     /// Read and parse a key file.
-    pub fn load(path: &Path) -> Result<Self, KeyRingError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, KeyRingError> {
         Self::parse(&Self::read(path)?, &path.display().to_string())
     }
 
     /// A key file's bytes, in a zeroizing buffer (for a caller that also needs them,
     /// such as the reload watcher's baseline digest).
-    pub fn read(path: &Path) -> Result<Zeroizing<Vec<u8>>, KeyRingError> {
+    pub(crate) fn read(path: &Path) -> Result<Zeroizing<Vec<u8>>, KeyRingError> {
         std::fs::read(path)
             .map(Zeroizing::new)
             .map_err(|e| KeyRingError::Unreadable {
@@ -165,7 +165,7 @@ impl KeyRing {
     }
 
     /// A ring of one random key that only this process holds.
-    pub fn ephemeral() -> Self {
+    pub(crate) fn ephemeral() -> Self {
         let secret = Zeroizing::new(random_bytes::<32>());
         Self::from_secrets(&[&secret[..]], "ephemeral").expect("32 random bytes form a valid key")
     }
@@ -203,7 +203,7 @@ impl KeyRing {
     }
 
     /// Key ids in ring order, hex; safe to log (they are public in every token).
-    pub fn key_ids(&self) -> Vec<String> {
+    pub(crate) fn key_ids(&self) -> Vec<String> {
         self.keys.iter().map(|k| hex::encode(k.kid)).collect()
     }
 
@@ -212,8 +212,9 @@ impl KeyRing {
         self.keys[0].kid
     }
 
+    #[cfg(test)]
     /// Seal `payload` under the minting key with a fresh random nonce.
-    pub fn seal(&self, payload: &str) -> String {
+    pub(crate) fn seal(&self, payload: &str) -> String {
         self.seal_text(fast_random_bytes::<NONCE_LEN>(), payload.len(), |out| {
             out.push_str(payload)
         })

@@ -5,8 +5,10 @@
 //! Invariant: a [`KeyId`] is 4 bytes shown as 8 lowercase hex digits, nothing else: it
 //! never carries token, state or key bytes beyond the id itself.
 
+use super::KeyRing;
+#[cfg(test)]
+use super::Opened;
 use super::keyring::{HANDLE_PREFIX, KID_LEN, TOKEN_PREFIX};
-use super::{KeyRing, Opened};
 use base64_simd::URL_SAFE_NO_PAD;
 use std::fmt;
 
@@ -16,10 +18,10 @@ pub struct KeyId([u8; KID_LEN]);
 
 /// A key id written out: 8 lowercase hex digits, on the stack (metric labels take `&str`).
 #[derive(Clone, Copy)]
-pub struct KeyIdHex([u8; 2 * KID_LEN]);
+pub(crate) struct KeyIdHex([u8; 2 * KID_LEN]);
 
 impl KeyIdHex {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).expect("hex digits are ASCII")
     }
 }
@@ -56,12 +58,13 @@ impl KeyId {
     }
 
     /// The key `ring` mints with.
-    pub fn minting(ring: &KeyRing) -> KeyId {
+    pub(crate) fn minting(ring: &KeyRing) -> KeyId {
         KeyId(ring.minting_kid())
     }
 
+    #[cfg(test)]
     /// The key that opened a verified token.
-    pub fn of_opened(opened: &Opened) -> KeyId {
+    pub(crate) fn of_opened(opened: &Opened) -> KeyId {
         KeyId(
             opened.id[..KID_LEN]
                 .try_into()
@@ -69,7 +72,7 @@ impl KeyId {
         )
     }
 
-    pub fn hex(self) -> KeyIdHex {
+    pub(crate) fn hex(self) -> KeyIdHex {
         let mut out = [0u8; 2 * KID_LEN];
         hex::encode_to_slice(self.0, &mut out).expect("twice as many digits as bytes");
         KeyIdHex(out)

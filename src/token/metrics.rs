@@ -29,7 +29,7 @@ pub struct KeyMetrics {
 }
 
 impl KeyMetrics {
-    pub fn register(registry: &Registry) -> Self {
+    pub(crate) fn register(registry: &Registry) -> Self {
         let per_kid = |name: &str, help: &str| {
             registry.register(
                 IntCounterVec::new(Opts::new(name, help), &["kid"]).expect("a valid counter"),
@@ -81,7 +81,7 @@ impl KeyMetrics {
         }
     }
 
-    pub fn key_reload(&self, ok: bool) {
+    pub(crate) fn key_reload(&self, ok: bool) {
         self.reloads.at(ReadResult::of(ok)).inc();
     }
 
@@ -90,22 +90,22 @@ impl KeyMetrics {
     }
 
     /// A token was minted under `kid` (counted only while `kid` is in the ring).
-    pub fn token_minted(&self, kid: KeyId) {
+    pub(crate) fn token_minted(&self, kid: KeyId) {
         self.per_kid(&self.minted, kid);
     }
 
     /// A token opened and verified under `kid`.
-    pub fn token_opened(&self, kid: KeyId) {
+    pub(crate) fn token_opened(&self, kid: KeyId) {
         self.per_kid(&self.opened, kid);
     }
 
     /// A sealed handle was minted under `kid`.
-    pub fn handle_minted(&self, kid: KeyId) {
+    pub(crate) fn handle_minted(&self, kid: KeyId) {
         self.per_kid(&self.handles_minted, kid);
     }
 
     /// A sealed handle opened under `kid`.
-    pub fn handle_opened(&self, kid: KeyId) {
+    pub(crate) fn handle_opened(&self, kid: KeyId) {
         self.per_kid(&self.handles_opened, kid);
     }
 
@@ -128,7 +128,7 @@ impl KeyMetrics {
     /// A key ring is in use: a series per key (new keys start at zero), the series of
     /// keys it no longer holds removed, the minting key marked. `from_file`: it was read
     /// from the key file, whose age the ring age gauge now counts from.
-    pub fn key_ring_loaded(&self, ring: &[KeyId], from_file: bool) {
+    pub(crate) fn key_ring_loaded(&self, ring: &[KeyId], from_file: bool) {
         let mut kids = self.kids.write().expect("not poisoned");
         for gone in kids.iter().filter(|kid| !ring.contains(kid)) {
             let label = gone.hex();
@@ -153,7 +153,7 @@ impl KeyMetrics {
     }
 
     /// The key file was read again and still holds the ring in use.
-    pub fn key_file_confirmed(&self) {
+    pub(crate) fn key_file_confirmed(&self) {
         *self.confirmed.lock().expect("not poisoned") = Some(Instant::now());
     }
 

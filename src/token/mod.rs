@@ -11,30 +11,35 @@
 //! The format is byte-compatible with the reference SDK (`mcp/server/request_state.py`):
 //! tokens minted by either open in the other given the same keys and audience.
 
-pub mod canonical;
-pub mod claims;
-pub mod handle;
-pub mod keyring;
-pub mod kid;
+pub(crate) mod canonical;
+pub(crate) mod claims;
+pub(crate) mod handle;
+pub(crate) mod keyring;
+pub(crate) mod kid;
 mod metrics;
 
 use arc_swap::ArcSwap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use canonical::CanonicalError;
-pub use claims::{
-    BindingError, Flow, Questions, RequestBinding, args_digest, binding_digests_as_is,
-};
-pub use handle::{HandleReject, OpenedHandle};
-pub use keyring::{KeyRing, KeyRingError, OpenError, TOKEN_ID_LEN, generate_secret};
+pub use claims::Flow;
+pub use claims::Questions;
+pub use claims::RequestBinding;
+pub use claims::args_digest;
+pub(crate) use claims::binding_digests_as_is;
+pub use handle::HandleReject;
+pub use keyring::KeyRing;
+pub use keyring::KeyRingError;
+pub use keyring::OpenError;
+pub(crate) use keyring::TOKEN_ID_LEN;
+pub use keyring::generate_secret;
 pub use kid::KeyId;
 pub use metrics::KeyMetrics;
 
 use claims::{MintClaims, OpenedClaims, principal_claim, principal_matches};
 
 /// Tokens minted up to this far in the future (a replica's clock ahead of ours) still open.
-pub const FUTURE_SKEW_SECONDS: f64 = 60.0;
+pub(crate) const FUTURE_SKEW_SECONDS: f64 = 60.0;
 
 /// The closed set of reasons a token is refused. Labels for metrics and logs; the client
 /// only ever sees the one frozen error.
@@ -61,7 +66,7 @@ pub enum Reject {
     Revoked,
 }
 
-crate::registry::labels!(Reject {
+crate::registry::labels!(pub Reject {
     Malformed => "malformed",
     UnknownKey => "unknown_key",
     Expired => "expired",
@@ -116,20 +121,20 @@ pub struct Opened {
     /// What each asked key asked, when the minter recorded it (read on demand).
     pub questions: Option<Questions>,
     /// Where the token stands in its flow, when the minter recorded it.
-    pub flow: Option<Flow>,
+    pub(crate) flow: Option<Flow>,
     /// Unix seconds when it was minted (revocations compare against it).
-    pub issued_at: f64,
+    pub(crate) issued_at: f64,
     /// Unix seconds after which the token no longer opens (bounds replay bookkeeping).
-    pub expires_at: f64,
+    pub(crate) expires_at: f64,
     /// Key id ‖ nonce: names this token for single-use bookkeeping.
-    pub id: [u8; TOKEN_ID_LEN],
+    pub(crate) id: [u8; TOKEN_ID_LEN],
 }
 
 impl Opened {
     /// The name a single-use store records this token's consumption under: a digest of
     /// its key id and nonce, so the store (and anything that reads it) holds nothing
     /// from which the token could be rebuilt, and two tokens never share a name.
-    pub fn consumption_id(&self) -> String {
+    pub(crate) fn consumption_id(&self) -> String {
         use sha2::{Digest, Sha256};
         let digest = Sha256::new()
             .chain_update(b"mcp-state-guard/consumed/v1:")
@@ -157,17 +162,13 @@ impl StateSealer {
     }
 
     /// Swap in a new key ring; tokens in flight keep opening if their key is still in it.
-    pub fn replace_ring(&self, ring: KeyRing) {
+    pub(crate) fn replace_ring(&self, ring: KeyRing) {
         self.ring.store(Arc::new(ring));
     }
 
     /// The current ring (for key-id reporting).
     pub fn ring(&self) -> Arc<KeyRing> {
         self.ring.load_full()
-    }
-
-    pub fn ttl_seconds(&self) -> u64 {
-        self.ttl_seconds
     }
 
     /// Seal `state` for the request `binding` describes, valid for one TTL from now.
@@ -274,7 +275,7 @@ impl StateSealer {
         self.open_at(now(), token, binding, principal)
     }
 
-    pub fn open_at(
+    pub(crate) fn open_at(
         &self,
         now: f64,
         token: &str,

@@ -32,7 +32,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// The configured kinds, and what sealing and opening them needs.
-pub struct Handles {
+pub(crate) struct Handles {
     kinds: Vec<HandleConfig>,
     sealer: Arc<StateSealer>,
     metrics: Arc<ToolMetrics>,
@@ -44,7 +44,7 @@ pub struct Handles {
 
 /// The kinds one response must seal: computed at admission from the tool name, so the
 /// response phase holds nothing of the request body.
-pub struct Issue {
+pub(crate) struct Issue {
     /// `(kind, result pointer, ttl)` of each kind the called tool issues.
     kinds: Vec<(String, String, u64)>,
     principal: Option<String>,
@@ -56,7 +56,7 @@ pub struct Issue {
 }
 
 impl Handles {
-    pub fn new(
+    pub(crate) fn new(
         kinds: &[HandleConfig],
         sealer: Arc<StateSealer>,
         metrics: Arc<ToolMetrics>,
@@ -76,7 +76,7 @@ impl Handles {
 
     /// Replace each accepted handle argument of a `tools/call` by the upstream's raw
     /// handle, or refuse the call: whether any was replaced.
-    pub async fn unwrap(
+    pub(crate) async fn unwrap(
         &self,
         tool: &str,
         params: &mut Params<'_>,
@@ -162,7 +162,7 @@ impl Handles {
     }
 
     /// What the response to a call of `tool` on `path` must seal, if anything.
-    pub fn issue(
+    pub(crate) fn issue(
         &self,
         tool: &str,
         &Caller {
@@ -207,7 +207,7 @@ impl Issue {
     /// Seal the handle at each configured pointer of a tool `result` (complete or an
     /// `input_required` round, from the upstream or replayed from a record). A result
     /// without one (a tool error, say) passes, counted as `missing`.
-    pub fn seal(&self, result: &mut Map<String, Value>) {
+    pub(crate) fn seal(&self, result: &mut Map<String, Value>) {
         for (kind, pointer, ttl) in &self.kinds {
             // The pointer is into the result object; a `Value` view of it is needed for
             // `pointer_mut`, so the object is moved in and back out.

@@ -49,13 +49,13 @@ mod ticket;
 use lease::{release_phantom, renew};
 
 /// The header a client may carry the key in instead of `params.idempotencyKey`.
-pub const HEADER: &str = "idempotency-key";
+pub(crate) const HEADER: &str = "idempotency-key";
 /// The header on a replayed answer.
-pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+pub(crate) const REPLAYED_HEADER: &str = "idempotent-replayed";
 const MAX_KEY_CHARS: usize = 255;
 
 /// The idempotency phase.
-pub struct Idempotency {
+pub(crate) struct Idempotency {
     config: IdempotencyConfig,
     audience: Option<String>,
     store: Arc<Store>,
@@ -88,7 +88,7 @@ impl Drop for InFlight {
 }
 
 /// What admission decided.
-pub enum Admission {
+pub(crate) enum Admission {
     /// Not an idempotent call (no key, or a tool not listed): forward as is.
     Untracked,
     /// Reserved: forward, then record what comes back through the ticket.
@@ -98,18 +98,18 @@ pub enum Admission {
 }
 
 /// A recorded answer, replayed.
-pub struct Replay {
+pub(crate) struct Replay {
     /// The upstream's HTTP status when it answered.
-    pub status: StatusCode,
+    pub(crate) status: StatusCode,
     /// The stored `result` or `error` member.
-    pub answer: Map<String, Value>,
+    pub(crate) answer: Map<String, Value>,
     /// Whether the issuing tool's handles in it are raw (sealed at replay), as this
     /// version records them; a record of an older version holds them sealed already.
-    pub raw_handles: bool,
+    pub(crate) raw_handles: bool,
 }
 
 /// A reservation in flight, completed by the response phase or released when dropped.
-pub struct Ticket {
+pub(crate) struct Ticket {
     pending: Mutex<Option<Pending>>,
     outcome: Mutex<Option<Outcome>>,
     /// The upstream's HTTP status (0 until its response head came).
@@ -158,7 +158,7 @@ const ANSWERED: &str = "a:";
 const ANSWERED_V1: &str = "d:";
 
 impl Idempotency {
-    pub fn new(
+    pub(crate) fn new(
         config: &IdempotencyConfig,
         audience: Option<String>,
         store: Arc<Store>,
@@ -190,12 +190,6 @@ impl Idempotency {
         })
     }
 
-    /// Reservations `owner` has in flight on this replica now.
-    pub fn in_flight_of(&self, owner: &Owner) -> usize {
-        let owners = self.in_flight.lock().expect("not poisoned");
-        owners.get(owner).copied().unwrap_or(0)
-    }
-
     fn refuse(&self, detail: &'static str) -> ProxyError {
         self.metrics.idempotency(IdempotencyResult::Invalid);
         ProxyError::IdempotencyKey(detail)
@@ -204,7 +198,7 @@ impl Idempotency {
     /// Read, check and reserve the key of a call of `tool` (arguments as the upstream
     /// will receive them, whose digest the state binding may have computed already:
     /// `known_digest`), or answer it from the store.
-    pub async fn admit(
+    pub(crate) async fn admit(
         &self,
         tool: &str,
         params: &mut Params<'_>,
@@ -473,7 +467,7 @@ impl Idempotency {
 /// An answer to a recorded call, as the response phase read it from the upstream's
 /// bytes: the text of its `result` (states sealed, handles raw) or of its `error`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Completed<'a> {
+pub(crate) enum Completed<'a> {
     Result { text: &'a str, asks_for_input: bool },
     Error(&'a str),
 }

@@ -89,7 +89,7 @@ pub enum IdempotencyResult {
     RecordUnreplicated,
 }
 
-crate::registry::labels!(IdempotencyResult {
+crate::registry::labels!(pub IdempotencyResult {
     Reserved => "reserved",
     Recorded => "recorded",
     Replayed => "replayed",
@@ -116,7 +116,7 @@ pub struct ToolMetrics {
 }
 
 impl ToolMetrics {
-    pub fn register(registry: &Registry) -> Self {
+    pub(crate) fn register(registry: &Registry) -> Self {
         Self {
             handles: registry.counters(
                 "handles_total",
@@ -131,7 +131,7 @@ impl ToolMetrics {
         }
     }
 
-    pub fn handle(&self, result: HandleResult) {
+    pub(crate) fn handle(&self, result: HandleResult) {
         self.handles.at(result).inc();
     }
 
@@ -139,7 +139,7 @@ impl ToolMetrics {
         self.handles.at(result).get()
     }
 
-    pub fn idempotency(&self, result: IdempotencyResult) {
+    pub(crate) fn idempotency(&self, result: IdempotencyResult) {
         self.idempotency.at(result).inc();
     }
 

@@ -7,8 +7,8 @@
 //! it; what the response phase must do (handles to seal, an answer to record) is decided
 //! at admission ([`Inbound`]), so it holds nothing of the request body.
 
-pub mod handles;
-pub mod idempotency;
+pub(crate) mod handles;
+pub(crate) mod idempotency;
 mod metrics;
 
 use crate::auth::Caller;
@@ -18,24 +18,26 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
-pub use handles::{Handles, Issue};
-pub use idempotency::{Admission, Completed, Idempotency, Replay, Ticket};
-pub use metrics::{HandleResult, IdempotencyResult, ToolMetrics};
+pub(crate) use handles::{Handles, Issue};
+pub(crate) use idempotency::{Admission, Completed, Idempotency, Replay, Ticket};
+pub use metrics::HandleResult;
+pub use metrics::IdempotencyResult;
+pub use metrics::ToolMetrics;
 
 /// The tool phase: what every configured feature needs.
-pub struct ToolFeatures {
-    pub handles: Handles,
-    pub idempotency: Idempotency,
+pub(crate) struct ToolFeatures {
+    pub(crate) handles: Handles,
+    pub(crate) idempotency: Idempotency,
 }
 
 /// What admission decided for the response phase.
 #[derive(Default)]
-pub struct Inbound {
+pub(crate) struct Inbound {
     /// What the tool features do to the answer.
-    pub answering: Answering,
+    pub(crate) answering: Answering,
     /// A repeat of a completed call: its stored answer (its issued handles sealed for
     /// this caller now), answered without the upstream.
-    pub replay: Option<Replay>,
+    pub(crate) replay: Option<Replay>,
 }
 
 /// What the tool features do to each message of a call's answer, decided at admission:
@@ -43,7 +45,7 @@ pub struct Inbound {
 /// holds. The response phase calls these as steps of its own order; it knows nothing of
 /// handles or records.
 #[derive(Default)]
-pub struct Answering {
+pub(crate) struct Answering {
     /// Handles the response must seal.
     issue: Option<Issue>,
     /// The idempotency reservation the response completes.
@@ -53,7 +55,7 @@ pub struct Answering {
 impl Answering {
     /// The upstream's response head came with `status` (an idempotent call records only
     /// a 2xx answer).
-    pub fn upstream_status(&self, status: http::StatusCode) {
+    pub(crate) fn upstream_status(&self, status: http::StatusCode) {
         if let Some(ticket) = &self.ticket {
             ticket.upstream_status(status);
         }
@@ -61,26 +63,26 @@ impl Answering {
 
     /// `answer` answers the call (its id is the call's): record it, as it reaches the
     /// client (states sealed, handles raw: they are sealed afresh for each replay).
-    pub fn record(&self, answer: Completed<'_>) {
+    pub(crate) fn record(&self, answer: Completed<'_>) {
         if let Some(ticket) = &self.ticket {
             ticket.complete(answer);
         }
     }
 
     /// Whether [`Answering::record`] keeps anything (the call holds a reservation).
-    pub fn records(&self) -> bool {
+    pub(crate) fn records(&self) -> bool {
         self.ticket.is_some()
     }
 
     /// Whether an answer's result has handles to seal (an issuing tool was called).
-    pub fn issues(&self) -> bool {
+    pub(crate) fn issues(&self) -> bool {
         self.issue.is_some()
     }
 
     /// Seal the raw handles in a `result` of the answer (a complete one or a round
     /// asking for input: no raw handle at its pointer reaches the client). Whether it
     /// changed.
-    pub fn seal_handles(&self, result: &mut Map<String, Value>) -> bool {
+    pub(crate) fn seal_handles(&self, result: &mut Map<String, Value>) -> bool {
         match &self.issue {
             Some(issue) => {
                 issue.seal(result);
@@ -91,7 +93,7 @@ impl Answering {
     }
 
     /// The reservation the call holds, to finish once its answer is complete.
-    pub fn ticket(&self) -> Option<Arc<Ticket>> {
+    pub(crate) fn ticket(&self) -> Option<Arc<Ticket>> {
         self.ticket.clone()
     }
 }
@@ -101,7 +103,7 @@ impl ToolFeatures {
     /// are unwrapped, then the idempotency key is reserved (over the arguments the
     /// upstream will receive) or answered from the store. Runs after the state opener,
     /// so a `requestState` binding is computed over the arguments as the client sent them.
-    pub async fn inbound(
+    pub(crate) async fn inbound(
         &self,
         method: &str,
         params: &mut Params<'_>,

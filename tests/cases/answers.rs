@@ -13,7 +13,7 @@ use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::sidecar::{Sidecar, config};
 use bytes::Bytes;
 use http::Method;
-use mcp_state_guard::policy::MrtrRefusal;
+use mcp_state_guard::facade::policy::MrtrRefusal;
 use serde_json::{Value, json};
 use std::time::Duration;
 

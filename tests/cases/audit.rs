@@ -200,7 +200,7 @@ async fn one_audit_line_per_refusal_and_no_secret_in_any_line() {
             .finalize();
         hex::encode(&d[..8])
     };
-    let kid = mcp_state_guard::token::KeyId::of_token(&tokens[0])
+    let kid = mcp_state_guard::facade::token::KeyId::of_token(&tokens[0])
         .unwrap()
         .to_string();
     for (id, category, reason, principal, with_kid) in [

@@ -7,7 +7,7 @@
 use crate::support::flow::{NOBODY, assert_opens, assert_refused_with, mint, retry};
 use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::sidecar::{self, Sidecar};
-use mcp_state_guard::config::PrincipalSource;
+use mcp_state_guard::facade::config::PrincipalSource;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_by_another_principal_is_refused() {

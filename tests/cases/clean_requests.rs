@@ -11,7 +11,7 @@ use crate::support::fake::{
 use crate::support::http::{mcp_headers, send};
 use crate::support::sidecar::Sidecar;
 use http::Method;
-use mcp_state_guard::config::PrincipalSource;
+use mcp_state_guard::facade::config::PrincipalSource;
 use serde_json::{Value, json};
 use std::time::Duration;
 

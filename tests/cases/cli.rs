@@ -202,11 +202,11 @@ fn version_names_the_commit() {
     let expected = format!(
         "mcp-state-guard {} (commit {})\n",
         env!("CARGO_PKG_VERSION"),
-        mcp_state_guard::version::COMMIT
+        mcp_state_guard::facade::version::COMMIT
     );
     assert_eq!(line, expected);
     // A checkout builds with its commit; a tarball without git says so.
-    let commit = mcp_state_guard::version::COMMIT;
+    let commit = mcp_state_guard::facade::version::COMMIT;
     assert!(
         commit == "unknown" || (commit.len() >= 7 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
         "{commit}"

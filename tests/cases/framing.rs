@@ -41,7 +41,7 @@ use crate::support::fake::{FakeUpstream, Step, tools_call};
 use crate::support::http::post_mcp;
 use crate::support::sidecar::{self, Sidecar};
 use bytes::Bytes;
-use mcp_state_guard::error::ErrorKind;
+use mcp_state_guard::facade::error::ErrorKind;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -547,7 +547,7 @@ fn show(got: &Exchange) -> String {
     )
 }
 
-fn total(metrics: &mcp_state_guard::app::Metrics) -> u64 {
+fn total(metrics: &mcp_state_guard::facade::app::Metrics) -> u64 {
     ErrorKind::ALL
         .iter()
         .map(|k| metrics.refusals.refused_count(*k))

@@ -7,9 +7,9 @@
 use crate::support::http::{Reply, meta, post_mcp_with};
 use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::sidecar::{Sidecar, config};
-use mcp_state_guard::config::{Config, HandleConfig, PrincipalSource};
-use mcp_state_guard::token::{HandleReject, KeyRing, StateSealer};
-use mcp_state_guard::tools::HandleResult;
+use mcp_state_guard::facade::config::{Config, HandleConfig, PrincipalSource};
+use mcp_state_guard::facade::token::{HandleReject, KeyRing, StateSealer};
+use mcp_state_guard::facade::tools::HandleResult;
 use serde_json::{Value, json};
 
 pub const KEY: &str = "9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b";
@@ -135,7 +135,7 @@ async fn ownership(mode: Mode) {
             "expired",
             Some("alice"),
             json!(sealer.seal_handle_at(
-                mcp_state_guard::token::now() - 600.0,
+                mcp_state_guard::facade::token::now() - 600.0,
                 "import",
                 &json!("imp-1"),
                 Some("alice"),
@@ -277,7 +277,7 @@ async fn a_handle_expires_after_its_ttl() {
 #[tokio::test]
 async fn a_state_binds_the_sealed_handle_the_client_sent() {
     use crate::support::fake::{FakeUpstream, Reply as FakeReply, complete, input_required};
-    use mcp_state_guard::token::RequestBinding;
+    use mcp_state_guard::facade::token::RequestBinding;
     let fake = FakeUpstream::start(|request| {
         let message = request.json();
         let id = message["id"].clone();
@@ -350,7 +350,7 @@ async fn a_state_binds_the_sealed_handle_the_client_sent() {
 #[tokio::test]
 async fn a_revoked_callers_handles_are_refused() {
     use crate::support::http::send;
-    use mcp_state_guard::token::KeyId;
+    use mcp_state_guard::facade::token::KeyId;
     const SECRET: &str = "admin-secret-for-handles-0123";
     let upstream = LegacyServer::start_script("tests/py/import_server.py", Mode::Json);
     let dir = tempfile::tempdir().unwrap();

@@ -11,10 +11,10 @@ use crate::support::prometheus::promtool;
 use crate::support::python::repo_path;
 use crate::support::sidecar::{self, Sidecar};
 use http::Method;
-use mcp_state_guard::config::Config;
-use mcp_state_guard::config::reload::ConfigSource;
-use mcp_state_guard::config::reload::ReloadOutcome;
-use mcp_state_guard::token::{KeyId, KeyRing};
+use mcp_state_guard::facade::config::Config;
+use mcp_state_guard::facade::config::reload::ConfigSource;
+use mcp_state_guard::facade::config::reload::ReloadOutcome;
+use mcp_state_guard::facade::token::{KeyId, KeyRing};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -499,7 +499,7 @@ async fn a_secret_volume_symlink_swap_reaches_the_keys_and_the_config() {
     let mut config = AtomicVolume::new("mcp-state-guard.toml", &settings(""));
     let overrides = Default::default();
     let (loaded, source) = ConfigSource::load(config.path(), overrides).unwrap();
-    let running = mcp_state_guard::app::start_from(&loaded, Some(source))
+    let running = mcp_state_guard::facade::app::start_from(&loaded, Some(source))
         .await
         .unwrap();
     let metrics = running.metrics().clone();

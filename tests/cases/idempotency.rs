@@ -12,8 +12,8 @@ use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::python::client_flows;
 use crate::support::redis::RedisServer;
 use crate::support::sidecar::{Sidecar, config};
-use mcp_state_guard::config::{Config, PrincipalSource, SingleUseStore};
-use mcp_state_guard::tools::IdempotencyResult;
+use mcp_state_guard::facade::config::{Config, PrincipalSource, SingleUseStore};
+use mcp_state_guard::facade::tools::IdempotencyResult;
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -10,8 +10,8 @@ use crate::support::fake::{FakeBody, FakeUpstream, Reply, complete, pairs, tools
 use crate::support::http::{mcp_headers, post_mcp, post_mcp_with, send};
 use crate::support::sidecar::{self, Sidecar, config};
 use http::Method;
-use mcp_state_guard::config::PrincipalSource;
-use mcp_state_guard::error::ErrorKind;
+use mcp_state_guard::facade::config::PrincipalSource;
+use mcp_state_guard::facade::error::ErrorKind;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

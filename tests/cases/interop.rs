@@ -10,8 +10,8 @@
 use crate::support::interop::{Sdk, run_client, start_upstream};
 use crate::support::legacy::Mode;
 use crate::support::sidecar::Sidecar;
-use mcp_state_guard::error::ErrorKind;
-use mcp_state_guard::token::Reject;
+use mcp_state_guard::facade::error::ErrorKind;
+use mcp_state_guard::facade::token::Reject;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 

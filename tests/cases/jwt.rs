@@ -11,8 +11,8 @@ use crate::support::pki::{self, AUDIENCE, Ca, Files, ISSUER, Signer, claims, jwk
 use crate::support::sidecar::{self, Sidecar};
 use crate::support::tls::JwksServer;
 use jsonwebtoken::Algorithm as Alg;
-use mcp_state_guard::auth::AuthFailure;
-use mcp_state_guard::config::{Config, PrincipalSource};
+use mcp_state_guard::facade::auth::AuthFailure;
+use mcp_state_guard::facade::config::{Config, PrincipalSource};
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -9,8 +9,8 @@ use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::pki::{AUDIENCE, Ca, Files, ISSUER, Signer, claims, jwks};
 use crate::support::python::{client_flows, run_json};
 use crate::support::sidecar::{self, Sidecar};
-use mcp_state_guard::auth::jwt::principal;
-use mcp_state_guard::config::PrincipalSource;
+use mcp_state_guard::facade::auth::jwt::principal;
+use mcp_state_guard::facade::config::PrincipalSource;
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 use crate::support::fake::{FakeUpstream, Recorded, Reply, complete, sealed};
 use crate::support::http::{Reply as ClientReply, post_mcp_with};
 use crate::support::sidecar::{Sidecar, config};
-use mcp_state_guard::config::{HandleConfig, PrincipalSource};
+use mcp_state_guard::facade::config::{HandleConfig, PrincipalSource};
 use serde_json::{Value, json};
 
 const KEY: &str = "5c4b3a29180f6e5d4c3b2a1908f7e6d5c4b3a29180f6e5d4c3b2a1908f7e6d5c";

@@ -10,8 +10,8 @@ use crate::support::pki::{Ca, Files, Leaf, client_config, client_params};
 use crate::support::python::client_flows;
 use crate::support::sidecar::{self, Sidecar};
 use crate::support::tls::post_mcp;
-use mcp_state_guard::config::{MtlsIdentity, PrincipalSource};
-use mcp_state_guard::token::RequestBinding;
+use mcp_state_guard::facade::config::{MtlsIdentity, PrincipalSource};
+use mcp_state_guard::facade::token::RequestBinding;
 use rcgen::{KeyUsagePurpose, SanType};
 use serde_json::{Value, json};
 

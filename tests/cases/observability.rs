@@ -10,12 +10,12 @@ use crate::support::prometheus::{Prometheus, promtool};
 use crate::support::sidecar::{self, Sidecar};
 use bytes::Bytes;
 use http::Method;
-use mcp_state_guard::mcp::MethodClass;
-use mcp_state_guard::proxy::SseEvent;
-use mcp_state_guard::proxy::StatusClass;
-use mcp_state_guard::server::Listener;
-use mcp_state_guard::telemetry::audit::Outcome;
-use mcp_state_guard::token::{KeyId, KeyRing};
+use mcp_state_guard::facade::mcp::MethodClass;
+use mcp_state_guard::facade::proxy::SseEvent;
+use mcp_state_guard::facade::proxy::StatusClass;
+use mcp_state_guard::facade::server::Listener;
+use mcp_state_guard::facade::telemetry::audit::Outcome;
+use mcp_state_guard::facade::token::{KeyId, KeyRing};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -273,8 +273,8 @@ async fn latency_outcomes_status_classes_streams_and_connections_are_counted() {
     let (_, text) = admin_get(&sidecar, "/metrics").await;
     assert!(text.contains(&format!(
         "mcp_state_guard_build_info{{commit=\"{}\",version=\"{}\"}} 1",
-        mcp_state_guard::version::COMMIT,
-        mcp_state_guard::version::VERSION
+        mcp_state_guard::facade::version::COMMIT,
+        mcp_state_guard::facade::version::VERSION
     )));
     sidecar.stop().await;
 }

@@ -8,7 +8,7 @@ use crate::support::fake::{FakeUpstream, Reply, complete, pairs};
 use crate::support::http::send;
 use crate::support::sidecar::{self, Sidecar};
 use http::Method;
-use mcp_state_guard::server::Listener;
+use mcp_state_guard::facade::server::Listener;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

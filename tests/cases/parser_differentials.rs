@@ -16,8 +16,8 @@ use crate::support::fake::{
 use crate::support::http::{Reply as ClientReply, mcp_headers, send};
 use crate::support::sidecar::{self, Sidecar};
 use http::Method;
-use mcp_state_guard::config::PrincipalSource;
-use mcp_state_guard::error::ErrorKind;
+use mcp_state_guard::facade::config::PrincipalSource;
+use mcp_state_guard::facade::error::ErrorKind;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::time::Duration;

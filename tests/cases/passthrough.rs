@@ -14,8 +14,8 @@ use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::python::client_flows;
 use crate::support::sidecar::Sidecar;
 use http::Method;
-use mcp_state_guard::error::ErrorKind;
-use mcp_state_guard::proxy::SealFailure;
+use mcp_state_guard::facade::error::ErrorKind;
+use mcp_state_guard::facade::proxy::SealFailure;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

@@ -13,7 +13,7 @@ use crate::support::process::Process;
 use crate::support::redis::RedisServer;
 use crate::support::sidecar::{Sidecar, config};
 use http::Method;
-use mcp_state_guard::app::Running;
+use mcp_state_guard::facade::app::Running;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -39,10 +39,12 @@ async fn start_watched(text: &str) -> (Running, PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("config.toml");
     std::fs::write(&file, text).unwrap();
-    let (loaded, source) =
-        mcp_state_guard::config::reload::ConfigSource::load(file.clone(), Default::default())
-            .unwrap();
-    let running = mcp_state_guard::app::start_from(&loaded, Some(source))
+    let (loaded, source) = mcp_state_guard::facade::config::reload::ConfigSource::load(
+        file.clone(),
+        Default::default(),
+    )
+    .unwrap();
+    let running = mcp_state_guard::facade::app::start_from(&loaded, Some(source))
         .await
         .unwrap();
     (running, file, dir)

@@ -19,7 +19,7 @@ use crate::support::http::{mcp_headers, meta, post_mcp, send};
 use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::sidecar::{self, Sidecar};
 use http::Method;
-use mcp_state_guard::error::ErrorKind;
+use mcp_state_guard::facade::error::ErrorKind;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

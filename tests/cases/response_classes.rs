@@ -11,7 +11,7 @@ use crate::support::fake::{
 use crate::support::http::{Reply as ClientReply, post_mcp};
 use crate::support::sidecar::Sidecar;
 use bytes::Bytes;
-use mcp_state_guard::proxy::SealFailure;
+use mcp_state_guard::facade::proxy::SealFailure;
 use serde_json::json;
 use std::io::Write;
 

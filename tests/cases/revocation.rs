@@ -9,7 +9,7 @@ use crate::support::http::{Reply as ClientReply, send};
 use crate::support::redis::RedisServer;
 use crate::support::sidecar::{Sidecar, config};
 use http::Method;
-use mcp_state_guard::config::{Config, PrincipalSource, SingleUseStore};
+use mcp_state_guard::facade::config::{Config, PrincipalSource, SingleUseStore};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -178,7 +178,7 @@ async fn an_unanswerable_revocation_check_follows_the_store_error_policy() {
     std::fs::write(&token_file, "admin-secret-0123456789").unwrap();
     let strict = Sidecar::with_keys(replica(&fake, &redis, &token_file), &[KEY], "svc").await;
     let mut lenient = replica(&fake, &redis, &token_file);
-    lenient.single_use.on_store_error = mcp_state_guard::config::OnStoreError::Allow;
+    lenient.single_use.on_store_error = mcp_state_guard::facade::config::OnStoreError::Allow;
     let lenient = Sidecar::with_keys(lenient, &[KEY], "svc").await;
     let caps = json!({"elicitation": {}});
     let answer = json!({"form": {"action": "accept", "content": {"region": "eu"}}});

@@ -22,7 +22,7 @@ use crate::support::python::client_flows;
 use crate::support::sidecar::Sidecar;
 use bytes::Bytes;
 use http::Method;
-use mcp_state_guard::token::Reject;
+use mcp_state_guard::facade::token::Reject;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Mutex;

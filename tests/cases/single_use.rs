@@ -14,10 +14,10 @@ use crate::support::redis::{RedisCluster, RedisServer};
 use crate::support::sidecar::{Sidecar, config};
 use bytes::Bytes;
 use http::Method;
-use mcp_state_guard::config::reload::ReloadOutcome;
-use mcp_state_guard::config::{Config, OnStoreError, SingleUseStore};
-use mcp_state_guard::policy::Consumption;
-use mcp_state_guard::store::StoreKind;
+use mcp_state_guard::facade::config::reload::ReloadOutcome;
+use mcp_state_guard::facade::config::{Config, OnStoreError, SingleUseStore};
+use mcp_state_guard::facade::policy::Consumption;
+use mcp_state_guard::facade::store::StoreKind;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -345,8 +345,9 @@ async fn policy_changes_apply_live_and_the_sealed_claim_closes_the_window() {
     write("");
     let overrides = Default::default();
     let (loaded, source) =
-        mcp_state_guard::config::reload::ConfigSource::load(file.clone(), overrides).unwrap();
-    let running = mcp_state_guard::app::start_from(&loaded, Some(source))
+        mcp_state_guard::facade::config::reload::ConfigSource::load(file.clone(), overrides)
+            .unwrap();
+    let running = mcp_state_guard::facade::app::start_from(&loaded, Some(source))
         .await
         .unwrap();
     let url = format!("http://{}/mcp", running.addr());

@@ -16,8 +16,8 @@ use crate::support::interop::{Sdk, run_client};
 use crate::support::python::{interpreter, repo_path};
 use crate::support::sidecar::{Sidecar, config};
 use http::Method;
-use mcp_state_guard::config::Config;
-use mcp_state_guard::stdio::{Dropped, Unmatched};
+use mcp_state_guard::facade::config::Config;
+use mcp_state_guard::facade::stdio::{Dropped, Unmatched};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -382,7 +382,7 @@ async fn stdio_full_queue_answers_503_with_retry_after() {
     config.upstream_command.queue_max = 1;
     config.timeouts.response_head_ms = 5000;
     // Three callers, so that the queue, not one caller's share, is what fills.
-    config.principal.source = mcp_state_guard::config::PrincipalSource::Header;
+    config.principal.source = mcp_state_guard::facade::config::PrincipalSource::Header;
     let sidecar = Sidecar::start(config).await;
     up(&sidecar).await;
     let url = sidecar.mcp_url();

@@ -17,10 +17,10 @@ use crate::support::redis_ha::{
 };
 use crate::support::sidecar::{Sidecar, config};
 use http::Method;
-use mcp_state_guard::config::{Config, PrincipalSource, SingleUseStore, WaitReplicas};
-use mcp_state_guard::policy::Consumption;
-use mcp_state_guard::store::StoreKind;
-use mcp_state_guard::tools::IdempotencyResult;
+use mcp_state_guard::facade::config::{Config, PrincipalSource, SingleUseStore, WaitReplicas};
+use mcp_state_guard::facade::policy::Consumption;
+use mcp_state_guard::facade::store::StoreKind;
+use mcp_state_guard::facade::tools::IdempotencyResult;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -12,8 +12,8 @@ use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use mcp_state_guard::app;
-use mcp_state_guard::config::Config;
+use mcp_state_guard::facade::app;
+use mcp_state_guard::facade::config::Config;
 use rustls::pki_types::{CertificateDer, ServerName};
 use std::sync::Arc;
 
@@ -211,14 +211,14 @@ async fn unusable_tls_files_are_startup_errors_naming_key_and_file() {
             panic!("{key}: started with an unusable file");
         };
         let message = error.to_string();
-        let env = mcp_state_guard::config::env_var_for(key);
+        let env = mcp_state_guard::facade::config::env_var_for(key);
         assert!(
             message.starts_with(&format!("{key} ({env}): {}", path.display())),
             "{message}"
         );
         assert!(message.contains(needle), "{message}");
         // check-config says the same.
-        let problems = mcp_state_guard::app::files::check_files(&config);
+        let problems = mcp_state_guard::facade::app::files::check_files(&config);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].key, key);
     }
@@ -242,7 +242,7 @@ async fn https_upstreams_are_verified_and_shown_a_client_certificate() {
     config.upstream_tls.ca_file = Some(files.put("upstream-ca.pem", &upstream_ca.pem));
     config.upstream_tls.cert_file = Some(files.put("client.crt", &identity.cert_pem));
     config.upstream_tls.key_file = Some(files.put("client.key", &identity.key_pem));
-    assert!(mcp_state_guard::app::files::check_files(&config).is_empty());
+    assert!(mcp_state_guard::facade::app::files::check_files(&config).is_empty());
     let sidecar = Sidecar::start(config.clone()).await;
     let reply = crate::support::http::post_mcp(&sidecar.mcp_url(), &tools_call(1, None)).await;
     assert_eq!(reply.status, 200, "{}", reply.text());

@@ -2,7 +2,7 @@
 //! tokens cross in both directions and argument digests agree on a generated corpus.
 
 use crate::support::python::{reference_digests, run_json};
-use mcp_state_guard::token::{KeyRing, Reject, RequestBinding, SealOptions, StateSealer};
+use mcp_state_guard::facade::token::{KeyRing, Reject, RequestBinding, SealOptions, StateSealer};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -179,7 +179,7 @@ fn honest_expiry_opens_in_the_reference() {
         600,
     );
     let case = &cases()[0];
-    let now = mcp_state_guard::token::now();
+    let now = mcp_state_guard::facade::token::now();
     // Mid-second on purpose: flooring both claims would cut up to a second off the TTL.
     let minted = now.floor() + 0.75;
     let token = sealer.seal_at(minted, case.state, &binding(case), &SealOptions::default());

@@ -10,7 +10,7 @@ use crate::support::legacy::Mode;
 use crate::support::sidecar::Sidecar;
 use crate::support::ts::{self, ResponseMode, TsServer};
 use bytes::Bytes;
-use mcp_state_guard::error::ErrorKind;
+use mcp_state_guard::facade::error::ErrorKind;
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -9,8 +9,8 @@ use crate::support::fake::{
 };
 use crate::support::http::{self as client, post_mcp};
 use crate::support::sidecar::Sidecar;
-use mcp_state_guard::error::ErrorKind;
-use mcp_state_guard::proxy::SealFailure;
+use mcp_state_guard::facade::error::ErrorKind;
+use mcp_state_guard::facade::proxy::SealFailure;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

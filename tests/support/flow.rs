@@ -6,7 +6,7 @@
 use crate::support::http::{meta, post_mcp_with};
 use crate::support::legacy::LegacyServer;
 use crate::support::sidecar::Sidecar;
-use mcp_state_guard::error::ErrorKind;
+use mcp_state_guard::facade::error::ErrorKind;
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! The sidecar started in-process on free loopback ports.
 
-use mcp_state_guard::app::Metrics;
-use mcp_state_guard::app::{self, Running};
-use mcp_state_guard::config::Config;
+use mcp_state_guard::facade::app::Metrics;
+use mcp_state_guard::facade::app::{self, Running};
+use mcp_state_guard::facade::config::Config;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,12 +13,12 @@
 //! `-max_len=20000`: the questions may take up to 16 KiB.)
 
 use super::ring;
-use mcp_state_guard::jsonrpc;
-use mcp_state_guard::policy::answers::{self, MAX_QUESTIONS_BYTES};
-use mcp_state_guard::policy::questions::Round;
-use mcp_state_guard::text::printable;
-use mcp_state_guard::token::SealOptions;
-use mcp_state_guard::token::canonical::write_python_json;
+use mcp_state_guard::facade::jsonrpc;
+use mcp_state_guard::facade::policy::answers::{self, MAX_QUESTIONS_BYTES};
+use mcp_state_guard::facade::policy::questions::Round;
+use mcp_state_guard::facade::text::printable;
+use mcp_state_guard::facade::token::SealOptions;
+use mcp_state_guard::facade::token::canonical::write_python_json;
 use serde_json::{Map, Value};
 
 pub fn check(data: &[u8]) {

@@ -17,12 +17,12 @@
 use super::oracle::{self, TreeParams};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use mcp_state_guard::error::ProxyError;
-use mcp_state_guard::jsonrpc::{
+use mcp_state_guard::facade::error::ProxyError;
+use mcp_state_guard::facade::jsonrpc::{
     self, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, Params, ParamsField,
     ParseError,
 };
-use mcp_state_guard::proxy::gate::check_message;
+use mcp_state_guard::facade::proxy::gate::check_message;
 use serde_json::{Value, json};
 
 /// Small, so the fuzzer reaches the value cap.

@@ -11,9 +11,9 @@ pub mod sealer;
 
 use http::HeaderMap;
 use http::header::HeaderName;
-use mcp_state_guard::error::ProxyError;
-use mcp_state_guard::jsonrpc::{self, Message, ParamsField};
-use mcp_state_guard::proxy::gate::Refusal;
+use mcp_state_guard::facade::error::ProxyError;
+use mcp_state_guard::facade::jsonrpc::{self, Message, ParamsField};
+use mcp_state_guard::facade::proxy::gate::Refusal;
 use serde_json::{Map, Value};
 
 /// The tree gate: the parsed body and its message, or why not.
@@ -59,7 +59,7 @@ fn check_mcp_headers(
         return Err(ProxyError::HeaderMismatch("mcp-method"));
     }
     if let Some(raw) = name_header {
-        let Some(field) = mcp_state_guard::mcp::header_target_field(method) else {
+        let Some(field) = mcp_state_guard::facade::mcp::header_target_field(method) else {
             return Err(ProxyError::HeaderMismatch("mcp-name"));
         };
         let target = params.and_then(|p| p.get(field)).and_then(Value::as_str);

@@ -21,10 +21,10 @@
 //! With `FUZZ_PROXY_TRACE` set, each run prints the three byte streams (for triage).
 
 use super::{ring, visible};
-use mcp_state_guard::app::{self, Running};
-use mcp_state_guard::config::Config;
-use mcp_state_guard::jsonrpc;
-use mcp_state_guard::token::{RequestBinding, SealOptions};
+use mcp_state_guard::facade::app::{self, Running};
+use mcp_state_guard::facade::config::Config;
+use mcp_state_guard::facade::jsonrpc;
+use mcp_state_guard::facade::token::{RequestBinding, SealOptions};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! The fuzz targets' own key ring: a fixed secret and audience, so a target can mint a
 //! valid token (and a sidecar started with the same key file opens it).
 
-use mcp_state_guard::token::{KeyRing, RequestBinding, StateSealer};
+use mcp_state_guard::facade::token::{KeyRing, RequestBinding, StateSealer};
 use std::sync::{Arc, OnceLock};
 
 /// The secret in the sidecar's key file and in [`sealer`] (32 bytes at least).

@@ -11,7 +11,7 @@
 //! that path (and a member the tree has is never missing from the index), and a string
 //! member decodes to the tree's string, borrowed exactly when it holds no escape.
 
-use mcp_state_guard::jsonrpc::{
+use mcp_state_guard::facade::jsonrpc::{
     self, EnvelopeField, Message, ParamsField, ParseError, Refused, ResultField, Scanned,
 };
 use serde_json::Value;

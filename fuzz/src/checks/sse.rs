@@ -17,12 +17,12 @@ use super::oracle::sealer;
 use super::{ring, upstream, visible};
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use mcp_state_guard::policy::flow::FlowLimits;
-use mcp_state_guard::policy::single_use::SingleUsePolicy;
-use mcp_state_guard::proxy::Meters;
-use mcp_state_guard::proxy::response::{SealContext, Sealer};
-use mcp_state_guard::registry::Registry;
-use mcp_state_guard::sse::{
+use mcp_state_guard::facade::policy::flow::FlowLimits;
+use mcp_state_guard::facade::policy::single_use::SingleUsePolicy;
+use mcp_state_guard::facade::proxy::Meters;
+use mcp_state_guard::facade::proxy::response::{SealContext, Sealer};
+use mcp_state_guard::facade::registry::Registry;
+use mcp_state_guard::facade::sse::{
     Buffered, EventFramer, EventRewriter, Rewrite, SseRewriteBody, StreamFailure, event_data,
 };
 use serde_json::Value;
@@ -237,7 +237,7 @@ impl Body for Chunks {
 /// lines other than data, and its data (the data lines joined, as a client reads them)
 /// with its JSON read and its tokens opened.
 fn opened(frame: &[u8]) -> (Vec<String>, Option<String>) {
-    let lines = mcp_state_guard::sse::split_lines(frame)
+    let lines = mcp_state_guard::facade::sse::split_lines(frame)
         .filter(|(content, _)| !(*content == b"data" || content.starts_with(b"data:")))
         .map(|(content, ending)| String::from_utf8_lossy(&[content, ending].concat()).into_owned())
         .collect();

@@ -7,7 +7,7 @@
 //! (xor with a non-zero byte), a truncation or an extension must keep it from opening.
 
 use super::ring;
-use mcp_state_guard::token::{RequestBinding, SealOptions, StateSealer};
+use mcp_state_guard::facade::token::{RequestBinding, SealOptions, StateSealer};
 
 pub fn check(data: &[u8]) {
     let ([mode, position, flip], rest) = super::split_header::<3>(data);

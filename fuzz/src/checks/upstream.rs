@@ -13,8 +13,8 @@
 
 use super::oracle::sealer::{self, TreeSealer};
 use super::{ring, sse, visible};
-use mcp_state_guard::jsonrpc::{self, ParseError};
-use mcp_state_guard::proxy::response::Withheld;
+use mcp_state_guard::facade::jsonrpc::{self, ParseError};
+use mcp_state_guard::facade::proxy::response::Withheld;
 
 pub fn check(data: &[u8]) {
     let ([flags], body) = super::split_header::<1>(data);
@@ -32,7 +32,7 @@ pub fn compare(body: &[u8], capabilities: Option<serde_json::Value>) {
         capabilities: capabilities.as_ref(),
         limits: sse::LIMITS,
         max_state_bytes: sse::MAX_STATE_BYTES,
-        max_token_bytes: mcp_state_guard::proxy::max_token_bytes(sse::MAX_STATE_BYTES),
+        max_token_bytes: mcp_state_guard::facade::proxy::max_token_bytes(sse::MAX_STATE_BYTES),
     }
     .seal_json(body);
     match (scanned.map_err(label), tree) {

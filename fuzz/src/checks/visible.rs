@@ -1,8 +1,8 @@
 //! What a client can read as a `requestState`, and the check that each one is a token of
 //! the fuzz ring: the upstream's plaintext never reaches the client.
 
-use mcp_state_guard::jsonrpc;
-use mcp_state_guard::sse::{EventFramer, event_data};
+use mcp_state_guard::facade::jsonrpc;
+use mcp_state_guard::facade::sse::{EventFramer, event_data};
 use serde_json::{Map, Value};
 
 /// Check a body a client received, whatever its label says: read as JSON, and read as an

@@ -11,13 +11,13 @@ use crate::config::Config;
 
 /// One key a reload loosened, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Loosened {
-    pub key: &'static str,
-    pub what: String,
+pub(crate) struct Loosened {
+    pub(crate) key: &'static str,
+    pub(crate) what: String,
 }
 
 /// The keys `new` loosens against `old`, in a fixed order.
-pub fn loosened(old: &Config, new: &Config) -> Vec<Loosened> {
+pub(crate) fn loosened(old: &Config, new: &Config) -> Vec<Loosened> {
     let mut out = Vec::new();
     let mut note = |key: &'static str, what: String| out.push(Loosened { key, what });
     let (was, now) = (&old.single_use, &new.single_use);

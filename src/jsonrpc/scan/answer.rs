@@ -57,7 +57,7 @@ pub struct Answer<'a> {
 
 /// Why an answer may not reach a client as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnswerFault {
+pub(crate) enum AnswerFault {
     /// A key where a client reads reserved names that reads like one, or is not ASCII.
     AmbiguousKey,
     /// A non-null `requestState` outside `result` (a server's request, `error.data`):
@@ -67,7 +67,7 @@ pub enum AnswerFault {
 
 /// What a result's `requestState` member is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StateMember {
+pub(crate) enum StateMember {
     Absent,
     /// `null`, at this span.
     Null(Range<usize>),
@@ -79,24 +79,24 @@ pub enum StateMember {
 
 impl<'a> Answer<'a> {
     /// The scanned text.
-    pub fn text(&self) -> &'a str {
+    pub(crate) fn text(&self) -> &'a str {
         self.text
     }
 
     /// Whether the answer is one object (a message).
-    pub fn is_message(&self) -> bool {
+    pub(crate) fn is_message(&self) -> bool {
         self.root.kind == JsonKind::Object
     }
 
     /// The messages of a batch, when the answer is an array: its objects, and those of
     /// the arrays in it, in order.
-    pub fn batch(&self) -> Option<impl Iterator<Item = Range<usize>> + '_> {
+    pub(crate) fn batch(&self) -> Option<impl Iterator<Item = Range<usize>> + '_> {
         (self.root.kind == JsonKind::Array)
             .then(|| self.elements.iter().map(|span| span.start..span.end))
     }
 
     /// The tree sealer's checks of a message, in its order (see the module's invariant).
-    pub fn check(&self) -> Result<(), AnswerFault> {
+    pub(crate) fn check(&self) -> Result<(), AnswerFault> {
         let facts = &self.facts;
         let envelope = |name| facts.envelope.get(ENVELOPE_FIELDS, name);
         let object = |member: Option<Member>| member.is_some_and(|m| m.kind == JsonKind::Object);
@@ -132,19 +132,19 @@ impl<'a> Answer<'a> {
     }
 
     /// The message's id, as the tree reads it.
-    pub fn id(&self) -> Option<Id> {
+    pub(crate) fn id(&self) -> Option<Id> {
         let id = self.facts.envelope.get(ENVELOPE_FIELDS, "id")?;
         member_value(self.text, id).ok()
     }
 
     /// The span of an envelope member, whatever it holds.
-    pub fn envelope(&self, field: EnvelopeField) -> Option<Range<usize>> {
+    pub(crate) fn envelope(&self, field: EnvelopeField) -> Option<Range<usize>> {
         let member = self.facts.envelope.get(ENVELOPE_FIELDS, field.name())?;
         Some(member.span.start..member.span.end)
     }
 
     /// The span of `result`, when it is an object.
-    pub fn result(&self) -> Option<Range<usize>> {
+    pub(crate) fn result(&self) -> Option<Range<usize>> {
         self.facts
             .envelope
             .get(ENVELOPE_FIELDS, "result")
@@ -153,14 +153,14 @@ impl<'a> Answer<'a> {
     }
 
     /// A member of an object `result`: its span and what it is.
-    pub fn result_member(&self, field: ResultField) -> Option<(Range<usize>, JsonKind)> {
+    pub(crate) fn result_member(&self, field: ResultField) -> Option<(Range<usize>, JsonKind)> {
         self.result()?;
         let member = self.facts.result.get(RESULT_FIELDS, field.name())?;
         Some((member.span.start..member.span.end, member.kind))
     }
 
     /// The `requestState` of an object `result`.
-    pub fn state(&self) -> StateMember {
+    pub(crate) fn state(&self) -> StateMember {
         match self.result_member(ResultField::RequestState) {
             None => StateMember::Absent,
             Some((span, JsonKind::Null)) => StateMember::Null(span),
@@ -171,13 +171,13 @@ impl<'a> Answer<'a> {
 
     /// The text of a string the scan located (such as [`StateMember::String`]'s span),
     /// unescaped: borrowed when it holds no escape. No second check: the scan accepted it.
-    pub fn string(&self, span: Range<usize>) -> Cow<'a, str> {
+    pub(crate) fn string(&self, span: Range<usize>) -> Cow<'a, str> {
         unescape(&self.text[span])
     }
 
     /// Whether an object `result` asks for input (`mcp::asks_for_input`): its
     /// `resultType` is `input_required`, or it has non-null `inputRequests`.
-    pub fn asks_for_input(&self) -> bool {
+    pub(crate) fn asks_for_input(&self) -> bool {
         let input_required =
             self.result_member(ResultField::ResultType)
                 .is_some_and(|(span, kind)| {

@@ -21,7 +21,7 @@ pub(super) const MAX_FIELDS: usize = 8;
 
 /// What a JSON value is, as far as classification asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JsonKind {
+pub(crate) enum JsonKind {
     Null,
     Bool,
     Number,
@@ -33,8 +33,8 @@ pub enum JsonKind {
 /// A value and where it is.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Member {
-    pub span: Span,
-    pub kind: JsonKind,
+    pub(crate) span: Span,
+    pub(crate) kind: JsonKind,
 }
 
 /// Where an object sits, as far as classification reads it. Each role is reached from
@@ -63,7 +63,7 @@ pub(super) enum Role {
 
 impl Role {
     /// The role of an object under `key`.
-    pub fn child(self, key: &str) -> Role {
+    pub(crate) fn child(self, key: &str) -> Role {
         match (self, key) {
             (Role::Envelope, "params") => Role::Params,
             (Role::Envelope, "result") => Role::Result,
@@ -140,12 +140,12 @@ impl Level {
         }
     }
 
-    pub fn get(&self, fields: &[&str], name: &str) -> Option<Member> {
+    pub(crate) fn get(&self, fields: &[&str], name: &str) -> Option<Member> {
         self.members[fields.iter().position(|field| *field == name)?]
     }
 
     /// Whether a key of this level is one `check_reserved` refuses.
-    pub fn is_faulty(&self) -> bool {
+    pub(crate) fn is_faulty(&self) -> bool {
         self.fault.is_some()
     }
 
@@ -153,11 +153,11 @@ impl Level {
         self.fault.map_or(Ok(()), |fault| Err(fault.error(text)))
     }
 
-    pub fn spans(&self) -> [Option<Span>; MAX_FIELDS] {
+    pub(crate) fn spans(&self) -> [Option<Span>; MAX_FIELDS] {
         self.members.map(|member| member.map(|m| m.span))
     }
 
-    pub fn key_spans(&self) -> [Option<Span>; MAX_FIELDS] {
+    pub(crate) fn key_spans(&self) -> [Option<Span>; MAX_FIELDS] {
         self.keys
     }
 }
@@ -184,23 +184,23 @@ struct Read {
 pub(super) struct Facts {
     /// Reading an upstream's answer ([`super::answer`]): `params` (a server's request) is
     /// held to the result fields, and nothing below it is read.
-    pub answer: bool,
-    pub envelope: Level,
+    pub(crate) answer: bool,
+    pub(crate) envelope: Level,
     /// The first envelope key whose fold is a params field's (`MISPLACED_FIELDS`).
     misplaced: Option<Span>,
-    pub params: Level,
+    pub(crate) params: Level,
     /// The first non-ASCII key of `params.inputResponses`.
     answers: Option<Span>,
-    pub result: Level,
-    pub error: Level,
-    pub data: Level,
+    pub(crate) result: Level,
+    pub(crate) error: Level,
+    pub(crate) data: Level,
     /// Only the few names below `params._meta` (empty, unallocated, without one).
     reads: Vec<Read>,
 }
 
 impl Facts {
     /// The facts of an upstream's answer (see [`Facts::answer`]).
-    pub fn of_answer() -> Self {
+    pub(crate) fn of_answer() -> Self {
         Facts {
             answer: true,
             ..Facts::default()
@@ -208,7 +208,7 @@ impl Facts {
     }
 
     /// Record the member `key` of an object in `role`.
-    pub fn note(&mut self, role: Role, key: &str, key_span: Span, member: Member) {
+    pub(crate) fn note(&mut self, role: Role, key: &str, key_span: Span, member: Member) {
         match role {
             Role::Other | Role::Batch => {}
             Role::Envelope => {
@@ -284,7 +284,7 @@ impl Facts {
 
     /// Where the declared capabilities (`params._meta[CAPABILITIES_META]`) are, read by
     /// exact names (a body that gets this far has no look-alike beside them).
-    pub fn declared(&self) -> Option<Span> {
+    pub(crate) fn declared(&self) -> Option<Span> {
         let meta = self
             .reads
             .iter()
@@ -298,7 +298,7 @@ impl Facts {
     }
 
     /// `classify`, check for check, on the facts of a body whose root is `root`.
-    pub fn classify(&self, text: &str, root: Member) -> Result<Message, ParseError> {
+    pub(crate) fn classify(&self, text: &str, root: Member) -> Result<Message, ParseError> {
         match root.kind {
             JsonKind::Object => {}
             JsonKind::Array => return Err(ParseError::Batch),

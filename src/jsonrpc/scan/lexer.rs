@@ -34,8 +34,8 @@ const SPECIAL: [bool; 256] = {
 /// `start..end` into the scanned bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Span {
-    pub start: usize,
-    pub end: usize,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
 }
 
 /// A cursor over one UTF-8 body.
@@ -47,7 +47,7 @@ pub(super) struct Lexer<'a> {
 }
 
 impl<'a> Lexer<'a> {
-    pub fn new(text: &'a str) -> Self {
+    pub(crate) fn new(text: &'a str) -> Self {
         Lexer {
             text,
             at: 0,
@@ -56,23 +56,23 @@ impl<'a> Lexer<'a> {
     }
 
     /// The whitespace runs skipped so far (none allocated for a compact body).
-    pub fn into_gaps(self) -> Vec<Span> {
+    pub(crate) fn into_gaps(self) -> Vec<Span> {
         self.gaps
     }
 
-    pub fn at(&self) -> usize {
+    pub(crate) fn at(&self) -> usize {
         self.at
     }
 
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.at == self.text.len()
     }
 
-    pub fn peek(&self) -> Option<u8> {
+    pub(crate) fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.at).copied()
     }
 
-    pub fn skip_whitespace(&mut self) {
+    pub(crate) fn skip_whitespace(&mut self) {
         let start = self.at;
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
             self.at += 1;
@@ -86,7 +86,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// Consume `byte`, which must be next.
-    pub fn expect(&mut self, byte: u8) -> Result<(), NotJson> {
+    pub(crate) fn expect(&mut self, byte: u8) -> Result<(), NotJson> {
         if self.peek() != Some(byte) {
             return Err(NotJson);
         }
@@ -95,7 +95,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// `true`, `false` or `null`: `word` must be next.
-    pub fn literal(&mut self, word: &str) -> Result<(), NotJson> {
+    pub(crate) fn literal(&mut self, word: &str) -> Result<(), NotJson> {
         if !self.text[self.at..].starts_with(word) {
             return Err(NotJson);
         }
@@ -105,7 +105,7 @@ impl<'a> Lexer<'a> {
 
     /// A string token from its opening quote: its span (quotes included) and whether it
     /// holds an escape (without one, its text is the bytes between the quotes).
-    pub fn string(&mut self) -> Result<(Span, bool), NotJson> {
+    pub(crate) fn string(&mut self) -> Result<(Span, bool), NotJson> {
         let start = self.at;
         self.expect(b'"')?;
         let bytes = self.text.as_bytes();
@@ -172,7 +172,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// A number token from its first byte (`-` or a digit).
-    pub fn number(&mut self) -> Result<(), NotJson> {
+    pub(crate) fn number(&mut self) -> Result<(), NotJson> {
         if self.peek() == Some(b'-') {
             self.at += 1;
         }

@@ -12,15 +12,15 @@ use std::ops::Range;
 
 /// One member of an object: its key (unescaped), its value's span and kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectMember<'a> {
-    pub key: Cow<'a, str>,
-    pub value: Range<usize>,
-    pub kind: JsonKind,
+pub(crate) struct ObjectMember<'a> {
+    pub(crate) key: Cow<'a, str>,
+    pub(crate) value: Range<usize>,
+    pub(crate) kind: JsonKind,
 }
 
 /// The members of the object at `span` of `text`, in order. `span` must be an object the
 /// scanner accepted; anything else yields no member.
-pub fn members(text: &str, span: Range<usize>) -> Members<'_> {
+pub(crate) fn members(text: &str, span: Range<usize>) -> Members<'_> {
     let bytes = text.as_bytes();
     let end = span.end.min(bytes.len());
     let object = bytes.get(span.start) == Some(&b'{') && end > span.start;
@@ -32,7 +32,7 @@ pub fn members(text: &str, span: Range<usize>) -> Members<'_> {
 }
 
 /// The iterator of [`members`].
-pub struct Members<'a> {
+pub(crate) struct Members<'a> {
     text: &'a str,
     at: usize,
     /// The object's closing brace.

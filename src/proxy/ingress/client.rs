@@ -14,7 +14,7 @@ use std::net::IpAddr;
 /// is not the peer: set by the head phase only then (no extension, no allocation, for
 /// the usual request), read by the phases after it in place of the peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddr(pub IpAddr);
+pub(crate) struct ClientAddr(pub(crate) IpAddr);
 
 impl TrustedProxies {
     /// The client a request is from: the peer, or for a trusted peer the first address
@@ -24,7 +24,7 @@ impl TrustedProxies {
     /// An entry that is not an address ends the walk at the hop after it (the nearest
     /// proxy vouched for nothing further); a chain of trusted proxies only names its
     /// leftmost.
-    pub fn client(&self, headers: &HeaderMap, peer: Option<Peer>) -> Option<IpAddr> {
+    pub(crate) fn client(&self, headers: &HeaderMap, peer: Option<Peer>) -> Option<IpAddr> {
         let Peer(addr) = peer?;
         let mut client = addr.ip().to_canonical();
         if !self.trusts(peer) {

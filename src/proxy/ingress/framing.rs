@@ -5,7 +5,7 @@
 
 use crate::auth::header::spelled_as;
 use crate::error::ProxyError;
-pub use crate::server::framing::{FramingScan, MixedFraming};
+use crate::server::framing::MixedFraming;
 use http::header::{self, HeaderName};
 
 /// The request's framing is one the sidecar and every parser behind it read alike: no
@@ -36,7 +36,7 @@ const READ_HEADERS: [&str; 7] = [
     "idempotency-key",
 ];
 
-pub fn check_framing(parts: &http::request::Parts) -> Result<(), ProxyError> {
+pub(crate) fn check_framing(parts: &http::request::Parts) -> Result<(), ProxyError> {
     if !parts.uri.path().starts_with('/') {
         return Err(ProxyError::Framing("request target is not a path"));
     }

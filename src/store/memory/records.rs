@@ -126,6 +126,7 @@ impl Charges {
         }
     }
 
+    #[cfg(test)]
     /// Bytes charged to `owner` now.
     pub(super) fn owner_bytes(&self, owner: &str) -> u64 {
         let owners = self.owners.lock().expect("not poisoned");

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 impl Ticket {
     /// The upstream's response head came with `status`: only a 2xx answer is recorded.
-    pub fn upstream_status(&self, status: StatusCode) {
+    pub(crate) fn upstream_status(&self, status: StatusCode) {
         self.status.store(status.as_u16(), Ordering::Release);
     }
 
@@ -18,7 +18,7 @@ impl Ticket {
     /// handles still raw: a complete result or a JSON-RPC error in a 2xx response is
     /// kept for recording; an `input_required` round, or any answer of an HTTP failure
     /// (5xx, 429, any status but 2xx), releases the key.
-    pub fn complete(&self, answer: Completed<'_>) {
+    pub(crate) fn complete(&self, answer: Completed<'_>) {
         let status = StatusCode::from_u16(self.status.load(Ordering::Acquire)).ok();
         let outcome = match answer {
             _ if !status.is_some_and(|s| s.is_success()) => {
@@ -50,7 +50,7 @@ impl Ticket {
 
     /// Record (or release) now, when the answer is known; `false` while it is not (a
     /// stream still flowing: the ticket finishes when it is dropped).
-    pub async fn finish_if_complete(&self) -> bool {
+    pub(crate) async fn finish_if_complete(&self) -> bool {
         let outcome = self.outcome.lock().expect("not poisoned").take();
         let Some(outcome) = outcome else {
             return false;

@@ -5,7 +5,7 @@ use super::{FakeUpstream, Recorded, event, progress, tools_call};
 use crate::support::http::{self as client, mcp_headers, send};
 use crate::support::sidecar::{self, Sidecar};
 use http::Method;
-use mcp_state_guard::config::Config;
+use mcp_state_guard::facade::config::Config;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(10);

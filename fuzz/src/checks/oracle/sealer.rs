@@ -5,11 +5,11 @@
 //! the client reads), with each token opened back to what it seals.
 
 use super::super::ring;
-use mcp_state_guard::jsonrpc::{self, ENVELOPE_FIELDS, ERROR_FIELDS};
-use mcp_state_guard::policy::flow::FlowLimits;
-use mcp_state_guard::policy::questions::Round;
-use mcp_state_guard::policy::{answers, capabilities};
-use mcp_state_guard::token::{RequestBinding, SealOptions, StateSealer};
+use mcp_state_guard::facade::jsonrpc::{self, ENVELOPE_FIELDS, ERROR_FIELDS};
+use mcp_state_guard::facade::policy::flow::FlowLimits;
+use mcp_state_guard::facade::policy::questions::Round;
+use mcp_state_guard::facade::policy::{answers, capabilities};
+use mcp_state_guard::facade::token::{RequestBinding, SealOptions, StateSealer};
 use serde_json::{Map, Value, json};
 
 /// What the tree sealer decided: the label of the sealer's failure or MRTR refusal.
@@ -54,7 +54,7 @@ impl TreeSealer<'_> {
 
     fn seal_result(&self, result: &mut Map<String, Value>) -> Result<bool, &'static str> {
         jsonrpc::check_result_fields(result).map_err(|_| "ambiguous_key")?;
-        let asks = mcp_state_guard::mcp::asks_for_input(result);
+        let asks = mcp_state_guard::facade::mcp::asks_for_input(result);
         let state = match result.get("requestState") {
             None | Some(Value::Null) if asks => None,
             None | Some(Value::Null) => return Ok(false),
@@ -84,7 +84,7 @@ impl TreeSealer<'_> {
         let (_, questions) = answers::record(round).map_err(|_| "questions_too_large")?;
         let flow = self
             .limits
-            .next(None, mcp_state_guard::token::now())
+            .next(None, mcp_state_guard::facade::token::now())
             .map_err(|_| "round_limit")?;
         let options = SealOptions {
             principal: None,
