@@ -113,7 +113,9 @@ enum Step {
 /// The steps, in their one order. An answer is recorded only once it is safe (a message
 /// withheld at [`Step::SealState`] leaves the reservation without an outcome, which
 /// releases the key), with its states sealed and its handles still raw, so each replay
-/// seals them afresh for its caller; handles are sealed last, in every result.
+/// seals them afresh for its caller; handles are sealed last, in every result. What the
+/// order gives is proved end to end: `handles::a_replay_seals_its_handles_afresh` and
+/// `idempotency::only_a_complete_2xx_answer_is_recorded`.
 const STEPS: [Step; 3] = [Step::SealState, Step::RecordAnswer, Step::SealHandles];
 
 /// Seals states in one response (a JSON body, or every event of an SSE stream).
@@ -521,18 +523,6 @@ pub(crate) fn with_body(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The order [`STEPS`] documents. What it gives is proved end to end: an answer is
-    /// recorded with its handles raw and each replay seals them afresh
-    /// (`handles::a_replay_seals_its_handles_afresh`), a withheld answer records nothing
-    /// (`idempotency::only_a_complete_2xx_answer_is_recorded`).
-    #[test]
-    fn states_are_sealed_first_then_the_answer_recorded_then_handles_sealed() {
-        assert_eq!(
-            STEPS,
-            [Step::SealState, Step::RecordAnswer, Step::SealHandles]
-        );
-    }
 
     #[test]
     fn replace_data_keeps_other_lines_and_endings() {

@@ -9,6 +9,12 @@
 //!   readiness while it is down → `operations::readyz_fails_while_the_upstream_is_unreachable`;
 //! - upstream cutting (FIN or reset) one SSE stream →
 //!   `upstream_faults::a_connection_cut_mid_stream_ends_with_an_error_event`;
+//! - upstream stalling after the head (JSON and SSE) →
+//!   `upstream_faults::an_upstream_stalling_after_the_head_gets_a_gateway_error_in_time`;
+//!   answering byte by byte →
+//!   `upstream_faults::a_byte_by_byte_upstream_is_sealed_in_time_and_cut_beyond_it`;
+//!   resetting mid-stream under concurrent load →
+//!   `upstream_faults::upstream_resets_mid_stream_under_load_end_every_stream_once`;
 //! - Redis down and back (fails closed, readiness off, the refused token still works
 //!   once after) → `single_use::a_redis_outage_fails_closed_and_heals_without_a_restart`;
 //! - JWKS endpoint down (last good keys kept, refreshed when it answers) →
@@ -18,27 +24,23 @@
 //! - TLS certificate rotated under open connections, a broken certificate refused once →
 //!   `tls::the_listener_speaks_h2_and_http1_and_rotates_certificates_under_open_connections`.
 //!
-//! Here: an upstream stalling after the head (JSON and SSE), answering byte by byte,
-//! resetting mid-stream under concurrent load; Redis slow; the key file emptied,
-//! corrupted and removed while traffic flows; TLS files replaced with garbage and
-//! removed; SIGTERM to the real binary under load; a client going away mid-stream.
-//! Fakes only where a real peer cannot be made to misbehave on demand.
+//! Here: Redis slow; the key file emptied, corrupted and removed while traffic flows; TLS
+//! files replaced with garbage and removed; SIGTERM to the real binary under load; a
+//! client going away mid-stream. Fakes only where a real peer cannot be made to misbehave
+//! on demand.
 
 use crate::support::fake::{
-    FakeBody, FakeUpstream, Reply, SECRET, Step, assert_internal_error, complete, event,
-    input_required, next_data, one_byte_chunks, open, plaintext, progress, sealed,
-    sse_cut_in_the_result, tools_call, wait_until,
+    FakeBody, FakeUpstream, Reply, Step, complete, event, input_required, next_data, open,
+    plaintext, progress, sealed, tools_call, wait_until,
 };
 use crate::support::http::{Reply as ClientReply, mcp_headers, meta, post_mcp, send};
+use crate::support::load::{held, post_mcp_owned, until_idle};
 use crate::support::pki::{Ca, Files, client_config};
 use crate::support::process::Process;
 use crate::support::redis::RedisServer;
 use crate::support::sidecar::{self, Sidecar};
 use http::Method;
-use http_body_util::BodyExt;
 use mcp_state_guard::facade::config::{Config, SingleUseStore};
-use mcp_state_guard::facade::error::ErrorKind;
-use mcp_state_guard::facade::proxy::SealFailure;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -89,232 +91,6 @@ async fn flow(url: &str, id: u64) {
     assert_eq!(second.status, 200, "{}", second.text());
     let text = second.json()["result"]["content"][0]["text"].clone();
     assert_eq!(text, json!(format!("done with {}", plaintext())));
-}
-
-/// `tools/call`s with ids 1..=n sent at once; their replies in id order.
-async fn at_once(url: &str, n: u64) -> Vec<ClientReply> {
-    let tasks: Vec<_> = (1..=n)
-        .map(|id| tokio::spawn(post_mcp_owned(url.to_owned(), id)))
-        .collect();
-    let mut replies = Vec::new();
-    for task in tasks {
-        replies.push(task.await.expect("one answer per request"));
-    }
-    replies
-}
-
-/// A `tools/call` with `id`, as a task can own it.
-async fn post_mcp_owned(url: String, id: u64) -> ClientReply {
-    post_mcp(&url, &tools_call(id, None)).await
-}
-
-/// `/metrics` as an operator scrapes it.
-async fn scrape(admin: SocketAddr) -> String {
-    let url = format!("http://{admin}/metrics");
-    send(Method::GET, &url, &[], "", T).await.text()
-}
-
-/// A sample's value in an exposition (`name` with its labels, if any).
-fn sample(exposition: &str, name: &str) -> f64 {
-    exposition
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {name} in the exposition"))
-        .parse()
-        .unwrap()
-}
-
-/// The gauges that hold per-request resources.
-const HELD: [&str; 4] = [
-    "mcp_state_guard_requests_in_flight",
-    "mcp_state_guard_sse_streams_open",
-    "mcp_state_guard_buffered_bytes",
-    "mcp_state_guard_runtime_alive_tasks",
-];
-
-async fn held(admin: SocketAddr) -> Vec<f64> {
-    let text = scrape(admin).await;
-    HELD.iter().map(|name| sample(&text, name)).collect()
-}
-
-/// Wait (up to 5 s) until every held gauge is back at (or below) `idle`.
-async fn until_idle(admin: SocketAddr, idle: &[f64]) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let now = held(admin).await;
-        if now.iter().zip(idle).all(|(now, idle)| now <= idle) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "left behind: {:?}",
-            HELD.iter().zip(now.iter().zip(idle)).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn an_upstream_stalling_after_the_head_gets_a_gateway_error_in_time() {
-    // JSON: the head, half the body, then nothing.
-    let answer = input_required(json!(1), json!(plaintext())).to_string();
-    let (half, _) = answer.split_at(answer.len() / 2);
-    let body = vec![
-        Step::Data(half.to_owned().into()),
-        Step::Sleep(Duration::from_secs(30)),
-    ];
-    // SSE: a notification, then nothing.
-    let fake = FakeUpstream::start(move |request| match request.header("x-case") {
-        Some("sse") => Reply::sse(vec![
-            Step::Data(event("\n", &progress(1)).into()),
-            Step::Sleep(Duration::from_secs(30)),
-        ]),
-        _ => Reply::new(200, FakeBody::steps(body.clone()))
-            .header("content-type", "application/json"),
-    })
-    .await;
-    let mut config = sidecar::config(&fake.base_url());
-    config.timeouts.response_head_ms = 600;
-    config.timeouts.drain_ms = 500;
-    let sidecar = Sidecar::start(config).await;
-    let started = Instant::now();
-    let replies = at_once(&sidecar.mcp_url(), 4).await;
-    let took = started.elapsed();
-    assert!(took < Duration::from_secs(3), "{took:?}");
-    for (id, reply) in (1..=4).zip(&replies) {
-        // One answer each: 504 with the JSON-RPC error, the plaintext half never shown.
-        assert_eq!(reply.status, 504);
-        let body = reply.json();
-        assert_eq!(
-            (body["id"].clone(), body["error"]["code"].clone()),
-            (json!(id), json!(-32603))
-        );
-        assert!(!reply.text().contains(SECRET));
-    }
-    let metrics = sidecar.metrics();
-    assert_eq!(
-        metrics.refusals.refused_count(ErrorKind::UpstreamTimeout),
-        4
-    );
-    // The stalled bodies were let go: the upstream sees its responses abandoned.
-    wait_until(|| fake.unfinished() == 4, "the stalled bodies are dropped").await;
-
-    // A stream may stay quiet for as long as a tool runs, so the sidecar does not cut
-    // it: the client has what was sent, no error is invented, and the stream ends at the
-    // latest at the drain deadline when the sidecar stops.
-    let mut headers = mcp_headers("tools/call", Some("provision"));
-    headers.push(("x-case".into(), "sse".into()));
-    let body = FakeBody::whole(serde_json::to_vec(&tools_call(5, None)).unwrap());
-    let mut stream = open(Method::POST, &sidecar.mcp_url(), &headers, body, false).await;
-    let first = next_data(stream.body_mut(), T).await.unwrap();
-    assert_eq!(&first[..], event("\n", &progress(1)).as_bytes());
-    let quiet = tokio::time::timeout(Duration::from_millis(1_000), stream.body_mut().frame());
-    assert!(quiet.await.is_err(), "a quiet stream was ended");
-    let stopping = Instant::now();
-    let stop = tokio::spawn(sidecar.stop());
-    let ended = tokio::time::timeout(Duration::from_secs(3), async {
-        while let Some(Ok(_)) = stream.body_mut().frame().await {}
-    });
-    assert!(
-        ended.await.is_ok(),
-        "the stream outlived the drain deadline"
-    );
-    stop.await.unwrap();
-    assert!(stopping.elapsed() < Duration::from_secs(3));
-    wait_until(
-        || fake.unfinished() == 5,
-        "the quiet upstream stream is closed",
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_byte_by_byte_upstream_is_sealed_in_time_and_cut_beyond_it() {
-    // Every byte of the answer 2 ms apart: about 0.3 s in all.
-    let answer = input_required(json!(5), json!(plaintext())).to_string();
-    let mut slow = Vec::new();
-    for step in one_byte_chunks(answer.as_bytes()) {
-        slow.push(Step::Sleep(Duration::from_millis(2)));
-        slow.push(step);
-    }
-    let fake = FakeUpstream::always(move || {
-        Reply::new(200, FakeBody::steps(slow.clone())).header("content-type", "application/json")
-    })
-    .await;
-    let mut config = sidecar::config(&fake.base_url());
-    config.timeouts.response_head_ms = 3_000;
-    let sidecar = Sidecar::start(config.clone()).await;
-    let reply = post_mcp(&sidecar.mcp_url(), &tools_call(5, None)).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    let token = sealed(&reply.json()["result"]);
-    assert!(!reply.text().contains(SECRET));
-    // The sealed state opens: the retry reaches the upstream with its plaintext.
-    let retry = post_mcp(&sidecar.mcp_url(), &tools_call(5, Some(json!(token)))).await;
-    assert_eq!(retry.status, 200, "{}", retry.text());
-    assert_eq!(
-        fake.last().json()["params"]["requestState"],
-        json!(plaintext())
-    );
-    sidecar.stop().await;
-
-    // The same trickle against a deadline shorter than it takes: one gateway error.
-    config.timeouts.response_head_ms = 100;
-    let sidecar = Sidecar::start(config).await;
-    let reply = post_mcp(&sidecar.mcp_url(), &tools_call(6, None)).await;
-    assert_eq!(reply.status, 504);
-    assert_eq!(
-        reply.json()["error"]["code"],
-        json!(-32603),
-        "{}",
-        reply.text()
-    );
-    assert_eq!(reply.json()["id"], json!(6));
-    assert!(!reply.text().contains(SECRET));
-    assert_eq!(
-        sidecar
-            .metrics()
-            .refusals
-            .refused_count(ErrorKind::UpstreamTimeout),
-        1
-    );
-    sidecar.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn upstream_resets_mid_stream_under_load_end_every_stream_once() {
-    let steps = sse_cut_in_the_result(9);
-    let raw = FakeUpstream::raw(steps, true).await;
-    let sidecar = Sidecar::in_front_of(&raw.base_url()).await;
-    let idle = held(sidecar.admin_addr).await;
-    const N: u64 = 24;
-    let replies = at_once(&sidecar.mcp_url(), N).await;
-    assert_eq!(replies.len() as u64, N);
-    for (id, reply) in (1..=N).zip(&replies) {
-        assert_eq!(reply.status, 200);
-        // The notification that made it, then exactly one error for the cut result.
-        assert!(
-            reply.text().starts_with(&event("\r\n", &progress(1))),
-            "{}",
-            reply.text()
-        );
-        assert_eq!(
-            reply.text().matches("\"error\"").count(),
-            1,
-            "{}",
-            reply.text()
-        );
-        assert_internal_error(&reply.body, id, "reset");
-    }
-    let metrics = sidecar.metrics();
-    assert_eq!(
-        metrics
-            .path
-            .seal_failure_count(SealFailure::UpstreamBodyError),
-        N
-    );
-    assert_eq!(raw.count() as u64, N);
-    until_idle(sidecar.admin_addr, &idle).await;
-    sidecar.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

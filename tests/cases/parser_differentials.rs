@@ -8,7 +8,8 @@
 //! `requestState`. Each refusal must carry the right status, JSON-RPC code and id, be
 //! counted under the right metric label, and forward nothing; each control row, the same
 //! content well-formed, must be forwarded (so the table fails if the gate refuses
-//! everything).
+//! everything). The controls are here, the rows by what they vary in `keys`, `bytes`,
+//! `headers` and `states`.
 
 use crate::support::fake::{
     FakeBody, FakeUpstream, Recorded, Reply, Step, complete, input_required, open, read_to_end,
@@ -19,8 +20,12 @@ use http::Method;
 use mcp_state_guard::facade::config::PrincipalSource;
 use mcp_state_guard::facade::error::ErrorKind;
 use serde_json::{Value, json};
-use std::io::Write;
 use std::time::Duration;
+
+mod bytes;
+mod headers;
+mod keys;
+mod states;
 
 /// The well-formed request every row is a variation of (id 11).
 const BASE: &str = concat!(
@@ -175,18 +180,26 @@ fn with_plaintext(seen: &Recorded) {
     assert_eq!(seen.json()["params"]["requestState"], PLAIN);
 }
 
+/// Every row, the controls first; `anon` and `alice` are tokens minted for `BASE` (alice's
+/// bound to her).
 fn rows(anon: &str, alice: &str) -> Vec<Row> {
     let (anon, alice) = (json!(anon).to_string(), json!(alice).to_string());
-    let deep = |n| base(r#""free""#, &format!("{}1{}", "[".repeat(n), "]".repeat(n)));
-    let list = r#"{"jsonrpc":"2.0","id":11,"method":"tools/list","params":{"requestState":STATE}}"#;
-    let mut non_utf8 = base("web-1", "web-\u{1}").into_bytes();
-    non_utf8
-        .iter_mut()
-        .filter(|b| **b == 1)
-        .for_each(|b| *b = 0xff);
-    let dup_answer = r#""region":{"action":"decline"},"region":{"#;
-    let identity = || refused(400, ErrorKind::PrincipalHeader);
-    let (ct, mcp_method, mcp_name) = ("content-type", "mcp-method", "mcp-name");
+    let mut rows = controls(&anon);
+    rows.extend(keys::rows(&anon));
+    rows.extend(bytes::rows());
+    rows.extend(headers::rows());
+    rows.extend(states::rows(&anon, &alice));
+    rows
+}
+
+/// `BASE` with its tier nested `n` arrays deep.
+fn deep(n: usize) -> String {
+    base(r#""free""#, &format!("{}1{}", "[".repeat(n), "]".repeat(n)))
+}
+
+/// The controls (`anon`: a token minted for `BASE`, as JSON).
+fn controls(anon: &str) -> Vec<Row> {
+    let (ct, mcp_name) = ("content-type", "mcp-name");
     vec![
         // Controls: the same content, well-formed, goes through.
         row("control", BASE, forwarded(as_sent)),
@@ -221,311 +234,10 @@ fn rows(anon: &str, alice: &str) -> Vec<Row> {
         ),
         row(
             "control: a minted token",
-            retry(&anon),
+            retry(anon),
             forwarded(with_plaintext),
         ),
-        // Duplicate keys, at every level and through escapes: Python keeps the last.
-        row(
-            "dup method",
-            envelope(r#""method":"tools/list""#),
-            parse_error(),
-        ),
-        row("dup id", envelope(r#""id":12"#), parse_error()),
-        row("dup jsonrpc", envelope(r#""jsonrpc":"2.0""#), parse_error()),
-        row(
-            "dup params",
-            envelope(r#""params":{"name":"drop"}"#),
-            parse_error(),
-        ),
-        row("dup params.name", params(r#""name":"drop""#), parse_error()),
-        row(
-            "dup arguments",
-            arguments(r#""tier":"enterprise""#),
-            parse_error(),
-        ),
-        row(
-            "dup inputResponses",
-            params(r#""inputResponses":{},"inputResponses":{}"#),
-            parse_error(),
-        ),
-        row(
-            "dup answer",
-            retry(&anon).replacen(r#""region":{"#, dup_answer, 1),
-            parse_error(),
-        ),
-        row(
-            "dup requestState",
-            retry(r#""v1.x","requestState":"forged""#),
-            parse_error(),
-        ),
-        row(
-            "dup via escape",
-            retry(&format!(r#"{anon},"request\u0053tate":"x""#)),
-            parse_error(),
-        ),
-        // Spellings a lenient (pydantic by-name/alias, case-folding) parser could take.
-        row(
-            "request_state",
-            params(r#""request_state":"forged""#),
-            invalid_request(),
-        ),
-        row(
-            "RequestState",
-            params(r#""RequestState":"forged""#),
-            invalid_request(),
-        ),
-        row(
-            "request-state",
-            params(r#""request-state":"forged""#),
-            invalid_request(),
-        ),
-        row(
-            "requestState NUL",
-            params(r#""requestState\u0000":"forged""#),
-            invalid_request(),
-        ),
-        row(
-            "input_responses",
-            params(r#""input_responses":{}"#),
-            invalid_request(),
-        ),
-        row(
-            "PARAMS",
-            envelope(r#""PARAMS":{"name":"drop"}"#),
-            invalid_request(),
-        ),
-        row(
-            "Method",
-            envelope(r#""Method":"tools/list""#),
-            invalid_request(),
-        ),
-        row("ID", envelope(r#""ID":12"#), invalid_request()),
-        row(
-            "json_rpc",
-            envelope(r#""json_rpc":"1.0""#),
-            invalid_request(),
-        ),
-        // Unicode look-alikes: Go's encoding/json folds `ſ` to `s` (and Kelvin `K` to `k`),
-        // per-character upper/lower comparisons (Java's `equalsIgnoreCase`) `ı` and `İ` to
-        // `i`, so such an upstream reads each as the guarded field. Any other non-ASCII key
-        // at a guarded level is refused too, all before a token is looked at.
-        row(
-            "requeſtState (long s)",
-            params(r#""requeſtState":"forged""#),
-            invalid_request(),
-        ),
-        row(
-            "requeſtState escaped",
-            params(r#""reque\u017ftState":"forged""#),
-            invalid_request(),
-        ),
-        row(
-            "REQUEſTſTATE",
-            params(r#""REQUEſTſTATE":"forged""#),
-            invalid_request(),
-        ),
-        row(
-            "requeſtState beside a token",
-            retry(&anon).replacen(
-                r#""requestState""#,
-                r#""requeſtState":"forged","requestState""#,
-                1,
-            ),
-            invalid_request(),
-        ),
-        row(
-            "inputReſponses",
-            params(r#""inputReſponses":{"region":{"action":"accept"}}"#),
-            invalid_request(),
-        ),
-        row(
-            "ınputResponses (dotless i)",
-            params(r#""ınputResponses":{"region":{"action":"accept"}}"#),
-            invalid_request(),
-        ),
-        row(
-            "paramſ behind a decoy params",
-            envelope(r#""paramſ":{"name":"deprovision"}"#),
-            invalid_request(),
-        ),
-        row(
-            "argumentſ beside a token",
-            retry(&anon).replacen(
-                r#""name":"provision""#,
-                r#""name":"provision","argumentſ":{"name":"web-1","tier":"enterprise"}"#,
-                1,
-            ),
-            invalid_request(),
-        ),
-        row(
-            "urı (dotless i)",
-            params(r#""urı":"file:///etc/passwd""#),
-            invalid_request(),
-        ),
-        row("İd (dotted I)", envelope(r#""İd":12"#), invalid_request()),
-        row("ıd (dotless i)", envelope(r#""ıd":12"#), invalid_request()),
-        row(
-            "requeﬅState (st ligature)",
-            params(r#""reque\ufb05State":"forged""#),
-            invalid_request(),
-        ),
-        row(
-            "requeſtState on the envelope",
-            envelope(r#""requeſtState":"forged""#),
-            invalid_request(),
-        ),
-        row(
-            "non-ASCII answer key",
-            retry(&anon).replacen(
-                r#""region":{"#,
-                r#""regıon":{"action":"decline"},"region":{"#,
-                1,
-            ),
-            invalid_request(),
-        ),
-        row(
-            "non-ASCII response result key",
-            r#"{"jsonrpc":"2.0","id":11,"result":{"requeſtState":"forged"}}"#,
-            invalid_request(),
-        ),
-        row("é in params", params(r#""é":1"#), invalid_request()),
-        row(
-            "Kelvin sign in params",
-            params(r#""\u212aind":"tool""#),
-            invalid_request(),
-        ),
-        row("é on the envelope", envelope(r#""é":1"#), invalid_request()),
-        // Bytes that are not exactly one clean JSON value.
-        row("batch", format!("[{BASE}]"), not_a_message()),
-        row("string", "\"tools/call\"", not_a_message()),
-        row("null", "null", not_a_message()),
-        row("non-UTF-8 in a string", non_utf8, parse_error()),
-        row("BOM", format!("\u{feff}{BASE}"), parse_error()),
-        row("two objects", format!("{BASE}{BASE}"), parse_error()),
-        row("trailing garbage", format!("{BASE}x"), parse_error()),
-        row("empty", "", parse_error()),
-        row(
-            "lone surrogate",
-            base("web-1", r"web-\ud800"),
-            parse_error(),
-        ),
-        row(
-            "NaN (Python accepts it)",
-            base(r#""free""#, "NaN"),
-            parse_error(),
-        ),
-        row("depth 200", deep(200), parse_error()),
-        row(
-            "name not a string",
-            base(r#""provision""#, "7"),
-            invalid_params(),
-        )
-        .set(mcp_name, None),
-        row(
-            "params an array",
-            format!(
-                "{}]}}",
-                base("\"params\":{", "\"params\":[{")
-                    .strip_suffix('}')
-                    .unwrap()
-            ),
-            invalid_params(),
-        ),
-        // Bodies the gate cannot read as UTF-8 JSON.
-        row("gzip", gzip(BASE), refused(415, ErrorKind::ContentEncoding))
-            .add("content-encoding", "gzip"),
-        row("text/plain", BASE, refused(415, ErrorKind::ContentType)).set(ct, Some("text/plain")),
-        row(
-            "no content type",
-            BASE,
-            refused(415, ErrorKind::ContentType),
-        )
-        .set(ct, None),
-        row("latin1", BASE, refused(415, ErrorKind::ContentType))
-            .set(ct, Some("application/json; charset=latin1")),
-        row(
-            "two content types",
-            BASE,
-            refused(415, ErrorKind::ContentType),
-        )
-        .add(ct, "application/json"),
-        row(
-            "over the body limit",
-            arguments(&format!(r#""w":"{}""#, "w".repeat(MAX_BODY))),
-            refused(413, ErrorKind::BodyTooLarge),
-        ),
-        // Routing headers a router and the upstream could read differently.
-        row("Mcp-Method disagrees", BASE, mismatch()).set(mcp_method, Some("tools/list")),
-        row("Mcp-Method case", BASE, mismatch()).set(mcp_method, Some("Tools/Call")),
-        row("Mcp-Name disagrees", BASE, mismatch()).set(mcp_name, Some("deprovision")),
-        row("Mcp-Method twice", BASE, mismatch()).add(mcp_method, "tools/call"),
-        row("Mcp-Name twice", BASE, mismatch()).add(mcp_name, "provision"),
-        row("version twice", BASE, mismatch()).add("mcp-protocol-version", "2025-11-25"),
-        // Who is calling must be unambiguous.
-        row("identity twice", BASE, identity())
-            .add("x-forwarded-user", "alice")
-            .add("x-forwarded-user", "bob"),
-        row("identity empty", BASE, identity()).add("x-forwarded-user", ""),
-        // requestState misuse: always the one frozen error, nothing forwarded.
-        row("state is a number", retry("42"), bad_state("malformed")),
-        row(
-            "state is an object",
-            retry(r#"{"tier":"enterprise"}"#),
-            bad_state("malformed"),
-        ),
-        row("state is empty", retry(r#""""#), bad_state("malformed")),
-        row(
-            "state is plaintext",
-            retry(&json!(PLAIN).to_string()),
-            bad_state("malformed"),
-        ),
-        row(
-            "state key escaped",
-            params(r#""request\u0053tate":"forged""#),
-            bad_state("malformed"),
-        ),
-        row(
-            "state too long",
-            retry(&format!("\"v1.{}\"", "A".repeat(6000))),
-            bad_state("malformed"),
-        ),
-        row(
-            "state on tools/list",
-            list.replace("STATE", &anon),
-            bad_state("binding"),
-        )
-        .set(mcp_method, Some("tools/list"))
-        .set(mcp_name, None),
-        row(
-            "state, other arguments",
-            retry(&anon).replacen(r#""free""#, r#""pro""#, 1),
-            bad_state("binding"),
-        ),
-        row("alice's state, bob", retry(&alice), bad_state("principal"))
-            .add("x-forwarded-user", "bob"),
-        row(
-            "alice's state, nobody",
-            retry(&alice),
-            bad_state("principal"),
-        ),
-        row(
-            "answers not an object",
-            retry(&anon).replacen(r#""inputResponses":{"#, r#""inputResponses":"x","x":{"#, 1),
-            Expect::Refused(
-                400,
-                -32602,
-                json!(11),
-                ErrorKind::InputResponses,
-                Some("ok"),
-            ),
-        ),
     ]
-}
-
-fn gzip(text: &str) -> Vec<u8> {
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(text.as_bytes()).unwrap();
-    gz.finish().unwrap()
 }
 
 /// An upstream that asks for input (state `PLAIN`) when told to with `x-ask`, and

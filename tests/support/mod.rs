@@ -11,6 +11,7 @@ pub mod http;
 pub mod image;
 pub mod interop;
 pub mod legacy;
+pub mod load;
 pub mod peer;
 pub mod pki;
 pub mod process;

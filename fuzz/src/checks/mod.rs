@@ -8,6 +8,7 @@ pub mod oracle;
 pub mod proxy;
 pub mod ring;
 pub mod scan;
+pub mod sealing;
 pub mod sse;
 pub mod token_open;
 pub mod upstream;

@@ -14,14 +14,11 @@
 //! given back once the body has ended.
 
 use super::oracle::sealer;
+use super::sealing::{every_capability, sealer_declaring};
 use super::{ring, upstream, visible};
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use mcp_state_guard::facade::policy::flow::FlowLimits;
-use mcp_state_guard::facade::policy::single_use::SingleUsePolicy;
-use mcp_state_guard::facade::proxy::Meters;
-use mcp_state_guard::facade::proxy::response::{SealContext, Sealer};
-use mcp_state_guard::facade::registry::Registry;
+use mcp_state_guard::facade::proxy::response::Sealer;
 use mcp_state_guard::facade::sse::{
     Buffered, EventFramer, EventRewriter, Rewrite, SseRewriteBody, StreamFailure, event_data,
 };
@@ -31,7 +28,6 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 /// Small, so the fuzzer reaches the cap.
@@ -125,50 +121,9 @@ impl EventRewriter for PassThrough {
     }
 }
 
-/// The flow limits of the sealers the targets build.
-pub const LIMITS: FlowLimits = FlowLimits {
-    max_rounds: 8,
-    max_flow_seconds: 600,
-};
-/// The largest upstream state the targets' sealers take.
-pub const MAX_STATE_BYTES: usize = 1024;
-
-/// Every capability a client can declare.
-pub fn every_capability() -> Value {
-    serde_json::json!({
-        "elicitation": {"form": {}, "url": {}},
-        "sampling": {"tools": {}},
-        "roots": {}
-    })
-}
-
 /// The proxy's sealer for one `tools/call` whose client declared every capability.
 fn sealer() -> Sealer {
     sealer_declaring(Some(every_capability()))
-}
-
-/// The proxy's sealer for one `tools/call` (id 1) of the fuzz ring's binding, whose
-/// client declared `capabilities`.
-pub fn sealer_declaring(capabilities: Option<Value>) -> Sealer {
-    static METRICS: OnceLock<Meters> = OnceLock::new();
-    let metrics = METRICS
-        .get_or_init(|| Meters::register(&Registry::new()))
-        .clone();
-    let context = SealContext::new(
-        Some(serde_json::json!(1)),
-        Some("tools/call"),
-        Some(ring::binding()),
-        None,
-    )
-    .with_flow(capabilities, None);
-    Sealer::new(
-        ring::sealer(),
-        Arc::new(SingleUsePolicy::default()),
-        metrics,
-        MAX_STATE_BYTES,
-        LIMITS,
-        context,
-    )
 }
 
 /// The frames a rewriting body emits for the upstream `chunks`, and whether the stream

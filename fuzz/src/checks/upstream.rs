@@ -12,27 +12,28 @@
 //! the client.
 
 use super::oracle::sealer::{self, TreeSealer};
-use super::{ring, sse, visible};
+use super::sealing::{self, LIMITS, MAX_STATE_BYTES};
+use super::{ring, visible};
 use mcp_state_guard::facade::jsonrpc::{self, ParseError};
 use mcp_state_guard::facade::proxy::response::Withheld;
 
 pub fn check(data: &[u8]) {
     let ([flags], body) = super::split_header::<1>(data);
-    compare(body, (flags & 1 == 1).then(sse::every_capability));
+    compare(body, (flags & 1 == 1).then(sealing::every_capability));
 }
 
 /// Both sealers on one JSON text of an answer, for a client that declared
 /// `capabilities` (see the module's invariants).
 pub fn compare(body: &[u8], capabilities: Option<serde_json::Value>) {
-    let scanned = sse::sealer_declaring(capabilities.clone()).seal_json(body);
+    let scanned = sealing::sealer_declaring(capabilities.clone()).seal_json(body);
     let binding = ring::binding();
     let tree = TreeSealer {
         sealer: &ring::sealer(),
         binding: &binding,
         capabilities: capabilities.as_ref(),
-        limits: sse::LIMITS,
-        max_state_bytes: sse::MAX_STATE_BYTES,
-        max_token_bytes: mcp_state_guard::facade::proxy::max_token_bytes(sse::MAX_STATE_BYTES),
+        limits: LIMITS,
+        max_state_bytes: MAX_STATE_BYTES,
+        max_token_bytes: mcp_state_guard::facade::proxy::max_token_bytes(MAX_STATE_BYTES),
     }
     .seal_json(body);
     match (scanned.map_err(label), tree) {
