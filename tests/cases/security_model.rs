@@ -1,5 +1,5 @@
 //! The security model and the tests that prove it cannot drift apart: every test that
-//! README.md's "What is protected, against whom, and the test that proves it" names (its
+//! docs/security-model.md's "What is protected, against whom, and the test that proves it" names (its
 //! table and its "does not protect" list) exists, and every guarantee module of
 //! `tests/cases/` is named in that table, whose rows follow the modules' order in
 //! `tests/cases/mod.rs`. A renamed, moved or deleted test fails here with the reference
@@ -8,8 +8,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The section of README.md that states the security model's guarantees.
-const HEADING: &str = "### What is protected, against whom, and the test that proves it";
+/// The file that states the security model.
+const DOC: &str = "docs/security-model.md";
+
+/// The section of [`DOC`] that states the security model's guarantees.
+const HEADING: &str = "## What is protected, against whom, and the test that proves it";
 
 /// The modules of `tests/cases/` that prove no guarantee of the security model: what the
 /// sidecar must not break (`passthrough`), how it is run and observed (`tls` included:
@@ -35,7 +38,7 @@ const NOT_GUARANTEES: &[&str] = &[
     "ts_upstream",
 ];
 
-/// A test named by the README.
+/// A test named by the security model.
 #[derive(Debug, Clone, PartialEq)]
 enum Reference {
     /// `module::name` (a file of `tests/cases/`); `name` may be `*` or end in `*`.
@@ -117,12 +120,12 @@ fn references(text: &str) -> Vec<Reference> {
 
 /// The security model's section: the `proved by` cell of each table row, and the text
 /// of the "does not protect" list.
-fn section(readme: &str) -> (Vec<String>, String) {
-    let start = readme
+fn section(doc: &str) -> (Vec<String>, String) {
+    let start = doc
         .find(HEADING)
-        .expect("README.md states its security model");
-    let body = &readme[start + HEADING.len()..];
-    let body = &body[..body.find("\n### ").unwrap_or(body.len())];
+        .expect("docs/security-model.md states its security model");
+    let body = &doc[start + HEADING.len()..];
+    let body = &body[..body.find("\n## ").unwrap_or(body.len())];
     let rows = body
         .lines()
         .filter(|l| {
@@ -218,10 +221,10 @@ fn stale(root: &Path, declared: &[String], reference: &Reference) -> Option<Stri
     }
 }
 
-/// Every problem of `readme` against the tree at `root`, one line each.
-fn problems(root: &Path, readme: &str) -> Vec<String> {
+/// Every problem of `doc` against the tree at `root`, one line each.
+fn problems(root: &Path, doc: &str) -> Vec<String> {
     let declared = modules(root);
-    let (rows, unprotected) = section(readme);
+    let (rows, unprotected) = section(doc);
     let mut problems = Vec::new();
     let mut all: Vec<Reference> = rows.iter().flat_map(|r| references(r)).collect();
     all.extend(references(&unprotected));
@@ -294,14 +297,14 @@ fn problems(root: &Path, readme: &str) -> Vec<String> {
 #[test]
 fn every_test_the_security_model_names_exists_and_every_guarantee_module_is_named() {
     let root = root();
-    let readme = fs::read_to_string(root.join("README.md")).unwrap();
-    let (rows, unprotected) = section(&readme);
+    let doc = fs::read_to_string(root.join(DOC)).unwrap();
+    let (rows, unprotected) = section(&doc);
     assert!(rows.len() >= 15, "the table was not found: {rows:?}");
     assert!(references(&unprotected).len() >= 5, "{unprotected}");
-    let problems = problems(&root, &readme);
+    let problems = problems(&root, &doc);
     assert!(
         problems.is_empty(),
-        "README.md's security model and tests/cases/ disagree:\n{}",
+        "{DOC}'s security model and tests/cases/ disagree:\n{}",
         problems.join("\n")
     );
 }
@@ -311,13 +314,13 @@ fn every_test_the_security_model_names_exists_and_every_guarantee_module_is_name
 #[test]
 fn the_checks_see_what_they_look_for() {
     assert_eq!(expand("a_{json,sse}_b_{1,2}").len(), 4);
-    let readme = format!(
+    let doc = format!(
         "{HEADING}\n\n| guarantee | against | proved by |\n| --- | --- | --- |\n\
          | g | a | `tampering::no_such_test`, `no_such_module::x`, unit `proxy::upstream::tests::no_such`, fuzz targets `gate`, `no_such_target` |\n\
          | g | a | `sealing::manual_loop_sees_only_fresh_tokens_{{json,sse}}_mode` |\n\n\
-         What it does **not** protect, by design:\n\n- x (`answers::gone`).\n\n### Next\n"
+         What it does **not** protect, by design:\n\n- x (`answers::gone`).\n\n## Next\n"
     );
-    let problems = problems(&root(), &readme);
+    let problems = problems(&root(), &doc);
     for stale in [
         "`tampering::no_such_test`",
         "`no_such_module::x`",
