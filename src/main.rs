@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// jemalloc rather than the system allocator: 16 % fewer instructions per request, at
-/// the same idle RSS (`cargo bench --bench harness`; README, Performance).
+/// the same idle RSS (`cargo bench --bench harness`; docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

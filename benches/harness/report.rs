@@ -1,4 +1,4 @@
-//! The harness's report: one run's figures as the Markdown tables the README shows,
+//! The harness's report: one run's figures as the Markdown tables docs/performance.md shows,
 //! followed by every error a measurement met (a run with errors says so at its end).
 
 use super::generator::Outcome;
@@ -6,7 +6,7 @@ use super::{OPEN_LOOP_CONNECTIONS, Phase, Row, Settings, Setup, Streams, wrk};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// The run's tables in Markdown (as the README shows them), then every error any
+/// The run's tables in Markdown (as docs/performance.md shows them), then every error any
 /// measurement met.
 pub(super) fn markdown(
     settings: &Settings,

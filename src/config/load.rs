@@ -65,7 +65,7 @@ macro_rules! leaf {
 /// does not extract, serde stops at the first error; going leaf by leaf reports every bad
 /// value and still yields a configuration (defaults standing in for bad values) whose
 /// rules can be checked in the same pass. Tests keep this table equal to the fields of
-/// [`Config`], and the README's configuration table equal to its reload classes.
+/// [`Config`], and the table of keys in docs/configuration.md equal to its reload classes.
 ///
 /// `Live`: a reload applies it (the watch in `app` has an applier for each, which a test
 /// checks). `Restart`: a change is logged by name and counted `restart_required`. Files a

@@ -368,7 +368,7 @@ impl Default for LimitsConfig {
             http2_max_concurrent_streams: 100,
             http2_max_header_list_bytes: 16 * 1024,
             // 32 cost a connect per request past the 32nd in flight: under 64
-            // concurrent callers the sidecar did half its throughput (README, issue 22).
+            // concurrent callers the sidecar did half its throughput (docs/performance.md).
             upstream_max_idle_per_host: 256,
         }
     }

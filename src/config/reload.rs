@@ -380,16 +380,19 @@ mod tests {
         assert_eq!(again.restart, changes.restart);
     }
 
-    /// The README's configuration table says of every key whether it is live or needs a
+    /// The configuration doc's table of keys says of every key whether it is live or needs a
     /// restart (design §5), and says what `LEAVES` says.
     #[test]
-    fn the_readme_table_gives_every_key_its_class() {
-        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
-        let table = readme
-            .split("\n## Configuration\n")
+    fn the_configuration_doc_table_gives_every_key_its_class() {
+        let doc = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/configuration.md"
+        ));
+        let table = doc
+            .split("\n## Keys\n")
             .nth(1)
             .and_then(|rest| rest.split("\n#").next())
-            .expect("a Configuration section");
+            .expect("a Keys section");
         let mut documented = std::collections::BTreeMap::new();
         for row in table.lines().filter(|l| l.starts_with("| `")) {
             let cells: Vec<&str> = row.split(" | ").collect();
@@ -406,13 +409,13 @@ mod tests {
             assert_eq!(
                 documented.get(leaf.key),
                 Some(&leaf.reload),
-                "README configuration table on {}",
+                "docs/configuration.md table of keys on {}",
                 leaf.key
             );
         }
     }
 
-    /// The keys a README row names: `a.b` / `.c` / `d` is `a.b`, `a.c`, `a.d`; a
+    /// The keys a row of that table names: `a.b` / `.c` / `d` is `a.b`, `a.c`, `a.d`; a
     /// `[[handles]]` row is the one key `handles`.
     fn keys_of(cell: &str) -> Vec<String> {
         let names: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();

@@ -1,4 +1,4 @@
-//! The table's promises: every kind has one row and the README lists exactly its labels,
+//! The table's promises: every kind has one row and the metrics doc lists exactly its labels,
 //! the payload fills exactly the cells a row leaves to it, and every other answer is the
 //! row's. [`samples`] gives errors of every kind to the tests here and in
 //! [`crate::telemetry::audit`].
@@ -101,15 +101,16 @@ fn connect_error() -> hyper_util::client::legacy::Error {
     })
 }
 
-/// The labels in the `reason` cell of the README's row for `metric`.
-fn readme_labels(metric: &str) -> Vec<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
-    let readme = std::fs::read_to_string(path).unwrap();
+/// The labels in the `reason` cell of the metrics table's row for `metric`
+/// (docs/operations.md, "Metrics and health").
+fn documented_labels(metric: &str) -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md");
+    let doc = std::fs::read_to_string(path).unwrap();
     let prefix = format!("| `{metric}` |");
-    let row = readme
+    let row = doc
         .lines()
         .find(|line| line.starts_with(&prefix))
-        .unwrap_or_else(|| panic!("README.md has no metrics table row for {metric}"));
+        .unwrap_or_else(|| panic!("docs/operations.md has no metrics table row for {metric}"));
     // | name | type | labels | help |: the labels cell is "`reason`: `a`, `b`, ...".
     let cell = row.split('|').nth(3).unwrap().trim();
     let cell = cell.strip_prefix("`reason`:").expect("a `reason` label");
@@ -121,7 +122,7 @@ fn readme_labels(metric: &str) -> Vec<String> {
 }
 
 #[test]
-fn every_kind_has_one_row_and_the_readme_lists_exactly_their_labels() {
+fn every_kind_has_one_row_and_the_metrics_doc_lists_exactly_their_labels() {
     let table: Vec<&str> = ErrorKind::ALL.iter().map(|kind| kind.as_str()).collect();
     let unique: BTreeSet<&str> = table.iter().copied().collect();
     assert_eq!(
@@ -135,18 +136,18 @@ fn every_kind_has_one_row_and_the_readme_lists_exactly_their_labels() {
             assert_eq!(error.kind(), kind, "{error}");
         }
     }
-    let readme = readme_labels("mcp_state_guard_requests_refused_total");
-    let listed: BTreeSet<&str> = readme.iter().map(String::as_str).collect();
+    let documented = documented_labels("mcp_state_guard_requests_refused_total");
+    let listed: BTreeSet<&str> = documented.iter().map(String::as_str).collect();
     assert_eq!(
         listed.len(),
-        readme.len(),
-        "README repeats a label: {readme:?}"
+        documented.len(),
+        "docs/operations.md repeats a label: {documented:?}"
     );
     let missing: Vec<&str> = unique.difference(&listed).copied().collect();
     let unknown: Vec<&str> = listed.difference(&unique).copied().collect();
     assert!(
         missing.is_empty() && unknown.is_empty(),
-        "README.md, mcp_state_guard_requests_refused_total: add {missing:?}, remove {unknown:?}"
+        "docs/operations.md, mcp_state_guard_requests_refused_total: add {missing:?}, remove {unknown:?}"
     );
 }
 

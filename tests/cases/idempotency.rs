@@ -458,7 +458,7 @@ async fn only_a_complete_2xx_answer_is_recorded() {
     sidecar.stop().await;
 }
 
-/// The limit the README states: a client that leaves an SSE stream before its answer
+/// The limit docs/security-model.md states: a client that leaves an SSE stream before its answer
 /// releases the key (there is no answer to record), so a repeat is forwarded again. The
 /// sidecar closes the upstream stream with the client's, which the Python SDK takes as a
 /// cancellation: here the abandoned write never ran. An upstream that finishes the work

@@ -3,7 +3,7 @@
 //! distroless: the binary and its labels, the user and the absence of a shell
 //! (`contents`); the entrypoint the chart relies on, `check-config` on the chart's
 //! configuration mounted where the chart mounts it, the README's round trip through the
-//! sidecar in the image and its drain on SIGTERM (`chart`); and the README's stdio image
+//! sidecar in the image and its drain on SIGTERM (`chart`); and the stdio image of docs/stdio.md
 //! (its `COPY --from` line applied to a Python base) serving a stdio server's round trip
 //! (`stdio`). Here: what they share, the chart rendered and a process under `buildah run`.
 

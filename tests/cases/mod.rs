@@ -1,5 +1,5 @@
 //! Integration cases. The modules of the first group are the guarantees of the security
-//! model, in the order of its table in README.md ("What is protected, against whom, and
+//! model, in the order of its table in docs/security-model.md ("What is protected, against whom, and
 //! the test that proves it"), each named by the guarantee it proves; `security_model`
 //! checks that table against these files. The second group is everything else: what the
 //! sidecar must not break, how it is run and observed, and the peers it interoperates with.

@@ -1,15 +1,23 @@
 //! The security model and the tests that prove it cannot drift apart: every test that
-//! README.md's "What is protected, against whom, and the test that proves it" names (its
+//! docs/security-model.md's "What is protected, against whom, and the test that proves it" names (its
 //! table and its "does not protect" list) exists, and every guarantee module of
 //! `tests/cases/` is named in that table, whose rows follow the modules' order in
 //! `tests/cases/mod.rs`. A renamed, moved or deleted test fails here with the reference
 //! that went stale.
+//!
+//! The same goes for the documentation's links: every relative link in README.md and
+//! docs/*.md names a file of the repository and, into a Markdown file, one of its headings,
+//! and the README links to every file of docs/.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The section of README.md that states the security model's guarantees.
-const HEADING: &str = "### What is protected, against whom, and the test that proves it";
+/// The file that states the security model.
+const DOC: &str = "docs/security-model.md";
+
+/// The section of [`DOC`] that states the security model's guarantees.
+const HEADING: &str = "## What is protected, against whom, and the test that proves it";
 
 /// The modules of `tests/cases/` that prove no guarantee of the security model: what the
 /// sidecar must not break (`passthrough`), how it is run and observed (`tls` included:
@@ -35,7 +43,7 @@ const NOT_GUARANTEES: &[&str] = &[
     "ts_upstream",
 ];
 
-/// A test named by the README.
+/// A test named by the security model.
 #[derive(Debug, Clone, PartialEq)]
 enum Reference {
     /// `module::name` (a file of `tests/cases/`); `name` may be `*` or end in `*`.
@@ -117,12 +125,12 @@ fn references(text: &str) -> Vec<Reference> {
 
 /// The security model's section: the `proved by` cell of each table row, and the text
 /// of the "does not protect" list.
-fn section(readme: &str) -> (Vec<String>, String) {
-    let start = readme
+fn section(doc: &str) -> (Vec<String>, String) {
+    let start = doc
         .find(HEADING)
-        .expect("README.md states its security model");
-    let body = &readme[start + HEADING.len()..];
-    let body = &body[..body.find("\n### ").unwrap_or(body.len())];
+        .expect("docs/security-model.md states its security model");
+    let body = &doc[start + HEADING.len()..];
+    let body = &body[..body.find("\n## ").unwrap_or(body.len())];
     let rows = body
         .lines()
         .filter(|l| {
@@ -218,10 +226,10 @@ fn stale(root: &Path, declared: &[String], reference: &Reference) -> Option<Stri
     }
 }
 
-/// Every problem of `readme` against the tree at `root`, one line each.
-fn problems(root: &Path, readme: &str) -> Vec<String> {
+/// Every problem of `doc` against the tree at `root`, one line each.
+fn problems(root: &Path, doc: &str) -> Vec<String> {
     let declared = modules(root);
-    let (rows, unprotected) = section(readme);
+    let (rows, unprotected) = section(doc);
     let mut problems = Vec::new();
     let mut all: Vec<Reference> = rows.iter().flat_map(|r| references(r)).collect();
     all.extend(references(&unprotected));
@@ -294,14 +302,14 @@ fn problems(root: &Path, readme: &str) -> Vec<String> {
 #[test]
 fn every_test_the_security_model_names_exists_and_every_guarantee_module_is_named() {
     let root = root();
-    let readme = fs::read_to_string(root.join("README.md")).unwrap();
-    let (rows, unprotected) = section(&readme);
+    let doc = fs::read_to_string(root.join(DOC)).unwrap();
+    let (rows, unprotected) = section(&doc);
     assert!(rows.len() >= 15, "the table was not found: {rows:?}");
     assert!(references(&unprotected).len() >= 5, "{unprotected}");
-    let problems = problems(&root, &readme);
+    let problems = problems(&root, &doc);
     assert!(
         problems.is_empty(),
-        "README.md's security model and tests/cases/ disagree:\n{}",
+        "{DOC}'s security model and tests/cases/ disagree:\n{}",
         problems.join("\n")
     );
 }
@@ -311,13 +319,13 @@ fn every_test_the_security_model_names_exists_and_every_guarantee_module_is_name
 #[test]
 fn the_checks_see_what_they_look_for() {
     assert_eq!(expand("a_{json,sse}_b_{1,2}").len(), 4);
-    let readme = format!(
+    let doc = format!(
         "{HEADING}\n\n| guarantee | against | proved by |\n| --- | --- | --- |\n\
          | g | a | `tampering::no_such_test`, `no_such_module::x`, unit `proxy::upstream::tests::no_such`, fuzz targets `gate`, `no_such_target` |\n\
          | g | a | `sealing::manual_loop_sees_only_fresh_tokens_{{json,sse}}_mode` |\n\n\
-         What it does **not** protect, by design:\n\n- x (`answers::gone`).\n\n### Next\n"
+         What it does **not** protect, by design:\n\n- x (`answers::gone`).\n\n## Next\n"
     );
-    let problems = problems(&root(), &readme);
+    let problems = problems(&root(), &doc);
     for stale in [
         "`tampering::no_such_test`",
         "`no_such_module::x`",
@@ -342,4 +350,166 @@ fn the_checks_see_what_they_look_for() {
             "{reference}: {problems:#?}"
         );
     }
+}
+
+/// README.md, then every Markdown file of docs/, by name.
+fn markdown_files(root: &Path) -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    let mut files = vec![root.join("README.md")];
+    files.extend(docs);
+    files
+}
+
+/// The lines of `text` outside fenced code blocks, numbered from 1 (a `# comment` in a
+/// shell block is no heading, and a `](` in code no link).
+fn prose(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut fenced = false;
+    text.lines().enumerate().filter_map(move |(n, line)| {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            return None;
+        }
+        (!fenced).then_some((n + 1, line))
+    })
+}
+
+/// The anchor GitHub gives a heading: lowercase, each space a `-`, and every other
+/// character but letters, digits, `-` and `_` dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of `text`'s headings; a repeated heading's later copies get `-1`, `-2`, ...
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen = BTreeMap::<String, usize>::new();
+    let mut anchors = BTreeSet::new();
+    for (_, line) in prose(text) {
+        let level = line.len() - line.trim_start_matches('#').len();
+        if level == 0 || !line[level..].starts_with(' ') {
+            continue;
+        }
+        let base = slug(&line[level..]);
+        let copies = seen.entry(base.clone()).or_default();
+        anchors.insert(match *copies {
+            0 => base.clone(),
+            n => format!("{base}-{n}"),
+        });
+        *copies += 1;
+    }
+    anchors
+}
+
+/// The targets of the inline links `[text](target)` in `line`, outside code spans.
+fn link_targets(line: &str) -> Vec<&str> {
+    let mut targets = Vec::new();
+    for piece in line.split('`').step_by(2) {
+        let mut rest = piece;
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let end = after.find(')').unwrap_or(after.len());
+            targets.push(&after[..end]);
+            rest = &after[end..];
+        }
+    }
+    targets
+}
+
+/// Every relative link of README.md and docs/*.md that leads nowhere, one line each, and
+/// every file of docs/ the README does not link to.
+fn broken_links(root: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut linked = BTreeSet::new();
+    for file in markdown_files(root) {
+        let text = fs::read_to_string(&file).unwrap();
+        let name = file.strip_prefix(root).unwrap().display().to_string();
+        for (n, line) in prose(&text) {
+            for target in link_targets(line) {
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (path, anchor) = match target.split_once('#') {
+                    Some((path, anchor)) => (path, Some(anchor)),
+                    None => (target, None),
+                };
+                let resolved = match path {
+                    "" => file.clone(),
+                    path => file.parent().unwrap().join(path),
+                };
+                let Ok(resolved) = resolved.canonicalize() else {
+                    problems.push(format!("{name}:{n}: ({target}): no such file"));
+                    continue;
+                };
+                if !resolved.starts_with(root) {
+                    problems.push(format!("{name}:{n}: ({target}): outside the repository"));
+                    continue;
+                }
+                if name == "README.md" {
+                    linked.insert(resolved.clone());
+                }
+                let Some(anchor) = anchor else { continue };
+                let headings = match resolved.extension().is_some_and(|e| e == "md") {
+                    true => anchors(&fs::read_to_string(&resolved).unwrap()),
+                    false => BTreeSet::new(),
+                };
+                if !headings.contains(anchor) {
+                    problems.push(format!("{name}:{n}: ({target}): no heading #{anchor}"));
+                }
+            }
+        }
+    }
+    for doc in &markdown_files(root)[1..] {
+        if !linked.contains(&doc.canonicalize().unwrap()) {
+            problems.push(format!(
+                "README.md does not link to {}",
+                doc.strip_prefix(root).unwrap().display()
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_relative_link_in_the_readme_and_docs_resolves() {
+    let root = root().canonicalize().unwrap();
+    let problems = broken_links(&root);
+    assert!(
+        problems.is_empty(),
+        "broken links in the documentation:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// The link check reads headings and links as GitHub does.
+#[test]
+fn the_link_check_reads_anchors_and_links_as_github_does() {
+    assert_eq!(
+        slug(" Prometheus, the dashboard, the alerts"),
+        "prometheus-the-dashboard-the-alerts"
+    );
+    assert_eq!(slug(" What `tests/run.sh` does"), "what-testsrunsh-does");
+    assert_eq!(
+        slug(" Where a request's time goes"),
+        "where-a-requests-time-goes"
+    );
+    let text = "# Faults\n\n```sh\n# not a heading\n```\n## Faults\n#nope\n";
+    let found: Vec<String> = anchors(text).into_iter().collect();
+    assert_eq!(found, ["faults", "faults-1"]);
+    assert_eq!(
+        link_targets("see [`a`](docs/a.md#b), `[c](not-a-link)` and [d](#e)."),
+        ["docs/a.md#b", "#e"]
+    );
 }

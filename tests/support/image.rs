@@ -82,7 +82,8 @@ pub fn inspect(image: &str) -> Value {
     serde_json::from_str(&text).expect("buildah inspect prints JSON")
 }
 
-/// The sidecar's image, as the Dockerfile's second form builds it (README, "The image").
+/// The sidecar's image, as the Dockerfile's second form builds it (docs/operations.md,
+/// "The image").
 pub struct SidecarImage {
     pub name: String,
     /// The runtime base it was built on (in place of distroless).
@@ -112,7 +113,7 @@ fn source_label() -> String {
 }
 
 /// Build (once per test run) the sidecar's image: the release binary by
-/// `.ci/build-release.sh` with the version the README's command computes, then
+/// `.ci/build-release.sh` with the version docs/operations.md's command computes, then
 /// `buildah bud` of the Dockerfile with `BINARY_FROM=prebuilt` on the runtime base.
 pub fn sidecar_image() -> &'static SidecarImage {
     static IMAGE: OnceLock<SidecarImage> = OnceLock::new();

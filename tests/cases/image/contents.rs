@@ -153,7 +153,7 @@ fn the_image_runs_its_binary_as_nonroot_with_no_shell_and_labels_that_match_it()
         assert!(text.contains("\nVersion: "), "{text}");
     }
 
-    // Its size (the README gives it beside distroless's), kept in check.
+    // Its size (docs/operations.md gives it beside distroless's), kept in check.
     let (compressed, uncompressed) = sizes(&image.name);
     let (base_compressed, base_uncompressed) = sizes(&image.base);
     eprintln!(

@@ -1,4 +1,4 @@
-//! The README's stdio image: its lines applied to a Python base made from Debian's
+//! The stdio image of docs/stdio.md: its lines applied to a Python base made from Debian's
 //! packages, built, and run as the chart runs it, serving a stdio server's round trip.
 
 use super::{
@@ -12,29 +12,29 @@ use serde_json::json;
 use std::os::unix::fs::{PermissionsExt, chown};
 use std::time::{Duration, Instant};
 
-/// The README's Dockerfile for a stdio server (section "A stdio server"), as written.
-fn readme_stdio_dockerfile() -> String {
-    let readme = std::fs::read_to_string(repo_path("README.md")).unwrap();
-    let start = readme
+/// The Dockerfile for a stdio server in docs/stdio.md (section "In a container"), as written.
+fn documented_stdio_dockerfile() -> String {
+    let doc = std::fs::read_to_string(repo_path("docs/stdio.md")).unwrap();
+    let start = doc
         .find("```dockerfile\nFROM ")
-        .expect("the README's stdio Dockerfile");
-    let block = &readme[start + "```dockerfile\n".len()..];
+        .expect("the stdio Dockerfile of docs/stdio.md");
+    let block = &doc[start + "```dockerfile\n".len()..];
     block[..block.find("```").unwrap()].to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stdio_server_image_made_with_the_readmes_lines_serves_a_round_trip() {
+async fn a_stdio_server_image_made_with_the_documented_lines_serves_a_round_trip() {
     let image = sidecar_image();
     let python_base = image::base("python-base.sh");
-    let readme = readme_stdio_dockerfile();
+    let dockerfile = documented_stdio_dockerfile();
 
-    // The README's lines on the Python base made from Debian's packages: its FROM names
+    // The documented lines on the Python base made from Debian's packages: its FROM names
     // that base, its COPY --from the image built here; the base already carries the pinned
-    // SDK the README's pip line installs (a Debian python3 refuses a system-wide pip).
+    // SDK the documented pip line installs (a Debian python3 refuses a system-wide pip).
     let requirements = std::fs::read_to_string(repo_path("tests/py/requirements.txt")).unwrap();
     let mut lines = Vec::new();
     let mut copied = false;
-    for line in readme.lines() {
+    for line in dockerfile.lines() {
         if line.starts_with("FROM ") {
             lines.push(format!("FROM {python_base}"));
         } else if let Some(rest) = line.strip_prefix("COPY --from=") {
@@ -59,7 +59,7 @@ async fn a_stdio_server_image_made_with_the_readmes_lines_serves_a_round_trip() 
             lines.push(line.to_owned());
         }
     }
-    assert!(copied, "{readme}");
+    assert!(copied, "{dockerfile}");
     let context = tempfile::tempdir().unwrap();
     std::fs::write(
         context.path().join("Containerfile"),
@@ -73,7 +73,7 @@ async fn a_stdio_server_image_made_with_the_readmes_lines_serves_a_round_trip() 
         )
         .unwrap();
     }
-    // The README's `python /app/server.py`: the legacy server's stdio mode.
+    // The documented `python /app/server.py`: the legacy server's stdio mode.
     std::fs::write(
         context.path().join("server.py"),
         "import runpy, sys\nsys.argv = ['/app/legacy_server.py', '--stdio']\n\
@@ -102,18 +102,18 @@ async fn a_stdio_server_image_made_with_the_readmes_lines_serves_a_round_trip() 
     let inspected = inspect(tag);
     let entrypoint: Vec<String> =
         serde_json::from_value(inspected["OCIv1"]["config"]["Entrypoint"].clone()).unwrap();
-    let readme_entrypoint = readme
+    let documented_entrypoint = dockerfile
         .lines()
         .find(|l| l.starts_with("ENTRYPOINT "))
         .unwrap();
     let wanted: Vec<String> =
-        serde_json::from_str(readme_entrypoint.trim_start_matches("ENTRYPOINT ")).unwrap();
+        serde_json::from_str(documented_entrypoint.trim_start_matches("ENTRYPOINT ")).unwrap();
     assert_eq!(entrypoint, wanted);
     // The chart's stdio mode runs the sidecar from such an image by that path.
     let stdio_pod = &chart_cases()["stdio"]["pod"];
     assert_eq!(stdio_pod["command"], json!([wanted[0]]), "{stdio_pod}");
 
-    // The configuration the README's entrypoint reads, mounted where the chart mounts it.
+    // The configuration the documented entrypoint reads, mounted where the chart mounts it.
     let key = "0123456789abcdef0123456789abcdef-image-stdio";
     let (port, admin) = (free_port(), free_port());
     let dir = tempfile::tempdir().unwrap();
