@@ -189,7 +189,7 @@ pub async fn start_from(
         stop.clone(),
         options.serve("admin", Listener::Admin),
     )));
-    parts::Watched {
+    parts::WatchedSources {
         tls: server_tls.zip(tls_poll),
         jwks,
         keys: key_poll,

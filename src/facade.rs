@@ -129,7 +129,7 @@ pub mod proxy {
     }
     /// Step 8: sealing an answer.
     pub mod response {
-        pub use crate::proxy::response::{SealContext, Sealer, Withheld};
+        pub use crate::proxy::response::{ResponseSealer, SealContext, Withheld};
     }
 }
 

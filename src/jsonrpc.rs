@@ -261,7 +261,7 @@ const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 /// What the strict visitor refused, recorded beside serde's error (which can only carry
 /// text) so the caller gets the variant without matching on messages.
 #[derive(Debug, Clone, Copy)]
-enum Refusal {
+enum StrictRefusal {
     DuplicateKey,
     Proto,
     /// Only the scanner can tell the key from a number ([`NUMBER_TOKEN`]).
@@ -269,13 +269,13 @@ enum Refusal {
     TooManyValues,
 }
 
-impl Refusal {
+impl StrictRefusal {
     fn error(self) -> ParseError {
         match self {
-            Refusal::DuplicateKey => ParseError::DuplicateKey,
-            Refusal::Proto => ParseError::AmbiguousKey(PROTO_KEY.into()),
-            Refusal::NumberToken => ParseError::AmbiguousKey(NUMBER_TOKEN.into()),
-            Refusal::TooManyValues => ParseError::TooManyValues,
+            StrictRefusal::DuplicateKey => ParseError::DuplicateKey,
+            StrictRefusal::Proto => ParseError::AmbiguousKey(PROTO_KEY.into()),
+            StrictRefusal::NumberToken => ParseError::AmbiguousKey(NUMBER_TOKEN.into()),
+            StrictRefusal::TooManyValues => ParseError::TooManyValues,
         }
     }
 }
@@ -284,11 +284,11 @@ impl Refusal {
 struct Strict {
     /// Values that may still start.
     left: Cell<usize>,
-    refusal: Cell<Option<Refusal>>,
+    refusal: Cell<Option<StrictRefusal>>,
 }
 
 impl Strict {
-    fn refuse<E: de::Error>(&self, refusal: Refusal) -> E {
+    fn refuse<E: de::Error>(&self, refusal: StrictRefusal) -> E {
         self.refusal.set(Some(refusal));
         E::custom(format_args!("{refusal:?}"))
     }
@@ -305,7 +305,7 @@ impl<'de> DeserializeSeed<'de> for StrictSeed<'_> {
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         match self.0.left.get().checked_sub(1) {
             Some(left) => self.0.left.set(left),
-            None => return Err(self.0.refuse(Refusal::TooManyValues)),
+            None => return Err(self.0.refuse(StrictRefusal::TooManyValues)),
         }
         d.deserialize_any(StrictVisitor(self.0))
     }
@@ -373,11 +373,11 @@ impl<'de> Visitor<'de> for StrictVisitor<'_> {
             }
             first = false;
             if key == PROTO_KEY {
-                return Err(self.0.refuse(Refusal::Proto));
+                return Err(self.0.refuse(StrictRefusal::Proto));
             }
             let value = map.next_value_seed(StrictSeed(self.0))?;
             if object.insert(key, value).is_some() {
-                return Err(self.0.refuse(Refusal::DuplicateKey));
+                return Err(self.0.refuse(StrictRefusal::DuplicateKey));
             }
         }
         Ok(Value::Object(object))

@@ -301,7 +301,7 @@ impl Buffered for crate::budget::Reservation {
 
 /// Where [`SseRewriteBody`] is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+enum StreamPhase {
     /// Reading the upstream and emitting events.
     Streaming,
     /// The upstream ended: emit what is still buffered, then the leftover.
@@ -326,7 +326,7 @@ pin_project_lite::pin_project! {
         rewriter: R,
         // What the framer holds is held here too; released when this body is dropped.
         held: H,
-        phase: Phase,
+        phase: StreamPhase,
     }
 }
 
@@ -350,14 +350,14 @@ where
     R: EventRewriter,
     H: Buffered,
 {
-    /// As [`SseRewriteBody::new`], and what the framer buffers is held in `held`.
+    /// As `SseRewriteBody::new` (tests), and what the framer buffers is held in `held`.
     pub fn accounted(inner: B, rewriter: R, max_event_bytes: usize, held: H) -> Self {
         Self {
             inner: Some(inner),
             framer: EventFramer::new(max_event_bytes),
             rewriter,
             held,
-            phase: Phase::Streaming,
+            phase: StreamPhase::Streaming,
         }
     }
 }
@@ -389,7 +389,7 @@ where
         // Loop instead of waking ourselves: each pass either emits, ends, returns the
         // inner body's Pending, or consumed an inner frame and has something new to frame.
         loop {
-            if *this.phase == Phase::Done {
+            if *this.phase == StreamPhase::Done {
                 return Poll::Ready(None);
             }
             // Buffered complete events go out before the upstream is polled again, so a
@@ -409,7 +409,7 @@ where
                             this.inner.set(None);
                             this.framer.take_rest();
                             this.held.holding(0);
-                            *this.phase = Phase::Done;
+                            *this.phase = StreamPhase::Done;
                             return final_frame(bytes);
                         }
                     }
@@ -421,12 +421,12 @@ where
                     this.inner.set(None);
                     this.framer.take_rest();
                     this.held.holding(0);
-                    *this.phase = Phase::Done;
+                    *this.phase = StreamPhase::Done;
                     return final_frame(this.rewriter.fail(StreamFailure::EventTooLarge));
                 }
             }
-            if *this.phase == Phase::Draining {
-                *this.phase = Phase::Done;
+            if *this.phase == StreamPhase::Draining {
+                *this.phase = StreamPhase::Done;
                 let leftover = this.framer.take_rest();
                 this.held.holding(0);
                 if leftover.is_empty() {
@@ -439,7 +439,7 @@ where
             }
             let Some(inner) = this.inner.as_mut().as_pin_mut() else {
                 // Unreachable: `inner` is only dropped on the way to Draining or Done.
-                *this.phase = Phase::Done;
+                *this.phase = StreamPhase::Done;
                 continue;
             };
             match inner.poll_frame(cx) {
@@ -454,7 +454,7 @@ where
                             this.inner.set(None);
                             this.framer.take_rest();
                             this.held.holding(0);
-                            *this.phase = Phase::Done;
+                            *this.phase = StreamPhase::Done;
                             return final_frame(this.rewriter.fail(StreamFailure::OverBudget));
                         }
                         this.framer.push(&data);
@@ -466,13 +466,13 @@ where
                     this.inner.set(None);
                     this.framer.take_rest();
                     this.held.holding(0);
-                    *this.phase = Phase::Done;
+                    *this.phase = StreamPhase::Done;
                     return final_frame(this.rewriter.fail(StreamFailure::UpstreamError));
                 }
                 Poll::Ready(None) => {
                     this.inner.set(None);
                     this.framer.mark_eof();
-                    *this.phase = Phase::Draining;
+                    *this.phase = StreamPhase::Draining;
                 }
             }
         }
@@ -480,11 +480,11 @@ where
 
     fn is_end_stream(&self) -> bool {
         // Conservative: in the other phases rewriter decisions may still emit bytes.
-        self.phase == Phase::Done
+        self.phase == StreamPhase::Done
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.phase == Phase::Done {
+        if self.phase == StreamPhase::Done {
             SizeHint::with_exact(0)
         } else {
             // Rewriting changes lengths, so nothing is known up front.

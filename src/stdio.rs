@@ -61,7 +61,7 @@ use tokio::task::JoinHandle;
 const DUPLEX_BYTES: usize = 64 * 1024;
 
 /// What is shared by the in-process server, the supervisor and the child's reader.
-pub(crate) struct Shared {
+pub(crate) struct BridgeShared {
     routes: Mutex<Routes>,
     queue: mpsc::Sender<Outgoing>,
     /// Whether the child answers (it answered `server/discover`); `None` once stopped.
@@ -93,21 +93,21 @@ pub(crate) struct Outgoing {
 
 /// Why a line was not queued.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Refused {
+pub(crate) enum NotQueued {
     Full,
     Stopped,
 }
 
-impl Refused {
+impl NotQueued {
     fn message(self) -> &'static str {
         match self {
-            Refused::Full => "the upstream process's input queue is full; retry later",
-            Refused::Stopped => "the upstream process is stopping",
+            NotQueued::Full => "the upstream process's input queue is full; retry later",
+            NotQueued::Stopped => "the upstream process is stopping",
         }
     }
 }
 
-impl Shared {
+impl BridgeShared {
     pub(crate) fn routes(&self) -> MutexGuard<'_, Routes> {
         // A panic while holding the table cannot leave it half-changed (each change is
         // one map operation): keep serving.
@@ -121,15 +121,15 @@ impl Shared {
         id: Option<ids::BridgeId>,
         line: Bytes,
         held: Option<Reservation>,
-    ) -> Result<(), Refused> {
+    ) -> Result<(), NotQueued> {
         let result = self.queue.try_send(Outgoing { id, line, held });
         self.metrics.queue_depth(self.queued());
         result.map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
                 self.metrics.queue_full();
-                Refused::Full
+                NotQueued::Full
             }
-            mpsc::error::TrySendError::Closed(_) => Refused::Stopped,
+            mpsc::error::TrySendError::Closed(_) => NotQueued::Stopped,
         })
     }
 
@@ -167,7 +167,7 @@ impl Shared {
 
 /// The child and the bridge to it.
 pub(crate) struct Bridge {
-    shared: Arc<Shared>,
+    shared: Arc<BridgeShared>,
     /// Set to stop: the instant by which the child must be gone.
     stop: watch::Sender<Option<tokio::time::Instant>>,
     supervisor: Mutex<Option<JoinHandle<()>>>,
@@ -184,7 +184,7 @@ impl Bridge {
     ) -> Arc<Self> {
         let command = &config.upstream_command;
         let (queue, queued) = mpsc::channel(command.queue_max);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(BridgeShared {
             routes: Mutex::new(Routes::new(budget.clone())),
             queue,
             up: watch::Sender::new(Some(false)),
@@ -238,7 +238,7 @@ impl Bridge {
 /// connection of the bridge (pooled and reused by the client like any other).
 #[derive(Clone)]
 pub(crate) struct Connector {
-    shared: Arc<Shared>,
+    shared: Arc<BridgeShared>,
 }
 
 impl Connector {

@@ -19,7 +19,7 @@
 #     and the two bases they build on, made from Debian's packages and stored under
 #     target/buildah by a key of what made them (tests/image/runtime-base.sh: in place of
 #     distroless; tests/image/python-base.sh: Debian's python3 with the pinned MCP SDK);
-# then checks formatting and lints, and runs the unit, property and integration tests.
+# then checks formatting, lints and the docs (cargo doc, warnings as errors), and runs the unit, property and integration tests.
 # Services (the Python and TypeScript MCP servers and clients, Redis, Prometheus) are
 # started by the tests themselves on 127.0.0.1 with free ports and stopped when each
 # test ends.
@@ -103,6 +103,10 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
+log "cargo doc (a warning fails: a stale link, a doc on the wrong item)"
+# The public surface (the façade) and the whole crate as a newcomer reads it.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --locked
 # The binary the container image ships, built by the image's own build script; the
 # chart tests run it (and the script again, which is then a no-op).
 log "release build (.ci/build-release.sh, as the Dockerfile runs it)"

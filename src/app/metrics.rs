@@ -1,6 +1,6 @@
 //! Every family of the process, wired: one [`Registry`], each component's own families
 //! registered on it, and the process's own (configuration and admin token reloads,
-//! build info, tasks alive). The components get their part ([`Metrics::proxy`] for the
+//! build info, tasks alive). The components get their part ([`Metrics::meters`] for the
 //! data path, [`Metrics::keys`] for the key ring, ...); only the wiring holds the whole.
 //!
 //! Invariant: each family is registered once, by the component that counts it, with

@@ -301,7 +301,7 @@ impl<'a> Listeners<'a> {
 
 /// What is watched while the sidecar runs: the listener's TLS files, the JWT key set,
 /// the key file, the admin token file, the configuration file and a Redis store.
-pub(super) struct Watched {
+pub(super) struct WatchedSources {
     pub(super) tls: Option<(Arc<ServerTls>, FilePoll)>,
     pub(super) jwks: Option<Arc<Jwks>>,
     pub(super) keys: Option<FilePoll>,
@@ -311,7 +311,7 @@ pub(super) struct Watched {
     pub(super) store: Option<(Arc<SingleUse>, Arc<admin::Readiness>)>,
 }
 
-impl Watched {
+impl WatchedSources {
     /// Spawn one task per watched source, each stopping with `stop`.
     pub(super) fn spawn(
         self,

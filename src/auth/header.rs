@@ -82,11 +82,11 @@ mod tests {
     use http::HeaderValue;
 
     /// The header source as configured, `forward` or not.
-    struct Source(bool);
+    struct HeaderSource(bool);
 
     const NAME: HeaderName = HeaderName::from_static("x-forwarded-user");
 
-    impl Source {
+    impl HeaderSource {
         fn identify(&self, h: &HeaderMap, trusted: bool) -> Result<Option<String>, ProxyError> {
             identify(&NAME, h, trusted)
         }
@@ -96,8 +96,8 @@ mod tests {
         }
     }
 
-    fn source() -> Source {
-        Source(false)
+    fn source() -> HeaderSource {
+        HeaderSource(false)
     }
 
     #[test]
@@ -151,11 +151,11 @@ mod tests {
         source().strip(&mut h);
         assert!(h.is_empty());
         h.insert("x-forwarded-user", HeaderValue::from_static("alice"));
-        Source(true).strip(&mut h);
+        HeaderSource(true).strip(&mut h);
         assert_eq!(h.len(), 1);
         // Look-alikes never pass, forwarded or not.
         h.insert("x_forwarded_user", HeaderValue::from_static("admin"));
-        Source(true).strip(&mut h);
+        HeaderSource(true).strip(&mut h);
         assert_eq!(h.len(), 1);
         assert_eq!(h.get("x-forwarded-user").unwrap(), "alice");
         h.insert("x_forwarded_user", HeaderValue::from_static("admin"));

@@ -1,7 +1,7 @@
 //! Who is calling: the principal a `requestState` token is bound to, from the one
 //! configured source: nothing, a header a trusted front proxy sets ([`header`]), a
 //! verified JWT access token ([`jwt`], keys from [`jwks`]), or the verified client
-//! certificate of the TLS connection ([`mtls`]).
+//! certificate of the TLS connection ([`crate::tls`]).
 //!
 //! Invariant: an identity is taken only from the configured source and is unambiguous;
 //! a request whose identity cannot be established is refused, never treated as

@@ -1,6 +1,6 @@
 //! Validation of the operational settings: connection limits, HTTP/2 limits, the
 //! upstream pool and readiness checks. Invariant: like every rule in `validate.rs`, each
-//! failure is one [`ConfigProblem`] naming its key, and every rule runs in the same pass.
+//! failure is one [`ConfigProblem`](super::ConfigProblem) naming its key, and every rule runs in the same pass.
 
 use super::Config;
 

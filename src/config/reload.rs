@@ -1,5 +1,5 @@
 //! Live reconfiguration: the configuration file is watched (its content hash polled by
-//! [`super::poll`], which survives Kubernetes' symlink swaps, and re-read at once on
+//! [`crate::file_watch::FilePoll`], which survives Kubernetes' symlink swaps, and re-read at once on
 //! `SIGHUP`); each new configuration that loads and validates is compared with the one
 //! in force, key by key, and what changed is applied or reported by its [`Reload`]
 //! class (declared once, in the table of keys in `load.rs`).

@@ -2,7 +2,7 @@
 //! reads it, so the sidecar never checks one member while the upstream reads another.
 //!
 //! Invariant: a name the sidecar reads, at every level of its path, is read only when no
-//! sibling folds to it ([`fold`]: case, `_`/`-` and the other ASCII punctuation, Unicode
+//! sibling folds to it ([`fold()`](fn@super::fold): case, `_`/`-` and the other ASCII punctuation, Unicode
 //! case folding), and a name whose exact spelling is absent while a folded one is present
 //! is refused, never read as absent. Go's `encoding/json` folds case and lets the later
 //! key win (`"Import"` beside `"import"`); a pydantic model with camel-case aliases and

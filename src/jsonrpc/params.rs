@@ -5,7 +5,7 @@
 //! Invariant: every change the phases make to a message goes through [`Params`]: the
 //! state replaced by the upstream's plaintext or removed, unasked answers dropped, a
 //! handle argument replaced by the upstream's raw handle, an idempotency key stripped.
-//! A member reads as the gate checked it ([`super::scan`]: no look-alike of a guarded
+//! A member reads as the gate checked it ([`fn@super::scan`]: no look-alike of a guarded
 //! member is beside it), parsed on its own the first time it is read. The body the
 //! upstream receives ([`ScannedBody::into_forwarded`]) is the scanned tokens without the
 //! whitespace between them, each edited member's value written in its place and each
@@ -24,7 +24,7 @@ pub struct ScannedBody {
     body: Bytes,
     message: Message,
     index: Index,
-    slots: Slots,
+    slots: FieldSlots,
 }
 
 /// `inputResponses` is there but is not an object.
@@ -33,10 +33,10 @@ pub struct NotAnObject;
 
 /// Per [`ParamsField`] (in [`ParamsField::ALL`]'s order): its value once read, and what
 /// the phases did to it.
-type Slots = [Slot; ParamsField::ALL.len()];
+type FieldSlots = [FieldSlot; ParamsField::ALL.len()];
 
 #[derive(Default)]
-struct Slot {
+struct FieldSlot {
     value: OnceCell<Value>,
     edit: Edit,
 }
@@ -187,7 +187,7 @@ pub struct Params<'a>(Option<Parts<'a>>);
 struct Parts<'a> {
     body: &'a [u8],
     index: &'a Index,
-    slots: &'a mut Slots,
+    slots: &'a mut FieldSlots,
 }
 
 impl Parts<'_> {

@@ -1,5 +1,5 @@
 //! One pass over a body's bytes that gives the verdict of [`parse_bounded`] followed by
-//! [`classify`](super::classify), without building a tree: the spans of the members the
+//! `classify` (the tree oracle), without building a tree: the spans of the members the
 //! sidecar acts on, and the [`Message`].
 //!
 //! Invariant: for every input, [`scan`] answers exactly what
@@ -40,7 +40,7 @@ pub(crate) use answer::{AnswerFault, StateMember};
 pub(crate) use facts::JsonKind;
 pub(crate) use members::{ObjectMember, members};
 
-use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, Refusal, parse_bounded};
+use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, StrictRefusal, parse_bounded};
 use facts::{Facts, Member, Role};
 use lexer::{Lexer, NotJson, Span, unescape};
 use std::borrow::Cow;
@@ -55,7 +55,7 @@ const MAX_DEPTH: usize = 128;
 /// object cost seconds).
 const SMALL_OBJECT: usize = 16;
 
-/// Scan one client body: [`parse_bounded`] and [`classify`](super::classify) in one pass
+/// Scan one client body: [`parse_bounded`] and the oracle's `classify` in one pass
 /// over the bytes (see the module's invariant), except that serde_json's number stand-in
 /// key is refused (see [`NUMBER_TOKEN`]).
 pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, Refused> {
@@ -173,7 +173,7 @@ impl Index {
 }
 
 impl<'a> Scanned<'a> {
-    /// The message, as [`classify`](super::classify) gives it.
+    /// The message, as the tree oracle's `classify` gives it.
     pub fn message(&self) -> &Message {
         &self.message
     }
@@ -340,7 +340,7 @@ struct Walk<'a> {
     left: usize,
     /// The first refusal in document order. From then on only the syntax is checked, as
     /// the tree path's second pass does (no count, no key checks, no classification).
-    refusal: Option<Refusal>,
+    refusal: Option<StrictRefusal>,
     /// The keys of the small objects open, outermost first, for duplicates.
     keys: Vec<Cow<'a, str>>,
     facts: Facts,
@@ -369,7 +369,7 @@ impl<'a> Walk<'a> {
         if self.strict() {
             match self.left.checked_sub(1) {
                 Some(left) => self.left = left,
-                None => self.refusal = Some(Refusal::TooManyValues),
+                None => self.refusal = Some(StrictRefusal::TooManyValues),
             }
         }
         self.lexer.skip_whitespace();
@@ -476,8 +476,8 @@ impl<'a> Walk<'a> {
         large: &mut Option<HashSet<Cow<'a, str>>>,
     ) -> Result<(), NotJson> {
         let refused = match &*key {
-            PROTO_KEY => Some(Refusal::Proto),
-            NUMBER_TOKEN => Some(Refusal::NumberToken),
+            PROTO_KEY => Some(StrictRefusal::Proto),
+            NUMBER_TOKEN => Some(StrictRefusal::NumberToken),
             _ => None,
         };
         if let Some(refusal) = refused {
@@ -489,7 +489,7 @@ impl<'a> Walk<'a> {
         if self.strict() {
             self.facts.note(role, &key, key_span, member);
             if self.is_duplicate(key, base, large) {
-                self.refusal = Some(Refusal::DuplicateKey);
+                self.refusal = Some(StrictRefusal::DuplicateKey);
             }
         }
         Ok(())

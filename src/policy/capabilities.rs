@@ -5,7 +5,7 @@
 //! client declared it can answer, by the rules of the reference SDK
 //! (`mcp/server/mcpserver/resolve.py`, `_require_capability`); an unknown input request
 //! method is refused the same way (fail closed). Every missing capability is listed, not
-//! only the first. Every name read here (`_meta`, [`CAPABILITIES_META`], each capability)
+//! only the first. Every name read here (`_meta`, [`CAPABILITIES_META`](crate::jsonrpc::CAPABILITIES_META), each capability)
 //! is read through [`jsonrpc::lookup`]: the gate has already refused a look-alike of any
 //! of them (`Elicitation`, `io.modelcontextprotocol/client_capabilities`), and should one
 //! get here, the whole declaration counts for nothing (fail closed: `{"elicitation":

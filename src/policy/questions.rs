@@ -4,7 +4,7 @@
 //! both read this, not the request itself.
 //!
 //! Invariant: read from the upstream's bytes ([`Round::scanned`], the sealer's path) or
-//! from a tree ([`Round::of_tree`], the reference the fuzz oracle keeps), a round is the
+//! from a tree (`Round::of_tree`, the reference the fuzz oracle keeps behind the `oracle` feature), a round is the
 //! same: a member is found only under its exact key, a method or mode that is not a
 //! string reads as none, and the schema is the only part kept as a tree (its text is
 //! written canonically into the token).

@@ -9,7 +9,7 @@
 use super::ingress::ClientAddr;
 use super::outbound::Asked;
 use super::response::SealContext;
-use super::{Failure, Proxy, tools};
+use super::{Failure, Proxy, replay};
 use crate::auth::Caller;
 use crate::body::ProxyBody;
 use crate::jsonrpc::{Id, Params, ParamsField};
@@ -120,7 +120,7 @@ impl Proxy {
         if let Some(answer) = prepared.tools.replay {
             // A repeat of a completed write: the stored answer under this request's id,
             // and the upstream is not called.
-            return Ok(tools::replayed(id.as_ref(), answer));
+            return Ok(replay::replayed(id.as_ref(), answer));
         }
         let ticket = prepared.tools.answering.ticket();
         self.upstream.mark_gated(&mut parts.headers, caller.owner());

@@ -1,6 +1,6 @@
 //! The gate: what a POSTed MCP message must be before anything else looks at it.
 //!
-//! Invariant: a body leaves the gate only as one JSON-RPC message that [`jsonrpc`]
+//! Invariant: a body leaves the gate only as one JSON-RPC message that [`crate::jsonrpc`]
 //! parsed strictly (within `limits.max_json_values`), with JSON `Content-Type`, identity
 //! encoding, and `Mcp-Method` / `Mcp-Name` / `MCP-Protocol-Version` headers that agree
 //! with it; the body arrived within `timeouts.body_read_ms` and its bytes are held

@@ -11,7 +11,7 @@
 //! 5. [`state`]: a retry's `requestState` is opened and replaced by the upstream's
 //!    plaintext; unasked `inputResponses` are dropped.
 //! 6. [`crate::tools`]: a `tools/call`'s handle arguments are unwrapped and its
-//!    idempotency key reserved, or the call is answered from the store ([`tools`]).
+//!    idempotency key reserved, or the call is answered from the store ([`replay`]).
 //! 7. [`upstream`]: the message is forwarded as the sidecar writes it from the scanned
 //!    tokens (the edits of steps 5 and 6 spliced in).
 //! 8. [`outbound`] and [`response`]: the answer is classified and every state in it sealed
@@ -34,9 +34,9 @@ pub(crate) mod gate;
 pub(crate) mod ingress;
 mod metrics;
 pub(crate) mod outbound;
+pub(crate) mod replay;
 pub(crate) mod response;
 pub(crate) mod state;
-pub(crate) mod tools;
 pub(crate) mod upstream;
 
 pub use metrics::Meters;

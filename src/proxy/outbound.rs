@@ -1,5 +1,5 @@
 //! The response phase: decide how an upstream answer must be read before the client may
-//! have it, then hand it to the [`Sealer`] (whole JSON bodies, or SSE event by event).
+//! have it, then hand it to the [`ResponseSealer`] (whole JSON bodies, or SSE event by event).
 //!
 //! Invariant: on an inspected route, no upstream body that a client could read as JSON
 //! reaches it unexamined, whatever it is labelled. A body is JSON when its label says so
@@ -15,7 +15,7 @@
 
 use super::counted::Counted;
 use super::metrics::{Meters, SealFailure};
-use super::response::{SealContext, Sealer, with_body};
+use super::response::{ResponseSealer, SealContext, with_body};
 use super::upstream;
 use super::{Failure, identity_encoding};
 use crate::body::{BoxError, ProxyBody};
@@ -73,7 +73,7 @@ where
 
 /// How the upstream labelled its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Label {
+enum BodyLabel {
     Json,
     EventStream,
     /// JSON or SSE in a charset the sealer does not read, or a label that mentions them
@@ -117,7 +117,7 @@ impl Outbound {
         upstream::strip_hop_by_hop(&mut parts.headers);
         // The client's connection has its own version; an HTTP/1.0 upstream's must not leak.
         parts.version = http::Version::default();
-        let sealer = Sealer::new(
+        let sealer = ResponseSealer::new(
             self.sealer.clone(),
             self.single_use.policy(),
             self.metrics.clone(),
@@ -125,7 +125,7 @@ impl Outbound {
             self.flow_limits,
             context,
         );
-        let refuse = |sealer: &Sealer, parts: http::response::Parts, failure| Failure {
+        let refuse = |sealer: &ResponseSealer, parts: http::response::Parts, failure| Failure {
             id: sealer.request_id().cloned(),
             error: sealer.failure(failure),
             upstream_head: Some(parts),
@@ -153,12 +153,12 @@ impl Outbound {
             return Err(refuse(&sealer, parts, SealFailure::UnsupportedEncoding));
         }
         match label(&parts.headers) {
-            Label::Unreadable => Err(refuse(&sealer, parts, SealFailure::UnknownContentType)),
-            Label::Json => self.seal_whole(parts, body, sealer).await,
+            BodyLabel::Unreadable => Err(refuse(&sealer, parts, SealFailure::UnknownContentType)),
+            BodyLabel::Json => self.seal_whole(parts, body, sealer).await,
             // Not sniffed: a GET stream may stay silent for minutes, and its head must not
             // wait for a first byte. The sealer refuses a stream that opens like JSON.
-            Label::EventStream => Ok(self.rewrite_events(parts, body, sealer)),
-            Label::Other => {
+            BodyLabel::EventStream => Ok(self.rewrite_events(parts, body, sealer)),
+            BodyLabel::Other => {
                 let peeked = match self.peek(body).await {
                     Ok(peeked) => peeked,
                     Err(failure) => return Err(refuse(&sealer, parts, failure)),
@@ -207,7 +207,7 @@ impl Outbound {
         &self,
         parts: http::response::Parts,
         body: B,
-        sealer: Sealer,
+        sealer: ResponseSealer,
     ) -> Response<ProxyBody>
     where
         B: Body<Data = Bytes> + Send + Sync + 'static,
@@ -222,12 +222,12 @@ impl Outbound {
         &self,
         parts: http::response::Parts,
         body: B,
-        sealer: Sealer,
+        sealer: ResponseSealer,
     ) -> Result<Response<ProxyBody>, Failure>
     where
         B: Body<Data = Bytes> + Unpin,
     {
-        let failed = |sealer: &Sealer, parts, error| Failure {
+        let failed = |sealer: &ResponseSealer, parts, error| Failure {
             id: sealer.request_id().cloned(),
             error,
             upstream_head: Some(parts),
@@ -411,11 +411,11 @@ fn chunked_only(headers: &HeaderMap) -> bool {
     })
 }
 
-fn label(headers: &HeaderMap) -> Label {
+fn label(headers: &HeaderMap) -> BodyLabel {
     let mut values = headers.get_all(header::CONTENT_TYPE).iter();
     let (first, second) = (values.next(), values.next());
     let Some(first) = first else {
-        return Label::Other;
+        return BodyLabel::Other;
     };
     if second.is_some() {
         // Clients merge repeated types in different ways: if any of them could be read as
@@ -425,14 +425,14 @@ fn label(headers: &HeaderMap) -> Label {
             v.contains("json") || v.contains("event-stream")
         });
         return if mentions {
-            Label::Unreadable
+            BodyLabel::Unreadable
         } else {
-            Label::Other
+            BodyLabel::Other
         };
     }
     let Ok(value) = first.to_str() else {
         // Clients decode such bytes as Latin-1 and may still see `application/json`.
-        return Label::Unreadable;
+        return BodyLabel::Unreadable;
     };
     // Clients pick their parser by prefix (the reference SDK client uses
     // `startswith("application/json")`), so classify the way they read it; a type
@@ -440,19 +440,19 @@ fn label(headers: &HeaderMap) -> Label {
     let value = value.trim().to_ascii_lowercase();
     let essence = value.split([';', ',']).next().unwrap_or_default().trim();
     let label = if value.starts_with("text/event-stream") {
-        Label::EventStream
+        BodyLabel::EventStream
     } else if value.starts_with("application/json")
         || (essence.starts_with("application/") && essence.ends_with("+json"))
     {
-        Label::Json
+        BodyLabel::Json
     } else if value.contains("json") || value.contains("event-stream") {
-        Label::Unreadable
+        BodyLabel::Unreadable
     } else {
-        Label::Other
+        BodyLabel::Other
     };
     // The sealer reads UTF-8; a client told `charset=utf-16` decodes other text.
-    if matches!(label, Label::Json | Label::EventStream) && !utf8_charset(&value) {
-        return Label::Unreadable;
+    if matches!(label, BodyLabel::Json | BodyLabel::EventStream) && !utf8_charset(&value) {
+        return BodyLabel::Unreadable;
     }
     label
 }

@@ -119,8 +119,8 @@ enum Step {
 const STEPS: [Step; 3] = [Step::SealState, Step::RecordAnswer, Step::SealHandles];
 
 /// Seals states in one response (a JSON body, or every event of an SSE stream).
-pub struct Sealer {
-    sealer: Arc<StateSealer>,
+pub struct ResponseSealer {
+    state_sealer: Arc<StateSealer>,
     /// The single-use policy when this response began: decides the `su` claim.
     single_use: Arc<SingleUsePolicy>,
     metrics: Meters,
@@ -149,9 +149,9 @@ impl From<SealFailure> for Withheld {
     }
 }
 
-impl Sealer {
+impl ResponseSealer {
     pub fn new(
-        sealer: Arc<StateSealer>,
+        state_sealer: Arc<StateSealer>,
         single_use: Arc<SingleUsePolicy>,
         metrics: Meters,
         max_state_bytes: usize,
@@ -159,7 +159,7 @@ impl Sealer {
         context: SealContext,
     ) -> Self {
         Self {
-            sealer,
+            state_sealer,
             single_use,
             metrics,
             max_state_bytes,
@@ -316,7 +316,7 @@ impl Sealer {
             flow: Some(flow),
         };
         let (token, kid) =
-            self.sealer
+            self.state_sealer
                 .seal_counted(state.as_deref().unwrap_or_default(), binding, &options);
         if token.len() > super::max_token_bytes(self.max_state_bytes) {
             // A long path or many asked keys on top of a large state: the gate would refuse
@@ -417,7 +417,7 @@ impl Sealer {
     }
 }
 
-impl EventRewriter for Sealer {
+impl EventRewriter for ResponseSealer {
     fn rewrite(&mut self, event: &[u8]) -> Rewrite {
         // WHATWG SSE decoders strip a byte order mark at the start of the stream, so a
         // client reads `\u{feff}data: ...` as a data line: so must the sealer (on any

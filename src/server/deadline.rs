@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 /// What the connection is waiting for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+enum Awaiting {
     /// A request head, since this instant.
     Head(Instant),
     /// Nothing: idle since this instant.
@@ -43,8 +43,8 @@ pub(crate) enum Expired {
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 #[derive(Debug)]
-struct State {
-    phase: Phase,
+struct ClockState {
+    phase: Awaiting,
     in_flight: usize,
     /// Decided from the first bytes: `None` until enough arrived.
     http2: Option<bool>,
@@ -56,7 +56,7 @@ struct State {
 /// The deadlines of one connection, shared by its reader, its service and its task.
 #[derive(Debug)]
 pub(crate) struct Clock {
-    state: Mutex<State>,
+    state: Mutex<ClockState>,
     changed: Notify,
     header_read: Duration,
     idle: Duration,
@@ -66,8 +66,8 @@ impl Clock {
     /// A connection accepted now: its first request head is due within `header_read`.
     pub(crate) fn new(header_read: Duration, idle: Duration) -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::new(State {
-                phase: Phase::Head(Instant::now()),
+            state: Mutex::new(ClockState {
+                phase: Awaiting::Head(Instant::now()),
                 in_flight: 0,
                 http2: None,
                 prefix: Vec::new(),
@@ -79,13 +79,13 @@ impl Clock {
         })
     }
 
-    fn update(&self, change: impl FnOnce(&mut State)) {
+    fn update(&self, change: impl FnOnce(&mut ClockState)) {
         let mut state = self.state.lock().expect("not poisoned");
         let before = state.phase;
         change(&mut state);
         if state.phase != before {
             // A reclaim is for the idle spell it found, not for the next one.
-            if !matches!(state.phase, Phase::Idle(_)) {
+            if !matches!(state.phase, Awaiting::Idle(_)) {
                 state.reclaimed = false;
             }
             drop(state);
@@ -108,15 +108,15 @@ impl Clock {
                     // HTTP/2 frames between requests (pings, settings) are no request
                     // head: the connection is idle until a stream opens.
                     if state.in_flight == 0 {
-                        state.phase = Phase::Idle(Instant::now());
+                        state.phase = Awaiting::Idle(Instant::now());
                     }
                 }
                 if state.http2.is_some() {
                     state.prefix = Vec::new();
                 }
             }
-            if let (Phase::Idle(_), Some(false)) = (state.phase, state.http2) {
-                state.phase = Phase::Head(Instant::now());
+            if let (Awaiting::Idle(_), Some(false)) = (state.phase, state.http2) {
+                state.phase = Awaiting::Head(Instant::now());
             }
         });
     }
@@ -125,7 +125,7 @@ impl Clock {
     pub(crate) fn started(&self) {
         self.update(|state| {
             state.in_flight += 1;
-            state.phase = Phase::Busy;
+            state.phase = Awaiting::Busy;
         });
     }
 
@@ -134,7 +134,7 @@ impl Clock {
         self.update(|state| {
             state.in_flight = state.in_flight.saturating_sub(1);
             if state.in_flight == 0 {
-                state.phase = Phase::Idle(Instant::now());
+                state.phase = Awaiting::Idle(Instant::now());
             }
         });
     }
@@ -147,11 +147,11 @@ impl Clock {
     fn deadline(&self) -> Option<(Instant, Expired)> {
         let state = self.state.lock().expect("not poisoned");
         match state.phase {
-            Phase::Head(since) => Some((since + self.header_read, Expired::Head)),
+            Awaiting::Head(since) => Some((since + self.header_read, Expired::Head)),
             // Reclaimed: due since it went idle, so it closes now.
-            Phase::Idle(since) if state.reclaimed => Some((since, Expired::Idle)),
-            Phase::Idle(since) => Some((since + self.idle, Expired::Idle)),
-            Phase::Busy => None,
+            Awaiting::Idle(since) if state.reclaimed => Some((since, Expired::Idle)),
+            Awaiting::Idle(since) => Some((since + self.idle, Expired::Idle)),
+            Awaiting::Busy => None,
         }
     }
 
@@ -160,7 +160,7 @@ impl Clock {
     pub(crate) fn idle_since(&self) -> Option<Instant> {
         let state = self.state.lock().expect("not poisoned");
         match state.phase {
-            Phase::Idle(since) if !state.reclaimed => Some(since),
+            Awaiting::Idle(since) if !state.reclaimed => Some(since),
             _ => None,
         }
     }
@@ -170,7 +170,7 @@ impl Clock {
     /// request that starts meanwhile cancels it (the phase changes).
     pub(crate) fn reclaim(&self) -> bool {
         let mut state = self.state.lock().expect("not poisoned");
-        if !matches!(state.phase, Phase::Idle(_)) || state.reclaimed {
+        if !matches!(state.phase, Awaiting::Idle(_)) || state.reclaimed {
             return false;
         }
         state.reclaimed = true;

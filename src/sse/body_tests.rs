@@ -71,18 +71,18 @@ impl Body for ScriptBody {
 
 /// Replaces events whose data mentions "secret"; records every call.
 #[derive(Default)]
-struct Sealer {
+struct ResponseSealer {
     end_after_replace: bool,
     calls: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
-impl Sealer {
+impl ResponseSealer {
     fn log(&self, call: String) {
         self.calls.lock().unwrap().push(call);
     }
 }
 
-impl EventRewriter for Sealer {
+impl EventRewriter for ResponseSealer {
     fn rewrite(&mut self, event: &[u8]) -> Rewrite {
         self.log(format!("rewrite {}", String::from_utf8_lossy(event)));
         let data = event_data(event).unwrap_or_default();
@@ -113,7 +113,7 @@ impl EventRewriter for Sealer {
     }
 }
 
-type TestBody = SseRewriteBody<ScriptBody, Sealer>;
+type TestBody = SseRewriteBody<ScriptBody, ResponseSealer>;
 
 fn poll(body: &mut Pin<Box<TestBody>>) -> Poll<Option<Bytes>> {
     let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -156,7 +156,7 @@ async fn only_the_secret_event_is_replaced() {
         Step::Data(RESPONSE),
         Step::Trailers,
     ]);
-    let body = SseRewriteBody::new(inner, Sealer::default(), 1024);
+    let body = SseRewriteBody::new(inner, ResponseSealer::default(), 1024);
     let out = body.collect().await.unwrap().to_bytes();
     let expected = [&b": ping\r\n\r\n"[..], PROGRESS, b"data: sealed\r\n\r\n"].concat();
     assert_eq!(out, expected);
@@ -170,7 +170,7 @@ fn a_complete_event_is_emitted_before_the_upstream_is_polled_again() {
         Step::Pending,
         Step::Data(RESPONSE),
     ]);
-    let mut body = Box::pin(SseRewriteBody::new(inner, Sealer::default(), 1024));
+    let mut body = Box::pin(SseRewriteBody::new(inner, ResponseSealer::default(), 1024));
     assert_eq!(
         poll(&mut body),
         Poll::Ready(Some(Bytes::from_static(b": ping\r\n\r\n")))
@@ -195,7 +195,7 @@ fn a_complete_event_is_emitted_before_the_upstream_is_polled_again() {
 fn events_buffered_in_one_chunk_go_out_without_polling_the_upstream() {
     let chunk: &'static [u8] = b": ping\n\ndata: a\n\ndata: b\n\n";
     let (inner, polls, _) = ScriptBody::new(vec![Step::Data(chunk), Step::Pending]);
-    let mut body = Box::pin(SseRewriteBody::new(inner, Sealer::default(), 1024));
+    let mut body = Box::pin(SseRewriteBody::new(inner, ResponseSealer::default(), 1024));
     assert_eq!(
         poll(&mut body),
         Poll::Ready(Some(Bytes::from_static(b": ping\n\n")))
@@ -221,7 +221,7 @@ fn upstream_error_becomes_the_final_fail_event() {
         Step::Fail("connection reset"),
         Step::Data(b"data: never\n\n"),
     ]);
-    let sealer = Sealer::default();
+    let sealer = ResponseSealer::default();
     let calls = sealer.calls.clone();
     let mut body = Box::pin(SseRewriteBody::new(inner, sealer, 1024));
     let frames = drain(&mut body);
@@ -248,7 +248,7 @@ fn oversized_event_fails_the_stream_without_buffering_on() {
         Step::Data(b"0123456789"),
         Step::Data(b"\n\n"),
     ]);
-    let mut body = Box::pin(SseRewriteBody::new(inner, Sealer::default(), 16));
+    let mut body = Box::pin(SseRewriteBody::new(inner, ResponseSealer::default(), 16));
     assert_eq!(
         concat(&drain(&mut body)),
         "data: ok\n\ndata: failed: event too large\n\n"
@@ -265,9 +265,9 @@ fn replace_and_end_stops_polling_and_drops_the_upstream() {
         Step::Data(RESPONSE),
         Step::Data(b"data: after the response\n\n"),
     ]);
-    let sealer = Sealer {
+    let sealer = ResponseSealer {
         end_after_replace: true,
-        ..Sealer::default()
+        ..ResponseSealer::default()
     };
     let mut body = Box::pin(SseRewriteBody::new(inner, sealer, 1024));
     assert_eq!(
@@ -294,7 +294,7 @@ fn leftover_is_kept_or_replaced_by_finish() {
     ] {
         let tail: &'static [u8] = Box::leak(tail.to_vec().into_boxed_slice());
         let (inner, _, _) = ScriptBody::new(vec![Step::Data(b"data: a\n\n"), Step::Data(tail)]);
-        let sealer = Sealer::default();
+        let sealer = ResponseSealer::default();
         let calls = sealer.calls.clone();
         let mut body = Box::pin(SseRewriteBody::new(inner, sealer, 1024));
         assert_eq!(concat(&drain(&mut body)), format!("data: a\n\n{expected}"));
@@ -308,7 +308,7 @@ fn leftover_is_kept_or_replaced_by_finish() {
 #[test]
 fn no_leftover_means_no_finish_call() {
     let (inner, _, _) = ScriptBody::new(vec![Step::Data(b"data: a\n\n")]);
-    let sealer = Sealer::default();
+    let sealer = ResponseSealer::default();
     let calls = sealer.calls.clone();
     let mut body = Box::pin(SseRewriteBody::new(inner, sealer, 1024));
     assert_eq!(concat(&drain(&mut body)), "data: a\n\n");
@@ -319,14 +319,14 @@ fn no_leftover_means_no_finish_call() {
 fn trailing_cr_at_end_of_stream_completes_the_event() {
     // Without EOF handling this "\r" would leave the secret response as a leftover.
     let (inner, _, _) = ScriptBody::new(vec![Step::Data(b"data: secret\n\r")]);
-    let mut body = Box::pin(SseRewriteBody::new(inner, Sealer::default(), 1024));
+    let mut body = Box::pin(SseRewriteBody::new(inner, ResponseSealer::default(), 1024));
     assert_eq!(concat(&drain(&mut body)), "data: sealed\r\n\r\n");
 }
 
 #[test]
 fn empty_upstream_is_an_empty_body() {
     let (inner, _, _) = ScriptBody::new(vec![Step::Trailers]);
-    let mut body = Box::pin(SseRewriteBody::new(inner, Sealer::default(), 1024));
+    let mut body = Box::pin(SseRewriteBody::new(inner, ResponseSealer::default(), 1024));
     assert!(!body.is_end_stream());
     assert_eq!(body.size_hint().exact(), None);
     assert!(drain(&mut body).is_empty());
@@ -336,7 +336,7 @@ fn empty_upstream_is_an_empty_body() {
 #[test]
 fn dropping_the_body_drops_the_upstream() {
     let (inner, _, dropped) = ScriptBody::new(vec![Step::Data(PROGRESS), Step::Pending]);
-    let mut body = Box::pin(SseRewriteBody::new(inner, Sealer::default(), 1024));
+    let mut body = Box::pin(SseRewriteBody::new(inner, ResponseSealer::default(), 1024));
     assert!(poll(&mut body).is_ready());
     assert!(!dropped.load(Ordering::SeqCst));
     drop(body);
@@ -397,7 +397,7 @@ proptest! {
 
 /// Every total an [`Account`] was asked to hold, in order.
 type HeldLog = Arc<std::sync::Mutex<Vec<usize>>>;
-type AccountedBody = Pin<Box<SseRewriteBody<ScriptBody, Sealer, Account>>>;
+type AccountedBody = Pin<Box<SseRewriteBody<ScriptBody, ResponseSealer, Account>>>;
 
 /// An account that records what a stream holds and allows at most `cap` bytes.
 struct Account {
@@ -422,7 +422,7 @@ fn accounted(steps: Vec<Step>, cap: usize) -> (AccountedBody, HeldLog, Arc<Atomi
         cap,
         held: held.clone(),
     };
-    let body = SseRewriteBody::accounted(inner, Sealer::default(), 1024, account);
+    let body = SseRewriteBody::accounted(inner, ResponseSealer::default(), 1024, account);
     (Box::pin(body), held, dropped)
 }
 

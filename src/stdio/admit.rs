@@ -4,10 +4,10 @@
 //! child, and requests waiting for a child that is not up within `queue_max`.
 //!
 //! Invariant: a request is at the child (queued, waiting for it, or in progress there)
-//! only while it holds a [`Slot`] of its owner's share; a waiting request only while it
+//! only while it holds a [`QueueSlot`] of its owner's share; a waiting request only while it
 //! holds a [`Waiting`] place in the queue. Both are given back when dropped.
 
-use super::{Refused, Shared};
+use super::{BridgeShared, NotQueued};
 use http::{HeaderMap, HeaderValue};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -28,7 +28,7 @@ pub(super) fn fresh_mark() -> HeaderValue {
 
 /// The owner a request marked by the gated route names; `None` when it is not marked
 /// (or wrongly).
-pub(super) fn gated_owner(shared: &Shared, headers: &HeaderMap) -> Option<String> {
+pub(super) fn gated_owner(shared: &BridgeShared, headers: &HeaderMap) -> Option<String> {
     let mark = headers.get(GATED_HEADER)?;
     if !bool::from(mark.as_bytes().ct_eq(shared.mark.as_bytes())) {
         return None;
@@ -38,14 +38,14 @@ pub(super) fn gated_owner(shared: &Shared, headers: &HeaderMap) -> Option<String
 }
 
 /// One of its owner's requests at the child.
-pub(super) struct Slot {
-    shared: Arc<Shared>,
+pub(super) struct QueueSlot {
+    shared: Arc<BridgeShared>,
     owner: String,
 }
 
-impl Slot {
+impl QueueSlot {
     /// Take one of `owner`'s share, or `None` when it holds all of it.
-    pub(super) fn take(shared: &Arc<Shared>, owner: String) -> Option<Self> {
+    pub(super) fn take(shared: &Arc<BridgeShared>, owner: String) -> Option<Self> {
         let mut owners = shared.owners.lock().unwrap_or_else(|e| e.into_inner());
         let held = owners.entry(owner.clone()).or_default();
         if *held >= shared.owner_share {
@@ -59,7 +59,7 @@ impl Slot {
     }
 }
 
-impl Drop for Slot {
+impl Drop for QueueSlot {
     fn drop(&mut self) {
         let mut owners = self.shared.owners.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(held) = owners.get_mut(&self.owner) {
@@ -72,11 +72,11 @@ impl Drop for Slot {
 }
 
 /// A request's place in the queue while it waits for the child to come up.
-pub(super) struct Waiting(Arc<Shared>);
+pub(super) struct Waiting(Arc<BridgeShared>);
 
 impl Waiting {
-    /// A place, or [`Refused::Full`] when `queue_max` lines and requests wait already.
-    pub(super) fn take(shared: &Arc<Shared>) -> Result<Self, Refused> {
+    /// A place, or [`NotQueued::Full`] when `queue_max` lines and requests wait already.
+    pub(super) fn take(shared: &Arc<BridgeShared>) -> Result<Self, NotQueued> {
         let taken = shared
             .waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
@@ -88,7 +88,7 @@ impl Waiting {
             Ok(_) => Ok(Self(shared.clone())),
             Err(_) => {
                 shared.metrics.queue_full();
-                Err(Refused::Full)
+                Err(NotQueued::Full)
             }
         }
     }

@@ -6,8 +6,8 @@
 
 use super::ids;
 use super::lines::{Line, Lines};
-use super::route::{self, Delivery, Fault};
-use super::{Outgoing, Shared};
+use super::route::{self, Delivery, NoAnswer};
+use super::{BridgeShared, Outgoing};
 use crate::config::Config;
 use crate::text::Clipped;
 use serde_json::json;
@@ -94,7 +94,7 @@ enum Ended {
 
 /// Run the child until stopped, restarting it whenever it exits.
 pub(super) async fn supervise(
-    shared: Arc<Shared>,
+    shared: Arc<BridgeShared>,
     spec: Spec,
     queued: mpsc::Receiver<Outgoing>,
     mut stop: watch::Receiver<Option<Instant>>,
@@ -136,7 +136,7 @@ pub(super) async fn supervise(
 
 /// One run of the child: until it exits, or until stopped.
 async fn run(
-    shared: &Arc<Shared>,
+    shared: &Arc<BridgeShared>,
     spec: &Spec,
     queued: &Arc<Mutex<mpsc::Receiver<Outgoing>>>,
     stop: &mut watch::Receiver<Option<Instant>>,
@@ -203,7 +203,7 @@ async fn stopping(stop: &mut watch::Receiver<Option<Instant>>) -> Instant {
 /// Ask the child `server/discover` (as a 2026-07-28 client would, which also settles
 /// the era of an SDK server that decides it by the first request); true once it
 /// answered, with a result or an error.
-async fn probe(shared: Arc<Shared>, timeout: Duration) -> bool {
+async fn probe(shared: Arc<BridgeShared>, timeout: Duration) -> bool {
     let id = ids::fresh();
     let receivers = shared.routes().open(id.clone(), json!(null), None, false);
     let discover = json!({
@@ -269,7 +269,7 @@ async fn terminate(child: &mut Child, pid: Option<u32>, deadline: Instant) {
 /// Write queued lines to the child's stdin until it closes (a request's line only while
 /// its caller still waits).
 async fn write(
-    shared: Arc<Shared>,
+    shared: Arc<BridgeShared>,
     queued: Arc<Mutex<mpsc::Receiver<Outgoing>>>,
     mut stdin: ChildStdin,
 ) {
@@ -288,8 +288,8 @@ async fn write(
     }
 }
 
-/// Route every line of the child's stdout until it closes.
-async fn read(shared: Arc<Shared>, stdout: ChildStdout, max_line: usize) {
+/// OpenRoute every line of the child's stdout until it closes.
+async fn read(shared: Arc<BridgeShared>, stdout: ChildStdout, max_line: usize) {
     let mut lines = Lines::new(BufReader::new(stdout), max_line);
     while let Ok(Some(line)) = lines.next().await {
         match line {
@@ -304,7 +304,7 @@ async fn read(shared: Arc<Shared>, stdout: ChildStdout, max_line: usize) {
             } => {
                 shared.metrics.overlong();
                 let failed = ids::named_in(&prefix, &tail)
-                    .is_some_and(|id| shared.routes().fail(&id, Fault::Overlong));
+                    .is_some_and(|id| shared.routes().fail(&id, NoAnswer::Overlong));
                 tracing::warn!(
                     bytes = length,
                     max = max_line,
@@ -319,7 +319,7 @@ async fn read(shared: Arc<Shared>, stdout: ChildStdout, max_line: usize) {
 /// Count and log what reached nobody (by kind and length, never its content: an answer
 /// to a caller that left may carry a state, and a stray print may carry anything); cut
 /// off a caller that fell behind; refuse the child's requests to the client.
-fn delivered(shared: &Shared, delivery: Delivery, line: &[u8]) {
+fn delivered(shared: &BridgeShared, delivery: Delivery, line: &[u8]) {
     match delivery {
         Delivery::Delivered | Delivery::Blank => {}
         Delivery::Unmatched(reason, method) => {
@@ -371,7 +371,11 @@ fn delivered(shared: &Shared, delivery: Delivery, line: &[u8]) {
 
 /// Log the child's stderr line by line, clipped and escaped, at most
 /// [`STDERR_LINES_PER_SECOND`] a second (the rest counted).
-async fn log_stderr(shared: Arc<Shared>, stderr: tokio::process::ChildStderr, pid: Option<u32>) {
+async fn log_stderr(
+    shared: Arc<BridgeShared>,
+    stderr: tokio::process::ChildStderr,
+    pid: Option<u32>,
+) {
     let mut lines = Lines::new(BufReader::new(stderr), STDERR_LINE_BYTES);
     let mut window = Instant::now();
     let mut logged = 0u64;

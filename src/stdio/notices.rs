@@ -19,10 +19,10 @@ pub(crate) const NOTICES_BUFFERED: usize = 64;
 /// One caller's waiting notifications, shared by its route (which pushes) and its
 /// stream (which takes).
 pub(crate) struct Notices {
-    state: Mutex<State>,
+    state: Mutex<NoticeState>,
 }
 
-struct State {
+struct NoticeState {
     queue: VecDeque<Bytes>,
     /// The bytes of `queue`, reserved.
     held: Reservation,
@@ -34,7 +34,7 @@ struct State {
 impl Notices {
     pub(crate) fn new(budget: &Arc<MemoryBudget>) -> Arc<Self> {
         Arc::new(Self {
-            state: Mutex::new(State {
+            state: Mutex::new(NoticeState {
                 queue: VecDeque::new(),
                 held: budget.reservation(),
                 waker: None,
@@ -43,7 +43,7 @@ impl Notices {
         })
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, NoticeState> {
         // Each change is a few field updates that cannot panic half-way.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -108,7 +108,7 @@ impl Notices {
     }
 }
 
-fn take(state: &mut State) -> Option<Bytes> {
+fn take(state: &mut NoticeState) -> Option<Bytes> {
     let notice = state.queue.pop_front()?;
     let left = state.held.bytes().saturating_sub(notice.len());
     let _ = state.held.resize_to(left);

@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 
 /// Why a request got no answer from the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fault {
+pub(crate) enum NoAnswer {
     /// The child exited (or was stopped) first.
     Exited,
     /// The answer was over `limits.max_event_bytes` and was discarded.
@@ -43,28 +43,28 @@ pub(crate) struct Reply {
 }
 
 /// The answer of one request, or why none.
-pub(crate) type Answer = Result<Reply, Fault>;
+pub(crate) type ChildAnswer = Result<Reply, NoAnswer>;
 
 /// One open request.
-struct Route {
+struct OpenRoute {
     progress_token: Option<Value>,
     caller_id: Value,
     /// The caller takes `text/event-stream`: notifications have somewhere to go.
     streams: bool,
     notices: Arc<Notices>,
     /// Taken when the route is answered or failed.
-    answer: Option<oneshot::Sender<Answer>>,
+    answer: Option<oneshot::Sender<ChildAnswer>>,
 }
 
-impl Route {
-    fn send(mut self, answer: Answer) {
+impl OpenRoute {
+    fn send(mut self, answer: ChildAnswer) {
         if let Some(sender) = self.answer.take() {
             let _ = sender.send(answer);
         }
     }
 }
 
-impl Drop for Route {
+impl Drop for OpenRoute {
     fn drop(&mut self) {
         // However the route ends, its stream ends after what waits.
         self.notices.close();
@@ -74,7 +74,7 @@ impl Drop for Route {
 /// What the caller of a route waits on.
 pub(crate) struct Receivers {
     pub(crate) notices: Arc<Notices>,
-    pub(crate) answer: oneshot::Receiver<Answer>,
+    pub(crate) answer: oneshot::Receiver<ChildAnswer>,
 }
 
 /// What became of a line from the child's stdout.
@@ -97,7 +97,7 @@ pub(crate) enum Delivery {
 
 /// The open requests, by bridge id.
 pub(crate) struct Routes {
-    open: HashMap<BridgeId, Route>,
+    open: HashMap<BridgeId, OpenRoute>,
     budget: Arc<MemoryBudget>,
 }
 
@@ -122,7 +122,7 @@ impl Routes {
         let (answer, answer_rx) = oneshot::channel();
         self.open.insert(
             id,
-            Route {
+            OpenRoute {
                 progress_token,
                 caller_id,
                 streams,
@@ -146,7 +146,7 @@ impl Routes {
     }
 
     /// Fail one open route; whether it was open.
-    pub(crate) fn fail(&mut self, id: &str, fault: Fault) -> bool {
+    pub(crate) fn fail(&mut self, id: &str, fault: NoAnswer) -> bool {
         match self.open.remove(id) {
             Some(route) => {
                 route.send(Err(fault));
@@ -161,7 +161,7 @@ impl Routes {
     pub(crate) fn fail_all(&mut self) -> usize {
         let failed = self.open.len();
         for (_, route) in self.open.drain() {
-            route.send(Err(Fault::Exited));
+            route.send(Err(NoAnswer::Exited));
         }
         failed
     }
@@ -171,7 +171,7 @@ impl Routes {
         self.open.len()
     }
 
-    /// Route one line of the child's stdout.
+    /// OpenRoute one line of the child's stdout.
     pub(crate) fn deliver(&mut self, line: &[u8], metrics: &StdioMetrics) -> Delivery {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Delivery::Blank;
@@ -180,7 +180,7 @@ impl Routes {
             // Named like an answer (as an overlong line is found): its request fails now
             // rather than waiting out the head timeout.
             let failed =
-                ids::named_in_line(line).is_some_and(|id| self.fail(&id, Fault::Unreadable));
+                ids::named_in_line(line).is_some_and(|id| self.fail(&id, NoAnswer::Unreadable));
             return match failed {
                 true => Delivery::Unreadable { failed },
                 false => Delivery::Unmatched(Unmatched::NotJson, None),
@@ -210,7 +210,7 @@ impl Routes {
         let message = encode(&message);
         let mut held = self.budget.reservation();
         if held.grow(message.len()).is_err() {
-            route.send(Err(Fault::CutOff(CutOff::OverBudget)));
+            route.send(Err(NoAnswer::CutOff(CutOff::OverBudget)));
             // The child is done with it: nothing to cancel.
             return Delivery::CutOff(None, CutOff::OverBudget);
         }
@@ -253,7 +253,7 @@ impl Routes {
             Ok(()) => Delivery::Delivered,
             Err(reason) => {
                 notices.cut();
-                self.fail(&id, Fault::CutOff(reason));
+                self.fail(&id, NoAnswer::CutOff(reason));
                 Delivery::CutOff(Some(id), reason)
             }
         }

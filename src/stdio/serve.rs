@@ -12,14 +12,14 @@
 //! is sent as `application/json`; a notification first, to a caller that accepts
 //! `text/event-stream`, opens an event stream that ends with the answer, as the SDK
 //! servers do. A caller that goes away before its answer sends the child
-//! `notifications/cancelled` for the bridge id ([`Ticket`]).
+//! `notifications/cancelled` for the bridge id ([`RouteClaim`]).
 
-use super::Shared;
-use super::admit::{self, Slot, Waiting};
+use super::BridgeShared;
+use super::admit::{self, QueueSlot, Waiting};
 use super::ids::{self, BridgeId, NotARequest};
 use super::metrics::{BridgeRefusal, CutOff};
 use super::notices::Notices;
-use super::route::{self, Answer, Fault, Receivers};
+use super::route::{self, ChildAnswer, NoAnswer, Receivers};
 use crate::body::{BoxError, ProxyBody, full};
 use crate::budget::Reservation;
 use bytes::{Bytes, BytesMut};
@@ -42,13 +42,16 @@ const ID_PREFIX: usize = 256;
 
 /// Serve one request from the proxy.
 pub(crate) async fn serve(
-    shared: Arc<Shared>,
+    shared: Arc<BridgeShared>,
     request: http::Request<Incoming>,
 ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
     Ok(respond(shared, request).await)
 }
 
-async fn respond(shared: Arc<Shared>, request: http::Request<Incoming>) -> Response<ProxyBody> {
+async fn respond(
+    shared: Arc<BridgeShared>,
+    request: http::Request<Incoming>,
+) -> Response<ProxyBody> {
     let Some(owner) = admit::gated_owner(&shared, request.headers()) else {
         // Not through the proxy's gated route (a passthrough path, say): the child is
         // never a raw channel.
@@ -77,7 +80,7 @@ async fn respond(shared: Arc<Shared>, request: http::Request<Incoming>) -> Respo
         Err(response) => return response,
     };
     let caller_id = parsed.caller_id.clone();
-    let Some(slot) = Slot::take(&shared, owner) else {
+    let Some(slot) = QueueSlot::take(&shared, owner) else {
         return refused(&shared, BridgeRefusal::PrincipalShare, caller_id);
     };
     // The body and its line are both held for a moment: reserved for that peak, then for
@@ -95,7 +98,7 @@ async fn respond(shared: Arc<Shared>, request: http::Request<Incoming>) -> Respo
     let receivers = shared
         .routes()
         .open(id.clone(), caller_id.clone(), parsed.token, streams);
-    let mut ticket = Ticket {
+    let mut ticket = RouteClaim {
         shared: shared.clone(),
         id: id.clone(),
         settled: false,
@@ -111,7 +114,7 @@ async fn respond(shared: Arc<Shared>, request: http::Request<Incoming>) -> Respo
 /// Read a request's body within the budget, and its id and progress token; or the
 /// answer when it is not a request to forward.
 async fn read(
-    shared: &Shared,
+    shared: &BridgeShared,
     body: Incoming,
 ) -> Result<(Bytes, ids::Parsed, Reservation), Response<ProxyBody>> {
     let mut held = shared.budget.reservation();
@@ -159,7 +162,7 @@ async fn read(
 /// Wait until the child is up, holding a place in the queue meanwhile (refused at once
 /// when `queue_max` lines and requests wait already).
 async fn wait_for_child(
-    shared: &Arc<Shared>,
+    shared: &Arc<BridgeShared>,
     caller_id: &Value,
 ) -> Result<(), Response<ProxyBody>> {
     if shared.is_up() {
@@ -224,7 +227,7 @@ async fn collect(
 
 /// A refusal before the request reached the queue: counted, 429 past the caller's share,
 /// else 503; both with `Retry-After`.
-fn refused(shared: &Shared, reason: BridgeRefusal, caller_id: Value) -> Response<ProxyBody> {
+fn refused(shared: &BridgeShared, reason: BridgeRefusal, caller_id: Value) -> Response<ProxyBody> {
     shared.metrics.refused(reason);
     let (status, message) = match reason {
         BridgeRefusal::PrincipalShare => (
@@ -259,7 +262,7 @@ fn unavailable(caller_id: Value, message: &str) -> Response<ProxyBody> {
 /// event stream opened by a notification.
 async fn first_message(
     receivers: Receivers,
-    mut ticket: Ticket,
+    mut ticket: RouteClaim,
     caller_id: Value,
     streams: bool,
 ) -> Response<ProxyBody> {
@@ -299,12 +302,12 @@ async fn first_message(
 
 /// The whole answer as `application/json`.
 fn answered(
-    ticket: &mut Ticket,
-    result: Result<Answer, oneshot::error::RecvError>,
+    ticket: &mut RouteClaim,
+    result: Result<ChildAnswer, oneshot::error::RecvError>,
     caller_id: Value,
 ) -> Response<ProxyBody> {
     ticket.settled = true;
-    match result.unwrap_or(Err(Fault::Exited)) {
+    match result.unwrap_or(Err(NoAnswer::Exited)) {
         Ok(reply) => {
             let mut response = Response::new(reply.held.hold(full(reply.message)));
             response.headers_mut().insert(
@@ -322,15 +325,15 @@ fn answered(
     }
 }
 
-fn fault_message(fault: Fault) -> &'static str {
+fn fault_message(fault: NoAnswer) -> &'static str {
     match fault {
-        Fault::Exited => "the upstream process exited before answering",
-        Fault::Overlong => "the upstream process's answer was over limits.max_event_bytes",
-        Fault::Unreadable => "the upstream process's answer could not be read",
-        Fault::CutOff(CutOff::SlowReader) => {
+        NoAnswer::Exited => "the upstream process exited before answering",
+        NoAnswer::Overlong => "the upstream process's answer was over limits.max_event_bytes",
+        NoAnswer::Unreadable => "the upstream process's answer could not be read",
+        NoAnswer::CutOff(CutOff::SlowReader) => {
             "the caller read its notifications too slowly and was cut off"
         }
-        Fault::CutOff(CutOff::OverBudget) => {
+        NoAnswer::CutOff(CutOff::OverBudget) => {
             "the sidecar's memory budget is spent: the caller was cut off"
         }
     }
@@ -340,11 +343,11 @@ fn fault_message(fault: Fault) -> &'static str {
 struct Events {
     first: Option<Bytes>,
     notices: Option<Arc<Notices>>,
-    answer: Option<oneshot::Receiver<Answer>>,
+    answer: Option<oneshot::Receiver<ChildAnswer>>,
     /// The answer, once it came, held back until the notifications before it are out.
-    ready: Option<Answer>,
+    ready: Option<ChildAnswer>,
     caller_id: Value,
-    ticket: Ticket,
+    ticket: RouteClaim,
 }
 
 impl http_body::Body for Events {
@@ -364,7 +367,7 @@ impl http_body::Body for Events {
             && let Poll::Ready(result) = Pin::new(answer).poll(cx)
         {
             this.answer = None;
-            this.ready = Some(result.unwrap_or(Err(Fault::Exited)));
+            this.ready = Some(result.unwrap_or(Err(NoAnswer::Exited)));
         }
         if let Some(notices) = &mut this.notices {
             // Notifications the child wrote before its answer go first.
@@ -417,15 +420,15 @@ fn event(message: &[u8]) -> Frame<Bytes> {
 
 /// A caller's claim on its route: when it goes away before its answer, the route is
 /// closed and the child told to stop working on it.
-struct Ticket {
-    shared: Arc<Shared>,
+struct RouteClaim {
+    shared: Arc<BridgeShared>,
     id: BridgeId,
     settled: bool,
     /// One of its caller's share, held until the caller has its answer or left.
-    _slot: Slot,
+    _slot: QueueSlot,
 }
 
-impl Ticket {
+impl RouteClaim {
     /// The request never reached the queue: close the route, tell nobody.
     fn withdraw(&mut self) {
         self.settled = true;
@@ -433,7 +436,7 @@ impl Ticket {
     }
 }
 
-impl Drop for Ticket {
+impl Drop for RouteClaim {
     fn drop(&mut self) {
         if self.settled || !self.shared.routes().close(&self.id) {
             return;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 mod records;
 pub use records::RECORD_OVERHEAD_BYTES;
 pub use records::RecordBounds;
-use records::{Charges, Record, record_weight};
+use records::{Charges, StoredRecord, record_weight};
 
 /// Each entry expires at the deadline stored in it.
 struct AtDeadline;
@@ -51,18 +51,18 @@ impl Deadline for (f64, Instant) {
 
 /// A consumed id: until when it is remembered, and whose share it counts against.
 #[derive(Clone)]
-struct Spent {
+struct ConsumedId {
     deadline: Instant,
     owner: Arc<str>,
 }
 
-impl Deadline for Spent {
+impl Deadline for ConsumedId {
     fn deadline(&self) -> Instant {
         self.deadline
     }
 }
 
-impl Deadline for Record {
+impl Deadline for StoredRecord {
     fn deadline(&self) -> Instant {
         self.deadline
     }
@@ -125,14 +125,14 @@ impl Usage {
 }
 
 pub struct MemoryStore {
-    ids: Cache<Arc<str>, Spent>,
+    ids: Cache<Arc<str>, ConsumedId>,
     /// Principal digest → (not before, Unix seconds; kept until the deadline).
     revocations: Cache<Arc<str>, (f64, Instant)>,
     /// Idempotency records: key → value, deadline, owner and charge. Bounded by
     /// [`RecordBounds`], counted by the store itself (moka has no capacity here): a
     /// full store refuses new reservations, it never evicts a record whose write could
     /// then be applied twice.
-    records: Cache<Arc<str>, Record>,
+    records: Cache<Arc<str>, StoredRecord>,
     charges: Arc<Charges>,
     /// Live ids (inserted and not yet removed by expiry or release).
     live: Arc<AtomicUsize>,
@@ -173,7 +173,7 @@ impl MemoryStore {
         let given = charges.clone();
         let records = Cache::builder()
             .expire_after(AtDeadline)
-            .eviction_listener(move |_key, record: Record, _cause| {
+            .eviction_listener(move |_key, record: StoredRecord, _cause| {
                 // Every value that leaves gives its charge back, a replaced one too (an
                 // expired reservation taken over by a new one is "replaced" as well):
                 // whatever replaces a value was charged when it was put.
@@ -186,7 +186,7 @@ impl MemoryStore {
         let owners = id_owners.clone();
         let ids = Cache::builder()
             .expire_after(AtDeadline)
-            .eviction_listener(move |_key, spent: Spent, cause: RemovalCause| {
+            .eviction_listener(move |_key, spent: ConsumedId, cause: RemovalCause| {
                 // Every removal of an inserted id: expiry, release, or (never, without a
                 // capacity) size eviction. Replacement never happens: ids are only inserted.
                 if cause != RemovalCause::Replaced {
@@ -256,7 +256,7 @@ impl MemoryStore {
         // `or_insert_with`, not `or_insert`: only the former coalesces concurrent inserts
         // of one key into a single fresh entry (with `or_insert`, two of sixteen racing
         // threads were seen to both get a fresh entry, 27 runs in 200).
-        let entry = self.ids.entry(Arc::from(id)).or_insert_with(|| Spent {
+        let entry = self.ids.entry(Arc::from(id)).or_insert_with(|| ConsumedId {
             deadline: Instant::now() + ttl,
             owner: owner.clone(),
         });
@@ -314,7 +314,7 @@ impl MemoryStore {
             }
             self.charges.take(weight, Some(&owner)).map_err(|_| full)?;
         }
-        let record = Record {
+        let record = StoredRecord {
             value: Arc::from(value),
             deadline: Instant::now() + lease,
             owner: owner.clone(),
@@ -350,7 +350,7 @@ impl MemoryStore {
         self.replace_if(key, expected, |held| {
             value.map(|value| {
                 let weight = record_weight(key, value);
-                Record {
+                StoredRecord {
                     value: Arc::from(value),
                     deadline: Instant::now() + ttl,
                     owner: held.owner.clone(),
@@ -363,7 +363,7 @@ impl MemoryStore {
     /// Extend `key`'s lease to `lease` from now, only while it holds `expected`.
     pub(crate) fn renew_record(&self, key: &str, expected: &str, lease: Duration) -> bool {
         self.replace_if(key, expected, |held| {
-            Some(Record {
+            Some(StoredRecord {
                 deadline: Instant::now() + lease,
                 ..held.clone()
             })
@@ -376,7 +376,7 @@ impl MemoryStore {
         &self,
         key: &str,
         expected: &str,
-        next: impl FnOnce(&Record) -> Option<Record>,
+        next: impl FnOnce(&StoredRecord) -> Option<StoredRecord>,
     ) -> bool {
         let result =
             self.records

@@ -53,7 +53,7 @@ impl Category {
 
 /// A refusal, as recorded.
 #[derive(Debug, Clone, Copy)]
-struct Refusal {
+struct RecordedRefusal {
     category: Category,
     reason: &'static str,
     /// A fixed text safe to log (the token layer's detail), when there is one.
@@ -80,7 +80,7 @@ pub(crate) struct Record {
     upstream_status: Option<u16>,
     outcome: Outcome,
     status: Option<u16>,
-    refusal: Option<Refusal>,
+    refusal: Option<RecordedRefusal>,
 }
 
 impl Record {
@@ -176,7 +176,7 @@ impl Record {
                     ProxyError::IdempotencyKey(detail) => Some(*detail),
                     _ => None,
                 };
-                self.refusal = Some(Refusal {
+                self.refusal = Some(RecordedRefusal {
                     category,
                     reason,
                     detail,

@@ -71,7 +71,7 @@ impl RequestBinding {
         )
     }
 
-    /// [`RequestBinding::of`] from the two members it reads: the method's target field
+    /// `RequestBinding::of` (the oracle) from the two members it reads: the method's target field
     /// ([`crate::mcp::target_field`]) and `arguments`.
     pub(crate) fn of_members(
         method: &str,

@@ -1,4 +1,4 @@
-//! Sealer tests: reference vectors, every claim, every reason, and properties.
+//! ResponseSealer tests: reference vectors, every claim, every reason, and properties.
 
 use super::*;
 use proptest::prelude::*;

@@ -111,7 +111,7 @@ pub(crate) struct Replay {
 /// A reservation in flight, completed by the response phase or released when dropped.
 pub(crate) struct Ticket {
     pending: Mutex<Option<Pending>>,
-    outcome: Mutex<Option<Outcome>>,
+    outcome: Mutex<Option<AnswerOutcome>>,
     /// The upstream's HTTP status (0 until its response head came).
     status: AtomicU16,
 }
@@ -143,7 +143,7 @@ impl Drop for Renewal {
     }
 }
 
-enum Outcome {
+enum AnswerOutcome {
     /// The stored JSON of a complete answer (`{"result":…}` or `{"error":…}`) and the
     /// HTTP status it came with.
     Record(StatusCode, String),

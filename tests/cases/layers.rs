@@ -158,15 +158,29 @@ fn the_checks_see_what_they_look_for() {
     assert!(floors["proxy"] < floors["app"]);
 }
 
-/// `pub struct|enum|trait|type Name` declarations in a source, comments left out.
-fn public_types(text: &str) -> Vec<String> {
+/// The types a source declares (`struct`, `enum`, `trait` at any depth, `type` aliases
+/// at the top: an indented `type` is a trait's associated type), at any visibility,
+/// comments and its `mod tests` left out.
+fn declared_types(text: &str) -> Vec<String> {
+    let text = text
+        .find("#[cfg(test)]\nmod tests")
+        .map_or(text, |at| &text[..at]);
     let mut names = Vec::new();
     for line in text.lines() {
-        let code = line.split("//").next().unwrap_or("").trim_start();
-        let Some(rest) = code.strip_prefix("pub ") else {
-            continue;
-        };
+        let code = line.split("//").next().unwrap_or("");
+        let indented = code.starts_with(char::is_whitespace);
+        let mut rest = code.trim_start();
+        if let Some(after) = rest.strip_prefix("pub") {
+            rest = match after.strip_prefix('(') {
+                Some(scoped) => scoped.split_once(')').map_or("", |(_, r)| r),
+                None => after,
+            }
+            .trim_start();
+        }
         for kind in ["struct ", "enum ", "trait ", "type "] {
+            if kind == "type " && indented {
+                continue;
+            }
             if let Some(after) = rest.strip_prefix(kind) {
                 let name: String = after
                     .chars()
@@ -181,10 +195,11 @@ fn public_types(text: &str) -> Vec<String> {
     names
 }
 
-/// A public type's name says which one it is: no two public types in `src/` share one,
-/// so a reader (or a `use`) never has to ask which `Upstream` is meant.
+/// A type's name says which one it is: no two types in `src/` share one (at any
+/// visibility, test code aside), so a reader (or a `use`) never has to ask which
+/// `Upstream` is meant.
 #[test]
-fn no_two_public_types_share_a_name() {
+fn no_two_types_share_a_name() {
     let mut files = Vec::new();
     sources(&root().join("src"), &mut files);
     files.sort();
@@ -195,11 +210,15 @@ fn no_two_public_types_share_a_name() {
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        for name in public_types(&std::fs::read_to_string(&path).unwrap()) {
+        let name = path.file_name().unwrap().to_string_lossy();
+        if name == "tests.rs" || name.ends_with("_tests.rs") || relative.contains("/tests/") {
+            continue;
+        }
+        for name in declared_types(&std::fs::read_to_string(&path).unwrap()) {
             seen.entry(name).or_default().push(relative.clone());
         }
     }
-    assert!(seen.len() > 50, "the public types were not read: {seen:?}");
+    assert!(seen.len() > 200, "the types were not read: {seen:?}");
     let shared: Vec<String> = seen
         .iter()
         .filter(|(_, files)| files.len() > 1)
@@ -207,15 +226,164 @@ fn no_two_public_types_share_a_name() {
         .collect();
     assert!(
         shared.is_empty(),
-        "public types sharing a name:\n{}",
+        "types sharing a name:\n{}",
         shared.join("\n")
     );
 }
 
-/// The declaration scan sees every kind and nothing in comments or private.
+/// The declaration scan sees every kind at every visibility, and nothing in comments,
+/// associated types or test code.
 #[test]
-fn public_types_are_read_from_their_declarations() {
+fn types_are_read_from_their_declarations() {
     let text = "pub struct A;\npub enum B {}\n    pub trait C {}\npub type D = u8;\n\
-                struct E;\n// pub struct F;\npub fn g() {}\npub(crate) struct H;";
-    assert_eq!(public_types(text), ["A", "B", "C", "D"]);
+                struct E;\n// pub struct F;\npub fn g() {}\npub(crate) struct H;\n\
+                pub(super) enum I {}\nimpl X for Y {\n    type Value = u8;\n}\n\
+                #[cfg(test)]\nmod tests {\n    struct T;\n}\n";
+    assert_eq!(declared_types(text), ["A", "B", "C", "D", "E", "H", "I"]);
+}
+
+/// The file modules under `root` (`proxy/gate.rs` is `["proxy", "gate"]`, a `mod.rs` its
+/// folder), and what each names through `crate::`, `super::` and `self::` (test files
+/// and `mod tests` left out), resolved to the longest module path that is a file.
+fn file_edges(root: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let mut files = Vec::new();
+    sources(root, &mut files);
+    let module_of = |path: &Path| -> Vec<String> {
+        let relative = path.strip_prefix(root).unwrap().with_extension("");
+        let mut parts: Vec<String> = relative
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        if parts.last().is_some_and(|p| p == "mod") {
+            parts.pop();
+        }
+        parts
+    };
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|p| module_of(p)).collect();
+    let resolve = |mut path: Vec<String>| {
+        while !path.is_empty() && !modules.contains(&path) {
+            path.pop();
+        }
+        path
+    };
+    let mut edges = BTreeMap::new();
+    for path in &files {
+        let module = module_of(path);
+        let name = path.file_name().unwrap().to_string_lossy();
+        if name == "tests.rs" || name.ends_with("_tests.rs") || module.contains(&"tests".into()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
+        let text = text
+            .find("#[cfg(test)]\nmod tests")
+            .map_or(&text[..], |at| &text[..at]);
+        // `super::` is the enclosing module (`a` for `a/b.rs`, the root for `a.rs`).
+        let parent = module[..module.len().saturating_sub(1)].to_vec();
+        let mut named = BTreeSet::new();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or("");
+            for (prefix, base) in [
+                ("crate::", Vec::new()),
+                ("super::", parent.clone()),
+                ("self::", module.clone()),
+            ] {
+                for (at, _) in code.match_indices(prefix) {
+                    if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+                        continue;
+                    }
+                    let mut target = base.clone();
+                    let after = &code[at + prefix.len()..];
+                    target.extend(
+                        after
+                            .split("::")
+                            .map(|s| {
+                                s.chars()
+                                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                                    .collect::<String>()
+                            })
+                            .take_while(|s| !s.is_empty()),
+                    );
+                    let target = resolve(target);
+                    if !target.is_empty() && target != module {
+                        named.insert(target);
+                    }
+                }
+            }
+        }
+        edges.insert(module, named);
+    }
+    edges
+}
+
+/// The knots under `root`: a file that reaches itself through files that are not each
+/// other's parent and child (a parent uses its children and they may use what it
+/// declares; siblings are one-way), with the path that closes it.
+fn knots(root: &Path) -> Vec<String> {
+    let edges = file_edges(root);
+    assert!(
+        edges.len() > 2,
+        "{}: the files were not read",
+        root.display()
+    );
+    let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
+    let mut found = Vec::new();
+    for start in edges.keys() {
+        let mut stack: Vec<(Vec<String>, Vec<String>)> = vec![(start.clone(), vec![])];
+        let mut seen = BTreeSet::new();
+        while let Some((at, path)) = stack.pop() {
+            for next in edges.get(&at).into_iter().flatten() {
+                if related(&at, next) {
+                    continue;
+                }
+                let mut path = path.clone();
+                path.push(next.join("::"));
+                if next == start {
+                    found.push(format!("{} -> {}", start.join("::"), path.join(" -> ")));
+                } else if seen.insert(next.clone()) {
+                    stack.push((next.clone(), path));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Inside a module too, its files import one another in no circle, in the crate and in
+/// the fuzz checks.
+#[test]
+fn no_two_files_of_a_module_import_each_other() {
+    for root in [root().join("src"), root().join("fuzz/src")] {
+        let knots = knots(&root);
+        assert!(
+            knots.is_empty(),
+            "{}: knots:\n{}",
+            root.display(),
+            knots.join("\n")
+        );
+    }
+}
+
+/// The knot check finds two siblings that import each other, through `super::` and
+/// `crate::`, and takes a parent and its child using each other for no knot.
+#[test]
+fn the_knot_check_finds_siblings_that_import_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |path: &str, text: &str| {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write("lib.rs", "mod a;\n");
+    write("a.rs", "mod b;\nmod c;\nmod d;\nuse b::B;\npub struct P;\n");
+    write("a/b.rs", "use super::c::C;\nuse super::P;\n");
+    write("a/c.rs", "use crate::a::b::B;\n// use super::d::D;\n");
+    write("a/d.rs", "use super::b::B;\n");
+    let knots = knots(dir.path());
+    assert!(
+        knots.iter().any(|k| k.starts_with("a::b -> a::c -> a::b")),
+        "{knots:?}"
+    );
+    assert!(knots.iter().all(|k| !k.contains("a::d")), "{knots:?}");
+    write("a/c.rs", "// use crate::a::b::B;\n");
+    assert!(super::layers::knots(dir.path()).is_empty());
 }

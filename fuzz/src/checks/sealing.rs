@@ -7,7 +7,7 @@ use super::ring;
 use mcp_state_guard::facade::policy::flow::FlowLimits;
 use mcp_state_guard::facade::policy::single_use::SingleUsePolicy;
 use mcp_state_guard::facade::proxy::Meters;
-use mcp_state_guard::facade::proxy::response::{SealContext, Sealer};
+use mcp_state_guard::facade::proxy::response::{ResponseSealer, SealContext};
 use mcp_state_guard::facade::registry::Registry;
 use serde_json::Value;
 use std::sync::{Arc, OnceLock};
@@ -31,7 +31,7 @@ pub fn every_capability() -> Value {
 
 /// The proxy's sealer for one `tools/call` (id 1) of the fuzz ring's binding, whose
 /// client declared `capabilities`.
-pub fn sealer_declaring(capabilities: Option<Value>) -> Sealer {
+pub fn sealer_declaring(capabilities: Option<Value>) -> ResponseSealer {
     static METRICS: OnceLock<Meters> = OnceLock::new();
     let metrics = METRICS
         .get_or_init(|| Meters::register(&Registry::new()))
@@ -43,7 +43,7 @@ pub fn sealer_declaring(capabilities: Option<Value>) -> Sealer {
         None,
     )
     .with_flow(capabilities, None);
-    Sealer::new(
+    ResponseSealer::new(
         ring::sealer(),
         Arc::new(SingleUsePolicy::default()),
         metrics,

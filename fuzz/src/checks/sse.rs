@@ -1,5 +1,5 @@
 //! `sse`: the SSE framer ([`EventFramer`]) and the rewriting body ([`SseRewriteBody`]),
-//! with a pass-through rewriter and with the proxy's own [`Sealer`].
+//! with a pass-through rewriter and with the proxy's own [`ResponseSealer`].
 //!
 //! Input: a byte `n`, then `n % 8` split points (two bytes each, big-endian, taken modulo
 //! the stream's length), then the upstream stream.
@@ -18,7 +18,7 @@ use super::sealing::{every_capability, sealer_declaring};
 use super::{ring, upstream, visible};
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use mcp_state_guard::facade::proxy::response::Sealer;
+use mcp_state_guard::facade::proxy::response::ResponseSealer;
 use mcp_state_guard::facade::sse::{
     Buffered, EventFramer, EventRewriter, Rewrite, SseRewriteBody, StreamFailure, event_data,
 };
@@ -122,7 +122,7 @@ impl EventRewriter for PassThrough {
 }
 
 /// The proxy's sealer for one `tools/call` whose client declared every capability.
-fn sealer() -> Sealer {
+fn sealer() -> ResponseSealer {
     sealer_declaring(Some(every_capability()))
 }
 

@@ -1,5 +1,5 @@
 //! `upstream`: the response sealer on an upstream's whole JSON answer
-//! ([`Sealer::seal_json`]: one strict scan, the sealed token spliced into the upstream's
+//! ([`ResponseSealer::seal_json`]: one strict scan, the sealed token spliced into the upstream's
 //! bytes) against the tree sealer it replaced ([`sealer::TreeSealer`]).
 //!
 //! Input: a byte whose low bit says whether the client declared every capability (else

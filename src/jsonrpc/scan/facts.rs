@@ -1,4 +1,4 @@
-//! What [`classify`](crate::jsonrpc::classify) reads of a body, gathered object by
+//! What `jsonrpc::classify` (the tree oracle) reads of a body, gathered object by
 //! object as the scan passes (per key, nothing allocated), and its verdict computed from
 //! them afterwards, in `classify`'s own order of checks rather than the document's.
 //!

@@ -1,6 +1,6 @@
 //! Part of the ingress phase: is a request's HTTP/1.1 framing one that the sidecar and
 //! every parser behind it read alike. [`check_framing`] refuses what the connection's
-//! [`FramingScan`] saw (a head naming both `Content-Length` and `Transfer-Encoding`, of
+//! [`FramingScan`](crate::server::framing::FramingScan) saw (a head naming both `Content-Length` and `Transfer-Encoding`, of
 //! which hyper keeps no trace) and the ambiguous spellings hyper lets through.
 
 use crate::auth::header::spelled_as;

@@ -42,35 +42,38 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
 #[test]
 fn labels() {
     let of = |pairs: &[(&str, &str)]| label(&headers(pairs));
-    assert_eq!(of(&[("content-type", "application/json")]), Label::Json);
+    assert_eq!(of(&[("content-type", "application/json")]), BodyLabel::Json);
     assert_eq!(
         of(&[("content-type", "application/problem+json")]),
-        Label::Json
+        BodyLabel::Json
     );
     assert_eq!(
         of(&[("content-type", "text/event-stream")]),
-        Label::EventStream
+        BodyLabel::EventStream
     );
-    assert_eq!(of(&[("content-type", "text/html")]), Label::Other);
-    assert_eq!(of(&[]), Label::Other);
+    assert_eq!(of(&[("content-type", "text/html")]), BodyLabel::Other);
+    assert_eq!(of(&[]), BodyLabel::Other);
     assert_eq!(
         of(&[("content-type", "application/json; charset=utf-16")]),
-        Label::Unreadable
+        BodyLabel::Unreadable
     );
-    assert_eq!(of(&[("content-type", "text/x-json")]), Label::Unreadable);
+    assert_eq!(
+        of(&[("content-type", "text/x-json")]),
+        BodyLabel::Unreadable
+    );
     assert_eq!(
         of(&[
             ("content-type", "text/plain"),
             ("content-type", "application/json")
         ]),
-        Label::Unreadable
+        BodyLabel::Unreadable
     );
     assert_eq!(
         of(&[
             ("content-type", "text/plain"),
             ("content-type", "text/html")
         ]),
-        Label::Other
+        BodyLabel::Other
     );
 }
 

@@ -69,7 +69,7 @@ async fn answers_and_progress_go_to_the_route_their_bridge_id_names() {
     let mut ra = ra;
     assert!(ra.answer.try_recv().is_err());
     assert_eq!(routes.fail_all(), 1);
-    assert_eq!(ra.answer.try_recv().unwrap().unwrap_err(), Fault::Exited);
+    assert_eq!(ra.answer.try_recv().unwrap().unwrap_err(), NoAnswer::Exited);
 }
 
 /// The ids a counter would have given, as numbers or strings, name nobody.
@@ -159,7 +159,7 @@ fn an_unreadable_answer_fails_its_request() {
         );
         assert_eq!(
             receivers.answer.try_recv().unwrap().unwrap_err(),
-            Fault::Unreadable
+            NoAnswer::Unreadable
         );
     }
     assert_eq!(routes.len(), 0);
@@ -189,7 +189,7 @@ fn a_caller_falling_behind_is_cut_off() {
     assert_eq!(budget.used(), 0);
     assert_eq!(
         slow.answer.try_recv().unwrap().unwrap_err(),
-        Fault::CutOff(CutOff::SlowReader)
+        NoAnswer::CutOff(CutOff::SlowReader)
     );
     assert!(slow.notices.try_next().is_none());
 
@@ -203,7 +203,7 @@ fn a_caller_falling_behind_is_cut_off() {
     );
     assert_eq!(
         big.answer.try_recv().unwrap().unwrap_err(),
-        Fault::CutOff(CutOff::OverBudget)
+        NoAnswer::CutOff(CutOff::OverBudget)
     );
     assert_eq!(small.used(), 0);
 }

@@ -15,7 +15,7 @@ pub(super) fn record_weight(key: &str, value: &str) -> u64 {
 
 /// An idempotency record (or reservation) as the memory store keeps it.
 #[derive(Clone)]
-pub(super) struct Record {
+pub(super) struct StoredRecord {
     pub(super) value: Arc<str>,
     pub(super) deadline: Instant,
     /// Who it counts against ([`RecordBounds::per_owner`]).
@@ -56,7 +56,7 @@ impl Default for RecordBounds {
 
 /// What one owner holds now.
 #[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Held {
+pub(super) struct OwnerHolding {
     records: usize,
     bytes: u64,
 }
@@ -66,7 +66,7 @@ pub(super) struct Held {
 pub(super) struct Charges {
     pub(super) bounds: RecordBounds,
     pub(super) bytes: AtomicI64,
-    pub(super) owners: Mutex<HashMap<Arc<str>, Held>>,
+    pub(super) owners: Mutex<HashMap<Arc<str>, OwnerHolding>>,
 }
 
 impl Charges {

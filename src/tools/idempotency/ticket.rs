@@ -3,7 +3,7 @@
 //! (anything else), once, whether it finishes in the request or when it is dropped.
 
 use super::lease::{confirm_record, report_finished};
-use super::{ANSWERED, Completed, IdempotencyResult, Outcome, Pending, Ticket};
+use super::{ANSWERED, AnswerOutcome, Completed, IdempotencyResult, Pending, Ticket};
 use crate::store::StoreError;
 use http::StatusCode;
 use std::sync::atomic::Ordering;
@@ -26,14 +26,14 @@ impl Ticket {
                     status = status.map_or(0, |s| s.as_u16()),
                     "idempotent call answered with an HTTP failure: key released, not recorded"
                 );
-                Outcome::Release(IdempotencyResult::UpstreamFailed)
+                AnswerOutcome::Release(IdempotencyResult::UpstreamFailed)
             }
             // A round that asks (by `resultType` or by `inputRequests`, as the sealer
             // decides) is no final answer.
             Completed::Result {
                 asks_for_input: true,
                 ..
-            } => Outcome::Release(IdempotencyResult::Released),
+            } => AnswerOutcome::Release(IdempotencyResult::Released),
             Completed::Result { text, .. } => Self::stored(status, "result", text),
             Completed::Error(text) => Self::stored(status, "error", text),
         };
@@ -41,8 +41,8 @@ impl Ticket {
     }
 
     /// The stored answer: the member's JSON text as the client got it, under its name.
-    fn stored(status: Option<StatusCode>, member: &str, text: &str) -> Outcome {
-        Outcome::Record(
+    fn stored(status: Option<StatusCode>, member: &str, text: &str) -> AnswerOutcome {
+        AnswerOutcome::Record(
             status.unwrap_or(StatusCode::OK),
             format!("{{\"{member}\":{text}}}"),
         )
@@ -81,7 +81,7 @@ impl Drop for Ticket {
 impl Pending {
     /// Store the answer for `ttl`, or give the key back (no answer: the upstream was
     /// unreachable, timed out, the stream broke, or the answer was withheld).
-    async fn finish(self, outcome: Option<Outcome>) {
+    async fn finish(self, outcome: Option<AnswerOutcome>) {
         let Pending {
             store,
             metrics,
@@ -98,23 +98,23 @@ impl Pending {
         // the reservation), nor keep running after a release.
         drop(_renewal);
         let outcome = match outcome {
-            Some(Outcome::Record(_, answer)) if answer.len() > max_result_bytes => {
+            Some(AnswerOutcome::Record(_, answer)) if answer.len() > max_result_bytes => {
                 tracing::warn!(
                     bytes = answer.len(),
                     "idempotent result larger than idempotency.max_result_bytes: not recorded, \
                      a repeat will be applied again"
                 );
-                Outcome::Release(IdempotencyResult::TooLarge)
+                AnswerOutcome::Release(IdempotencyResult::TooLarge)
             }
             Some(outcome) => outcome,
-            None => Outcome::Release(IdempotencyResult::Released),
+            None => AnswerOutcome::Release(IdempotencyResult::Released),
         };
         let (value, result) = match &outcome {
-            Outcome::Record(status, answer) => (
+            AnswerOutcome::Record(status, answer) => (
                 Some(format!("{ANSWERED}{digest}:{}:{answer}", status.as_u16())),
                 IdempotencyResult::Recorded,
             ),
-            Outcome::Release(result) => (None, *result),
+            AnswerOutcome::Release(result) => (None, *result),
         };
         let written = store
             .swap_record(&record, &reserved, value.as_deref(), ttl)
