@@ -149,9 +149,9 @@ pub async fn start_from(
         upstream,
     )
     .map(Arc::new)
-    .map_err(StartError::Config)?;
+    .map_err(|e| StartError::Config(e.to_string()))?;
     let admin_hosts = HostPolicy::for_admin(config.allowed_hosts.as_deref(), config.admin_listen)
-        .map_err(StartError::Config)?;
+        .map_err(|e| StartError::Config(e.to_string()))?;
     let (listener, addr) = parts::bind("listen", config.listen).await?;
     let (admin_listener, admin_addr) = parts::bind("admin_listen", config.admin_listen).await?;
 

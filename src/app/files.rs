@@ -68,7 +68,7 @@ fn read_admin_token(path: &Path) -> Result<Zeroizing<String>, String> {
     let bytes = std::fs::read(path)
         .map(Zeroizing::new)
         .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
-    crate::config::admin_token::parse_token(&bytes, path)
+    crate::config::admin_token::parse_token(&bytes, path).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -62,23 +62,39 @@ pub(crate) fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
     Some((host.to_owned(), port))
 }
 
+/// An entry of `allowed_hosts` or `principal.trusted_proxies` that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum EntryError {
+    /// Not an IP address or CIDR (`principal.trusted_proxies`).
+    #[error("entry {0:?} is not an address or CIDR")]
+    NotANet(String),
+    /// Not a host pattern (`allowed_hosts`); `shape` says what it should be.
+    #[error("entry {entry:?} {shape}")]
+    NotAHost { entry: String, shape: &'static str },
+}
+
 /// `principal.trusted_proxies`: CIDRs or single addresses.
-pub(crate) fn parse_nets(entries: &[String]) -> Result<Vec<IpNet>, String> {
+pub(crate) fn parse_nets(entries: &[String]) -> Result<Vec<IpNet>, EntryError> {
     entries
         .iter()
         .map(|entry| {
             entry
                 .parse::<IpNet>()
                 .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
-                .map_err(|_| format!("entry {entry:?} is not an address or CIDR"))
+                .map_err(|_| EntryError::NotANet(entry.clone()))
         })
         .collect()
 }
 
 /// `allowed_hosts`: every entry a pattern.
-pub(crate) fn parse_hosts(entries: &[String]) -> Result<Vec<HostPattern>, String> {
-    entries
-        .iter()
-        .map(|entry| HostPattern::parse(entry).map_err(|e| format!("entry {entry:?} {e}")))
-        .collect()
+pub(crate) fn parse_hosts(entries: &[String]) -> Result<Vec<HostPattern>, EntryError> {
+    entries.iter().map(|entry| host_pattern(entry)).collect()
+}
+
+/// One `allowed_hosts` entry.
+pub(crate) fn host_pattern(entry: &str) -> Result<HostPattern, EntryError> {
+    HostPattern::parse(entry).map_err(|shape| EntryError::NotAHost {
+        entry: entry.to_owned(),
+        shape,
+    })
 }

@@ -77,7 +77,7 @@ impl Config {
         }
 
         if let Some(Err(message)) = self.allowed_hosts.as_deref().map(parse_hosts) {
-            problem("allowed_hosts", message);
+            problem("allowed_hosts", message.to_string());
         }
         if self.allowed_hosts.as_ref().is_some_and(Vec::is_empty) {
             problem(
@@ -125,7 +125,7 @@ impl Config {
     fn validate_principal(&self, problem: &mut impl FnMut(&str, String)) {
         let principal = &self.principal;
         if let Err(message) = parse_nets(&principal.trusted_proxies) {
-            problem("principal.trusted_proxies", message);
+            problem("principal.trusted_proxies", message.to_string());
         }
         if let Err(invalid) = principal.header_name() {
             problem(&invalid.key, invalid.message);

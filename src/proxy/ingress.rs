@@ -14,7 +14,7 @@
 //! and cannot name away the [`protected_headers`] (what the sidecar sets or vouches for).
 
 use crate::auth::header::{spelled_as, spelled_with_prefix};
-use crate::config::hosts::{HostPattern, split_authority};
+use crate::config::hosts::{EntryError, HostPattern, host_pattern, split_authority};
 use crate::error::ProxyError;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
@@ -46,7 +46,7 @@ const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 impl HostPolicy {
     /// From `allowed_hosts`, or its default for `listen`: loopback names on a loopback
     /// address, any host otherwise.
-    pub(crate) fn new(allowed: Option<&[String]>, listen: SocketAddr) -> Result<Self, String> {
+    pub(crate) fn new(allowed: Option<&[String]>, listen: SocketAddr) -> Result<Self, EntryError> {
         let entries: Vec<&str> = match allowed {
             Some(list) => list.iter().map(String::as_str).collect(),
             None if listen.ip().is_loopback() => LOOPBACK_HOSTS.to_vec(),
@@ -70,7 +70,7 @@ impl HostPolicy {
     pub(crate) fn for_admin(
         allowed: Option<&[String]>,
         admin_listen: SocketAddr,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, EntryError> {
         let mut entries: Vec<&str> = match allowed {
             Some(list) => list.iter().map(String::as_str).collect(),
             None if admin_listen.ip().is_loopback() => Vec::new(),
@@ -87,10 +87,10 @@ impl HostPolicy {
         }
     }
 
-    fn of(entries: &[&str], ip_literals: bool) -> Result<Self, String> {
+    fn of(entries: &[&str], ip_literals: bool) -> Result<Self, EntryError> {
         let patterns = entries
             .iter()
-            .map(|entry| HostPattern::parse(entry).map_err(|e| format!("entry {entry:?} {e}")))
+            .map(|entry| host_pattern(entry))
             .collect::<Result<Vec<_>, _>>()?;
         if patterns.contains(&HostPattern::Any) {
             return Ok(Self::any());
@@ -169,7 +169,7 @@ pub(crate) struct TrustedProxies {
 
 impl TrustedProxies {
     /// From `principal.trusted_proxies`: CIDRs or single addresses.
-    pub(crate) fn new(entries: &[String]) -> Result<Self, String> {
+    pub(crate) fn new(entries: &[String]) -> Result<Self, EntryError> {
         Ok(Self {
             nets: crate::config::hosts::parse_nets(entries)?,
         })

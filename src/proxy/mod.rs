@@ -49,6 +49,7 @@ pub use metrics::StatusClass;
 use crate::auth::Identifier;
 use crate::body::{BoxError, ProxyBody};
 use crate::budget::{MemoryBudget, Reservation};
+use crate::config::hosts::EntryError;
 use crate::error::ProxyError;
 use crate::jsonrpc::Id;
 use crate::mcp::MethodClass;
@@ -151,7 +152,7 @@ impl Proxy {
         metrics: Meters,
         principal: Identifier,
         upstream: Upstream,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, EntryError> {
         let Shared {
             single_use,
             revocations,
