@@ -55,3 +55,17 @@ where
         self.body.size_hint()
     }
 }
+
+/// Whether a message's `Content-Encoding` is absent or identity in every value and token
+/// (clients merge repeated headers and decode every coding they list).
+pub(crate) fn identity_encoding(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .all(|v| {
+            v.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .all(|e| e.trim().eq_ignore_ascii_case("identity"))
+            })
+        })
+}

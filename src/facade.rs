@@ -121,7 +121,7 @@ pub mod policy {
 /// The data path's phases, for the fuzzers that drive them directly.
 pub mod proxy {
     pub use crate::proxy::PathMetrics;
-    pub use crate::proxy::{Meters, SealFailure, SseEvent, StatusClass, max_token_bytes};
+    pub use crate::proxy::{Meters, SealFailure, SseEvent, StatusClass};
 
     /// Step 4: the gate.
     pub mod gate {
@@ -194,7 +194,7 @@ pub mod token {
     pub use crate::token::{Flow, KeyMetrics, KeyRingError, Opened, Questions, Rejection};
     pub use crate::token::{
         HandleReject, KeyId, KeyRing, Reject, RequestBinding, SealOptions, StateSealer,
-        args_digest, generate_secret, now,
+        args_digest, generate_secret, max_token_bytes, now,
     };
 
     /// The reference SDK's JSON spelling.

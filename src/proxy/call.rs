@@ -6,10 +6,11 @@
 //! ([`Proxy::forward_message`]), and only when nothing of the request was handed to the
 //! upstream, or connecting failed before a byte of it was written.
 
+use super::failure::Failure;
 use super::ingress::ClientAddr;
 use super::outbound::Asked;
 use super::response::SealContext;
-use super::{Failure, Proxy, replay};
+use super::{Proxy, replay};
 use crate::auth::Caller;
 use crate::body::ProxyBody;
 use crate::jsonrpc::{Id, Params, ParamsField};

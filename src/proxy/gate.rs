@@ -8,7 +8,7 @@
 //! the message as the sidecar writes it from the scanned tokens
 //! ([`ScannedBody::into_forwarded`]), never bytes the scan did not read.
 
-use super::Failure;
+use super::failure::Failure;
 use crate::budget::{self, CollectError, MemoryBudget, Reservation};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
@@ -164,7 +164,7 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), ProxyError> {
             return Err(ProxyError::ContentType);
         }
     }
-    if !super::identity_encoding(headers) {
+    if !crate::body::identity_encoding(headers) {
         return Err(ProxyError::ContentEncoding);
     }
     Ok(())

@@ -12,8 +12,8 @@
 //!    plaintext; unasked `inputResponses` are dropped.
 //! 6. [`crate::tools`]: a `tools/call`'s handle arguments are unwrapped and its
 //!    idempotency key reserved, or the call is answered from the store ([`replay`]).
-//! 7. [`upstream`]: the message is forwarded as the sidecar writes it from the scanned
-//!    tokens (the edits of steps 5 and 6 spliced in).
+//! 7. [`leg`]: the message is forwarded as the sidecar writes it from the scanned
+//!    tokens (the edits of steps 5 and 6 spliced in), through the [`upstream`] client.
 //! 8. [`outbound`] and [`response`]: the answer is classified and every state in it sealed
 //!    (the token spliced into the upstream's bytes),
 //!    bound to the request of step 5 (its binding was computed at admission, so nothing
@@ -21,7 +21,8 @@
 //!    sealed, and an idempotent call's answer recorded.
 //!
 //! Steps 4 to 8 of a POSTed message are wired in [`call`], which is also the one place a
-//! spent single-use state is given back.
+//! spent single-use state is given back; every phase fails with a [`failure::Failure`],
+//! which [`Proxy::handle`] turns into the response in one place.
 //!
 //! Invariant: [`Proxy::handle`] cannot fail; `Proxy::forward` can, and its error is
 //! turned into a response in exactly one place, with the request id when it is known.
@@ -30,8 +31,10 @@
 
 mod call;
 pub(crate) mod counted;
+mod failure;
 pub(crate) mod gate;
 pub(crate) mod ingress;
+mod leg;
 mod metrics;
 pub(crate) mod outbound;
 pub(crate) mod replay;
@@ -48,10 +51,9 @@ pub use metrics::StatusClass;
 
 use crate::auth::Identifier;
 use crate::body::{BoxError, ProxyBody};
-use crate::budget::{MemoryBudget, Reservation};
+use crate::budget::MemoryBudget;
 use crate::config::hosts::EntryError;
 use crate::error::ProxyError;
-use crate::jsonrpc::Id;
 use crate::mcp::MethodClass;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
@@ -62,8 +64,8 @@ use crate::token::StateSealer;
 use crate::tools::{Handles, Idempotency, ToolFeatures};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use failure::Failure;
 use gate::Gate;
-use http::header;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Incoming};
@@ -73,34 +75,7 @@ use response::SealContext;
 use state::StateOpener;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
 use upstream::Upstream;
-
-/// The largest token worth opening: no token this sidecar mints for a state of
-/// `max_state_bytes` is longer (claims overhead, JSON escaping of every byte at worst 6×,
-/// base64 4/3).
-pub fn max_token_bytes(max_state_bytes: usize) -> usize {
-    (max_state_bytes * 6 + 4096) * 4 / 3
-}
-
-/// A failure with the id of the request it answers, when known.
-pub(crate) struct Failure {
-    pub(crate) id: Option<Id>,
-    pub(crate) error: ProxyError,
-    /// The upstream's response head, when the failure replaces its body: an error
-    /// status and its headers are kept.
-    pub(crate) upstream_head: Option<http::response::Parts>,
-}
-
-impl From<ProxyError> for Failure {
-    fn from(error: ProxyError) -> Self {
-        Self {
-            id: None,
-            error,
-            upstream_head: None,
-        }
-    }
-}
 
 /// The phases, wired once and shared by all connections.
 pub(crate) struct Proxy {
@@ -213,7 +188,7 @@ impl Proxy {
                 revocations,
                 flow_limits,
                 metrics: metrics.clone(),
-                max_token_bytes: max_token_bytes(limits.max_state_bytes),
+                max_token_bytes: crate::token::max_token_bytes(limits.max_state_bytes),
             },
             upstream,
             outbound: Outbound::new(
@@ -399,79 +374,4 @@ impl Proxy {
         )
         .await
     }
-
-    /// Send to the upstream, timing the wait for its response head (the part of a
-    /// request's latency that is not the sidecar's) and counting its status class.
-    async fn send(
-        &self,
-        request: Request<ProxyBody>,
-        record: &mut Record,
-    ) -> Result<Response<Incoming>, ProxyError> {
-        let started = Instant::now();
-        let result = self.upstream.send(request).await;
-        let status = result.as_ref().ok().map(Response::status);
-        record.upstream_answered(started.elapsed(), status);
-        if let Some(status) = status {
-            self.metrics.path.upstream_response(status);
-        }
-        result
-    }
-
-    /// Forward a configured passthrough request and its response without inspection.
-    async fn send_untouched(
-        &self,
-        mut parts: http::request::Parts,
-        body: ProxyBody,
-        record: &mut Record,
-    ) -> Result<Response<ProxyBody>, Failure> {
-        self.upstream.prepare(&mut parts);
-        let response = self.send(Request::from_parts(parts, body), record).await?;
-        let (mut parts, body) = response.into_parts();
-        upstream::strip_hop_by_hop(&mut parts.headers);
-        parts.version = http::Version::default();
-        Ok(Response::from_parts(
-            parts,
-            body.map_err(BoxError::from).boxed(),
-        ))
-    }
-
-    /// Send to the upstream and make its response safe for the client. `asked`: what
-    /// the request was. The body's bytes stay reserved in the memory budget until the
-    /// upstream's response head came (or sending failed): hyper drops a body once its
-    /// last frame is in its write buffer, and an upstream that never reads would
-    /// otherwise hold every byte of it outside the budget.
-    async fn exchange(
-        &self,
-        mut parts: http::request::Parts,
-        (body, reservation): (ProxyBody, Option<Reservation>),
-        context: SealContext,
-        asked: Asked,
-        record: &mut Record,
-    ) -> Result<Response<ProxyBody>, Failure> {
-        self.upstream.prepare(&mut parts);
-        let sent = self.send(Request::from_parts(parts, body), record).await;
-        drop(reservation);
-        let response = match sent {
-            Ok(response) => response,
-            Err(error) => {
-                return Err(Failure {
-                    id: context.request_id().cloned(),
-                    error,
-                    upstream_head: None,
-                });
-            }
-        };
-        self.outbound.respond(response, context, asked).await
-    }
-}
-
-/// Whether a message's `Content-Encoding` is absent or identity in every value and token
-/// (clients merge repeated headers and decode every coding they list).
-pub(crate) fn identity_encoding(headers: &http::HeaderMap) -> bool {
-    headers.get_all(header::CONTENT_ENCODING).iter().all(|v| {
-        v.to_str().is_ok_and(|v| {
-            v.split(',')
-                .all(|e| e.trim().eq_ignore_ascii_case("identity"))
-        })
-    })
 }

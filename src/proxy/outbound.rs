@@ -14,10 +14,11 @@
 //! informational statuses are refused.
 
 use super::counted::Counted;
+use super::failure::Failure;
 use super::metrics::{Meters, SealFailure};
 use super::response::{ResponseSealer, SealContext, with_body};
 use super::upstream;
-use super::{Failure, identity_encoding};
+use crate::body::identity_encoding;
 use crate::body::{BoxError, ProxyBody};
 use crate::budget::{self, CollectError, MemoryBudget, Reservation};
 use crate::config::LimitsConfig;

@@ -318,7 +318,7 @@ impl ResponseSealer {
         let (token, kid) =
             self.state_sealer
                 .seal_counted(state.as_deref().unwrap_or_default(), binding, &options);
-        if token.len() > super::max_token_bytes(self.max_state_bytes) {
+        if token.len() > crate::token::max_token_bytes(self.max_state_bytes) {
             // A long path or many asked keys on top of a large state: the gate would refuse
             // this token on the retry, so it is not handed out.
             return Err(SealFailure::StateTooLarge.into());

@@ -354,5 +354,12 @@ pub fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The largest token worth opening: no token this sidecar mints for a state of
+/// `max_state_bytes` is longer (claims overhead, JSON escaping of every byte at worst 6×,
+/// base64 4/3).
+pub fn max_token_bytes(max_state_bytes: usize) -> usize {
+    (max_state_bytes * 6 + 4096) * 4 / 3
+}
+
 #[cfg(test)]
 mod tests;

@@ -33,7 +33,7 @@ pub fn compare(body: &[u8], capabilities: Option<serde_json::Value>) {
         capabilities: capabilities.as_ref(),
         limits: LIMITS,
         max_state_bytes: MAX_STATE_BYTES,
-        max_token_bytes: mcp_state_guard::facade::proxy::max_token_bytes(MAX_STATE_BYTES),
+        max_token_bytes: mcp_state_guard::facade::token::max_token_bytes(MAX_STATE_BYTES),
     }
     .seal_json(body);
     match (scanned.map_err(label), tree) {
