@@ -20,7 +20,8 @@
 //!    of the request body is held while the upstream works), an issuing tool's handles
 //!    sealed, and an idempotent call's answer recorded.
 //!
-//! Steps 4 to 8 of a POSTed message are wired in [`call`], which is also the one place a
+//! Steps 2 and 3 run in [`head`] on every route (which also holds the bodyless route);
+//! steps 4 to 8 of a POSTed message are wired in [`call`], which is also the one place a
 //! spent single-use state is given back; every phase fails with a [`failure::Failure`],
 //! which [`Proxy::handle`] turns into the response in one place.
 //!
@@ -33,6 +34,7 @@ mod call;
 pub(crate) mod counted;
 mod failure;
 pub(crate) mod gate;
+mod head;
 pub(crate) mod ingress;
 mod leg;
 mod metrics;
@@ -53,7 +55,6 @@ use crate::auth::Identifier;
 use crate::body::{BoxError, ProxyBody};
 use crate::budget::MemoryBudget;
 use crate::config::hosts::EntryError;
-use crate::error::ProxyError;
 use crate::mcp::MethodClass;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
@@ -63,15 +64,13 @@ use crate::telemetry::audit::Record;
 use crate::token::StateSealer;
 use crate::tools::{Handles, Idempotency, ToolFeatures};
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use failure::Failure;
 use gate::Gate;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::{Body as _, Incoming};
+use hyper::body::Incoming;
 use ingress::{HostPolicy, TrustedProxies};
-use outbound::{Asked, Outbound};
-use response::SealContext;
+use outbound::Outbound;
 use state::StateOpener;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -299,79 +298,5 @@ impl Proxy {
             return self.forward_bodyless(parts, body, principal, record).await;
         }
         self.forward_message(parts, body, principal, record).await
-    }
-
-    /// Steps 2 and 3, the same on every route and before the body is read: a foreign
-    /// `Host`, ambiguous framing or an unidentified caller is refused outright; the
-    /// client's hop-by-hop headers go, and the forwarding and identity headers are the
-    /// sidecar's. The caller's identity, when the route needs one.
-    async fn admit_head(
-        &self,
-        parts: &mut http::request::Parts,
-        passthrough: bool,
-        record: &mut Record,
-    ) -> Result<Option<String>, Failure> {
-        self.hosts.load().check(parts)?;
-        ingress::check_framing(parts)?;
-        // The client's hop-by-hop set goes now, named by its own `Connection` and before
-        // anything of ours is added (forwarding, identity, idempotency): honoured later,
-        // it deleted the sidecar's own headers. The framing was checked just above.
-        upstream::strip_hop_by_hop_keeping(&mut parts.headers, &self.protected_headers);
-        self.upstream.strip_internal(&mut parts.headers);
-        let peer = parts.extensions.get::<Peer>().copied();
-        let trusted_peer = self.trusted_proxies.is_empty() || self.trusted_proxies.trusts(peer);
-        let principal = if passthrough && !self.principal.required_on_passthrough() {
-            None
-        } else {
-            self.principal.identify(parts, trusted_peer).await?
-        };
-        record.set_principal(principal.as_deref());
-        // Before the chain is extended with the peer: the owner of the request's shares.
-        if let Some(client) = self.trusted_proxies.client(&parts.headers, peer)
-            && peer.is_some_and(|p| p.0.ip().to_canonical() != client)
-        {
-            record.set_forwarded_client(client);
-            parts.extensions.insert(ingress::ClientAddr(client));
-        }
-        self.principal.strip(&mut parts.headers);
-        self.trusted_proxies.rewrite(
-            &mut parts.headers,
-            peer,
-            self.scheme,
-            self.principal.header(),
-        );
-        Ok(principal)
-    }
-
-    /// 2025-era GET streams and DELETEs pass through, streaming; a body on them would be
-    /// forwarded unexamined, so there must be none. Their answers are still sealed.
-    async fn forward_bodyless(
-        &self,
-        parts: http::request::Parts,
-        body: Incoming,
-        principal: Option<String>,
-        record: &mut Record,
-    ) -> Result<Response<ProxyBody>, Failure> {
-        if !body.is_end_stream() {
-            return Err(ProxyError::BodyNotAllowed(parts.method).into());
-        }
-        let mut parts = parts;
-        let peer = parts.extensions.get::<Peer>().map(|p| p.0.ip());
-        let owner = crate::store::Owner::of(principal.as_deref(), peer);
-        self.upstream.mark_gated(&mut parts.headers, &owner);
-        let context = SealContext::unbound(principal);
-        let asked = if parts.method == Method::GET {
-            Asked::Stream
-        } else {
-            Asked::Other
-        };
-        self.exchange(
-            parts,
-            (crate::body::full(Bytes::new()), None),
-            context,
-            asked,
-            record,
-        )
-        .await
     }
 }

@@ -1,0 +1,93 @@
+//! Steps 2 and 3 on every route, before any body is read ([`Proxy::admit_head`]), and
+//! the bodyless route: a 2025-era GET stream or DELETE, forwarded with no body and its
+//! answer still sealed ([`Proxy::forward_bodyless`]).
+
+use super::Proxy;
+use super::failure::Failure;
+use super::ingress;
+use super::outbound::Asked;
+use super::response::SealContext;
+use super::upstream;
+use crate::body::ProxyBody;
+use crate::error::ProxyError;
+use crate::server::Peer;
+use crate::telemetry::audit::Record;
+use bytes::Bytes;
+use http::{Method, Response};
+use hyper::body::{Body as _, Incoming};
+
+impl Proxy {
+    /// Steps 2 and 3, the same on every route and before the body is read: a foreign
+    /// `Host`, ambiguous framing or an unidentified caller is refused outright; the
+    /// client's hop-by-hop headers go, and the forwarding and identity headers are the
+    /// sidecar's. The caller's identity, when the route needs one.
+    pub(super) async fn admit_head(
+        &self,
+        parts: &mut http::request::Parts,
+        passthrough: bool,
+        record: &mut Record,
+    ) -> Result<Option<String>, Failure> {
+        self.hosts.load().check(parts)?;
+        ingress::check_framing(parts)?;
+        // The client's hop-by-hop set goes now, named by its own `Connection` and before
+        // anything of ours is added (forwarding, identity, idempotency): honoured later,
+        // it deleted the sidecar's own headers. The framing was checked just above.
+        upstream::strip_hop_by_hop_keeping(&mut parts.headers, &self.protected_headers);
+        self.upstream.strip_internal(&mut parts.headers);
+        let peer = parts.extensions.get::<Peer>().copied();
+        let trusted_peer = self.trusted_proxies.is_empty() || self.trusted_proxies.trusts(peer);
+        let principal = if passthrough && !self.principal.required_on_passthrough() {
+            None
+        } else {
+            self.principal.identify(parts, trusted_peer).await?
+        };
+        record.set_principal(principal.as_deref());
+        // Before the chain is extended with the peer: the owner of the request's shares.
+        if let Some(client) = self.trusted_proxies.client(&parts.headers, peer)
+            && peer.is_some_and(|p| p.0.ip().to_canonical() != client)
+        {
+            record.set_forwarded_client(client);
+            parts.extensions.insert(ingress::ClientAddr(client));
+        }
+        self.principal.strip(&mut parts.headers);
+        self.trusted_proxies.rewrite(
+            &mut parts.headers,
+            peer,
+            self.scheme,
+            self.principal.header(),
+        );
+        Ok(principal)
+    }
+
+    /// 2025-era GET streams and DELETEs pass through, streaming; a body on them would be
+    /// forwarded unexamined, so there must be none. Their answers are still sealed.
+    pub(super) async fn forward_bodyless(
+        &self,
+        parts: http::request::Parts,
+        body: Incoming,
+        principal: Option<String>,
+        record: &mut Record,
+    ) -> Result<Response<ProxyBody>, Failure> {
+        if !body.is_end_stream() {
+            return Err(ProxyError::BodyNotAllowed(parts.method).into());
+        }
+        let mut parts = parts;
+        let peer = parts.extensions.get::<Peer>().map(|p| p.0.ip());
+        let owner = crate::store::Owner::of(principal.as_deref(), peer);
+        self.upstream.mark_gated(&mut parts.headers, &owner);
+        let context = SealContext::unbound(principal);
+        let asked = if parts.method == Method::GET {
+            Asked::Stream
+        } else {
+            Asked::Other
+        };
+        self.exchange(
+            parts,
+            (crate::body::full(Bytes::new()), None),
+            context,
+            asked,
+            record,
+        )
+        .await
+    }
+}
