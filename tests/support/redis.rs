@@ -224,12 +224,7 @@ impl RedisCluster {
 
     /// `redis+cluster://` with every node as a seed.
     pub fn url(&self) -> String {
-        let seeds: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        cluster_url(&self.nodes)
     }
 }
 
@@ -246,4 +241,13 @@ impl RedisServer {
         let n = stream.read(&mut buffer).unwrap_or(0);
         String::from_utf8_lossy(&buffer[..n]).contains("cluster_state:ok")
     }
+}
+
+/// `redis+cluster://` naming every node of a cluster as a seed.
+pub fn cluster_url(nodes: &[RedisServer]) -> String {
+    let seeds: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    format!("redis+cluster://{}", seeds.join(","))
 }

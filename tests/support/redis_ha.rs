@@ -7,7 +7,7 @@
 //! replica resumed, so it is promoted without what was still queued in the dead
 //! primary's output buffer (a marker key written last shows it).
 
-use super::redis::{RedisServer, create_cluster};
+use super::redis::{RedisServer, cluster_url, create_cluster};
 use redis::{Value, cmd};
 use std::time::{Duration, Instant};
 
@@ -77,12 +77,7 @@ impl ReplicatedCluster {
 
     /// `redis+cluster://` with every node as a seed.
     pub fn url(&self) -> String {
-        let seeds: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        cluster_url(&self.nodes)
     }
 
     /// The nodes that are primaries now.
