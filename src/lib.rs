@@ -7,7 +7,8 @@
 //!
 //! 1. [`server`] accepts the connection within its limits ([`tls`], [`server::slots`],
 //!    [`server::deadline`]) and hands the request to [`proxy::Proxy::handle`], which
-//!    opens its audit record ([`telemetry::audit`]); [`app`] wired it all from [`config`].
+//!    opens its one `Exchange` (with its audit record, [`telemetry::audit`]) that every
+//!    step below takes; [`app`] wired it all from [`config`].
 //! 2. [`proxy::ingress`]: the `Host`, the framing and the headers the sidecar reads are
 //!    checked, hop-by-hop and forwarding headers made the sidecar's.
 //! 3. [`auth`]: who is calling (a trusted header, a JWT, the client certificate).

@@ -30,20 +30,26 @@ use std::sync::OnceLock;
 
 /// Who sends a request and where: what the phases after the gate key their decisions on
 /// (a state's principal binding, a handle's owner, idempotency records, the shares of
-/// the shared stores).
-pub(crate) struct Caller<'a> {
+/// the shared stores). Held once per request, by the proxy's exchange; the principal is
+/// shared (not copied) with what outlives the request's phases (the audit record, a
+/// stream's sealer).
+pub(crate) struct Caller {
     /// The request's path and query: one upstream may route tenants by either.
-    pub(crate) path: &'a str,
+    path: http::uri::PathAndQuery,
     /// The identified principal, if any.
-    pub(crate) principal: Option<&'a str>,
+    principal: Option<Arc<str>>,
     /// The client's address, which owns the request's shares without a principal.
     peer: Option<IpAddr>,
     /// Computed when a share is first spent: most requests spend none.
     owner: OnceLock<Owner>,
 }
 
-impl<'a> Caller<'a> {
-    pub(crate) fn new(path: &'a str, principal: Option<&'a str>, peer: Option<IpAddr>) -> Self {
+impl Caller {
+    pub(crate) fn new(
+        path: http::uri::PathAndQuery,
+        principal: Option<Arc<str>>,
+        peer: Option<IpAddr>,
+    ) -> Self {
         Self {
             path,
             principal,
@@ -52,10 +58,32 @@ impl<'a> Caller<'a> {
         }
     }
 
+    /// The same request, identified: its `principal`, and behind a trusted proxy the
+    /// `client` it reports in place of the peer.
+    #[must_use]
+    pub(crate) fn identified(&self, principal: Option<Arc<str>>, client: Option<IpAddr>) -> Self {
+        Self::new(self.path.clone(), principal, client.or(self.peer))
+    }
+
+    /// The request's path and query, exactly as received.
+    pub(crate) fn path(&self) -> &str {
+        self.path.as_str()
+    }
+
+    /// The identified principal, if any.
+    pub(crate) fn principal(&self) -> Option<&str> {
+        self.principal.as_deref()
+    }
+
+    /// The principal, shared with what outlives the request's phases.
+    pub(crate) fn shared_principal(&self) -> Option<Arc<str>> {
+        self.principal.clone()
+    }
+
     /// Whose share of the shared stores the request spends ([`Owner::of`]).
     pub(crate) fn owner(&self) -> &Owner {
         self.owner
-            .get_or_init(|| Owner::of(self.principal, self.peer))
+            .get_or_init(|| Owner::of(self.principal(), self.peer))
     }
 }
 

@@ -6,51 +6,17 @@
 //! ([`Proxy::forward_message`]), and only when nothing of the request was handed to the
 //! upstream, or connecting failed before a byte of it was written.
 
+use super::exchange::Exchange;
 use super::failure::Failure;
-use super::ingress::ClientAddr;
-use super::outbound::Asked;
-use super::response::SealContext;
 use super::{Proxy, replay};
-use crate::auth::Caller;
 use crate::body::ProxyBody;
-use crate::jsonrpc::{Id, Params, ParamsField};
+use crate::jsonrpc::{Params, ParamsField};
 use crate::policy::capabilities;
-use crate::policy::single_use::Claim;
-use crate::server::Peer;
-use crate::telemetry::audit::Record;
 use crate::token::RequestBinding;
-use crate::tools::Inbound;
+use crate::tools::{self, Replay};
 use http::Response;
 use http::header::{self, HeaderValue};
 use hyper::body::Incoming;
-
-/// One call as steps 5 and 6 read it: its method and id, who sends it and where.
-struct Call<'a> {
-    method: &'a str,
-    caller: &'a Caller<'a>,
-    id: &'a Option<Id>,
-}
-
-/// A single-use state this request spent, and whether the request was handed to the
-/// upstream: what decides, in one place, whether it is given back.
-#[derive(Default)]
-struct Spent {
-    claim: Option<Claim>,
-    handed_over: bool,
-}
-
-/// What steps 5 and 6 decided for the response phase of a call.
-#[derive(Default)]
-struct Prepared {
-    /// The request's binding: a new state is sealed to it.
-    binding: Option<RequestBinding>,
-    /// The client capabilities it declared, checked against the next round's questions.
-    capabilities: Option<serde_json::Value>,
-    /// Where its token stood in the flow.
-    flow: Option<crate::token::Flow>,
-    /// What the tool features decided.
-    tools: Inbound,
-}
 
 impl Proxy {
     /// Steps 4 to 8 for a POSTed JSON-RPC message: the gate, the state and the tool
@@ -60,168 +26,126 @@ impl Proxy {
         &self,
         parts: http::request::Parts,
         body: Incoming,
-        principal: Option<String>,
-        record: &mut Record,
+        exchange: &mut Exchange,
     ) -> Result<Response<ProxyBody>, Failure> {
-        let mut spent = Spent::default();
-        let result = self
-            .forward_call(parts, body, principal, &mut spent, record)
-            .await;
+        let result = self.forward_call(parts, body, exchange).await;
         // The one place a spent single-use state is given back: the call was refused
         // before it was handed to the upstream, or connecting failed, so not one byte of
         // it was written and the user may try again. Anything later (a reset after the
         // request went out, an answer that could not be made safe) leaves it spent: at
         // most once, not exactly once.
-        if let (Err(failure), Some(claim)) = (&result, spent.claim.take())
-            && (!spent.handed_over || failure.error.never_sent())
+        if let (Err(failure), Some(claim)) = (&result, exchange.spent.take())
+            && (!exchange.handed_over || failure.error.never_sent())
         {
             self.opener.release(claim).await;
         }
         result
     }
 
-    /// [`Proxy::forward_message`]'s phases; a state it spends is noted in `spent`.
+    /// [`Proxy::forward_message`]'s phases, in order.
     async fn forward_call(
         &self,
         mut parts: http::request::Parts,
         body: Incoming,
-        principal: Option<String>,
-        spent: &mut Spent,
-        record: &mut Record,
+        exchange: &mut Exchange,
     ) -> Result<Response<ProxyBody>, Failure> {
-        let mut admitted = self.gate.admit(&parts.headers, body).await?;
-        let id = admitted.id().cloned();
-        // The client: behind a trusted proxy the one it reports, else the peer.
-        let client = parts
-            .extensions
-            .get::<ClientAddr>()
-            .map(|c| c.0)
-            .or_else(|| parts.extensions.get::<Peer>().map(|p| p.0.ip()));
-        let caller = Caller::new(
-            // The path and the query: one upstream may route tenants by either.
-            parts
-                .uri
-                .path_and_query()
-                .map_or("/", http::uri::PathAndQuery::as_str),
-            principal.as_deref(),
-            client,
-        );
-        let prepared = match admitted.call_mut() {
-            Some((method, params)) => {
-                let call = Call {
-                    method,
-                    caller: &caller,
-                    id: &id,
-                };
-                self.prepare_call(call, params, &mut parts.headers, spent, record)
-                    .await?
+        let mut admitted = match self.gate.admit(&parts.headers, body).await {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                exchange.id = refusal.id;
+                return Err(refusal.error.into());
             }
-            None => Prepared::default(),
         };
-        if let Some(answer) = prepared.tools.replay {
-            // A repeat of a completed write: the stored answer under this request's id,
-            // and the upstream is not called.
-            return Ok(replay::replayed(id.as_ref(), answer));
+        let id = admitted.id().cloned();
+        match admitted.call_mut() {
+            Some((method, mut params)) => {
+                exchange.named(id, Some((method, &params)));
+                self.open_state(method, &mut params, exchange).await?;
+                let replay = self
+                    .apply_tools(method, &mut params, &mut parts.headers, exchange)
+                    .await?;
+                if let Some(answer) = replay {
+                    // A repeat of a completed write: the stored answer under this
+                    // request's id, and the upstream is not called.
+                    return Ok(replay::replayed(exchange.id.as_ref(), answer));
+                }
+            }
+            None => exchange.named(id, None),
         }
-        let ticket = prepared.tools.answering.ticket();
-        self.upstream.mark_gated(&mut parts.headers, caller.owner());
+        self.upstream
+            .mark_gated(&mut parts.headers, exchange.caller.owner());
         // The parsed body ends here, before the upstream is awaited.
         let (forwarded, reservation) = admitted.into_forwarded();
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(forwarded.len()));
-        // The method as the audit record already escaped it, for the sealer's log lines.
-        let context = SealContext::new(id, record.method(), prepared.binding, principal)
-            .with_flow(prepared.capabilities, prepared.flow)
-            .with_tools(prepared.tools.answering);
-        let asked = if context.request_id().is_some() {
-            Asked::Call
-        } else {
-            Asked::Notification
-        };
-        spent.handed_over = true;
-        let response = self
-            .exchange(
-                parts,
-                (crate::body::full(forwarded), Some(reservation)),
-                context,
-                asked,
-                record,
-            )
-            .await;
-        // A whole JSON answer is recorded before the client has it, so a repeat sent
-        // after it is replayed; a stream's is recorded when the stream ends.
-        if let Some(ticket) = ticket {
-            ticket.finish_if_complete().await;
-        }
-        response
+        self.round_trip(
+            parts,
+            (crate::body::full(forwarded), Some(reservation)),
+            exchange,
+        )
+        .await
     }
 
-    /// Steps 5 and 6 for a call: open its state (or compute its binding for the
-    /// response), then apply the tool features. A state it spends is noted in `spent`
-    /// as soon as it is, so that a later refusal gives it back.
-    async fn prepare_call(
+    /// Step 5 for a call: open its state (the state it spends goes to the exchange as
+    /// soon as it is, so that a later refusal gives it back), or compute its binding for
+    /// the response; and read the capabilities it declared.
+    async fn open_state(
         &self,
-        Call { method, caller, id }: Call<'_>,
-        mut params: Params<'_>,
-        headers: &mut http::HeaderMap,
-        spent: &mut Spent,
-        record: &mut Record,
-    ) -> Result<Prepared, Failure> {
-        let refused = |error| Failure {
-            id: id.clone(),
-            error,
-            upstream_head: None,
-        };
-        record.set_call(method, id.as_ref(), &params);
+        method: &str,
+        params: &mut Params<'_>,
+        exchange: &mut Exchange,
+    ) -> Result<(), Failure> {
+        let caller = &exchange.caller;
         let opened = if params.is_present() {
-            self.opener
-                .open(method, &mut params, caller)
-                .await
-                .map_err(refused)?
+            self.opener.open(method, params, caller).await?
         } else {
             None
         };
-        let capabilities = capabilities::declared(&params);
-        let (binding, flow) = match opened {
+        exchange.capabilities = capabilities::declared(params);
+        exchange.binding = match opened {
             Some(opened) => {
-                if let Some(kid) = record.kid() {
-                    self.metrics.keys.token_opened(kid);
-                }
-                spent.claim = opened.claim;
-                (Some(opened.binding), opened.flow)
+                exchange.spent = opened.claim;
+                exchange.flow = opened.flow;
+                Some(opened.binding)
             }
             // Computed now, for the response: only the binding outlives the request's
             // phases, never the parsed body.
-            None => (
-                RequestBinding::of_members(
-                    method,
-                    params.get(ParamsField::target(method)),
-                    params.get(ParamsField::Arguments),
-                )
-                .ok()
-                .map(|b| b.at_path(caller.path)),
-                None,
-            ),
-        };
-        // After the binding: a state binds the arguments as the client sent them (sealed
-        // handles), and the upstream gets its own raw handles.
-        let tools = self
-            .tools
-            .inbound(
+            None => RequestBinding::of_members(
                 method,
-                &mut params,
-                headers,
-                caller,
-                binding.as_ref().map(|b| b.args_digest.as_str()),
+                params.get(ParamsField::target(method)),
+                params.get(ParamsField::Arguments),
             )
-            .await
-            .map_err(refused)?;
-        Ok(Prepared {
-            binding,
-            capabilities,
-            flow,
-            tools,
-        })
+            .ok()
+            .map(|b| b.at_path(caller.path())),
+        };
+        Ok(())
+    }
+
+    /// Step 6 for a `tools/call`: its handle arguments unwrapped (after the binding: a
+    /// state binds the arguments as the client sent them, sealed handles and all, and
+    /// the upstream gets its own raw handles), then its idempotency key reserved; or the
+    /// stored answer of a completed repeat.
+    async fn apply_tools(
+        &self,
+        method: &str,
+        params: &mut Params<'_>,
+        headers: &mut http::HeaderMap,
+        exchange: &mut Exchange,
+    ) -> Result<Option<Replay>, Failure> {
+        let Some(tool) = tools::called_tool(method, params) else {
+            return Ok(None);
+        };
+        let caller = &exchange.caller;
+        let arguments_changed = self.tools.unwrap_handles(&tool, params, caller).await?;
+        // The binding's digest is taken for the arguments the upstream receives unless
+        // a handle was spliced into them.
+        let bound = exchange.binding.as_ref().filter(|_| !arguments_changed);
+        let inbound = self
+            .tools
+            .admit(&tool, params, headers, caller, bound)
+            .await?;
+        exchange.answering = inbound.answering;
+        Ok(inbound.replay)
     }
 }

@@ -8,7 +8,6 @@
 //! the message as the sidecar writes it from the scanned tokens
 //! ([`ScannedBody::into_forwarded`]), never bytes the scan did not read.
 
-use super::failure::Failure;
 use crate::budget::{self, CollectError, MemoryBudget, Reservation};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
@@ -79,13 +78,14 @@ impl Gate {
         &self,
         headers: &HeaderMap,
         body: Incoming,
-    ) -> Result<AdmittedBody, Failure> {
-        check_content_headers(headers)?;
+    ) -> Result<AdmittedBody, Box<Refusal>> {
+        let unread = |error| Box::new(Refusal { id: None, error });
+        check_content_headers(headers).map_err(unread)?;
         let mut reservation = self.budget.reservation();
         let read = read_body(headers, body, self.limits.max_body_bytes, &mut reservation);
         let bytes = match tokio::time::timeout(self.body_timeout, read).await {
-            Ok(read) => read?,
-            Err(_) => return Err(ProxyError::BodyTimeout.into()),
+            Ok(read) => read.map_err(unread)?,
+            Err(_) => return Err(unread(ProxyError::BodyTimeout)),
         };
         let body = check_message(headers, bytes, self.limits.max_json_values)?;
         Ok(AdmittedBody {
@@ -101,16 +101,6 @@ impl Gate {
 pub struct Refusal {
     pub id: Option<Id>,
     pub error: ProxyError,
-}
-
-impl From<Box<Refusal>> for Failure {
-    fn from(refusal: Box<Refusal>) -> Self {
-        Failure {
-            id: refusal.id,
-            error: refusal.error,
-            upstream_head: None,
-        }
-    }
 }
 
 /// What the gate decides about a body it has read: one strictly scanned (within

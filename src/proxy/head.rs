@@ -3,30 +3,28 @@
 //! answer still sealed ([`Proxy::forward_bodyless`]).
 
 use super::Proxy;
+use super::exchange::Exchange;
 use super::failure::Failure;
 use super::ingress;
-use super::outbound::Asked;
-use super::response::SealContext;
 use super::upstream;
 use crate::body::ProxyBody;
 use crate::error::ProxyError;
 use crate::server::Peer;
-use crate::telemetry::audit::Record;
 use bytes::Bytes;
-use http::{Method, Response};
+use http::Response;
 use hyper::body::{Body as _, Incoming};
 
 impl Proxy {
     /// Steps 2 and 3, the same on every route and before the body is read: a foreign
     /// `Host`, ambiguous framing or an unidentified caller is refused outright; the
     /// client's hop-by-hop headers go, and the forwarding and identity headers are the
-    /// sidecar's. The caller's identity, when the route needs one.
+    /// sidecar's. The caller, when the route needs one, goes to the exchange.
     pub(super) async fn admit_head(
         &self,
         parts: &mut http::request::Parts,
         passthrough: bool,
-        record: &mut Record,
-    ) -> Result<Option<String>, Failure> {
+        exchange: &mut Exchange,
+    ) -> Result<(), Failure> {
         self.hosts.load().check(parts)?;
         ingress::check_framing(parts)?;
         // The client's hop-by-hop set goes now, named by its own `Connection` and before
@@ -41,14 +39,13 @@ impl Proxy {
         } else {
             self.principal.identify(parts, trusted_peer).await?
         };
-        record.set_principal(principal.as_deref());
-        // Before the chain is extended with the peer: the owner of the request's shares.
-        if let Some(client) = self.trusted_proxies.client(&parts.headers, peer)
-            && peer.is_some_and(|p| p.0.ip().to_canonical() != client)
-        {
-            record.set_forwarded_client(client);
-            parts.extensions.insert(ingress::ClientAddr(client));
-        }
+        // Before the chain is extended with the peer: the owner of the request's shares,
+        // behind a trusted proxy the client it reports.
+        let forwarded = self
+            .trusted_proxies
+            .client(&parts.headers, peer)
+            .filter(|client| peer.is_some_and(|p| p.0.ip().to_canonical() != *client));
+        exchange.identified(principal, forwarded);
         self.principal.strip(&mut parts.headers);
         self.trusted_proxies.rewrite(
             &mut parts.headers,
@@ -56,38 +53,24 @@ impl Proxy {
             self.scheme,
             self.principal.header(),
         );
-        Ok(principal)
+        Ok(())
     }
 
     /// 2025-era GET streams and DELETEs pass through, streaming; a body on them would be
-    /// forwarded unexamined, so there must be none. Their answers are still sealed.
+    /// forwarded unexamined, so there must be none. Their answers are still sealed (with
+    /// no request to bind, a state in them is refused).
     pub(super) async fn forward_bodyless(
         &self,
-        parts: http::request::Parts,
+        mut parts: http::request::Parts,
         body: Incoming,
-        principal: Option<String>,
-        record: &mut Record,
+        exchange: &mut Exchange,
     ) -> Result<Response<ProxyBody>, Failure> {
         if !body.is_end_stream() {
             return Err(ProxyError::BodyNotAllowed(parts.method).into());
         }
-        let mut parts = parts;
-        let peer = parts.extensions.get::<Peer>().map(|p| p.0.ip());
-        let owner = crate::store::Owner::of(principal.as_deref(), peer);
-        self.upstream.mark_gated(&mut parts.headers, &owner);
-        let context = SealContext::unbound(principal);
-        let asked = if parts.method == Method::GET {
-            Asked::Stream
-        } else {
-            Asked::Other
-        };
-        self.exchange(
-            parts,
-            (crate::body::full(Bytes::new()), None),
-            context,
-            asked,
-            record,
-        )
-        .await
+        self.upstream
+            .mark_gated(&mut parts.headers, exchange.caller.owner());
+        self.round_trip(parts, (crate::body::full(Bytes::new()), None), exchange)
+            .await
     }
 }

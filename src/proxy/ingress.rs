@@ -22,7 +22,6 @@ use std::net::SocketAddr;
 
 mod client;
 mod framing;
-pub(crate) use client::ClientAddr;
 pub(crate) use framing::check_framing;
 
 use crate::server::Peer;

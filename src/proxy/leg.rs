@@ -1,11 +1,11 @@
 //! Step 7, the upstream leg: the request goes to the upstream (its wait timed, its
 //! status counted, its body's bytes held against the budget until the answer's head) and
 //! the answer to step 8 ([`super::outbound`]); a configured passthrough goes untouched.
+//! The request is handed over here ([`super::exchange::Exchange::handed_over`]).
 
 use super::Proxy;
+use super::exchange::Exchange;
 use super::failure::Failure;
-use super::outbound::Asked;
-use super::response::SealContext;
 use super::upstream;
 use crate::body::{BoxError, ProxyBody};
 use crate::budget::Reservation;
@@ -39,10 +39,11 @@ impl Proxy {
         &self,
         mut parts: http::request::Parts,
         body: ProxyBody,
-        record: &mut Record,
+        exchange: &mut Exchange,
     ) -> Result<Response<ProxyBody>, Failure> {
         self.upstream.prepare(&mut parts);
-        let response = self.send(Request::from_parts(parts, body), record).await?;
+        let request = Request::from_parts(parts, body);
+        let response = self.send(request, &mut exchange.record).await?;
         let (mut parts, body) = response.into_parts();
         upstream::strip_hop_by_hop(&mut parts.headers);
         parts.version = http::Version::default();
@@ -52,32 +53,24 @@ impl Proxy {
         ))
     }
 
-    /// Send to the upstream and make its response safe for the client. `asked`: what
-    /// the request was. The body's bytes stay reserved in the memory budget until the
-    /// upstream's response head came (or sending failed): hyper drops a body once its
+    /// Send to the upstream and make its response safe for the client, with what the
+    /// exchange holds for it. The body's bytes stay reserved in the memory budget until
+    /// the upstream's response head came (or sending failed): hyper drops a body once its
     /// last frame is in its write buffer, and an upstream that never reads would
     /// otherwise hold every byte of it outside the budget.
-    pub(super) async fn exchange(
+    pub(super) async fn round_trip(
         &self,
         mut parts: http::request::Parts,
         (body, reservation): (ProxyBody, Option<Reservation>),
-        context: SealContext,
-        asked: Asked,
-        record: &mut Record,
+        exchange: &mut Exchange,
     ) -> Result<Response<ProxyBody>, Failure> {
+        // Taken now: the upstream may take long, an answer stream longer still.
+        let context = exchange.for_response();
         self.upstream.prepare(&mut parts);
-        let sent = self.send(Request::from_parts(parts, body), record).await;
+        exchange.handed_over = true;
+        let request = Request::from_parts(parts, body);
+        let sent = self.send(request, &mut exchange.record).await;
         drop(reservation);
-        let response = match sent {
-            Ok(response) => response,
-            Err(error) => {
-                return Err(Failure {
-                    id: context.request_id().cloned(),
-                    error,
-                    upstream_head: None,
-                });
-            }
-        };
-        self.outbound.respond(response, context, asked).await
+        self.outbound.respond(sent?, context, exchange.asked).await
     }
 }

@@ -1,6 +1,9 @@
 //! The data path, phase by phase: steps 2 to 8 of the journey in the crate root, with
 //! the same numbers. [`Proxy`] only wires the phases and calls them in this order; each
-//! is a small type holding just what it needs, and none reaches back into the proxy:
+//! is a small type holding just what it needs, and none reaches back into the proxy.
+//! What one request is travels with it as one [`exchange::Exchange`], made in
+//! [`Proxy::handle`] and passed as `&mut` to every phase: each fact is held once,
+//! written by the phase that learns it.
 //!
 //! 2. [`ingress`]: the `Host` is one we serve (`allowed_hosts`); the client's hop-by-hop
 //!    headers are dropped (what its `Connection` names, never what the sidecar sets);
@@ -18,7 +21,8 @@
 //!    (the token spliced into the upstream's bytes),
 //!    bound to the request of step 5 (its binding was computed at admission, so nothing
 //!    of the request body is held while the upstream works), an issuing tool's handles
-//!    sealed, and an idempotent call's answer recorded.
+//!    sealed, and an idempotent call's answer recorded. The response phase takes only
+//!    what it needs of the exchange ([`exchange::Exchange::for_response`]).
 //!
 //! Steps 2 and 3 run in [`head`] on every route (which also holds the bodyless route);
 //! steps 4 to 8 of a POSTed message are wired in [`call`], which is also the one place a
@@ -26,12 +30,14 @@
 //! which [`Proxy::handle`] turns into the response in one place.
 //!
 //! Invariant: [`Proxy::handle`] cannot fail; `Proxy::forward` can, and its error is
-//! turned into a response in exactly one place, with the request id when it is known.
+//! turned into a response in exactly one place, with the request id when the exchange
+//! knows it.
 //! `allowed_hosts` and `passthrough_paths` are live: a reload replaces them between two
 //! requests, and each request reads them once.
 
 mod call;
 pub(crate) mod counted;
+mod exchange;
 mod failure;
 pub(crate) mod gate;
 mod head;
@@ -60,17 +66,17 @@ use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::SingleUse;
 use crate::server::Peer;
-use crate::telemetry::audit::Record;
 use crate::token::StateSealer;
 use crate::tools::{Handles, Idempotency, ToolFeatures};
 use arc_swap::ArcSwap;
+use exchange::Exchange;
 use failure::Failure;
 use gate::Gate;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use ingress::{HostPolicy, TrustedProxies};
-use outbound::Outbound;
+use outbound::{Asked, Outbound};
 use state::StateOpener;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -225,11 +231,12 @@ impl Proxy {
         // one record).
         let in_flight = self.metrics.path.in_flight_guard();
         let peer = request.extensions().get::<Peer>().map(|p| p.0);
-        let mut record = Record::begin(peer, request.headers());
-        let response = match self.forward(request, &mut record).await {
+        let mut exchange = Exchange::begin(peer, request.uri(), request.headers());
+        let response = match self.forward(request, &mut exchange).await {
             Ok(response) => response,
-            Err(failure) => self.refusal(failure, &mut record),
+            Err(failure) => self.refusal(failure, &mut exchange),
         };
+        let record = &mut exchange.record;
         record.set_status(response.status());
         self.metrics.path.observe_request(
             record.class(),
@@ -237,18 +244,19 @@ impl Proxy {
             record.started().elapsed(),
             record.upstream_wait(),
         );
+        let record = exchange.into_record();
         response.map(|body| crate::body::holding(body, (in_flight, record)))
     }
 
-    /// The one place a failure becomes a response.
+    /// The one place a failure becomes a response, answering the request's id when the
+    /// exchange knows it.
     fn refusal(
         &self,
         Failure {
-            id,
             error,
             upstream_head,
         }: Failure,
-        record: &mut Record,
+        exchange: &mut Exchange,
     ) -> Response<ProxyBody> {
         let kind = error.kind();
         self.metrics.refusals.refused(kind);
@@ -256,47 +264,51 @@ impl Proxy {
             self.metrics.auth.auth_failed(reason);
         }
         // A refusal's one line is the request's audit record, written when it ends.
-        record.failed(&error);
+        exchange.record.failed(&error);
         if kind.is_upstream() {
             tracing::warn!(kind = kind.as_str(), error = %error, cause = ?std::error::Error::source(&error), "upstream failure");
         }
-        let mut response = error.to_response(id.as_ref()).map(crate::body::full);
+        let mut response = error
+            .to_response(exchange.id.as_ref())
+            .map(crate::body::full);
         if let Some(head) = upstream_head {
             outbound::keep_upstream_head(&mut response, head);
         }
         response
     }
 
+    /// Where a request goes: every route through steps 2 and 3, then a passthrough
+    /// untouched, a bodyless request ([`head`]) or a message ([`call`]).
     async fn forward(
         &self,
         request: Request<Incoming>,
-        record: &mut Record,
+        exchange: &mut Exchange,
     ) -> Result<Response<ProxyBody>, Failure> {
         let (mut parts, body) = request.into_parts();
         let passthrough = self.passthrough_paths.load().contains(parts.uri.path());
         let gated = !passthrough && parts.method == Method::POST;
-        record.set_class(match parts.method {
-            _ if passthrough => MethodClass::Passthrough,
+        exchange.routed(match parts.method {
+            _ if passthrough => (MethodClass::Passthrough, Asked::Other),
             // Refined once the body names its method.
-            Method::POST => MethodClass::Other,
-            Method::GET => MethodClass::GetStream,
-            Method::DELETE => MethodClass::Delete,
-            _ => MethodClass::Passthrough,
+            Method::POST => (MethodClass::Other, Asked::Call),
+            Method::GET => (MethodClass::GetStream, Asked::Stream),
+            Method::DELETE => (MethodClass::Delete, Asked::Other),
+            _ => (MethodClass::Passthrough, Asked::Other),
         });
         self.metrics.path.request(if gated {
             Route::Mcp
         } else {
             Route::Passthrough
         });
-        let principal = self.admit_head(&mut parts, passthrough, record).await?;
+        self.admit_head(&mut parts, passthrough, exchange).await?;
         if passthrough {
             return self
-                .send_untouched(parts, body.map_err(BoxError::from).boxed(), record)
+                .send_untouched(parts, body.map_err(BoxError::from).boxed(), exchange)
                 .await;
         }
         if !gated {
-            return self.forward_bodyless(parts, body, principal, record).await;
+            return self.forward_bodyless(parts, body, exchange).await;
         }
-        self.forward_message(parts, body, principal, record).await
+        self.forward_message(parts, body, exchange).await
     }
 }

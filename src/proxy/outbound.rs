@@ -127,7 +127,6 @@ impl Outbound {
             context,
         );
         let refuse = |sealer: &ResponseSealer, parts: http::response::Parts, failure| Failure {
-            id: sealer.request_id().cloned(),
             error: sealer.failure(failure),
             upstream_head: Some(parts),
         };
@@ -218,18 +217,34 @@ impl Outbound {
         rewrite(parts, body, sealer, &self.limits, self.budget.reservation())
     }
 
-    /// Read a whole JSON body (bounded in size, time and memory) and seal it.
+    /// Read a whole JSON body (bounded in size, time and memory) and seal it. Its answer
+    /// is recorded (an idempotent call's) before the client has it, so a repeat sent right
+    /// after is replayed.
     async fn seal_whole<B>(
         &self,
         parts: http::response::Parts,
         body: B,
-        sealer: ResponseSealer,
+        mut sealer: ResponseSealer,
     ) -> Result<Response<ProxyBody>, Failure>
     where
         B: Body<Data = Bytes> + Unpin,
     {
-        let failed = |sealer: &ResponseSealer, parts, error| Failure {
-            id: sealer.request_id().cloned(),
+        let sealed = self.read_and_seal(parts, body, &sealer).await;
+        sealer.finish().await;
+        sealed
+    }
+
+    /// [`Outbound::seal_whole`]'s reading and sealing.
+    async fn read_and_seal<B>(
+        &self,
+        parts: http::response::Parts,
+        body: B,
+        sealer: &ResponseSealer,
+    ) -> Result<Response<ProxyBody>, Failure>
+    where
+        B: Body<Data = Bytes> + Unpin,
+    {
+        let failed = |parts, error| Failure {
             error,
             upstream_head: Some(parts),
         };
@@ -238,7 +253,7 @@ impl Outbound {
         // An upstream that stalls after the head must not hold the client forever.
         let Ok(read) = tokio::time::timeout(self.read_timeout, read).await else {
             let timeout = ProxyError::UpstreamTimeout(self.read_timeout.as_millis() as u64);
-            return Err(failed(&sealer, parts, timeout));
+            return Err(failed(parts, timeout));
         };
         let bytes = match read {
             Ok(bytes) => bytes,
@@ -248,7 +263,7 @@ impl Outbound {
                     CollectError::OverBudget => SealFailure::OverBudget,
                     CollectError::Body => SealFailure::UpstreamBodyError,
                 };
-                return Err(failed(&sealer, parts, sealer.failure(failure)));
+                return Err(failed(parts, sealer.failure(failure)));
             }
         };
         if bytes.iter().all(|b| is_json_whitespace(*b)) {
@@ -258,15 +273,11 @@ impl Outbound {
         let sealed = match sealer.seal_json(&bytes) {
             Ok(Some(sealed)) => sealed,
             Ok(None) => return Ok(with_body(parts, bytes, Some(reservation))),
-            Err(withheld) => return Err(failed(&sealer, parts, sealer.withhold(withheld))),
+            Err(withheld) => return Err(failed(parts, sealer.withhold(withheld))),
         };
         drop(bytes);
         if reservation.grow_to(sealed.len()).is_err() {
-            return Err(failed(
-                &sealer,
-                parts,
-                sealer.failure(SealFailure::OverBudget),
-            ));
+            return Err(failed(parts, sealer.failure(SealFailure::OverBudget)));
         }
         Ok(with_body(parts, sealed, Some(reservation)))
     }

@@ -37,9 +37,11 @@ pub struct SealContext {
     /// The request's binding; `None` for a request that cannot bind a state (a GET
     /// stream, a client's response, arguments the reference could not digest).
     binding: Option<RequestBinding>,
-    /// The request's method, escaped and bounded (`text::printable`), for the log.
-    method: Option<String>,
-    principal: Option<String>,
+    /// The request's method, escaped and bounded (`text::printable`), for the log:
+    /// shared with the audit record.
+    method: Option<Arc<str>>,
+    /// The caller's principal, shared with the audit record.
+    principal: Option<Arc<str>>,
     /// What the client declared it can answer (`_meta` client capabilities).
     client_capabilities: Option<Value>,
     /// Where the retry's token stood in its flow (`None`: a first call).
@@ -52,14 +54,14 @@ impl SealContext {
     /// `method`: already escaped for logs (the audit record's copy).
     pub fn new(
         id: Option<Id>,
-        method: Option<&str>,
+        method: Option<Arc<str>>,
         binding: Option<RequestBinding>,
-        principal: Option<String>,
+        principal: Option<Arc<str>>,
     ) -> Self {
         Self {
             id,
             binding,
-            method: method.map(str::to_owned),
+            method,
             principal,
             client_capabilities: None,
             flow: None,
@@ -85,17 +87,6 @@ impl SealContext {
     /// only a 2xx answer).
     pub(crate) fn upstream_status(&self, status: http::StatusCode) {
         self.answering.upstream_status(status);
-    }
-
-    /// The id of the request.
-    pub(crate) fn request_id(&self) -> Option<&Id> {
-        self.id.as_ref()
-    }
-
-    /// A response that answers no request the sidecar parsed (a GET stream, say):
-    /// a state in it cannot be bound, so it cannot be let through.
-    pub(crate) fn unbound(principal: Option<String>) -> Self {
-        Self::new(None, None, None, principal)
     }
 }
 
@@ -169,9 +160,10 @@ impl ResponseSealer {
         }
     }
 
-    /// The id of the request this response answers.
-    pub(crate) fn request_id(&self) -> Option<&Id> {
-        self.context.id.as_ref()
+    /// A whole answer was sealed: record it before the client has it (a stream's is
+    /// recorded when the stream ends and this sealer is dropped).
+    pub(crate) async fn finish(&mut self) {
+        self.context.answering.finish().await;
     }
 
     /// Seal one JSON text of an answer (a whole body, an SSE event's data): the splices

@@ -19,7 +19,7 @@ use crate::policy::revocation::{NotCleared, Revocations};
 use crate::policy::single_use::{Claim, NotConsumed, SingleUse};
 use crate::store::Owner;
 use crate::text::Clipped;
-use crate::token::{Flow, Opened, Reject, RequestBinding, StateSealer};
+use crate::token::{Flow, KeyId, Opened, Reject, RequestBinding, StateSealer};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -50,11 +50,9 @@ impl StateOpener {
         &self,
         method: &str,
         params: &mut Params<'_>,
-        caller: &Caller<'_>,
+        caller: &Caller,
     ) -> Result<Option<OpenedRetry>, ProxyError> {
-        let Caller {
-            path, principal, ..
-        } = *caller;
+        let (path, principal) = (caller.path(), caller.principal());
         let token = match params.get(ParamsField::RequestState) {
             // No verified round asked anything: every answer is unasked. (Rounds without
             // upstream state carry a token of ours, so real answers always have one.)
@@ -83,6 +81,7 @@ impl StateOpener {
         )
         .map_err(|_| ProxyError::Parse(ParseError::Params))?
         .at_path(path);
+        let kid = KeyId::of_token(token);
         let opened = self
             .sealer
             .open(token, &binding, principal)
@@ -96,6 +95,9 @@ impl StateOpener {
             .consume(method, &opened, &binding, || caller.owner())
             .await?;
         self.metrics.path.verified(VerifyResult::Ok);
+        if let Some(kid) = kid {
+            self.metrics.keys.token_opened(kid);
+        }
         if opened.no_upstream_state {
             // The upstream sent no state this round; it gets none back.
             params.remove(ParamsField::RequestState);

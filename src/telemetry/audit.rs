@@ -20,6 +20,7 @@ use crate::token::{KeyId, Reject};
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The target every record is written under, so a log pipeline can route the audit
@@ -65,12 +66,13 @@ struct RecordedRefusal {
 pub(crate) struct Record {
     started: Instant,
     class: MethodClass,
-    method: Option<String>,
+    /// Shared with the response phase's log lines ([`crate::proxy`]'s exchange).
+    method: Option<Arc<str>>,
     target: Option<String>,
     request_id: Option<String>,
     kid: Option<KeyId>,
     /// The caller as identified; written only as its [`principal_digest`].
-    principal: Option<String>,
+    principal: Option<Arc<str>>,
     client: Option<SocketAddr>,
     /// Behind a trusted proxy, the client its forwarding chain names (whose shares the
     /// request spends), when it is not the peer.
@@ -117,15 +119,18 @@ impl Record {
         self.class = class;
     }
 
-    /// The JSON-RPC call: its method (which also sets the class), id and target.
+    /// The JSON-RPC call: its method (which also sets the class) as sent and as logs
+    /// show it (escaped and bounded: [`logged_method`]), its id and target, and the key id
+    /// its token names.
     pub(crate) fn set_call(
         &mut self,
         method: &str,
+        logged: Arc<str>,
         id: Option<&serde_json::Value>,
         params: &Params<'_>,
     ) {
         self.class = MethodClass::of_method(method);
-        self.method = Some(printable(method, MAX_LOGGED_BYTES));
+        self.method = Some(logged);
         self.request_id = id.map(id_text);
         self.target = params
             .get_str(ParamsField::target(method))
@@ -135,19 +140,9 @@ impl Record {
             .and_then(KeyId::of_token);
     }
 
-    /// The key id named by the request's token, if it carried one.
-    /// The request's method, escaped and bounded for logs.
-    pub(crate) fn method(&self) -> Option<&str> {
-        self.method.as_deref()
-    }
-
-    pub(crate) fn kid(&self) -> Option<KeyId> {
-        self.kid
-    }
-
     /// The caller, written only as [`principal_digest`].
-    pub(crate) fn set_principal(&mut self, principal: Option<&str>) {
-        self.principal = principal.map(str::to_owned);
+    pub(crate) fn set_principal(&mut self, principal: Option<Arc<str>>) {
+        self.principal = principal;
     }
 
     /// The client a trusted proxy reports, when it is not the peer.
@@ -250,6 +245,11 @@ impl Drop for Record {
             ),
         }
     }
+}
+
+/// A method as every log line shows it: escaped and bounded ([`printable`]).
+pub(crate) fn logged_method(method: &str) -> Arc<str> {
+    printable(method, MAX_LOGGED_BYTES).into()
 }
 
 /// A pseudonym for a caller: 16 hex digits of SHA-256 over a fixed label and the

@@ -97,6 +97,17 @@ impl RequestBinding {
         })
     }
 
+    /// The binding's digest when it is [`args_digest`] of `arguments` as they are (the
+    /// arguments it was computed from, unchanged since), so a later reader of them
+    /// (idempotency) takes it rather than serialise them again. `None` for the falsy
+    /// values other than `{}`, which the binding reads as no arguments (as the reference
+    /// does).
+    pub(crate) fn digest_of_arguments(&self, arguments: Option<&Value>) -> Option<&str> {
+        let as_is =
+            arguments.is_none_or(|a| !python_falsy(a) || a.as_object().is_some_and(Map::is_empty));
+        as_is.then_some(self.args_digest.as_str())
+    }
+
     /// Also bind the request path: the HTTP path exactly as received (no decoding or
     /// normalisation), so a retry must arrive on the very same path.
     #[must_use]
@@ -116,14 +127,6 @@ fn python_falsy(value: &Value) -> bool {
         Value::Object(o) => o.is_empty(),
         Value::Bool(true) => false,
     }
-}
-
-/// Whether a binding's digest of a `tools/call`'s `arguments` is [`args_digest`] of them
-/// as they are, so a later reader of the same arguments (idempotency) may take it rather
-/// than serialise them again: always, but for the falsy values other than `{}`, which
-/// the binding reads as no arguments (as the reference does).
-pub(crate) fn binding_digests_as_is(arguments: Option<&Value>) -> bool {
-    arguments.is_none_or(|a| !python_falsy(a) || a.as_object().is_some_and(Map::is_empty))
 }
 
 /// base64url(SHA-256(canonical JSON)[..16]) of the arguments, `{}` when absent.

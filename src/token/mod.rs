@@ -26,7 +26,6 @@ pub use claims::Flow;
 pub use claims::Questions;
 pub use claims::RequestBinding;
 pub use claims::args_digest;
-pub(crate) use claims::binding_digests_as_is;
 pub use handle::HandleReject;
 pub use keyring::KeyRing;
 pub use keyring::KeyRingError;

@@ -47,7 +47,7 @@ pub(crate) struct Handles {
 pub(crate) struct Issue {
     /// `(kind, result pointer, ttl)` of each kind the called tool issues.
     kinds: Vec<(String, String, u64)>,
-    principal: Option<String>,
+    principal: Option<Arc<str>>,
     /// The request path and query the handle is issued on.
     path: String,
     sealer: Arc<StateSealer>,
@@ -80,10 +80,9 @@ impl Handles {
         &self,
         tool: &str,
         params: &mut Params<'_>,
-        &Caller {
-            path, principal, ..
-        }: &Caller<'_>,
+        caller: &Caller,
     ) -> Result<bool, ProxyError> {
+        let (path, principal) = (caller.path(), caller.principal());
         let mut replaced = false;
         for kind in &self.kinds {
             if !kind.accepted_by.iter().any(|g| glob_match(g, tool)) {
@@ -162,13 +161,7 @@ impl Handles {
     }
 
     /// What the response to a call of `tool` on `path` must seal, if anything.
-    pub(crate) fn issue(
-        &self,
-        tool: &str,
-        &Caller {
-            path, principal, ..
-        }: &Caller<'_>,
-    ) -> Option<Issue> {
+    pub(crate) fn issue(&self, tool: &str, caller: &Caller) -> Option<Issue> {
         let kinds: Vec<_> = self
             .kinds
             .iter()
@@ -177,8 +170,8 @@ impl Handles {
             .collect();
         (!kinds.is_empty()).then(|| Issue {
             kinds,
-            principal: principal.map(str::to_owned),
-            path: path.to_owned(),
+            principal: caller.shared_principal(),
+            path: caller.path().to_owned(),
             sealer: self.sealer.clone(),
             metrics: self.metrics.clone(),
             keys: self.keys.clone(),

@@ -34,6 +34,7 @@ use crate::error::{ProxyError, Resource, Share};
 use crate::glob::glob_match;
 use crate::jsonrpc::{Params, ParamsField};
 use crate::store::{Owner, Store, StoreError};
+use crate::token::RequestBinding;
 use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -92,7 +93,7 @@ pub(crate) enum Admission {
     /// Not an idempotent call (no key, or a tool not listed): forward as is.
     Untracked,
     /// Reserved: forward, then record what comes back through the ticket.
-    Reserved(Arc<Ticket>),
+    Reserved(Ticket),
     /// Completed before with the same arguments: the stored answer.
     Replay(Replay),
 }
@@ -196,19 +197,17 @@ impl Idempotency {
     }
 
     /// Read, check and reserve the key of a call of `tool` (arguments as the upstream
-    /// will receive them, whose digest the state binding may have computed already:
-    /// `known_digest`), or answer it from the store.
+    /// will receive them; `bound`: the request's binding when it was computed over these
+    /// very arguments, whose digest is then taken), or answer it from the store.
     pub(crate) async fn admit(
         &self,
         tool: &str,
         params: &mut Params<'_>,
         headers: &mut HeaderMap,
-        caller: &Caller<'_>,
-        known_digest: Option<&str>,
+        caller: &Caller,
+        bound: Option<&RequestBinding>,
     ) -> Result<Admission, ProxyError> {
-        let Caller {
-            path, principal, ..
-        } = *caller;
+        let (path, principal) = (caller.path(), caller.principal());
         let Some(key) = self.read_key(tool, params, headers)? else {
             return Ok(Admission::Untracked);
         };
@@ -218,9 +217,9 @@ impl Idempotency {
             headers.remove(HEADER);
         }
         let arguments = params.get(ParamsField::Arguments);
-        let digest = match known_digest {
-            Some(digest) if crate::token::binding_digests_as_is(arguments) => digest.to_owned(),
-            _ => crate::token::args_digest(arguments)
+        let digest = match bound.and_then(|b| b.digest_of_arguments(arguments)) {
+            Some(digest) => digest.to_owned(),
+            None => crate::token::args_digest(arguments)
                 .map_err(|_| ProxyError::Parse(crate::jsonrpc::ParseError::Params))?,
         };
         let record = self.record_name(principal, path, tool, &key);
@@ -236,7 +235,7 @@ impl Idempotency {
         let Some(held) = self.reserve(&record, &reserved, owner).await? else {
             self.metrics.idempotency(IdempotencyResult::Reserved);
             let ticket = self.ticket(record, reserved, digest, in_flight);
-            return Ok(Admission::Reserved(Arc::new(ticket)));
+            return Ok(Admission::Reserved(ticket));
         };
         self.answer_held(&held, &digest)
     }

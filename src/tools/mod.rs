@@ -4,7 +4,8 @@
 //! called in order from [`crate::proxy`].
 //!
 //! Invariant: a `tools/call` reaches the upstream only after every tool feature admitted
-//! it; what the response phase must do (handles to seal, an answer to record) is decided
+//! it ([`ToolFeatures::unwrap_handles`], then [`ToolFeatures::admit`]); what the response
+//! phase must do (handles to seal, an answer to record) is decided
 //! at admission ([`Inbound`]), so it holds nothing of the request body.
 
 pub(crate) mod handles;
@@ -14,9 +15,9 @@ mod metrics;
 use crate::auth::Caller;
 use crate::error::ProxyError;
 use crate::jsonrpc::{Params, ParamsField};
+use crate::token::RequestBinding;
 use http::HeaderMap;
 use serde_json::{Map, Value};
-use std::sync::Arc;
 
 pub(crate) use handles::{Handles, Issue};
 pub(crate) use idempotency::{Admission, Completed, Idempotency, Replay, Ticket};
@@ -48,8 +49,9 @@ pub(crate) struct Inbound {
 pub(crate) struct Answering {
     /// Handles the response must seal.
     issue: Option<Issue>,
-    /// The idempotency reservation the response completes.
-    ticket: Option<Arc<Ticket>>,
+    /// The idempotency reservation the response completes: its one owner (dropped
+    /// unfinished, it gives the key back or, with an answer, records it).
+    ticket: Option<Ticket>,
 }
 
 impl Answering {
@@ -92,45 +94,60 @@ impl Answering {
         }
     }
 
-    /// The reservation the call holds, to finish once its answer is complete.
-    pub(crate) fn ticket(&self) -> Option<Arc<Ticket>> {
-        self.ticket.clone()
+    /// A whole answer was sealed: record it now, before the client has it, so a repeat
+    /// sent right after is replayed (a stream's answer is recorded when the stream ends
+    /// and its sealer, holding this, is dropped).
+    pub(crate) async fn finish(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            ticket.finish_if_complete().await;
+        }
     }
 }
 
+/// The tool a `tools/call` names; other methods, and a call without a name or params,
+/// have none and pass the tool features.
+pub(crate) fn called_tool(method: &str, params: &Params<'_>) -> Option<String> {
+    if !params.is_present() || method != "tools/call" {
+        return None;
+    }
+    params.get_str(ParamsField::Name).map(str::to_owned)
+}
+
 impl ToolFeatures {
-    /// Apply the inbound rules to a `tools/call` (other methods pass): handle arguments
-    /// are unwrapped, then the idempotency key is reserved (over the arguments the
-    /// upstream will receive) or answered from the store. Runs after the state opener,
-    /// so a `requestState` binding is computed over the arguments as the client sent them.
-    pub(crate) async fn inbound(
+    /// The first tool step: each accepted handle argument of a call of `tool` is
+    /// unwrapped to the upstream's raw handle (or the call refused). Whether the
+    /// arguments changed: a digest computed over them before no longer holds.
+    pub(crate) async fn unwrap_handles(
         &self,
-        method: &str,
+        tool: &str,
+        params: &mut Params<'_>,
+        caller: &Caller,
+    ) -> Result<bool, ProxyError> {
+        self.handles.unwrap(tool, params, caller).await
+    }
+
+    /// The second: the idempotency key is reserved over the arguments the upstream
+    /// will receive, or the call answered from the store. `bound`: the request's binding
+    /// when it was computed over those very arguments (its digest is taken rather than
+    /// computed again).
+    pub(crate) async fn admit(
+        &self,
+        tool: &str,
         params: &mut Params<'_>,
         headers: &mut HeaderMap,
-        caller: &Caller<'_>,
-        binding_digest: Option<&str>,
+        caller: &Caller,
+        bound: Option<&RequestBinding>,
     ) -> Result<Inbound, ProxyError> {
-        if !params.is_present() || method != "tools/call" {
-            return Ok(Inbound::default());
-        }
-        let Some(tool) = params.get_str(ParamsField::Name).map(str::to_owned) else {
-            return Ok(Inbound::default());
-        };
-        let replaced = self.handles.unwrap(&tool, params, caller).await?;
-        // The binding's digest covers the arguments the upstream receives unless a handle
-        // was replaced in them since.
-        let known_digest = binding_digest.filter(|_| !replaced);
         let mut inbound = Inbound {
             answering: Answering {
-                issue: self.handles.issue(&tool, caller),
+                issue: self.handles.issue(tool, caller),
                 ticket: None,
             },
             replay: None,
         };
         match self
             .idempotency
-            .admit(&tool, params, headers, caller, known_digest)
+            .admit(tool, params, headers, caller, bound)
             .await?
         {
             Admission::Untracked => {}

@@ -38,7 +38,7 @@ pub fn sealer_declaring(capabilities: Option<Value>) -> ResponseSealer {
         .clone();
     let context = SealContext::new(
         Some(serde_json::json!(1)),
-        Some("tools/call"),
+        Some("tools/call".into()),
         Some(ring::binding()),
         None,
     )

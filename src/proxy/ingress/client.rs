@@ -10,12 +10,6 @@ use super::{Peer, TrustedProxies, X_FORWARDED_FOR};
 use http::HeaderMap;
 use std::net::IpAddr;
 
-/// The client a trusted proxy reports for a request ([`TrustedProxies::client`]), when it
-/// is not the peer: set by the head phase only then (no extension, no allocation, for
-/// the usual request), read by the phases after it in place of the peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ClientAddr(pub(crate) IpAddr);
-
 impl TrustedProxies {
     /// The client a request is from: the peer, or for a trusted peer the first address
     /// of its `X-Forwarded-For` chain (every line, read from the right) that is not a
