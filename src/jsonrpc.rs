@@ -131,12 +131,15 @@ impl ParseError {
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
+pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub(crate) const INTERNAL_ERROR: i64 = -32603;
 /// MCP 2026-07-28: a header disagrees with the body (or is repeated).
 pub const HEADER_MISMATCH: i64 = -32020;
 /// MCP 2026-07-28: the server needs a client capability the client did not declare.
 pub(crate) const MISSING_CAPABILITY: i64 = -32021;
+/// MCP 2026-07-28: the request's protocol version is not one the server serves.
+pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
 
 /// Parse one JSON value, refusing duplicate keys at any depth. Numbers keep their
 /// literal digits (`arbitrary_precision`), so re-serialising changes no number's value;

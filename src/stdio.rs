@@ -24,6 +24,7 @@
 //! it exits, and a request waiting for the child is bounded by the proxy's head timeout).
 
 mod admit;
+mod ask;
 mod child;
 mod ids;
 mod lines;
@@ -31,6 +32,7 @@ pub(crate) mod metrics;
 mod notices;
 mod route;
 mod serve;
+mod tools;
 
 pub(crate) use admit::{GATED_HEADER, OWNER_HEADER};
 pub use metrics::BridgeRefusal;
@@ -42,6 +44,7 @@ pub use metrics::Unmatched;
 use crate::budget::{MemoryBudget, Reservation};
 use crate::config::Config;
 use crate::health::ChildUp;
+use crate::mcp::param_headers::LearnedParamHeaders;
 use bytes::Bytes;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -80,6 +83,8 @@ pub(crate) struct BridgeShared {
     /// Requests each caller has at the bridge, and how many one may have.
     owners: Mutex<HashMap<String, usize>>,
     owner_share: usize,
+    /// The child's tools' `Mcp-Param-*` annotations ([`tools`]), which the gate checks.
+    param_headers: LearnedParamHeaders,
 }
 
 /// One line for the child's stdin: a request's (written only while its route is open)
@@ -198,6 +203,7 @@ impl Bridge {
             queue_max: command.queue_max,
             owners: Mutex::new(HashMap::new()),
             owner_share: config.upstream_command_queue_share(),
+            param_headers: LearnedParamHeaders::default(),
         });
         shared.set_up(false);
         let (stop, stopping) = watch::channel(None);
@@ -246,6 +252,11 @@ impl Connector {
     /// (and only it: no client learns it).
     pub(crate) fn mark(&self) -> http::HeaderValue {
         self.shared.mark.clone()
+    }
+
+    /// The `Mcp-Param-*` annotations of the child's tools, as last listed.
+    pub(crate) fn param_headers(&self) -> LearnedParamHeaders {
+        self.shared.param_headers.clone()
     }
 }
 

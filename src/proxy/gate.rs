@@ -12,11 +12,12 @@ use crate::budget::{self, CollectError, MemoryBudget, Reservation};
 use crate::config::LimitsConfig;
 use crate::error::ProxyError;
 use crate::jsonrpc::{Id, Message, Params, ParamsField, Refused, ScannedBody};
-use base64_simd::STANDARD;
+use crate::mcp::param_headers::{LearnedParamHeaders, ParamHeaders};
 use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{self, HeaderName};
 use hyper::body::Incoming;
+use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,10 @@ pub(crate) struct Gate {
     limits: LimitsConfig,
     budget: Arc<MemoryBudget>,
     body_timeout: Duration,
+    /// The sidecar is the upstream's HTTP transport (a stdio child sees no headers):
+    /// the transport's own header rules apply here ([`check_transport_headers`]), with
+    /// the `Mcp-Param-*` annotations of the child's tools.
+    transport: Option<LearnedParamHeaders>,
 }
 
 /// A message the gate let in.
@@ -61,15 +66,19 @@ impl AdmittedBody {
 }
 
 impl Gate {
+    /// `transport`: the upstream is a stdio child, whose HTTP transport the sidecar is
+    /// (the annotations its tools declare).
     pub(crate) fn new(
         limits: LimitsConfig,
         budget: Arc<MemoryBudget>,
         body_timeout: Duration,
+        transport: Option<LearnedParamHeaders>,
     ) -> Self {
         Self {
             limits,
             budget,
             body_timeout,
+            transport,
         }
     }
 
@@ -88,6 +97,12 @@ impl Gate {
             Err(_) => return Err(unread(ProxyError::BodyTimeout)),
         };
         let body = check_message(headers, bytes, self.limits.max_json_values)?;
+        if let Some(params) = &self.transport
+            && let Err(error) = check_transport_headers(headers, &body, &params.load())
+        {
+            let id = body.id().cloned();
+            return Err(Box::new(Refusal { id, error }));
+        }
         Ok(AdmittedBody {
             body: Box::new(body),
             reservation,
@@ -217,7 +232,8 @@ fn check_mcp_headers<'t>(
             return Err(ProxyError::HeaderMismatch("mcp-name"));
         };
         let target = target(field);
-        let decoded = decode_header_value(raw).ok_or(ProxyError::HeaderMismatch("mcp-name"))?;
+        let decoded =
+            crate::mcp::decode_header_value(raw).ok_or(ProxyError::HeaderMismatch("mcp-name"))?;
         if target.as_deref().map(str::as_bytes) != Some(&decoded[..]) {
             return Err(ProxyError::HeaderMismatch("mcp-name"));
         }
@@ -225,20 +241,85 @@ fn check_mcp_headers<'t>(
     Ok(())
 }
 
-/// MCP header values that are not plain printable ASCII travel as `=?base64?<b64>?=`.
-fn decode_header_value(raw: &[u8]) -> Option<Vec<u8>> {
-    match raw
-        .strip_prefix(b"=?base64?")
-        .and_then(|r| r.strip_suffix(b"?="))
-    {
-        Some(encoded) => STANDARD.decode_to_vec(encoded).ok(),
-        None => Some(raw.to_vec()),
+/// The header rules of the Streamable HTTP transport for a 2026-07-28 request (one whose
+/// `_meta` names its protocol version), beyond [`check_mcp_headers`]' agreement: applied
+/// when the sidecar is the transport (a stdio child cannot see headers; an HTTP
+/// upstream applies them itself). `MCP-Protocol-Version` must name the body's version,
+/// a request must carry `Mcp-Method`, and `Mcp-Name` when its body has the member the
+/// header names; a `tools/call`'s `Mcp-Param-*` headers must mirror its arguments as its
+/// tool's schema declares (`params`). A 2025-era message (no version in `_meta`) has
+/// none of these headers.
+fn check_transport_headers(
+    headers: &HeaderMap,
+    body: &ScannedBody,
+    params: &ParamHeaders,
+) -> Result<(), ProxyError> {
+    let Some(version) = meta_protocol_version(body) else {
+        return Ok(());
+    };
+    let header_version = headers.get(&MCP_PROTOCOL_VERSION).map(|v| v.as_bytes());
+    // RFC 9110 §5.5: the whitespace around a field value is not part of it.
+    if header_version.map(<[u8]>::trim_ascii) != Some(version.as_bytes()) {
+        return Err(ProxyError::HeaderMismatch("mcp-protocol-version"));
     }
+    let Message::Call {
+        method,
+        id: Some(_),
+    } = body.message()
+    else {
+        return Ok(());
+    };
+    if !headers.contains_key(&MCP_METHOD) {
+        return Err(ProxyError::HeaderMismatch("mcp-method"));
+    }
+    let named = crate::mcp::header_target_field(method)
+        .and_then(ParamsField::named)
+        .and_then(|field| body.index().param(field));
+    if named.is_some() && !headers.contains_key(&MCP_NAME) {
+        return Err(ProxyError::HeaderMismatch("mcp-name"));
+    }
+    if method != "tools/call" || params.is_empty() {
+        return Ok(());
+    }
+    let param = |field| {
+        let span = body.index().param(field)?;
+        Some(&body.bytes()[span])
+    };
+    let Some(tool) =
+        param(ParamsField::Name).and_then(|raw| serde_json::from_slice::<String>(raw).ok())
+    else {
+        return Ok(());
+    };
+    // Scanned strictly already: the arguments parse. Arguments that are not an object
+    // mirror nothing (the SDKs check none).
+    let arguments = match param(ParamsField::Arguments).map(serde_json::from_slice::<Value>) {
+        None => None,
+        Some(Ok(Value::Object(arguments))) => Some(arguments),
+        Some(_) => return Ok(()),
+    };
+    params
+        .check(&tool, arguments.as_ref(), headers)
+        .map_err(|mismatch| {
+            tracing::debug!(tool = %crate::text::Clipped(&tool), reason = mismatch.as_str(), "Mcp-Param header refused");
+            ProxyError::HeaderMismatch("mcp-param")
+        })
+}
+
+/// The protocol version a message's `_meta` names, read from `params._meta` alone.
+fn meta_protocol_version(body: &ScannedBody) -> Option<String> {
+    const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    let span = body.index().param(ParamsField::Meta)?;
+    // Scanned strictly already (within `max_json_values`): it parses.
+    let meta =
+        serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&body.bytes()[span])
+            .ok()?;
+    meta.get(PROTOCOL_VERSION)?.as_str().map(str::to_owned)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64_simd::STANDARD;
     use http::HeaderValue;
     use serde_json::json;
 

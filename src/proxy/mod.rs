@@ -169,6 +169,7 @@ impl Proxy {
                 limits.clone(),
                 budget.clone(),
                 Duration::from_millis(config.timeouts.body_read_ms),
+                upstream.transport_rules(),
             ),
             tools: ToolFeatures {
                 handles: Handles::new(

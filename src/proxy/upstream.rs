@@ -24,6 +24,7 @@ use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
 use crate::body::ProxyBody;
+use crate::mcp::param_headers::LearnedParamHeaders;
 
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those the
 /// sidecar sets itself.
@@ -48,6 +49,9 @@ pub(crate) struct Upstream {
     response_head_timeout: Duration,
     /// A stdio upstream's mark for the gated route ([`crate::stdio::GATED_HEADER`]).
     gated_mark: Option<HeaderValue>,
+    /// A stdio upstream's `Mcp-Param-*` annotations, learned from its child's
+    /// `tools/list`: the sidecar is its HTTP transport.
+    param_headers: Option<LearnedParamHeaders>,
 }
 
 /// The pool of an HTTP upstream, or of a stdio upstream's in-process server
@@ -123,6 +127,7 @@ impl Upstream {
             base_path: base.uri().path().trim_end_matches('/').to_owned(),
             response_head_timeout,
             gated_mark: None,
+            param_headers: None,
         }
     }
 
@@ -135,6 +140,7 @@ impl Upstream {
     ) -> Self {
         let authority = Authority::from_static("stdio");
         let gated_mark = Some(connector.mark());
+        let param_headers = Some(connector.param_headers());
         Self {
             client: Clients::Stdio(crate::stdio::client(
                 connector,
@@ -147,6 +153,7 @@ impl Upstream {
             base_path: String::new(),
             response_head_timeout,
             gated_mark,
+            param_headers,
         }
     }
 
@@ -213,6 +220,12 @@ impl Upstream {
     /// How long a response head (and a whole JSON body) may take.
     pub(crate) fn timeout(&self) -> Duration {
         self.response_head_timeout
+    }
+
+    /// For a stdio upstream, whose HTTP transport the sidecar is: the `Mcp-Param-*`
+    /// annotations its child's tools declare (`None`: an HTTP upstream checks its own).
+    pub(crate) fn transport_rules(&self) -> Option<LearnedParamHeaders> {
+        self.param_headers.clone()
     }
 
     /// Send a request and wait for the response head, bounded by the configured timeout.

@@ -4,13 +4,15 @@
 //! `restart_max_ms`) while it keeps exiting quickly. Stopping closes its stdin and sends
 //! SIGTERM, then SIGKILL at the deadline.
 
+use super::ask::ask;
 use super::ids;
 use super::lines::{Line, Lines};
 use super::route::{self, Delivery, NoAnswer};
+use super::tools;
 use super::{BridgeShared, Outgoing};
 use crate::config::Config;
 use crate::text::Clipped;
-use serde_json::json;
+use serde_json::{Map, json};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -24,6 +26,10 @@ use tokio::time::Instant;
 /// The environment a child gets without `inherit_env` (each only when set).
 const MINIMAL_ENV: [&str; 3] = ["PATH", "HOME", "LANG"];
 /// A child that ran this long before exiting starts again after the shortest delay.
+/// How long the child has to answer each page of a `tools/list` of the bridge's own.
+const LISTING_TIMEOUT: Duration = Duration::from_secs(10);
+/// What the child says when its tools changed: listed again ([`tools::learn`]).
+const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
 const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// Lines of stderr logged per second; the rest are counted.
 const STDERR_LINES_PER_SECOND: u64 = 100;
@@ -178,6 +184,7 @@ async fn run(
                 if answered {
                     tracing::info!(pid, "stdio upstream answered server/discover: ready");
                     shared.set_up(true);
+                    tokio::spawn(tools::learn(shared.clone(), LISTING_TIMEOUT));
                 } else {
                     tracing::error!(pid, timeout_ms = spec.probe_timeout.as_millis() as u64, "stdio upstream did not answer server/discover in time; restarting it");
                     let _ = child.start_kill();
@@ -204,46 +211,16 @@ async fn stopping(stop: &mut watch::Receiver<Option<Instant>>) -> Instant {
 /// the era of an SDK server that decides it by the first request); true once it
 /// answered, with a result or an error.
 async fn probe(shared: Arc<BridgeShared>, timeout: Duration) -> bool {
-    let id = ids::fresh();
-    let receivers = shared.routes().open(id.clone(), json!(null), None, false);
-    let discover = json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "method": "server/discover",
-        "params": {"_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "mcp-state-guard", "version": crate::version::VERSION},
-        }},
-    });
     // Ahead of waiting requests would be better, but they wait for readiness anyway.
-    if shared
-        .queue
-        .send(Outgoing {
-            id: Some(id.clone()),
-            line: route::line(&discover),
-            held: None,
-        })
-        .await
-        .is_err()
-    {
+    let Some(answer) = ask(&shared, "server/discover", Map::new(), timeout).await else {
         return false;
+    };
+    if answer.get("error").is_some() {
+        tracing::warn!(
+            "stdio upstream answered server/discover with an error (a 2025-era server?); serving it anyway"
+        );
     }
-    let answered = tokio::time::timeout(timeout, receivers.answer).await;
-    shared.routes().close(&id);
-    match answered {
-        Ok(Ok(Ok(answer))) => {
-            if serde_json::from_slice::<serde_json::Value>(&answer.message)
-                .is_ok_and(|a| a.get("error").is_some())
-            {
-                tracing::warn!(
-                    "stdio upstream answered server/discover with an error (a 2025-era server?); serving it anyway"
-                );
-            }
-            true
-        }
-        _ => false,
-    }
+    true
 }
 
 /// Stop the child: stdin closed (the writer is gone), SIGTERM, SIGKILL at `deadline`.
@@ -319,10 +296,13 @@ async fn read(shared: Arc<BridgeShared>, stdout: ChildStdout, max_line: usize) {
 /// Count and log what reached nobody (by kind and length, never its content: an answer
 /// to a caller that left may carry a state, and a stray print may carry anything); cut
 /// off a caller that fell behind; refuse the child's requests to the client.
-fn delivered(shared: &BridgeShared, delivery: Delivery, line: &[u8]) {
+fn delivered(shared: &Arc<BridgeShared>, delivery: Delivery, line: &[u8]) {
     match delivery {
         Delivery::Delivered | Delivery::Blank => {}
         Delivery::Unmatched(reason, method) => {
+            if method.as_deref() == Some(TOOLS_CHANGED) {
+                tokio::spawn(tools::learn(shared.clone(), LISTING_TIMEOUT));
+            }
             shared.metrics.unmatched(reason);
             tracing::warn!(
                 reason = reason.as_str(),

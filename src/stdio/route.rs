@@ -40,6 +40,9 @@ pub(crate) enum NoAnswer {
 pub(crate) struct Reply {
     pub(crate) message: Bytes,
     pub(crate) held: Reservation,
+    /// The HTTP status it is answered with when it is the whole answer: an error's by
+    /// its code ([`crate::mcp::error_status`]), else `200`.
+    pub(crate) status: http::StatusCode,
 }
 
 /// The answer of one request, or why none.
@@ -207,6 +210,12 @@ impl Routes {
             return Delivery::Unmatched(Unmatched::UnknownId, None);
         };
         message.insert("id".into(), std::mem::take(&mut route.caller_id));
+        let status = match message.get("error").and_then(|e| e.get("code")) {
+            Some(code) => code
+                .as_i64()
+                .map_or(http::StatusCode::OK, crate::mcp::error_status),
+            None => http::StatusCode::OK,
+        };
         let message = encode(&message);
         let mut held = self.budget.reservation();
         if held.grow(message.len()).is_err() {
@@ -214,7 +223,11 @@ impl Routes {
             // The child is done with it: nothing to cancel.
             return Delivery::CutOff(None, CutOff::OverBudget);
         }
-        route.send(Ok(Reply { message, held }));
+        route.send(Ok(Reply {
+            message,
+            held,
+            status,
+        }));
         Delivery::Delivered
     }
 
