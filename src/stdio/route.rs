@@ -1,7 +1,8 @@
 //! Which caller a message belongs to. Each request gets an id of the bridge's own (a
-//! fresh random string, [`super::ids`]), and its `progressToken` the same; the answer
-//! and the progress notifications carrying it go back to that caller with its own id and
-//! token restored, and to nobody else.
+//! fresh random string, [`super::ids`]), and its `progressToken` the same; the answer,
+//! the progress notifications carrying it, and for a `subscriptions/listen` request the
+//! events the child tags with it as their subscription id go back to that caller with
+//! its own id and token restored, and to nobody else.
 //!
 //! Invariant: a line from the child reaches a caller only through [`Routes::deliver`],
 //! which hands it to the one open route its id or progress token names; anything else
@@ -20,6 +21,10 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::oneshot;
+
+/// Where a `subscriptions/listen` stream's events name their subscription: the listen
+/// request's id (SEP-2575).
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// Why a request got no answer from the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,31 +242,18 @@ impl Routes {
         method: String,
         metrics: &StdioMetrics,
     ) -> Delivery {
-        // Only progress names its request (by token). A log message on stdio has no
-        // request stream to travel on, so it cannot be told apart from another
-        // caller's: it goes to nobody.
-        let token = (method == "notifications/progress")
-            .then(|| message.get_mut("params"))
-            .flatten()
-            .and_then(Value::as_object_mut)
-            .and_then(|params| params.get_mut("progressToken"));
-        let Some(token) = token else {
-            return Delivery::Unmatched(Unmatched::Notification, Some(method));
-        };
-        let id = token.as_str().filter(|id| self.open.contains_key(*id));
-        let Some(id) = id.map(str::to_owned) else {
+        // A log message on stdio has no request stream to travel on, so it cannot be
+        // told apart from another caller's: it goes to nobody. Only progress (by its
+        // token) and a listen stream's events (by their subscription id) name a request.
+        let Some(id) = self.addressee(&mut message, &method) else {
             return Delivery::Unmatched(Unmatched::Notification, Some(method));
         };
         let route = &self.open[&id];
-        let Some(original) = route.progress_token.clone() else {
-            return Delivery::Unmatched(Unmatched::Notification, Some(method));
-        };
         if !route.streams {
             metrics.dropped(Dropped::JsonCaller);
             return Delivery::Delivered;
         }
         let notices = route.notices.clone();
-        *token = original;
         match notices.push(encode(&message)) {
             Ok(()) => Delivery::Delivered,
             Err(reason) => {
@@ -270,6 +262,30 @@ impl Routes {
                 Delivery::CutOff(Some(id), reason)
             }
         }
+    }
+
+    /// The open route a notification names, its name put back as its caller wrote it:
+    /// a progress notification names its request by the `progressToken` the bridge
+    /// gave it; a `subscriptions/listen` stream's events (and their acknowledgement)
+    /// name the listen request's id in `_meta` (SEP-2575), which is the bridge's id.
+    fn addressee(&self, message: &mut Map<String, Value>, method: &str) -> Option<BridgeId> {
+        let params = message.get_mut("params")?.as_object_mut()?;
+        let progress = method == "notifications/progress";
+        let slot = if progress {
+            params.get_mut("progressToken")?
+        } else {
+            params
+                .get_mut("_meta")?
+                .as_object_mut()?
+                .get_mut(SUBSCRIPTION_ID)?
+        };
+        let (id, route) = self.open.get_key_value(slot.as_str()?)?;
+        *slot = if progress {
+            route.progress_token.clone()?
+        } else {
+            route.caller_id.clone()
+        };
+        Some(id.clone())
     }
 }
 

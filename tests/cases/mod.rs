@@ -75,6 +75,7 @@ mod observability;
 mod operations;
 mod passthrough;
 mod security_model;
+mod stdio_conformance;
 mod tls;
 mod token_interop;
 mod ts_conformance;

@@ -37,6 +37,7 @@ const NOT_GUARANTEES: &[&str] = &[
     "operations",
     "passthrough",
     "security_model",
+    "stdio_conformance",
     "tls",
     "token_interop",
     "ts_conformance",

@@ -211,3 +211,58 @@ fn a_caller_falling_behind_is_cut_off() {
 fn budget_limited() -> Arc<MemoryBudget> {
     budget(100)
 }
+
+/// An event of a `subscriptions/listen` stream, as the child tags it.
+fn event(subscription: &str, method: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": method,
+        "params": {"_meta": {SUBSCRIPTION_ID: subscription}}}))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn each_listen_stream_gets_only_the_events_tagged_with_its_own_request() {
+    let metrics = metrics();
+    let mut routes = Routes::new(budget(1 << 20));
+    let (a, b) = (ids::fresh(), ids::fresh());
+    let ra = routes.open(a.clone(), json!("listen-a"), None, true);
+    let rb = routes.open(b.clone(), json!(7), None, true);
+    for (subscription, method) in [
+        (&a, "notifications/subscriptions/acknowledged"),
+        (&b, "notifications/subscriptions/acknowledged"),
+        (&b, "notifications/tools/list_changed"),
+        (&a, "notifications/resources/updated"),
+    ] {
+        let line = event(subscription, method);
+        assert_eq!(routes.deliver(&line, &metrics), Delivery::Delivered);
+    }
+    let events = |route: &Receivers| {
+        std::iter::from_fn(|| route.notices.try_next())
+            .map(|n| serde_json::from_slice::<Value>(&n).unwrap())
+            .collect::<Vec<_>>()
+    };
+    // Each caller sees its own request's id as the subscription id, in order.
+    let (got_a, got_b) = (events(&ra), events(&rb));
+    assert_eq!(got_a.len(), 2);
+    assert_eq!(got_b.len(), 2);
+    assert_eq!(got_a[1]["method"], "notifications/resources/updated");
+    assert_eq!(got_b[1]["method"], "notifications/tools/list_changed");
+    assert!(
+        got_a
+            .iter()
+            .all(|e| e["params"]["_meta"][SUBSCRIPTION_ID] == "listen-a")
+    );
+    assert!(
+        got_b
+            .iter()
+            .all(|e| e["params"]["_meta"][SUBSCRIPTION_ID] == 7)
+    );
+    // A subscription no open request names goes to nobody.
+    let stray = event(&ids::fresh(), "notifications/tools/list_changed");
+    assert_eq!(
+        routes.deliver(&stray, &metrics),
+        Delivery::Unmatched(
+            Unmatched::Notification,
+            Some("notifications/tools/list_changed".into())
+        )
+    );
+}
