@@ -156,7 +156,7 @@ pub mod sse {
 /// A stdio upstream run as the sidecar's child: its metric labels.
 pub mod stdio {
     pub use crate::stdio::StdioMetrics;
-    pub use crate::stdio::{BridgeRefusal, CutOff, Dropped, Unmatched};
+    pub use crate::stdio::{BridgeRefusal, CutOff, Dropped, SessionEnd, Unmatched};
 }
 
 /// The shared store.

@@ -1,6 +1,6 @@
 //! Facts about MCP messages that several floors need, written once: which member of a
 //! request names its target, whether a result asks the client for input, whether bytes
-//! open like JSON to some client, and the HTTP status a JSON-RPC error is answered with.
+//! open like JSON to some client, and how an MCP header value is decoded.
 //!
 //! Invariant: each rule here is the only copy of it in the crate; the gate, the token
 //! binding, the audit record, the sealer and the idempotency record all ask this module.
@@ -37,27 +37,6 @@ pub fn header_target_field(method: &str) -> Option<&'static str> {
 pub fn asks_for_input(result: &Map<String, Value>) -> bool {
     result.get("resultType") == Some(&Value::from("input_required"))
         || result.get("inputRequests").is_some_and(|r| !r.is_null())
-}
-
-/// The HTTP status a Streamable HTTP transport answers a JSON-RPC error with when the
-/// error is the whole answer (once an event stream is committed it is `200`), as the
-/// SDKs' transports map it (`mcp/shared/inbound.py`): `400` for a request refused as
-/// such (not JSON, not a request, invalid params such as a missing `_meta`, a header
-/// that disagrees with the body, a client capability not declared, a protocol version
-/// not served), `404` for a method not found, and `200` for anything else (a tool's or
-/// an internal error is still the request's answer). The stdio bridge answers its
-/// child's errors by it; the sidecar's own refusal table agrees with it.
-pub(crate) fn error_status(code: i64) -> http::StatusCode {
-    use crate::jsonrpc::{
-        HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, MISSING_CAPABILITY, PARSE_ERROR,
-        UNSUPPORTED_VERSION,
-    };
-    match code {
-        PARSE_ERROR | INVALID_REQUEST | INVALID_PARAMS | HEADER_MISMATCH | MISSING_CAPABILITY
-        | UNSUPPORTED_VERSION => http::StatusCode::BAD_REQUEST,
-        crate::jsonrpc::METHOD_NOT_FOUND => http::StatusCode::NOT_FOUND,
-        _ => http::StatusCode::OK,
-    }
 }
 
 /// An MCP header value (`Mcp-Name`, `Mcp-Param-*`): as sent, or for one that is not
@@ -136,26 +115,6 @@ crate::registry::labels!(pub MethodClass {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    /// The SDKs' map (`mcp-wire-notes.md` 1.6), code by code.
-    #[test]
-    fn errors_answer_with_the_sdks_statuses() {
-        for (code, status) in [
-            (-32700, 400),
-            (-32600, 400),
-            (-32602, 400),
-            (-32020, 400),
-            (-32021, 400),
-            (-32022, 400),
-            (-32601, 404),
-            (-32603, 200),
-            (-32000, 200),
-            (-32042, 200),
-            (1, 200),
-        ] {
-            assert_eq!(error_status(code).as_u16(), status, "{code}");
-        }
-    }
 
     #[test]
     fn targets_by_method() {

@@ -30,14 +30,17 @@ mod ids;
 mod lines;
 pub(crate) mod metrics;
 mod notices;
+mod outbox;
 mod route;
 mod serve;
+mod session;
 mod tools;
 
 pub(crate) use admit::{GATED_HEADER, OWNER_HEADER};
 pub use metrics::BridgeRefusal;
 pub use metrics::CutOff;
 pub use metrics::Dropped;
+pub use metrics::SessionEnd;
 pub use metrics::StdioMetrics;
 pub use metrics::Unmatched;
 
@@ -48,7 +51,9 @@ use crate::mcp::param_headers::LearnedParamHeaders;
 use bytes::Bytes;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use outbox::Outbox;
 use route::Routes;
+use session::Sessions;
 use std::collections::HashMap;
 use std::future::Ready;
 use std::pin::Pin;
@@ -63,13 +68,18 @@ use tokio::task::JoinHandle;
 /// Bytes buffered in each direction of an in-memory connection.
 const DUPLEX_BYTES: usize = 64 * 1024;
 
-/// What is shared by the in-process server, the supervisor and the child's reader.
+/// What is shared by the in-process server, the supervisor and the reader of one child:
+/// the shared 2026-07-28 child, or a 2025-era session's ([`session`]).
 pub(crate) struct BridgeShared {
     routes: Mutex<Routes>,
     queue: mpsc::Sender<Outgoing>,
     /// Whether the child answers (it answered `server/discover`); `None` once stopped.
     up: watch::Sender<Option<bool>>,
-    child_up: ChildUp,
+    /// The readiness the shared child reports (`/readyz`, `stdio_child_up`); a
+    /// session's child reports none.
+    child_up: Option<ChildUp>,
+    /// A session's child: where what it sends its one client unasked goes.
+    session: Option<Arc<Outbox>>,
     metrics: Arc<StdioMetrics>,
     max_body: usize,
     max_values: usize,
@@ -113,6 +123,40 @@ impl NotQueued {
 }
 
 impl BridgeShared {
+    /// One child's bridge: the shared child's (reporting readiness to `child_up`), or a
+    /// session's (sending what its child sends unasked to `session`). The receiving
+    /// end of its queue goes to the child's supervisor.
+    fn new(
+        config: &Config,
+        metrics: Arc<StdioMetrics>,
+        budget: Arc<MemoryBudget>,
+        mark: http::HeaderValue,
+        child_up: Option<ChildUp>,
+        session: Option<Arc<Outbox>>,
+    ) -> (Arc<Self>, mpsc::Receiver<Outgoing>) {
+        let command = &config.upstream_command;
+        let (queue, queued) = mpsc::channel(command.queue_max);
+        let shared = Arc::new(BridgeShared {
+            routes: Mutex::new(Routes::new(budget.clone())),
+            queue,
+            up: watch::Sender::new(Some(false)),
+            child_up,
+            session,
+            metrics,
+            max_body: config.limits.max_body_bytes,
+            max_values: config.limits.max_json_values,
+            budget,
+            mark,
+            waiting: AtomicUsize::new(0),
+            queue_max: command.queue_max,
+            owners: Mutex::new(HashMap::new()),
+            owner_share: config.upstream_command_queue_share(),
+            param_headers: LearnedParamHeaders::default(),
+        });
+        shared.set_up(false);
+        (shared, queued)
+    }
+
     pub(crate) fn routes(&self) -> MutexGuard<'_, Routes> {
         // A panic while holding the table cannot leave it half-changed (each change is
         // one map operation): keep serving.
@@ -165,17 +209,79 @@ impl BridgeShared {
             }
             changed
         });
-        self.child_up.set(up);
-        self.metrics.set_up(up);
+        if let Some(child_up) = &self.child_up {
+            child_up.set(up);
+            self.metrics.set_up(up);
+        }
+    }
+
+    /// The child is gone for good: whoever waits for it is told so.
+    fn stopped(&self) {
+        self.up.send_replace(None);
+    }
+
+    /// Whether the child is gone for good.
+    fn is_stopped(&self) -> bool {
+        self.up.borrow().is_none()
     }
 }
 
-/// The child and the bridge to it.
-pub(crate) struct Bridge {
+/// One child, supervised (started, and for the shared child restarted) until stopped.
+pub(crate) struct Supervised {
     shared: Arc<BridgeShared>,
     /// Set to stop: the instant by which the child must be gone.
     stop: watch::Sender<Option<tokio::time::Instant>>,
     supervisor: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Supervised {
+    fn spawn(
+        shared: Arc<BridgeShared>,
+        spec: child::Spec,
+        queued: mpsc::Receiver<Outgoing>,
+    ) -> Self {
+        let (stop, stopping) = watch::channel(None);
+        let supervisor = tokio::spawn(child::supervise(shared.clone(), spec, queued, stopping));
+        Self {
+            shared,
+            stop,
+            supervisor: Mutex::new(Some(supervisor)),
+        }
+    }
+
+    /// Tell the child to stop: its stdin closed and SIGTERM now, SIGKILL when it is
+    /// still there at `deadline` (and at least a moment later).
+    fn signal(&self, deadline: tokio::time::Instant) {
+        let earliest = tokio::time::Instant::now() + Duration::from_millis(500);
+        let _ = self.stop.send(Some(deadline.max(earliest)));
+    }
+
+    /// Wait until the child is gone.
+    async fn join(&self) {
+        let supervisor = self
+            .supervisor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(supervisor) = supervisor {
+            let _ = supervisor.await;
+        }
+        self.shared.stopped();
+    }
+
+    async fn stop(&self, deadline: tokio::time::Instant) {
+        self.signal(deadline);
+        self.join().await;
+    }
+}
+
+/// The shared child (2026-07-28), the 2025-era sessions' children, and the bridge to
+/// them.
+pub(crate) struct Bridge {
+    child: Supervised,
+    sessions: Arc<Sessions>,
+    /// Ends idle sessions and those whose child exited.
+    reaper: JoinHandle<()>,
 }
 
 impl Bridge {
@@ -187,56 +293,39 @@ impl Bridge {
         child_up: ChildUp,
         budget: Arc<MemoryBudget>,
     ) -> Arc<Self> {
-        let command = &config.upstream_command;
-        let (queue, queued) = mpsc::channel(command.queue_max);
-        let shared = Arc::new(BridgeShared {
-            routes: Mutex::new(Routes::new(budget.clone())),
-            queue,
-            up: watch::Sender::new(Some(false)),
-            child_up,
-            metrics,
-            max_body: config.limits.max_body_bytes,
-            max_values: config.limits.max_json_values,
-            budget,
-            mark: admit::fresh_mark(),
-            waiting: AtomicUsize::new(0),
-            queue_max: command.queue_max,
-            owners: Mutex::new(HashMap::new()),
-            owner_share: config.upstream_command_queue_share(),
-            param_headers: LearnedParamHeaders::default(),
-        });
-        shared.set_up(false);
-        let (stop, stopping) = watch::channel(None);
+        let mark = admit::fresh_mark();
+        let sessions = Arc::new(Sessions::new(
+            config,
+            metrics.clone(),
+            budget.clone(),
+            mark.clone(),
+        ));
+        let (shared, queued) =
+            BridgeShared::new(config, metrics, budget, mark, Some(child_up), None);
         let spec = child::Spec::from_config(config);
-        let supervisor = tokio::spawn(child::supervise(shared.clone(), spec, queued, stopping));
         Arc::new(Self {
-            shared,
-            stop,
-            supervisor: Mutex::new(Some(supervisor)),
+            child: Supervised::spawn(shared, spec, queued),
+            reaper: tokio::spawn(session::reap(sessions.clone())),
+            sessions,
         })
     }
 
     /// What the proxy's client dials.
     pub(crate) fn connector(self: &Arc<Self>) -> Connector {
         Connector {
-            shared: self.shared.clone(),
+            shared: self.child.shared.clone(),
+            sessions: self.sessions.clone(),
         }
     }
 
-    /// Stop the child once the proxy has drained: close its stdin and send it SIGTERM,
-    /// then SIGKILL when it is still there at `deadline` (and at least a moment later).
+    /// Stop the children once the proxy has drained: every session's and the shared
+    /// one, each told at once (stdin closed, SIGTERM), each killed when it is still
+    /// there at `deadline` (and at least a moment later).
     pub(crate) async fn stop(&self, deadline: tokio::time::Instant) {
-        let earliest = tokio::time::Instant::now() + Duration::from_millis(500);
-        let _ = self.stop.send(Some(deadline.max(earliest)));
-        let supervisor = self
-            .supervisor
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(supervisor) = supervisor {
-            let _ = supervisor.await;
-        }
-        self.shared.up.send_replace(None);
+        self.reaper.abort();
+        self.child.signal(deadline);
+        self.sessions.stop_all(deadline).await;
+        self.child.join().await;
     }
 }
 
@@ -245,6 +334,7 @@ impl Bridge {
 #[derive(Clone)]
 pub(crate) struct Connector {
     shared: Arc<BridgeShared>,
+    sessions: Arc<Sessions>,
 }
 
 impl Connector {
@@ -271,10 +361,11 @@ impl tower_service::Service<http::Uri> for Connector {
 
     fn call(&mut self, _: http::Uri) -> Self::Future {
         let (client, server) = tokio::io::duplex(DUPLEX_BYTES);
-        let shared = self.shared.clone();
+        let (shared, sessions) = (self.shared.clone(), self.sessions.clone());
         tokio::spawn(async move {
-            let service =
-                hyper::service::service_fn(move |request| serve::serve(shared.clone(), request));
+            let service = hyper::service::service_fn(move |request| {
+                serve::serve(shared.clone(), sessions.clone(), request)
+            });
             // Ends when the client side closes the pipe, which drops a request still
             // waiting (its ticket cancels it at the child).
             // No header timeout: the only client is the sidecar's own pool, which closes

@@ -16,6 +16,9 @@ const BYTES_SHARE_DIVISOR: u64 = 8;
 const CONNECTIONS_SHARE_DIVISOR: usize = 4;
 /// An unset `upstream_command.queue_max_per_principal` is this fraction of `queue_max`.
 const QUEUE_SHARE_DIVISOR: usize = 4;
+/// An unset `upstream_command.max_sessions_per_principal` is this fraction of
+/// `max_sessions`.
+const SESSION_SHARE_DIVISOR: usize = 4;
 /// What a reservation is charged beyond `max_result_bytes`: the store's per-record
 /// overhead (768 bytes, measured by `cargo bench --bench store`) and a key and value of
 /// a few hundred bytes, rounded up.
@@ -50,6 +53,15 @@ impl Config {
         self.limits
             .max_connections_per_peer
             .unwrap_or(limit / CONNECTIONS_SHARE_DIVISOR)
+            .clamp(1, limit.max(1))
+    }
+
+    /// 2025-era sessions one caller may have open with a stdio upstream.
+    pub(crate) fn upstream_command_session_share(&self) -> usize {
+        let limit = self.upstream_command.max_sessions;
+        self.upstream_command
+            .max_sessions_per_principal
+            .unwrap_or(limit / SESSION_SHARE_DIVISOR)
             .clamp(1, limit.max(1))
     }
 
@@ -115,6 +127,17 @@ impl Config {
                 format!(
                     "must be 1 to upstream_command.queue_max ({})",
                     self.upstream_command.queue_max
+                ),
+            );
+        }
+        if let Some(share) = self.upstream_command.max_sessions_per_principal
+            && !(1..=self.upstream_command.max_sessions).contains(&share)
+        {
+            problem(
+                "upstream_command.max_sessions_per_principal",
+                format!(
+                    "must be 1 to upstream_command.max_sessions ({})",
+                    self.upstream_command.max_sessions
                 ),
             );
         }

@@ -85,6 +85,12 @@ pub(super) const LEAVES: &[Leaf] = &[
         Restart,
         "upstream_command.queue_max_per_principal" => upstream_command.queue_max_per_principal
     ),
+    leaf!(Restart, "upstream_command.max_sessions" => upstream_command.max_sessions),
+    leaf!(
+        Restart,
+        "upstream_command.max_sessions_per_principal" => upstream_command.max_sessions_per_principal
+    ),
+    leaf!(Restart, "upstream_command.session_idle_ms" => upstream_command.session_idle_ms),
     leaf!(Restart, "admin_listen" => admin_listen),
     leaf!(Live, "passthrough_paths" => passthrough_paths),
     leaf!(Live, "allowed_hosts" => allowed_hosts),

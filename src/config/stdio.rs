@@ -40,6 +40,16 @@ pub struct UpstreamCommandConfig {
     /// Unset: a quarter of `queue_max` ([`Config::upstream_command_queue_share`]); set: 1
     /// to `queue_max`.
     pub queue_max_per_principal: Option<usize>,
+    /// 2025-era sessions (each with a child of its own) open at once; past it 503 +
+    /// `Retry-After`. At least 1.
+    pub max_sessions: usize,
+    /// One caller's share of the sessions; past it 429 + `Retry-After`. Unset: a quarter
+    /// of `max_sessions` ([`Config::upstream_command_session_share`]); set: 1 to
+    /// `max_sessions`.
+    pub max_sessions_per_principal: Option<usize>,
+    /// A session with no request in progress and no stream open for this long ends,
+    /// and its child is stopped, in milliseconds. At least 1.
+    pub session_idle_ms: u64,
 }
 
 impl Default for UpstreamCommandConfig {
@@ -53,6 +63,9 @@ impl Default for UpstreamCommandConfig {
             restart_max_ms: 30_000,
             queue_max: 256,
             queue_max_per_principal: None,
+            max_sessions: 64,
+            max_sessions_per_principal: None,
+            session_idle_ms: 600_000,
         }
     }
 }
@@ -117,6 +130,12 @@ pub(super) fn validate(config: &Config, problems: &mut Vec<ConfigProblem>) {
     }
     if command.queue_max < 1 {
         problem("upstream_command.queue_max", "must be at least 1");
+    }
+    if command.max_sessions < 1 {
+        problem("upstream_command.max_sessions", "must be at least 1");
+    }
+    if command.session_idle_ms < 1 {
+        problem("upstream_command.session_idle_ms", "must be at least 1");
     }
 }
 

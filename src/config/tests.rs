@@ -81,6 +81,7 @@ fn shipped_file_is_the_defaults() {
         "idempotency.max_bytes_per_principal",
         "limits.max_connections_per_peer",
         "upstream_command.queue_max_per_principal",
+        "upstream_command.max_sessions_per_principal",
         "principal.jwt.issuer",
         "principal.jwt.audience",
         "principal.jwt.jwks_file",

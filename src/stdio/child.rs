@@ -7,11 +7,13 @@
 use super::ask::ask;
 use super::ids;
 use super::lines::{Line, Lines};
+use super::metrics::Unmatched;
 use super::route::{self, Delivery, NoAnswer};
 use super::tools;
 use super::{BridgeShared, Outgoing};
 use crate::config::Config;
 use crate::text::Clipped;
+use bytes::Bytes;
 use serde_json::{Map, json};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -37,6 +39,7 @@ const STDERR_LINES_PER_SECOND: u64 = 100;
 const STDERR_LINE_BYTES: usize = 8 * 1024;
 
 /// How to run the child.
+#[derive(Clone)]
 pub(super) struct Spec {
     argv: Vec<String>,
     env: Vec<(OsString, OsString)>,
@@ -46,6 +49,10 @@ pub(super) struct Spec {
     max_line: usize,
     /// How long the child has to answer `server/discover` after it starts.
     probe_timeout: Duration,
+    /// A 2025-era session's child: its era is its client's (set by the `initialize` the
+    /// client sends first, so it is not probed), and it is not restarted (a new child
+    /// would not know the session): when it exits, the session ends.
+    session: bool,
 }
 
 impl Spec {
@@ -69,6 +76,15 @@ impl Spec {
             max_line: config.limits.max_event_bytes,
             probe_timeout: Duration::from_millis(config.timeouts.response_head_ms)
                 .max(Duration::from_secs(10)),
+            session: false,
+        }
+    }
+
+    /// The same command, for a 2025-era session's child.
+    pub(super) fn for_session(&self) -> Self {
+        Self {
+            session: true,
+            ..self.clone()
         }
     }
 
@@ -125,6 +141,11 @@ pub(super) async fn supervise(
         if let Ended::Stopped = ended {
             return;
         }
+        if spec.session {
+            // The session ends with its child; its client finds it gone (404).
+            shared.stopped();
+            return;
+        }
         if started.elapsed() >= STABLE_AFTER {
             delay = spec.restart_min;
         }
@@ -166,7 +187,11 @@ async fn run(
     let writer = Aborted(tokio::spawn(write(shared.clone(), queued.clone(), stdin)));
     let probe = probe(shared.clone(), spec.probe_timeout);
     tokio::pin!(probe);
-    let mut probing = true;
+    // A session's child is called up at once: its client's `initialize` comes first.
+    let mut probing = !spec.session;
+    if spec.session {
+        shared.set_up(true);
+    }
     loop {
         tokio::select! {
             status = child.wait() => {
@@ -299,8 +324,19 @@ async fn read(shared: Arc<BridgeShared>, stdout: ChildStdout, max_line: usize) {
 fn delivered(shared: &Arc<BridgeShared>, delivery: Delivery, line: &[u8]) {
     match delivery {
         Delivery::Delivered | Delivery::Blank => {}
+        // A session has one client: what names no request of it is its client's.
+        Delivery::Unmatched(Unmatched::Notification, _) | Delivery::ServerRequest(..)
+            if let Some(outbox) = &shared.session =>
+        {
+            let in_progress = shared.routes().streaming();
+            outbox.send(
+                Bytes::copy_from_slice(line.trim_ascii()),
+                in_progress,
+                &shared.metrics,
+            );
+        }
         Delivery::Unmatched(reason, method) => {
-            if method.as_deref() == Some(TOOLS_CHANGED) {
+            if method.as_deref() == Some(TOOLS_CHANGED) && shared.session.is_none() {
                 tokio::spawn(tools::learn(shared.clone(), LISTING_TIMEOUT));
             }
             shared.metrics.unmatched(reason);

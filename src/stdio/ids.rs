@@ -30,6 +30,8 @@ pub(crate) struct Parsed {
     pub(crate) caller_id: Value,
     /// The caller's `params._meta.progressToken`, when it sent one.
     pub(crate) token: Option<Value>,
+    /// The request is `initialize`: a 2025-era client opening a session.
+    pub(crate) initialize: bool,
     /// The spans of the id and the token, in order.
     spans: Vec<Range<usize>>,
 }
@@ -39,8 +41,6 @@ pub(crate) struct Parsed {
 pub(crate) enum NotARequest {
     /// A notification or a response: nothing waits for an answer.
     NoAnswer,
-    /// `initialize`, with the caller's id.
-    Initialize(Value),
     /// Not one JSON-RPC message (only a caller that bypassed the gate could send it).
     Unreadable,
 }
@@ -65,9 +65,6 @@ pub(crate) fn parse(body: &[u8], max_values: usize) -> Result<Parsed, NotAReques
         serde_json::from_str::<Value>(&text[span.clone()]).map_err(|_| NotARequest::Unreadable)
     };
     let caller_id = value(&id_span)?;
-    if method == "initialize" {
-        return Err(NotARequest::Initialize(caller_id));
-    }
     let token_span = index.param(ParamsField::Meta).and_then(|meta| {
         jsonrpc::members(text, meta)
             .find(|member| member.key == "progressToken")
@@ -79,6 +76,7 @@ pub(crate) fn parse(body: &[u8], max_values: usize) -> Result<Parsed, NotAReques
     Ok(Parsed {
         caller_id,
         token,
+        initialize: method == "initialize",
         spans,
     })
 }

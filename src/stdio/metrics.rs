@@ -5,11 +5,12 @@
 //! `stdio_dropped_notifications_total{reason}`, `stdio_server_requests_refused_total`,
 //! `stdio_stderr_lines_dropped_total`, `stdio_unreadable_answers_total`), the
 //! cancellations sent for callers that left (`stdio_cancellations_total`), the requests
-//! the bridge refused (`stdio_requests_refused_total{reason}`) and the callers it cut off
-//! (`stdio_callers_cut_off_total{reason}`).
+//! the bridge refused (`stdio_requests_refused_total{reason}`), the callers it cut off
+//! (`stdio_callers_cut_off_total{reason}`), and 2025-era sessions (`stdio_sessions`,
+//! `stdio_sessions_ended_total{reason}`).
 //!
 //! Invariant: as for every family, labels come from closed sets ([`Unmatched`],
-//! [`Dropped`], [`BridgeRefusal`], [`CutOff`]) and every series exists at zero from the first
+//! [`Dropped`], [`BridgeRefusal`], [`CutOff`], [`SessionEnd`]) and every series exists at zero from the first
 //! scrape (in every mode).
 
 use crate::registry::{Family, Registry};
@@ -41,10 +42,13 @@ crate::registry::labels!(pub Unmatched {
 pub enum Dropped {
     /// The caller did not accept `text/event-stream`: a JSON answer has no room for it.
     JsonCaller,
+    /// A 2025-era session's event could not be held in `limits.max_buffered_bytes`.
+    OverBudget,
 }
 
 crate::registry::labels!(pub Dropped {
     JsonCaller => "json_caller",
+    OverBudget => "over_budget",
 });
 
 /// Why the bridge refused a request before it reached the child's queue (`reason`
@@ -57,12 +61,42 @@ pub enum BridgeRefusal {
     OverBudget,
     /// Its caller holds `upstream_command.queue_max_per_principal` requests already: 429.
     PrincipalShare,
+    /// An `initialize` while `upstream_command.max_sessions` sessions are open: 503.
+    SessionLimit,
+    /// An `initialize` from a caller holding `max_sessions_per_principal` sessions: 429.
+    SessionShare,
+    /// A session id that names no open session of this caller's (ended, never issued,
+    /// or another caller's): 404.
+    UnknownSession,
 }
 
 crate::registry::labels!(pub BridgeRefusal {
     Ungated => "ungated",
     OverBudget => "over_budget",
     PrincipalShare => "principal_share",
+    SessionLimit => "session_limit",
+    SessionShare => "session_share",
+    UnknownSession => "unknown_session",
+});
+
+/// Why a 2025-era session ended, its child stopped (`reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// Its client sent `DELETE`.
+    Deleted,
+    /// No request in progress and no stream open for `upstream_command.session_idle_ms`.
+    Idle,
+    /// Its child exited.
+    Exited,
+    /// The sidecar stopped.
+    Shutdown,
+}
+
+crate::registry::labels!(pub SessionEnd {
+    Deleted => "deleted",
+    Idle => "idle",
+    Exited => "exited",
+    Shutdown => "shutdown",
 });
 
 /// Why a caller was cut off: its route failed, its stream ended with an error and the
@@ -95,6 +129,8 @@ pub struct StdioMetrics {
     unreadable: IntCounter,
     refused: Family<IntCounterVec, BridgeRefusal>,
     cut_off: Family<IntCounterVec, CutOff>,
+    sessions: IntGauge,
+    sessions_ended: Family<IntCounterVec, SessionEnd>,
 }
 
 impl StdioMetrics {
@@ -148,12 +184,21 @@ impl StdioMetrics {
             ),
             refused: registry.counters(
                 "stdio_requests_refused_total",
-                "Requests the bridge refused before queueing them, by reason (ungated: not through the proxy's gated route; over_budget; principal_share).",
+                "Requests the bridge refused before queueing them, by reason (ungated: not through the proxy's gated route; over_budget; principal_share; session_limit, session_share: an initialize past max_sessions or the caller's share; unknown_session).",
                 "reason",
             ),
             cut_off: registry.counters(
                 "stdio_callers_cut_off_total",
                 "Callers whose request was failed because what came for them could not be held (slow_reader: too many notifications waiting; over_budget).",
+                "reason",
+            ),
+            sessions: registry.gauge(
+                "stdio_sessions",
+                "2025-era sessions open, each with a child of its own.",
+            ),
+            sessions_ended: registry.counters(
+                "stdio_sessions_ended_total",
+                "2025-era sessions ended and their child stopped, by reason (deleted, idle, exited, shutdown).",
                 "reason",
             ),
         }
@@ -258,5 +303,21 @@ impl StdioMetrics {
 
     pub fn cut_off_count(&self, reason: CutOff) -> u64 {
         self.cut_off.at(reason).get()
+    }
+
+    pub(crate) fn sessions_open(&self, open: usize) {
+        self.sessions.set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+
+    pub fn sessions_now(&self) -> u64 {
+        u64::try_from(self.sessions.get()).unwrap_or(0)
+    }
+
+    pub(crate) fn session_ended(&self, reason: SessionEnd) {
+        self.sessions_ended.at(reason).inc();
+    }
+
+    pub fn sessions_ended_count(&self, reason: SessionEnd) -> u64 {
+        self.sessions_ended.at(reason).get()
     }
 }

@@ -98,6 +98,11 @@ impl Notices {
         Poll::Pending
     }
 
+    /// Whether no more will come (closed, or the caller cut off).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state().closed
+    }
+
     /// The next notification if one waits now.
     pub(crate) fn try_next(&self) -> Option<Bytes> {
         take(&mut self.state())

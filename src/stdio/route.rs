@@ -46,7 +46,7 @@ pub(crate) struct Reply {
     pub(crate) message: Bytes,
     pub(crate) held: Reservation,
     /// The HTTP status it is answered with when it is the whole answer: an error's by
-    /// its code ([`crate::mcp::error_status`]), else `200`.
+    /// its code ([`crate::jsonrpc::error_status`]), else `200`.
     pub(crate) status: http::StatusCode,
 }
 
@@ -174,6 +174,15 @@ impl Routes {
         failed
     }
 
+    /// The event stream of some request in progress whose caller takes events (a
+    /// session's one client: any of its streams reaches it).
+    pub(crate) fn streaming(&self) -> Option<Arc<Notices>> {
+        self.open
+            .values()
+            .find(|route| route.streams && !route.notices.is_closed())
+            .map(|route| route.notices.clone())
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.open.len()
@@ -218,7 +227,7 @@ impl Routes {
         let status = match message.get("error").and_then(|e| e.get("code")) {
             Some(code) => code
                 .as_i64()
-                .map_or(http::StatusCode::OK, crate::mcp::error_status),
+                .map_or(http::StatusCode::OK, crate::jsonrpc::error_status),
             None => http::StatusCode::OK,
         };
         let message = encode(&message);

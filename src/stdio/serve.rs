@@ -19,7 +19,9 @@ use super::admit::{self, QueueSlot, Waiting};
 use super::ids::{self, BridgeId, NotARequest};
 use super::metrics::{BridgeRefusal, CutOff};
 use super::notices::Notices;
+use super::outbox::StreamOpen;
 use super::route::{self, ChildAnswer, NoAnswer, Receivers};
+use super::session::{InUse, SESSION_HEADER, Session, Sessions};
 use crate::body::{BoxError, ProxyBody, full};
 use crate::budget::Reservation;
 use bytes::{Bytes, BytesMut};
@@ -43,16 +45,18 @@ const ID_PREFIX: usize = 256;
 /// Serve one request from the proxy.
 pub(crate) async fn serve(
     shared: Arc<BridgeShared>,
+    sessions: Arc<Sessions>,
     request: http::Request<Incoming>,
 ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
-    Ok(respond(shared, request).await)
+    Ok(respond(&shared, &sessions, request).await)
 }
 
 async fn respond(
-    shared: Arc<BridgeShared>,
+    shared: &Arc<BridgeShared>,
+    sessions: &Arc<Sessions>,
     request: http::Request<Incoming>,
 ) -> Response<ProxyBody> {
-    let Some(owner) = admit::gated_owner(&shared, request.headers()) else {
+    let Some(owner) = admit::gated_owner(shared, request.headers()) else {
         // Not through the proxy's gated route (a passthrough path, say): the child is
         // never a raw channel.
         shared.metrics.refused(BridgeRefusal::Ungated);
@@ -66,33 +70,203 @@ async fn respond(
             "the upstream process is reached only through the sidecar's gated route",
         );
     };
+    if let Some(named) = request.headers().get(SESSION_HEADER) {
+        let found = named.to_str().ok().and_then(|id| sessions.find(id, &owner));
+        let Some(session) = found else {
+            // Ended, never issued, or another caller's: the same answer for each.
+            shared.metrics.refused(BridgeRefusal::UnknownSession);
+            return error(
+                StatusCode::NOT_FOUND,
+                Value::Null,
+                -32001,
+                "Session not found",
+            );
+        };
+        return in_session(&session, sessions, owner, request).await;
+    }
     if request.method() != Method::POST {
-        // A 2026-07-28 server has no GET stream and no session to DELETE.
+        // A 2026-07-28 server has no GET stream and no session to DELETE; a 2025
+        // client names its session in both.
         let mut response = status(StatusCode::METHOD_NOT_ALLOWED);
         response
             .headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return response;
     }
+    post(shared, Entry::Sessionless(sessions), owner, request).await
+}
+
+/// Where a POST goes: to the shared child (an `initialize` opens a session), or to a
+/// session's own child.
+#[derive(Clone, Copy)]
+enum Entry<'a> {
+    Sessionless(&'a Arc<Sessions>),
+    Session(&'a Arc<Session>),
+}
+
+/// A request naming its session: a POST goes to the session's child, a GET opens its
+/// stream of what the child sends unasked, a DELETE ends it.
+async fn in_session(
+    session: &Arc<Session>,
+    sessions: &Arc<Sessions>,
+    owner: String,
+    request: http::Request<Incoming>,
+) -> Response<ProxyBody> {
+    match *request.method() {
+        Method::POST => post(session.bridge(), Entry::Session(session), owner, request).await,
+        Method::GET => open_stream(session, request.headers()),
+        Method::DELETE => {
+            sessions.end(&session.id, &owner).await;
+            status(StatusCode::OK)
+        }
+        _ => {
+            let mut response = status(StatusCode::METHOD_NOT_ALLOWED);
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            response
+        }
+    }
+}
+
+/// A session's GET stream (one at a time, 409 for another), resumed after its
+/// `Last-Event-ID` when it names one.
+fn open_stream(session: &Arc<Session>, headers: &http::HeaderMap) -> Response<ProxyBody> {
+    if !accepts_events(headers) {
+        return status(StatusCode::NOT_ACCEPTABLE);
+    }
+    let last_event = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok());
+    match session.outbox.open_stream(last_event) {
+        Ok(stream) => {
+            let mut response = Response::new(stream.boxed());
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            response
+        }
+        Err(StreamOpen) => error(
+            StatusCode::CONFLICT,
+            Value::Null,
+            -32000,
+            "Conflict: only one SSE stream is allowed per session",
+        ),
+    }
+}
+
+/// One POSTed message: a request is answered by its child (an `initialize` without a
+/// session first opens one, whose id its answer carries); a notification or a response
+/// to the child's request goes to a session's child, and to the shared child nowhere.
+async fn post(
+    shared: &Arc<BridgeShared>,
+    entry: Entry<'_>,
+    owner: String,
+    request: http::Request<Incoming>,
+) -> Response<ProxyBody> {
     let streams = accepts_events(request.headers());
-    let (body, parsed, mut held) = match read(&shared, request.into_body()).await {
+    let modern = names_a_modern_version(request.headers());
+    let (body, parsed, held) = match read(shared, request.into_body()).await {
         Ok(read) => read,
         Err(response) => return response,
     };
+    let Some(parsed) = parsed else {
+        return match entry {
+            Entry::Session(_) => pass_on(shared, &body, held),
+            // At 2026-07-28 the only client notification is `notifications/cancelled`,
+            // and an HTTP caller's own id cannot name a request on the shared child (its
+            // cancellation is the request going away). Accepted, not forwarded.
+            Entry::Sessionless(_) => status(StatusCode::ACCEPTED),
+        };
+    };
+    let session = match entry {
+        // A 2026-07-28 client's `initialize` names a removed method: answered as the
+        // transport answers it (the child's era is fixed; it would call the version
+        // unsupported).
+        Entry::Sessionless(_) if parsed.initialize && modern => {
+            return error(
+                StatusCode::NOT_FOUND,
+                parsed.caller_id,
+                -32601,
+                "Method not found: initialize (removed at 2026-07-28; send requests without it)",
+            );
+        }
+        Entry::Sessionless(sessions) if parsed.initialize => match sessions.open(&owner) {
+            Ok(session) => Some(session),
+            Err(reason) => return refused(shared, reason, parsed.caller_id),
+        },
+        Entry::Session(session) => Some(session.clone()),
+        Entry::Sessionless(_) => None,
+    };
+    let Some(session) = session else {
+        return request_child(shared, owner, body, parsed, held, streams, None).await;
+    };
+    let opened = matches!(entry, Entry::Sessionless(_));
+    let in_use = session.in_use();
+    let mut response = request_child(
+        session.bridge(),
+        owner,
+        body,
+        parsed,
+        held,
+        streams,
+        Some(in_use),
+    )
+    .await;
+    if opened {
+        // The session's id goes with the answer to its `initialize`.
+        response.headers_mut().insert(
+            SESSION_HEADER,
+            HeaderValue::from_str(&session.id).expect("a session id is hex"),
+        );
+    }
+    response
+}
+
+/// A notification or a response for a session's child, as the client wrote it.
+fn pass_on(shared: &BridgeShared, body: &[u8], mut held: Reservation) -> Response<ProxyBody> {
+    let mut line = Vec::with_capacity(body.len() + 1);
+    line.extend_from_slice(body);
+    line.push(b'\n');
+    if held.resize_to(line.len()).is_err() {
+        return refused(shared, BridgeRefusal::OverBudget, Value::Null);
+    }
+    match shared.enqueue(None, Bytes::from(line), Some(held)) {
+        Ok(()) => status(StatusCode::ACCEPTED),
+        Err(refused) => unavailable(Value::Null, refused.message()),
+    }
+}
+
+/// A request for `shared`'s child, under a fresh bridge id: its answer, or the event
+/// stream its notifications open. `in_use`: the session it belongs to is busy until the
+/// caller has its answer or left.
+async fn request_child(
+    shared: &Arc<BridgeShared>,
+    owner: String,
+    body: Bytes,
+    parsed: ids::Parsed,
+    mut held: Reservation,
+    streams: bool,
+    in_use: Option<InUse>,
+) -> Response<ProxyBody> {
     let caller_id = parsed.caller_id.clone();
-    let Some(slot) = QueueSlot::take(&shared, owner) else {
-        return refused(&shared, BridgeRefusal::PrincipalShare, caller_id);
+    let Some(slot) = QueueSlot::take(shared, owner) else {
+        return refused(shared, BridgeRefusal::PrincipalShare, caller_id);
     };
     // The body and its line are both held for a moment: reserved for that peak, then for
     // the line alone until the child's stdin took it.
     if held.grow(parsed.line_size(body.len())).is_err() {
-        return refused(&shared, BridgeRefusal::OverBudget, caller_id);
+        return refused(shared, BridgeRefusal::OverBudget, caller_id);
     }
     let id = ids::fresh();
     let line = parsed.line(&body, &id);
     drop(body);
     let _ = held.resize_to(line.len());
-    if let Err(response) = wait_for_child(&shared, &caller_id).await {
+    if let Err(response) = wait_for_child(shared, &caller_id).await {
         return response;
     }
     let receivers = shared
@@ -103,6 +277,7 @@ async fn respond(
         id: id.clone(),
         settled: false,
         _slot: slot,
+        _in_use: in_use,
     };
     if let Err(refused) = shared.enqueue(Some(id), line, Some(held)) {
         ticket.withdraw();
@@ -111,12 +286,12 @@ async fn respond(
     first_message(receivers, ticket, caller_id, streams).await
 }
 
-/// Read a request's body within the budget, and its id and progress token; or the
-/// answer when it is not a request to forward.
+/// Read a message's body within the budget, and for a request its id and progress
+/// token (`None`: a notification or a response); or the answer when it cannot be read.
 async fn read(
     shared: &BridgeShared,
     body: Incoming,
-) -> Result<(Bytes, ids::Parsed, Reservation), Response<ProxyBody>> {
+) -> Result<(Bytes, Option<ids::Parsed>, Reservation), Response<ProxyBody>> {
     let mut held = shared.budget.reservation();
     let body = match collect(body, shared.max_body, &mut held).await {
         Ok(body) => body,
@@ -137,19 +312,10 @@ async fn read(
         }
     };
     match ids::parse(&body, shared.max_values) {
-        Ok(parsed) => Ok((body, parsed, held)),
-        // A notification, or a response to a server-to-client request: at 2026-07-28
-        // the only client notification is `notifications/cancelled`, and an HTTP caller's
-        // own id cannot name a request on the shared child (its cancellation is the
-        // request going away). Nothing waits for a response. Accepted, not forwarded.
-        Err(NotARequest::NoAnswer) => Err(status(StatusCode::ACCEPTED)),
-        Err(NotARequest::Initialize(id)) => Err(error(
-            StatusCode::NOT_FOUND,
-            id,
-            -32601,
-            "initialize is not served: this stdio server is bridged at protocol 2026-07-28 \
-             (sessionless); retry without the handshake",
-        )),
+        Ok(parsed) => Ok((body, Some(parsed), held)),
+        // A notification, or a response to a server-to-client request: nothing waits
+        // for an answer.
+        Err(NotARequest::NoAnswer) => Ok((body, None, held)),
         Err(NotARequest::Unreadable) => Err(error(
             StatusCode::BAD_REQUEST,
             Value::Null,
@@ -225,8 +391,8 @@ async fn collect(
     Ok(buffer.freeze())
 }
 
-/// A refusal before the request reached the queue: counted, 429 past the caller's share,
-/// else 503; both with `Retry-After`.
+/// A refusal before the request reached the queue: counted, 429 past one of the caller's
+/// shares, else 503; both with `Retry-After`.
 fn refused(shared: &BridgeShared, reason: BridgeRefusal, caller_id: Value) -> Response<ProxyBody> {
     shared.metrics.refused(reason);
     let (status, message) = match reason {
@@ -235,7 +401,17 @@ fn refused(shared: &BridgeShared, reason: BridgeRefusal, caller_id: Value) -> Re
             "this caller holds its share of the upstream process \
              (upstream_command.queue_max_per_principal); retry later",
         ),
-        _ => (
+        BridgeRefusal::SessionShare => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "this caller holds its share of the sessions \
+             (upstream_command.max_sessions_per_principal); end one or retry later",
+        ),
+        BridgeRefusal::SessionLimit => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the sidecar runs as many sessions as it may (upstream_command.max_sessions); \
+             retry later",
+        ),
+        BridgeRefusal::OverBudget | BridgeRefusal::Ungated | BridgeRefusal::UnknownSession => (
             StatusCode::SERVICE_UNAVAILABLE,
             "the sidecar's memory budget is spent; retry later",
         ),
@@ -429,6 +605,8 @@ struct RouteClaim {
     settled: bool,
     /// One of its caller's share, held until the caller has its answer or left.
     _slot: QueueSlot,
+    /// Its session is in use until then too.
+    _in_use: Option<InUse>,
 }
 
 impl RouteClaim {
@@ -457,6 +635,15 @@ impl Drop for RouteClaim {
             self.shared.metrics.cancelled();
         }
     }
+}
+
+/// Whether the request names protocol 2026-07-28 or later in `MCP-Protocol-Version` (a
+/// 2025 client sends none with its `initialize`, and its session's version after).
+fn names_a_modern_version(headers: &http::HeaderMap) -> bool {
+    const FIRST_MODERN: &[u8] = b"2026-07-28";
+    headers
+        .get("mcp-protocol-version")
+        .is_some_and(|v| v.as_bytes().trim_ascii() >= FIRST_MODERN)
 }
 
 /// Whether `Accept` takes `text/event-stream` (or `text/*`, `*/*`).

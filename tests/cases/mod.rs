@@ -59,8 +59,10 @@ mod upstream_faults;
 // A stdio server behind the sidecar gets every protection, and its answers reach only
 // their caller.
 mod stdio_upstream;
-// ... within the memory budget and its shares, whatever the child writes.
+// ... within the memory budget and its shares, whatever the child writes ...
 mod stdio_bounds;
+// ... and in 2025-era sessions, each with a child of its own, named only for its caller.
+mod stdio_sessions;
 
 // Not guarantees of the security model (the allow-list in `security_model`).
 mod cli;

@@ -109,3 +109,26 @@ async fn the_2026_07_28_requirement_set_passes_through_the_sidecar_both_ways() {
         );
     }
 }
+
+/// 2025-11-25: the session era. Every scenario passes directly, and through the sidecar
+/// both ways: over stdio each session gets a child of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_2025_11_25_requirement_set_passes_through_the_sidecar_both_ways() {
+    let legs = Legs::run("2025-11-25").await;
+    let counts = legs.counts();
+    println!("2025-11-25: {counts}");
+    assert!(
+        legs.direct.scenarios.len() >= 30,
+        "{counts}\n{}",
+        legs.direct.report
+    );
+    assert!(legs.direct.failed().is_empty(), "{}", legs.direct.report);
+    for (name, leg) in [("HTTP", &legs.http), ("stdio", &legs.stdio)] {
+        assert!(
+            legs.lost(leg).is_empty(),
+            "passed directly, not through the sidecar over {name}: {:?}\n{}",
+            legs.lost(leg),
+            leg.report
+        );
+    }
+}

@@ -17,7 +17,7 @@ use crate::support::python::{interpreter, repo_path};
 use crate::support::sidecar::{Sidecar, config};
 use http::Method;
 use mcp_state_guard::facade::config::Config;
-use mcp_state_guard::facade::stdio::{Dropped, Unmatched};
+use mcp_state_guard::facade::stdio::{BridgeRefusal, Dropped, Unmatched};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -178,7 +178,8 @@ async fn stdio_conformance_input_required_scenarios_pass() {
 
 /// A plaintext state is sealed for the client, the child gets its plaintext back on the
 /// retry, a forged token never reaches it; a JSON-only caller gets its answer without the
-/// progress it cannot receive (counted); `initialize` and GET are refused clearly.
+/// progress it cannot receive (counted); a GET without a session and an unknown session
+/// are refused clearly.
 #[tokio::test(flavor = "multi_thread")]
 async fn stdio_state_is_sealed_and_only_the_childs_own_comes_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -232,12 +233,8 @@ async fn stdio_state_is_sealed_and_only_the_childs_own_comes_back() {
         2
     );
 
-    // 2025-era handshake: a clear JSON-RPC error; no GET stream.
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "0"}}});
-    let reply = post_mcp(&url, &initialize).await;
-    assert_eq!(reply.status, 404);
-    assert_eq!(reply.json()["error"]["code"], -32601);
+    // No session: no GET stream (a 2026-07-28 server has none); a session id that names
+    // no session of this caller's is not found, and counted.
     let get = send(
         Method::GET,
         &url,
@@ -247,6 +244,21 @@ async fn stdio_state_is_sealed_and_only_the_childs_own_comes_back() {
     )
     .await;
     assert_eq!(get.status, 405);
+    let unknown = post_mcp_with(
+        &url,
+        &echo(json!(5), "x", 0, None),
+        &[("mcp-session-id", "0123456789abcdef0123456789abcdef")],
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json()["error"]["code"], -32001);
+    assert_eq!(
+        sidecar
+            .metrics()
+            .stdio
+            .refused_count(BridgeRefusal::UnknownSession),
+        1
+    );
     sidecar.stop().await;
 }
 

@@ -10,6 +10,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
+#[derive(Debug)]
 pub struct Reply {
     pub status: StatusCode,
     pub version: http::Version,

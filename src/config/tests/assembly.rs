@@ -28,6 +28,9 @@ fn assembly_leaf_by_leaf_matches_serde() {
             restart_max_ms = 27
             queue_max = 28
             queue_max_per_principal = 7
+            max_sessions = 9
+            max_sessions_per_principal = 3
+            session_idle_ms = 31
             [state]
             audience = "aud"
             keys_file = "/k"
