@@ -204,13 +204,17 @@ async fn stdio_sessions_are_bounded_and_their_children_stopped() {
     let mut config = sessions_config(&marker);
     config.upstream_command.max_sessions = 3;
     config.upstream_command.max_sessions_per_principal = Some(2);
-    config.upstream_command.session_idle_ms = 4000;
+    config.upstream_command.session_idle_ms = 2000;
     let sidecar = Sidecar::start(config).await;
     up(&sidecar).await;
     let url = sidecar.mcp_url();
     let stdio = sidecar.metrics().stdio.clone();
+    // Alice holds each of her sessions' GET stream open: busy, not idle, however long
+    // the rest takes.
     let first = open_session(&url, "alice").await.unwrap();
-    open_session(&url, "alice").await.unwrap();
+    let first_stream = stream(&url, "alice", &first).await;
+    let second = open_session(&url, "alice").await.unwrap();
+    let second_stream = stream(&url, "alice", &second).await;
     let over_share = open_session(&url, "alice").await.unwrap_err();
     assert_eq!(over_share.status, 429);
     assert_eq!(over_share.headers["retry-after"], "1");
@@ -222,6 +226,16 @@ async fn stdio_sessions_are_bounded_and_their_children_stopped() {
     assert_eq!(stdio.refused_count(BridgeRefusal::SessionShare), 1);
     assert_eq!(stdio.refused_count(BridgeRefusal::SessionLimit), 1);
     assert_eq!(children(&marker), 4);
+    // One GET stream a session.
+    let again = send(
+        Method::GET,
+        &url,
+        &headers("alice", Some(&first)),
+        Vec::new(),
+        TIMEOUT,
+    )
+    .await;
+    assert_eq!(again.status, 409);
 
     // DELETE ends bob's at once; then its id names nothing.
     let delete = send(
@@ -236,6 +250,8 @@ async fn stdio_sessions_are_bounded_and_their_children_stopped() {
     assert_eq!(stdio.sessions_ended_count(SessionEnd::Deleted), 1);
     let ping = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
     assert_eq!(post(&url, "bob", Some(&bobs), &ping).await.status, 404);
+    assert_eq!(stdio.sessions_ended_count(SessionEnd::Idle), 0);
+    drop((first_stream, second_stream));
 
     // Alice's two, left alone, end idle, their children with them.
     eventually("the idle sessions to end", || {
@@ -252,6 +268,14 @@ async fn stdio_sessions_are_bounded_and_their_children_stopped() {
     sidecar.stop().await;
     assert_eq!(stdio.sessions_ended_count(SessionEnd::Shutdown), 1);
     eventually("every child to be gone", || children(&marker) == 0).await;
+}
+
+/// A session's GET stream, open (its head came).
+async fn stream(url: &str, user: &str, session: &str) -> http::Response<hyper::body::Incoming> {
+    let response =
+        crate::support::http::open(Method::GET, url, &headers(user, Some(session)), TIMEOUT).await;
+    assert_eq!(response.status(), 200);
+    response
 }
 
 /// Await every future, concurrently.
