@@ -14,11 +14,28 @@ use std::time::Duration;
 pub(crate) async fn ask(
     shared: &BridgeShared,
     method: &str,
-    mut params: Map<String, Value>,
+    params: Map<String, Value>,
     timeout: Duration,
 ) -> Option<Value> {
     let id = ids::fresh();
     let receivers = shared.routes().open(id.clone(), json!(null), None, false);
+    let answered = match send(shared, &id, method, params).await {
+        true => tokio::time::timeout(timeout, receivers.answer).await.ok(),
+        false => None,
+    };
+    shared.routes().close(&id);
+    let reply = answered?.ok()?.ok()?;
+    serde_json::from_slice(&reply.message).ok()
+}
+
+/// Queue the bridge's own request `method` with `params` under the open route `id`
+/// (waiting for room in the queue); false once the child's queue is gone.
+pub(crate) async fn send(
+    shared: &BridgeShared,
+    id: &ids::BridgeId,
+    method: &str,
+    mut params: Map<String, Value>,
+) -> bool {
     params.insert(
         "_meta".into(),
         json!({
@@ -28,19 +45,13 @@ pub(crate) async fn ask(
         }),
     );
     let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    let queued = shared
+    shared
         .queue
         .send(Outgoing {
             id: Some(id.clone()),
             line: route::line(&request),
             held: None,
         })
-        .await;
-    let answered = match queued {
-        Ok(()) => tokio::time::timeout(timeout, receivers.answer).await.ok(),
-        Err(_) => None,
-    };
-    shared.routes().close(&id);
-    let reply = answered?.ok()?.ok()?;
-    serde_json::from_slice(&reply.message).ok()
+        .await
+        .is_ok()
 }

@@ -30,8 +30,6 @@ const MINIMAL_ENV: [&str; 3] = ["PATH", "HOME", "LANG"];
 /// A child that ran this long before exiting starts again after the shortest delay.
 /// How long the child has to answer each page of a `tools/list` of the bridge's own.
 const LISTING_TIMEOUT: Duration = Duration::from_secs(10);
-/// What the child says when its tools changed: listed again ([`tools::learn`]).
-const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
 const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// Lines of stderr logged per second; the rest are counted.
 const STDERR_LINES_PER_SECOND: u64 = 100;
@@ -210,6 +208,7 @@ async fn run(
                     tracing::info!(pid, "stdio upstream answered server/discover: ready");
                     shared.set_up(true);
                     tokio::spawn(tools::learn(shared.clone(), LISTING_TIMEOUT));
+                    tokio::spawn(tools::watch(shared.clone()));
                 } else {
                     tracing::error!(pid, timeout_ms = spec.probe_timeout.as_millis() as u64, "stdio upstream did not answer server/discover in time; restarting it");
                     let _ = child.start_kill();
@@ -298,6 +297,11 @@ async fn read(shared: Arc<BridgeShared>, stdout: ChildStdout, max_line: usize) {
             Line::Whole(line) => {
                 let delivery = shared.routes().deliver(&line, &shared.metrics);
                 delivered(&shared, delivery, &line);
+                // Its tools changed: listed again for the gate (a session's child is of
+                // the 2025 era, whose requests carry no such headers).
+                if shared.session.is_none() && shared.routes().take_tools_changed() {
+                    tokio::spawn(tools::learn(shared.clone(), LISTING_TIMEOUT));
+                }
             }
             Line::Overlong {
                 prefix,
@@ -336,9 +340,6 @@ fn delivered(shared: &Arc<BridgeShared>, delivery: Delivery, line: &[u8]) {
             );
         }
         Delivery::Unmatched(reason, method) => {
-            if method.as_deref() == Some(TOOLS_CHANGED) && shared.session.is_none() {
-                tokio::spawn(tools::learn(shared.clone(), LISTING_TIMEOUT));
-            }
             shared.metrics.unmatched(reason);
             tracing::warn!(
                 reason = reason.as_str(),

@@ -26,6 +26,9 @@ use tokio::sync::oneshot;
 /// request's id (SEP-2575).
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
+/// What the child says when its tools changed (untagged, or on a listen stream).
+pub(crate) const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
+
 /// Why a request got no answer from the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NoAnswer {
@@ -107,6 +110,9 @@ pub(crate) enum Delivery {
 pub(crate) struct Routes {
     open: HashMap<BridgeId, OpenRoute>,
     budget: Arc<MemoryBudget>,
+    /// The child said its tools changed since [`Routes::take_tools_changed`] last asked
+    /// (to whomever it said it: a listener, or nobody).
+    tools_changed: bool,
 }
 
 impl Routes {
@@ -114,7 +120,13 @@ impl Routes {
         Self {
             open: HashMap::new(),
             budget,
+            tools_changed: false,
         }
+    }
+
+    /// Whether the child said its tools changed since the last call.
+    pub(crate) fn take_tools_changed(&mut self) -> bool {
+        std::mem::take(&mut self.tools_changed)
     }
 
     /// Open the route of bridge id `id` for a caller whose own id and progress token
@@ -251,6 +263,7 @@ impl Routes {
         method: String,
         metrics: &StdioMetrics,
     ) -> Delivery {
+        self.tools_changed |= method == TOOLS_CHANGED;
         // A log message on stdio has no request stream to travel on, so it cannot be
         // told apart from another caller's: it goes to nobody. Only progress (by its
         // token) and a listen stream's events (by their subscription id) name a request.

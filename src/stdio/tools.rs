@@ -1,14 +1,18 @@
 //! The child's tools as the gate needs them: the `Mcp-Param-*` annotations of their
 //! input schemas ([`crate::mcp::param_headers`]), listed once the child is up and again
-//! whenever it says its tools changed (`notifications/tools/list_changed`).
+//! whenever it says its tools changed (`notifications/tools/list_changed`, to whomever
+//! it says it). A 2026-07-28 server tells changes only to its listeners, so the bridge
+//! listens itself ([`watch`]).
 //!
 //! Invariant: the gate checks against one whole listing (every page, replaced at once),
 //! never a partial one; a listing that fails keeps the last whole one and is logged.
 
 use super::BridgeShared;
-use super::ask::ask;
+use super::ask::{ask, send};
+use super::ids;
+use super::route::Receivers;
 use crate::mcp::param_headers::ParamHeaders;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,4 +56,23 @@ pub(crate) async fn learn(shared: Arc<BridgeShared>, timeout: Duration) {
         pages = MAX_PAGES,
         "stdio upstream's tools/list did not end its pagination; Mcp-Param headers are checked against its last whole listing"
     );
+}
+
+/// Listen to the child's tool changes (`subscriptions/listen`, SEP-2575) until the child
+/// is gone or answers the listen (a server without listen support): the route hearing a
+/// change flags it, and the reader lists the tools again; the stream's events are only
+/// drained here.
+pub(crate) async fn watch(shared: Arc<BridgeShared>) {
+    let id = ids::fresh();
+    let Receivers { notices, answer } = shared.routes().open(id.clone(), Value::Null, None, true);
+    let mut params = Map::new();
+    params.insert("notifications".into(), json!({"toolsListChanged": true}));
+    if send(&shared, &id, "subscriptions/listen", params).await {
+        let drain = async { while notices.next().await.is_some() {} };
+        tokio::select! {
+            () = drain => {}
+            _ = answer => {}
+        }
+    }
+    shared.routes().close(&id);
 }

@@ -132,3 +132,44 @@ async fn the_2025_11_25_requirement_set_passes_through_the_sidecar_both_ways() {
         );
     }
 }
+
+/// The `Mcp-Param-*` rule follows the child's tools: a tool it adds (and says so) is
+/// checked from then on, its header required and compared.
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_param_headers_follow_the_childs_tool_changes() {
+    use crate::cases::stdio_upstream::child;
+    use crate::support::flow::{text, tool_call};
+    use crate::support::http::post_mcp_with;
+    let sidecar = Sidecar::start(stdio_config(child(&[]))).await;
+    up(&sidecar).await;
+    let url = sidecar.mcp_url();
+    let deploy = || tool_call(2, "deploy", serde_json::json!({"region": "eu-west"}));
+    // Not announced yet: nothing to mirror, the call passes without the header.
+    assert_eq!(
+        text(&post_mcp_with(&url, &deploy(), &[]).await.message()),
+        "deployed eu-west"
+    );
+    let announce = tool_call(1, "announce_region", serde_json::json!({}));
+    assert_eq!(
+        text(&post_mcp_with(&url, &announce, &[]).await.message()),
+        "announced"
+    );
+    // Listed again: without its header, or with another value, the call is refused;
+    // with it, it passes.
+    let mut refused = None;
+    for _ in 0..200 {
+        let reply = post_mcp_with(&url, &deploy(), &[]).await;
+        if reply.status == 400 {
+            refused = Some(reply);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let refused = refused.expect("the new annotation is checked within 5 s");
+    assert_eq!(refused.json()["error"]["code"], -32020);
+    let other = post_mcp_with(&url, &deploy(), &[("mcp-param-region", "us-east")]).await;
+    assert_eq!(other.status, 400);
+    let mirrored = post_mcp_with(&url, &deploy(), &[("Mcp-Param-Region", "eu-west")]).await;
+    assert_eq!(text(&mirrored.message()), "deployed eu-west");
+    sidecar.stop().await;
+}

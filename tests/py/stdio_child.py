@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small, misbehaving-on-request stdio MCP server for the stdio upstream tests (stdlib only).
 
-It answers `server/discover` and `tools/call` at 2026-07-28, one JSON-RPC message per line, each
+It answers `server/discover`, `tools/list` and `tools/call` at 2026-07-28, one JSON-RPC message per line, each
 request on its own thread so answers interleave. Tools:
     echo(text, delay_ms?)   answers text after delay_ms; with `_meta.progressToken`, first sends two
                             notifications/progress carrying it (and the caller's text).
@@ -18,6 +18,10 @@ request on its own thread so answers interleave. Tools:
                             requestState, then answers "forged".
     surrogate()             answers with a text holding a lone surrogate escape (`\ud800`): valid
                             for JSON.parse, refused by a strict parser.
+    announce_region()       adds the tool deploy(region), whose `region` is mirrored in the
+                            `Mcp-Param-Region` header (`x-mcp-header`), and says its tools
+                            changed (`notifications/tools/list_changed`, untagged).
+    deploy(region)          answers "deployed <region>".
     flood_progress(count, bytes)
                             with `_meta.progressToken`, writes `count` progress notifications whose
                             message is `bytes` characters, then answers "flooded".
@@ -41,6 +45,9 @@ import threading
 import time
 
 WRITE = threading.Lock()
+TOOLS: list[dict] = [{"name": "echo", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}]
+DEPLOY = {"name": "deploy", "inputSchema": {"type": "object", "properties": {
+    "region": {"type": "string", "x-mcp-header": "Region"}}}}
 PENDING: dict[str, threading.Event] = {}
 REPLIES: dict[str, dict] = {}
 
@@ -85,6 +92,13 @@ def call(request: dict, garbage: bool) -> None:
                 "requestState": json.dumps({"k": "state", "tier": "free"}, separators=(",", ":"), sort_keys=True)}})
         else:
             send(text(rid, "tier=" + json.loads(state)["tier"]))
+    elif name == "announce_region":
+        if DEPLOY not in TOOLS:
+            TOOLS.append(DEPLOY)
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        send(text(rid, "announced"))
+    elif name == "deploy":
+        send(text(rid, "deployed " + str(args.get("region"))))
     elif name == "crash":
         os._exit(3)
     elif name == "silent":
@@ -158,6 +172,8 @@ def main() -> None:
             send({"jsonrpc": "2.0", "id": message["id"], "result": {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "resultType": "complete"}})
             if args.stall:
                 time.sleep(3600)
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": TOOLS, "resultType": "complete"}})
         elif method == "tools/call":
             threading.Thread(target=call, args=(message, args.garbage), daemon=True).start()
 
