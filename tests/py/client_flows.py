@@ -18,6 +18,14 @@ Scenarios:
     legacy-session      a 2025-era session (mode="legacy": initialize, Mcp-Session-Id, SSE) calls
                         legacy_elicit and answers the server->client elicitation.
                         -> {"text": ..., "session_id": ..., "protocol_version": ...}
+    everything          against @modelcontextprotocol/server-everything, a 2025-era session (mode="legacy"):
+                        the roots request it sends after `initialized`, echo, a tool with progress, a
+                        tool asking the client for sampling, a resource subscription with updates, and
+                        logging under logging/setLevel. -> {"session_id", "session_ids_consistent",
+                        "protocol_version", "roots_requests", "echo", "progress", "long_running",
+                        "sampling_requests": [{"prompt","system_prompt","max_tokens"}],
+                        "sampling_result", "listed", "toggles", "updates": [uri, ...],
+                        "logs": [{"level","logger","data"}, ...]}
     tamper              provision round 1, then retry with the state modified: "free" -> "enterprise"
                         when the state is plaintext, otherwise one character of the opaque token is
                         changed. -> {"retry_error": {"code","message","data"} | null, "text": ...,
@@ -32,7 +40,7 @@ Scenarios:
                         -> {"handle": ..., "appends": [structuredContent, ...], "commit": {...}}
 
 --mode is passed to `Client(mode=...)` (auto | legacy | 2026-07-28); default "auto" probes
-server/discover like a real client would. `legacy-session` always uses "legacy".
+server/discover like a real client would. `legacy-session` and `everything` always use "legacy".
 
 --cafile trusts that CA for an https:// URL, --certfile/--keyfile present a client certificate
 (mTLS), --bearer sends `Authorization: Bearer <token>` on every request: the SDK's own
@@ -49,6 +57,7 @@ import json
 import ssl
 import sys
 import traceback
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -59,7 +68,7 @@ from mcp.client import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 # Values the callbacks hand back; keyed by the requested form field.
 ELICIT_DEFAULTS: dict[str, Any] = {
@@ -172,16 +181,19 @@ def server_for(url: Any) -> Any:
 
 
 def make_client(url: Any, mode: str, **kwargs: Any) -> Client:
+    """A Client answering every input request; `kwargs` add options or replace a callback."""
+    callbacks: dict[str, Any] = {
+        "elicitation_callback": elicitation_callback,
+        "sampling_callback": sampling_callback,
+        "list_roots_callback": list_roots_callback,
+    }
     return Client(
         server_for(url),
         mode=mode,
         read_timeout_seconds=10,
-        elicitation_callback=elicitation_callback,
-        sampling_callback=sampling_callback,
-        list_roots_callback=list_roots_callback,
         # Cached results would hide what the server (or the sidecar) actually answered.
         cache=None,
-        **kwargs,
+        **{**callbacks, **kwargs},
     )
 
 
@@ -321,6 +333,130 @@ async def legacy_session(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# The `everything` scenario: @modelcontextprotocol/server-everything's names and arguments.
+EVERYTHING_URI = "demo://resource/static/document/features.md"
+EVERYTHING_ECHO = "hello everything"
+EVERYTHING_PROMPT = "What is the capital of France?"
+EVERYTHING_WAIT_S = 10.0
+
+
+class Inbox:
+    """What a session's server sent unasked, in arrival order, with waiting (bounded)."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self._changed = anyio.Event()
+
+    def add(self, item: Any) -> None:
+        self.items.append(item)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait_for(self, what: str, found: Callable[[Any], bool]) -> None:
+        with anyio.move_on_after(EVERYTHING_WAIT_S):
+            while not any(found(item) for item in self.items):
+                await self._changed.wait()
+            return
+        raise TimeoutError(f"no {what} within {EVERYTHING_WAIT_S} s (received {self.items})")
+
+
+async def everything(args: argparse.Namespace) -> dict[str, Any]:
+    """server-everything in a 2025-era session: its roots request at start, echo, a tool
+    with progress, a tool that asks the client for sampling, a resource subscription with
+    updates, and logging under logging/setLevel."""
+    # The 2025-era methods this scenario is about (setLevel, subscribe) warn on every call.
+    warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
+    session_ids: list[str] = []
+    logs = Inbox()
+    updates = Inbox()
+    progress: list[dict[str, Any]] = []
+    sampling: list[dict[str, Any]] = []
+    roots_requests = 0
+
+    async def remember_session_id(response: httpx2.Response) -> None:
+        if sid := response.headers.get("mcp-session-id"):
+            session_ids.append(sid)
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.add({"level": params.level, "logger": params.logger, "data": params.data})
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            updates.add(message.params.uri)
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append({"progress": value, "total": total, "message": message})
+
+    async def on_sampling(
+        _ctx: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        first = params.messages[0].content
+        sampling.append(
+            {
+                "prompt": first.text if isinstance(first, types.TextContent) else None,
+                "system_prompt": params.system_prompt,
+                "max_tokens": params.max_tokens,
+            }
+        )
+        return answer_sampling()
+
+    async def on_roots(_ctx: ClientRequestContext) -> types.ListRootsResult:
+        nonlocal roots_requests
+        roots_requests += 1
+        return answer_roots()
+
+    http_client = create_mcp_http_client(timeout=httpx2.Timeout(10.0, read=30.0))
+    http_client.event_hooks["response"].append(remember_session_id)
+    async with http_client:
+        transport = streamable_http_client(args.url, http_client=http_client)
+        async with make_client(
+            transport,  # type: ignore[arg-type]
+            "legacy",
+            logging_callback=on_log,
+            message_handler=on_message,
+            sampling_callback=on_sampling,
+            list_roots_callback=on_roots,
+        ) as client:
+            version = client.protocol_version
+            # Unasked, 350 ms after `initialized`: roots/list, then a log line saying so.
+            await logs.wait_for("the roots log", lambda log: str(log["data"]).startswith("Roots updated"))
+            echo = text_of(await client.call_tool("echo", {"message": EVERYTHING_ECHO}))
+            long_running = text_of(
+                await client.call_tool(
+                    "trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=on_progress
+                )
+            )
+            sampled = text_of(
+                await client.call_tool("trigger-sampling-request", {"prompt": EVERYTHING_PROMPT, "maxTokens": 50})
+            )
+            listed = [r.uri for r in (await client.list_resources()).resources]
+            # Above the acknowledgement's level (info): the subscribe's log is filtered out.
+            await client.set_logging_level("warning")
+            await client.subscribe_resource(EVERYTHING_URI)  # pyright: ignore[reportDeprecated]
+            toggled_on = text_of(await client.call_tool("toggle-subscriber-updates", {}))
+            await updates.wait_for("an update", lambda uri: True)
+            await client.set_logging_level("info")
+            await client.unsubscribe_resource(EVERYTHING_URI)  # pyright: ignore[reportDeprecated]
+            received = list(updates.items)
+            await logs.wait_for("the unsubscribe log", lambda log: "Unsubscribe" in str(log["data"]))
+            toggled_off = text_of(await client.call_tool("toggle-subscriber-updates", {}))
+    return {
+        "session_id": session_ids[0] if session_ids else None,
+        "session_ids_consistent": len(set(session_ids)) == 1,
+        "protocol_version": version,
+        "roots_requests": roots_requests,
+        "echo": echo,
+        "progress": progress,
+        "long_running": long_running,
+        "sampling_requests": sampling,
+        "sampling_result": sampled,
+        "listed": EVERYTHING_URI in listed,
+        "toggles": [toggled_on, toggled_off],
+        "updates": received,
+        "logs": logs.items,
+    }
+
+
 def tamper_state(state: str) -> tuple[str, bool]:
     """Forge the state: the real attack when it is plaintext, a one-character flip otherwise."""
     if '"tier":"free"' in state:
@@ -392,6 +528,7 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], Awaitable[dict[str, Any]]]] 
     "auto-all": auto_all,
     "manual": manual,
     "legacy-session": legacy_session,
+    "everything": everything,
     "tamper": tamper,
     "replay": replay,
     "import-flow": import_flow,

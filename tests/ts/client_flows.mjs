@@ -37,6 +37,15 @@
 //   unpinned          a Client left on the SDK's default negotiation (`legacy`: the 2025
 //                     initialize handshake) calls echo and provision. -> {"protocol_version",
 //                     "era", "echo": {"text"|"error"}, "provision": {"text"|"error"}}
+//   everything        against @modelcontextprotocol/server-everything, a 2025-era session (the
+//                     SDK's default `legacy` negotiation): the roots request it sends after
+//                     `initialized`, echo, a tool with progress, a tool asking the client for
+//                     sampling, a resource subscription with updates, and logging under
+//                     logging/setLevel; ends with DELETE. -> {"session_id",
+//                     "session_ids_consistent", "protocol_version", "roots_requests", "echo",
+//                     "progress", "long_running", "sampling_requests": [{"prompt",
+//                     "system_prompt", "max_tokens"}], "sampling_result", "listed", "toggles",
+//                     "updates": [uri, ...], "logs": [{"level","logger","data"}, ...]}
 //
 // Exit 0 when every scenario ran (even when what it observed is a rejection), 1 with
 // {"error": ..., "scenario": ...} when one could not.
@@ -315,7 +324,128 @@ async function unpinned(url) {
   }
 }
 
-const SCENARIOS = { "auto-all": autoAll, manual, tamper, "capability-error": capabilityError, "param-echo": paramEcho, unpinned };
+// The `everything` scenario: @modelcontextprotocol/server-everything's names and arguments
+// (as in client_flows.py).
+const EVERYTHING_URI = "demo://resource/static/document/features.md";
+const EVERYTHING_ECHO = "hello everything";
+const EVERYTHING_PROMPT = "What is the capital of France?";
+const EVERYTHING_WAIT_MS = 10_000;
+
+/** What a session's server sent unasked, in arrival order, with waiting (bounded). */
+class Inbox {
+  items = [];
+  #waiters = [];
+
+  add(item) {
+    this.items.push(item);
+    for (const wake of this.#waiters.splice(0)) wake();
+  }
+
+  async waitFor(what, found) {
+    const deadline = Date.now() + EVERYTHING_WAIT_MS;
+    while (!this.items.some(found)) {
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`no ${what} within ${EVERYTHING_WAIT_MS} ms (received ${JSON.stringify(this.items)})`);
+      await new Promise((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.#waiters.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+  }
+}
+
+/**
+ * server-everything in a 2025-era session (the SDK's default `legacy` negotiation): its roots
+ * request at start, echo, a tool with progress, a tool that asks the client for sampling, a
+ * resource subscription with updates, and logging under logging/setLevel.
+ */
+async function everything(url) {
+  const sessionIds = [];
+  const logs = new Inbox();
+  const updates = new Inbox();
+  const progress = [];
+  const sampling = [];
+  let rootsRequests = 0;
+
+  const client = new Client(
+    { name: "mcp-state-guard-ts-tests", version: "0" },
+    { capabilities: ALL_CAPABILITIES, cacheMode: "bypass" },
+  );
+  client.setRequestHandler("sampling/createMessage", async (request) => {
+    const first = request.params.messages[0]?.content;
+    sampling.push({
+      prompt: first?.type === "text" ? first.text : null,
+      system_prompt: request.params.systemPrompt ?? null,
+      max_tokens: request.params.maxTokens,
+    });
+    return answerSampling();
+  });
+  client.setRequestHandler("roots/list", async () => {
+    rootsRequests += 1;
+    return answerRoots();
+  });
+  client.setNotificationHandler("notifications/message", async (n) =>
+    logs.add({ level: n.params.level, logger: n.params.logger ?? null, data: n.params.data }),
+  );
+  client.setNotificationHandler("notifications/resources/updated", async (n) => updates.add(n.params.uri));
+  // Every session id the sidecar answered with, as the Python scenario records them.
+  const recording = async (input, init) => {
+    const response = await fetch(input, init);
+    const sid = response.headers.get("mcp-session-id");
+    if (sid) sessionIds.push(sid);
+    return response;
+  };
+  const transport = new StreamableHTTPClientTransport(new URL(url), { fetch: recording });
+  await client.connect(transport);
+  try {
+    const version = client.getNegotiatedProtocolVersion();
+    // Unasked, 350 ms after `initialized`: roots/list, then a log line saying so.
+    await logs.waitFor("roots log", (log) => String(log.data).startsWith("Roots updated"));
+    const call = async (name, args, extra) => textOf(await client.callTool({ name, arguments: args }, options(extra)));
+    const echo = await call("echo", { message: EVERYTHING_ECHO });
+    const longRunning = await call(
+      "trigger-long-running-operation",
+      { duration: 1, steps: 4 },
+      { onprogress: (p) => progress.push({ progress: p.progress, total: p.total ?? null, message: p.message ?? null }) },
+    );
+    const sampled = await call("trigger-sampling-request", { prompt: EVERYTHING_PROMPT, maxTokens: 50 });
+    const listed = (await client.listResources({}, options())).resources.map((r) => r.uri);
+    // Above the acknowledgement's level (info): the subscribe's log is filtered out.
+    await client.setLoggingLevel("warning", options());
+    await client.subscribeResource({ uri: EVERYTHING_URI }, options());
+    const toggledOn = await call("toggle-subscriber-updates", {});
+    await updates.waitFor("update", () => true);
+    await client.setLoggingLevel("info", options());
+    await client.unsubscribeResource({ uri: EVERYTHING_URI }, options());
+    const received = [...updates.items];
+    await logs.waitFor("unsubscribe log", (log) => String(log.data).includes("Unsubscribe"));
+    const toggledOff = await call("toggle-subscriber-updates", {});
+    // The SDK's close() leaves the session open; the Python SDK sends DELETE on close.
+    await transport.terminateSession();
+    return {
+      session_id: sessionIds[0] ?? null,
+      session_ids_consistent: new Set(sessionIds).size === 1,
+      protocol_version: version,
+      roots_requests: rootsRequests,
+      echo,
+      progress,
+      long_running: longRunning,
+      sampling_requests: sampling,
+      sampling_result: sampled,
+      listed: listed.includes(EVERYTHING_URI),
+      toggles: [toggledOn, toggledOff],
+      updates: received,
+      logs: logs.items,
+    };
+  } finally {
+    await client.close();
+  }
+}
+
+const SCENARIOS = { "auto-all": autoAll, manual, tamper, "capability-error": capabilityError, "param-echo": paramEcho, unpinned, everything };
 
 function describe(error) {
   if (error instanceof ProtocolError) return `ProtocolError ${error.code}: ${error.message}`;
