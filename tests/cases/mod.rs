@@ -78,6 +78,7 @@ mod operations;
 mod passthrough;
 mod security_model;
 mod stdio_conformance;
+mod stdio_everything;
 mod tls;
 mod token_interop;
 mod ts_conformance;

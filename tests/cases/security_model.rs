@@ -38,6 +38,7 @@ const NOT_GUARANTEES: &[&str] = &[
     "passthrough",
     "security_model",
     "stdio_conformance",
+    "stdio_everything",
     "tls",
     "token_interop",
     "ts_conformance",
