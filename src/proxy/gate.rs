@@ -305,15 +305,15 @@ fn check_transport_headers(
         })
 }
 
-/// The protocol version a message's `_meta` names, read from `params._meta` alone.
-fn meta_protocol_version(body: &ScannedBody) -> Option<String> {
+/// The protocol version a message's `_meta` names, read in place from `params._meta`
+/// (no tree of it is built: this runs on every request to a stdio child).
+fn meta_protocol_version(body: &ScannedBody) -> Option<Cow<'_, str>> {
     const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
     let span = body.index().param(ParamsField::Meta)?;
-    // Scanned strictly already (within `max_json_values`): it parses.
-    let meta =
-        serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&body.bytes()[span])
-            .ok()?;
-    meta.get(PROTOCOL_VERSION)?.as_str().map(str::to_owned)
+    // Scanned strictly already: UTF-8, no duplicate key.
+    let text = std::str::from_utf8(body.bytes()).ok()?;
+    let member = crate::jsonrpc::members(text, span).find(|m| m.key == PROTOCOL_VERSION)?;
+    crate::jsonrpc::string_at(body.bytes(), member.value)
 }
 
 #[cfg(test)]
@@ -430,5 +430,41 @@ mod tests {
         assert!(check(&[("mcp-name", "t-1")], "tasks/get", task()).is_ok());
         assert!(check(&[("mcp-name", "t-2")], "tasks/cancel", task()).is_err());
         assert!(check(&[("mcp-name", "t-1")], "tasks/list", task()).is_err());
+    }
+
+    /// In front of a stdio child: a 2026-07-28 request carries its version, method and
+    /// name in headers that agree with it; a 2025-era message needs none.
+    #[test]
+    fn the_transport_rules_hold_a_2026_request_to_its_headers() {
+        let check = |pairs: &[(&str, &str)], params: serde_json::Value| {
+            let value =
+                json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+            let body = check_message(&headers(pairs), Bytes::from(value.to_string()), usize::MAX)
+                .map_err(|r| r.error)
+                .unwrap();
+            check_transport_headers(&headers(pairs), &body, &ParamHeaders::default())
+        };
+        let modern = || json!({"name": "provision", "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}});
+        let all = [
+            ("mcp-protocol-version", " 2026-07-28 "),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "provision"),
+        ];
+        assert!(check(&all, modern()).is_ok());
+        for missing in 0..all.len() {
+            let mut pairs = all.to_vec();
+            let (name, _) = pairs.remove(missing);
+            assert!(
+                matches!(check(&pairs, modern()), Err(ProxyError::HeaderMismatch(_))),
+                "without {name}"
+            );
+        }
+        let older = [("mcp-protocol-version", "2025-11-25"), all[1], all[2]];
+        assert!(matches!(
+            check(&older, modern()),
+            Err(ProxyError::HeaderMismatch(_))
+        ));
+        // A 2025-era message: no version in `_meta`, no header required.
+        assert!(check(&[], json!({"name": "provision"})).is_ok());
     }
 }
