@@ -22,6 +22,7 @@ mod fold;
 mod names;
 mod params;
 mod scan;
+pub(crate) mod status;
 pub use fold::fold;
 pub(crate) use fold::folds_equal;
 pub(crate) use names::{CAPABILITIES_META, Lookup, check_capabilities, distinct, lookup, member};
@@ -140,23 +141,6 @@ pub const HEADER_MISMATCH: i64 = -32020;
 pub(crate) const MISSING_CAPABILITY: i64 = -32021;
 /// MCP 2026-07-28: the request's protocol version is not one the server serves.
 pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
-
-/// The HTTP status a Streamable HTTP transport answers a JSON-RPC error with when the
-/// error is the whole answer (once an event stream is committed it is `200`), as the
-/// SDKs' transports map it (`mcp/shared/inbound.py`): `400` for a request refused as
-/// such (not JSON, not a request, invalid params such as a missing `_meta`, a header
-/// that disagrees with the body, a client capability not declared, a protocol version
-/// not served), `404` for a method not found, and `200` for anything else (a tool's or
-/// an internal error is still the request's answer). The stdio bridge answers its
-/// child's errors by it; the sidecar's own refusal table agrees with it.
-pub(crate) fn error_status(code: i64) -> http::StatusCode {
-    match code {
-        PARSE_ERROR | INVALID_REQUEST | INVALID_PARAMS | HEADER_MISMATCH | MISSING_CAPABILITY
-        | UNSUPPORTED_VERSION => http::StatusCode::BAD_REQUEST,
-        METHOD_NOT_FOUND => http::StatusCode::NOT_FOUND,
-        _ => http::StatusCode::OK,
-    }
-}
 
 /// Parse one JSON value, refusing duplicate keys at any depth. Numbers keep their
 /// literal digits (`arbitrary_precision`), so re-serialising changes no number's value;

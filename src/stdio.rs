@@ -24,6 +24,7 @@
 //! it exits, and a request waiting for the child is bounded by the proxy's head timeout).
 
 mod admit;
+mod answer;
 mod ask;
 mod child;
 mod ids;

@@ -529,23 +529,3 @@ fn folds_equal_is_fold_compared() {
         }
     }
 }
-
-/// The SDKs' map (`mcp-wire-notes.md` 1.6), code by code.
-#[test]
-fn errors_answer_with_the_sdks_statuses() {
-    for (code, status) in [
-        (-32700, 400),
-        (-32600, 400),
-        (-32602, 400),
-        (-32020, 400),
-        (-32021, 400),
-        (-32022, 400),
-        (-32601, 404),
-        (-32603, 200),
-        (-32000, 200),
-        (-32042, 200),
-        (1, 200),
-    ] {
-        assert_eq!(error_status(code).as_u16(), status, "{code}");
-    }
-}

@@ -310,10 +310,13 @@ fn check_transport_headers(
 fn meta_protocol_version(body: &ScannedBody) -> Option<Cow<'_, str>> {
     const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
     let span = body.index().param(ParamsField::Meta)?;
-    // Scanned strictly already: UTF-8, no duplicate key.
-    let text = std::str::from_utf8(body.bytes()).ok()?;
-    let member = crate::jsonrpc::members(text, span).find(|m| m.key == PROTOCOL_VERSION)?;
-    crate::jsonrpc::string_at(body.bytes(), member.value)
+    // Scanned strictly already: UTF-8, no duplicate key. Only `_meta`'s own bytes are
+    // looked at again.
+    let meta = &body.bytes()[span];
+    let text = std::str::from_utf8(meta).ok()?;
+    let member =
+        crate::jsonrpc::members(text, 0..meta.len()).find(|m| m.key == PROTOCOL_VERSION)?;
+    crate::jsonrpc::string_at(meta, member.value)
 }
 
 #[cfg(test)]

@@ -295,11 +295,15 @@ async fn read(shared: Arc<BridgeShared>, stdout: ChildStdout, max_line: usize) {
     while let Ok(Some(line)) = lines.next().await {
         match line {
             Line::Whole(line) => {
-                let delivery = shared.routes().deliver(&line, &shared.metrics);
+                let (delivery, tools_changed) = {
+                    let mut routes = shared.routes();
+                    let delivery = routes.deliver(&line, &shared.metrics);
+                    (delivery, routes.take_tools_changed())
+                };
                 delivered(&shared, delivery, &line);
                 // Its tools changed: listed again for the gate (a session's child is of
                 // the 2025 era, whose requests carry no such headers).
-                if shared.session.is_none() && shared.routes().take_tools_changed() {
+                if tools_changed && shared.session.is_none() {
                     tokio::spawn(tools::learn(shared.clone(), LISTING_TIMEOUT));
                 }
             }

@@ -49,7 +49,7 @@ pub(crate) struct Reply {
     pub(crate) message: Bytes,
     pub(crate) held: Reservation,
     /// The HTTP status it is answered with when it is the whole answer: an error's by
-    /// its code ([`crate::jsonrpc::error_status`]), else `200`.
+    /// its code ([`crate::jsonrpc::status::error_status`]), else `200`.
     pub(crate) status: http::StatusCode,
 }
 
@@ -239,7 +239,7 @@ impl Routes {
         let status = match message.get("error").and_then(|e| e.get("code")) {
             Some(code) => code
                 .as_i64()
-                .map_or(http::StatusCode::OK, crate::jsonrpc::error_status),
+                .map_or(http::StatusCode::OK, crate::jsonrpc::status::error_status),
             None => http::StatusCode::OK,
         };
         let message = encode(&message);

@@ -25,22 +25,17 @@ impl SuiteRun {
     }
 }
 
-/// Run every scenario against `url`. Awaited asynchronously so an in-process sidecar keeps
-/// serving on this runtime; run.sh gets its own process group so that on a timeout node and
-/// every other descendant can be stopped by that group's id.
-pub async fn run_suite(url: &str) -> SuiteRun {
-    let results = tempfile::tempdir().unwrap();
-    let child = tokio::process::Command::new("bash")
-        .arg(repo_path("tests/conformance/run.sh"))
-        .arg(url)
-        .arg(results.path())
+/// The suite's output, in a process group of its own so that on a timeout node and every
+/// other descendant are stopped by that group's id.
+async fn bounded(mut command: tokio::process::Command) -> std::process::Output {
+    let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
-        .expect("start tests/conformance/run.sh");
+        .expect("start the conformance suite");
     let group = child.id().expect("a running child has an id");
     let Ok(output) = tokio::time::timeout(SUITE_TIMEOUT, child.wait_with_output()).await else {
         let _ = std::process::Command::new("kill")
@@ -48,7 +43,19 @@ pub async fn run_suite(url: &str) -> SuiteRun {
             .status();
         panic!("the conformance suite did not finish within {SUITE_TIMEOUT:?}");
     };
-    let output = output.expect("wait for run.sh");
+    output.expect("wait for the conformance suite")
+}
+
+/// Run every scenario against `url`. Awaited asynchronously so an in-process sidecar keeps
+/// serving on this runtime.
+pub async fn run_suite(url: &str) -> SuiteRun {
+    let results = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new("bash");
+    command
+        .arg(repo_path("tests/conformance/run.sh"))
+        .arg(url)
+        .arg(results.path());
+    let output = bounded(command).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let mut scenarios = BTreeMap::new();
@@ -92,21 +99,8 @@ pub async fn run_requirements(url: &str, revision: &str) -> SuiteRun {
     let mut command = suite_command();
     command
         .args(["server", "--url", url, "--requirements", revision, "-o"])
-        .arg(results.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let child = command.spawn().expect("start the conformance suite");
-    let group = child.id().expect("a running child has an id");
-    let Ok(output) = tokio::time::timeout(SUITE_TIMEOUT, child.wait_with_output()).await else {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", "--", &format!("-{group}")])
-            .status();
-        panic!("the conformance suite did not finish within {SUITE_TIMEOUT:?}");
-    };
-    let output = output.expect("wait for the conformance suite");
+        .arg(results.path());
+    let output = bounded(command).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut scenarios = BTreeMap::new();
     // `✓ name: 3 passed, 0 failed` / `✗ name: 1 passed, 2 failed`, once per scenario.
