@@ -8,6 +8,10 @@
 //! are the dump's total (every thread of the proxy) over the exchanges, all answered and
 //! checked like every other row's (through the sidecar, no plaintext state).
 //!
+//! The stdio sidecar (E, `stdio.rs`) is counted the same way for the JSON workload; its
+//! child runs natively (callgrind does not follow children), so E's count is the
+//! sidecar's own work for a line out and a line in, beside B's for an HTTP hop.
+//!
 //! Unlike throughput and latency, an instruction count does not move with what else the
 //! machine runs, so it compares across runs and builds: issue 22's target is B ≤ 1.4× D,
 //! first call and retry.
@@ -150,6 +154,23 @@ pub fn run(counts: &Counts) -> Result<String, String> {
         ],
     )?;
     let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let (stdio_port, stdio_admin) = (procs::free_port(), procs::free_port());
+    let stdio_config = dir.join("sidecar-stdio.toml");
+    let base = crate::sidecar_config(dir, stdio_port, stdio_admin, upstream_port, "");
+    std::fs::write(&stdio_config, crate::stdio::config(&base, &me))
+        .map_err(|e| format!("stdio sidecar config: {e}"))?;
+    let stdio = Proxy::start(
+        &mut children,
+        dir,
+        "sidecar-stdio",
+        loopback(stdio_port),
+        &procs::sidecar_bin("HARNESS_SIDECAR_BIN"),
+        &[
+            "run",
+            "--config",
+            stdio_config.to_str().expect("a UTF-8 temp path"),
+        ],
+    )?;
     let bare_port = procs::free_port();
     let bare = Proxy::start(
         &mut children,
@@ -168,11 +189,12 @@ pub fn run(counts: &Counts) -> Result<String, String> {
     procs::wait_ready_within(&mut children, loopback(upstream_port), "/", slow)?;
     procs::wait_ready_within(&mut children, loopback(admin), "/readyz", slow)?;
     procs::wait_ready_within(&mut children, bare.addr, "/", slow)?;
+    procs::wait_ready_within(&mut children, loopback(stdio_admin), "/readyz", slow)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
-    let table = runtime.block_on(measure(counts, sidecar, bare))?;
+    let table = runtime.block_on(measure(counts, sidecar, bare, stdio))?;
     children.check_alive()?;
     keep_dumps(dir)?;
     Ok(table)
@@ -197,7 +219,12 @@ fn keep_dumps(dir: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-async fn measure(counts: &Counts, mut sidecar: Proxy, mut bare: Proxy) -> Result<String, String> {
+async fn measure(
+    counts: &Counts,
+    mut sidecar: Proxy,
+    mut bare: Proxy,
+    mut stdio: Proxy,
+) -> Result<String, String> {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -210,10 +237,15 @@ async fn measure(counts: &Counts, mut sidecar: Proxy, mut bare: Proxy) -> Result
         "| answer | phase | B sidecar instructions/request | D hyper floor instructions/request | B/D | B−D |"
     );
     let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: |");
+    // B's JSON counts, first call and retry, for E's table.
+    let mut json_b = Vec::new();
     for (workload, path) in WORKLOADS {
         for phase in [Phase::First, Phase::Retry] {
             let b = per_request(counts, &mut sidecar, path, phase).await;
             let b = b.map_err(|e| format!("{workload} {} sidecar: {e}", phase.label()))?;
+            if path == WORKLOADS[0].1 {
+                json_b.push(b);
+            }
             let d = per_request(counts, &mut bare, path, phase).await;
             let d = d.map_err(|e| format!("{workload} {} hyper floor: {e}", phase.label()))?;
             let _ = writeln!(
@@ -227,6 +259,24 @@ async fn measure(counts: &Counts, mut sidecar: Proxy, mut bare: Proxy) -> Result
             );
         }
     }
+    let _ = writeln!(
+        out,
+        "\n| answer | phase | E stdio sidecar instructions/request | B sidecar instructions/request | E/B |"
+    );
+    let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: |");
+    let (workload, path) = WORKLOADS[0];
+    for (phase, b) in [Phase::First, Phase::Retry].into_iter().zip(json_b) {
+        let e = per_request(counts, &mut stdio, path, phase).await;
+        let e = e.map_err(|e| format!("{workload} {} stdio sidecar: {e}", phase.label()))?;
+        let _ = writeln!(
+            out,
+            "| {workload} | {} | {:.1} k | {:.1} k | {:.2} |",
+            phase.label(),
+            e / 1000.0,
+            b / 1000.0,
+            e / b
+        );
+    }
     Ok(out)
 }
 
@@ -237,7 +287,7 @@ async fn per_request(
     path: &'static str,
     phase: Phase,
 ) -> Result<f64, String> {
-    let through_sidecar = proxy.name == "sidecar";
+    let through_sidecar = proxy.name != "bare-proxy";
     let target = Target {
         addr: proxy.addr,
         path,
