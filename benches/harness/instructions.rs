@@ -124,7 +124,8 @@ impl Proxy {
     }
 }
 
-/// B and D under callgrind, then the table of instructions per request.
+/// B and D (and E) under callgrind, then the table of instructions per request, and
+/// this build's allocations per request (`allocs.rs`).
 pub fn run(counts: &Counts) -> Result<String, String> {
     procs::ensure_valgrind()?;
     procs::pin_self()?;
@@ -197,7 +198,10 @@ pub fn run(counts: &Counts) -> Result<String, String> {
     let table = runtime.block_on(measure(counts, sidecar, bare, stdio))?;
     children.check_alive()?;
     keep_dumps(dir)?;
-    Ok(table)
+    // This build's allocations beside its instructions (counted in this process, on the
+    // harness's allocator): the two figures the per-request work is judged by.
+    let allocations = runtime.block_on(crate::allocs::per_request(dir))?;
+    Ok(format!("{table}\n{allocations}"))
 }
 
 /// With `HARNESS_CALLGRIND_KEEP=DIR`, the dumps (`callgrind.sidecar.out.N`,

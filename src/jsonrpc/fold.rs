@@ -18,20 +18,38 @@ pub fn fold(key: &str) -> String {
     folded(key).collect()
 }
 
-/// Whether `a` and `b` [`fold`] to the same name, built for neither: two ASCII names
-/// (nearly every key) are compared byte by byte, their letters and digits lowercased and
-/// everything else skipped, which is what [`fold`] does to ASCII; others go through
-/// [`folded`].
+/// Whether `a` and `b` [`fold`] to the same name, built for neither. The ASCII each
+/// starts with is compared byte by byte, letters and digits lowercased and everything
+/// else skipped, which is what [`fold`] does to ASCII, so two different names (nearly
+/// every comparison) part at their first kept byte; from the first non-ASCII character
+/// of either, the rest of both go through [`folded`].
 pub(crate) fn folds_equal(a: &str, b: &str) -> bool {
-    fn kept(s: &str) -> impl Iterator<Item = u8> + '_ {
-        s.bytes()
-            .filter(u8::is_ascii_alphanumeric)
-            .map(|c| c.to_ascii_lowercase())
+    /// The next byte at or after `at` that is not skipped ASCII (or the end).
+    fn next_kept(s: &[u8], mut at: usize) -> usize {
+        while at < s.len() && s[at].is_ascii() && !s[at].is_ascii_alphanumeric() {
+            at += 1;
+        }
+        at
     }
-    if a.is_ascii() && b.is_ascii() {
-        kept(a).eq(kept(b))
-    } else {
-        folded(a).eq(folded(b))
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (next_kept(x, 0), next_kept(y, 0));
+    loop {
+        match (x.get(i), y.get(j)) {
+            (None, None) => return true,
+            (Some(p), Some(q)) if p.is_ascii() && q.is_ascii() => {
+                if !p.eq_ignore_ascii_case(q) {
+                    return false;
+                }
+                (i, j) = (next_kept(x, i + 1), next_kept(y, j + 1));
+            }
+            // One side ended and the other's next is ASCII kept: that byte is in one
+            // fold only.
+            (None, Some(q)) if q.is_ascii() => return false,
+            (Some(p), None) if p.is_ascii() => return false,
+            // A non-ASCII character on either side (a char boundary: only ASCII was
+            // passed): what is left is compared by the full fold.
+            _ => return folded(&a[i..]).eq(folded(&b[j..])),
+        }
     }
 }
 

@@ -529,3 +529,18 @@ fn folds_equal_is_fold_compared() {
         }
     }
 }
+
+proptest::proptest! {
+    /// Names from ASCII and the characters whose folds are special (several letters,
+    /// none, a look-alike of an ASCII letter): `folds_equal` is `fold` compared, whether
+    /// the names part in their ASCII or after a non-ASCII character.
+    #[test]
+    fn folds_equal_is_fold_compared_for_any_names(
+        a in "[a-zA-Z0-9_./ -]{0,6}[ßſKİıﬁ€中é]{0,2}[a-zA-Z0-9_-]{0,6}",
+        b in "[a-zA-Z0-9_./ -]{0,6}[ßſKİıﬁ€中é]{0,2}[a-zA-Z0-9_-]{0,6}",
+    ) {
+        proptest::prop_assert_eq!(folds_equal(&a, &b), fold(&a) == fold(&b), "{:?} {:?}", a, b);
+        let twin = fold(&a);
+        proptest::prop_assert!(folds_equal(&a, &twin), "{:?} {:?}", a, twin);
+    }
+}

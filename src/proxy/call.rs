@@ -73,7 +73,7 @@ impl Proxy {
             None => exchange.named(id, None),
         }
         self.upstream
-            .mark_gated(&mut parts.headers, exchange.caller.owner());
+            .mark_gated(&mut parts.headers, &exchange.caller);
         // The parsed body ends here, before the upstream is awaited.
         let (forwarded, reservation) = admitted.into_forwarded();
         parts

@@ -69,7 +69,7 @@ impl Proxy {
             return Err(ProxyError::BodyNotAllowed(parts.method).into());
         }
         self.upstream
-            .mark_gated(&mut parts.headers, exchange.caller.owner());
+            .mark_gated(&mut parts.headers, &exchange.caller);
         self.round_trip(parts, (crate::body::full(Bytes::new()), None), exchange)
             .await
     }

@@ -169,8 +169,10 @@ impl Upstream {
     /// Mark a request of the gated route for a stdio upstream, which answers nothing
     /// else (never a passthrough request), with whose share it spends. No-op for an
     /// HTTP upstream.
-    pub(crate) fn mark_gated(&self, headers: &mut HeaderMap, owner: &crate::store::Owner) {
+    pub(crate) fn mark_gated(&self, headers: &mut HeaderMap, caller: &crate::auth::Caller) {
         if let Some(mark) = &self.gated_mark {
+            // The owner's digest only where it is sent (a stdio child's bridge).
+            let owner = caller.owner();
             headers.insert(crate::stdio::GATED_HEADER, mark.clone());
             headers.insert(
                 crate::stdio::OWNER_HEADER,

@@ -360,5 +360,13 @@ pub fn max_token_bytes(max_state_bytes: usize) -> usize {
     (max_state_bytes * 6 + 4096) * 4 / 3
 }
 
+/// Whether `text` is written in JSON as it is, between quotes: what every token and handle
+/// this sidecar mints is (a prefix of letters, digits and `.`, then base64url), so the
+/// response sealer splices it without escaping.
+pub(crate) fn is_json_plain(text: &str) -> bool {
+    text.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 #[cfg(test)]
 mod tests;
