@@ -38,7 +38,22 @@ pub struct Revocations {
     keep: Duration,
     /// The audience every record is scoped by.
     audience: Option<String>,
+    /// The names of the principals checked lately: two SHA-256 digests are most of a
+    /// check's work and depend on the principal only (and the audience, fixed here).
+    names: moka::sync::Cache<Arc<str>, Arc<Names>>,
 }
+
+/// The names a principal's revocation may be recorded under.
+struct Names {
+    /// This version's, scoped by audience ([`Revocations::digest`]).
+    scoped: String,
+    /// The previous version's ([`legacy_digest`]).
+    legacy: String,
+}
+
+/// Principals whose names are kept, and for how long one unused is.
+const NAMES_KEPT: u64 = 4096;
+const NAMES_IDLE: Duration = Duration::from_secs(600);
 
 impl Revocations {
     /// `ttl_seconds`: the longest a token lives
@@ -48,6 +63,10 @@ impl Revocations {
             store,
             keep: Duration::from_secs_f64(ttl_seconds as f64 + 2.0 * FUTURE_SKEW_SECONDS),
             audience,
+            names: moka::sync::Cache::builder()
+                .max_capacity(NAMES_KEPT)
+                .time_to_idle(NAMES_IDLE)
+                .build(),
         }
     }
 
@@ -95,13 +114,26 @@ impl Revocations {
         issued_at: f64,
     ) -> Result<bool, StoreError> {
         let since = |not_before: Option<f64>| not_before.is_some_and(|at| issued_at < at);
+        let names = self.names_of(principal);
         // Both names at once: the previous version's record costs no second round trip.
-        let (scoped, legacy) = (self.digest(principal), legacy_digest(principal));
         let (scoped, legacy) = tokio::try_join!(
-            self.store.revoked_since(&scoped),
-            self.store.revoked_since(&legacy)
+            self.store.revoked_since(&names.scoped),
+            self.store.revoked_since(&names.legacy)
         )?;
         Ok(since(scoped) || since(legacy))
+    }
+
+    /// `principal`'s names, computed once while it keeps calling.
+    fn names_of(&self, principal: &str) -> Arc<Names> {
+        if let Some(names) = self.names.get(principal) {
+            return names;
+        }
+        let names = Arc::new(Names {
+            scoped: self.digest(principal),
+            legacy: legacy_digest(principal),
+        });
+        self.names.insert(Arc::from(principal), names.clone());
+        names
     }
 
     /// The name a principal's revocation is recorded under: length-prefixed parts, an
@@ -167,5 +199,28 @@ mod tests {
         let scoped = Revocations::new(store, 600, Some("billing".into()));
         assert!(scoped.revoked("alice", now - 1.0).await.unwrap());
         assert!(!scoped.revoked("alice", now + 1.0).await.unwrap());
+    }
+
+    /// The names kept per principal are that principal's: a revocation made after a
+    /// principal's names were kept refuses it, and only it, on the next check.
+    #[tokio::test]
+    async fn kept_names_are_each_principals_own() {
+        let store = Arc::new(Store::Memory(MemoryStore::new(10)));
+        let revocations = Revocations::new(store, 600, Some("billing".into()));
+        let before = crate::token::now() - 1.0;
+        for principal in ["alice", "bob", "alic", "alicee"] {
+            assert!(!revocations.revoked(principal, before).await.unwrap());
+        }
+        revocations.revoke("alice").await.unwrap();
+        assert!(revocations.revoked("alice", before).await.unwrap());
+        for principal in ["bob", "alic", "alicee"] {
+            assert!(
+                !revocations.revoked(principal, before).await.unwrap(),
+                "{principal}"
+            );
+        }
+        let names = revocations.names_of("alice");
+        assert_eq!(names.scoped, revocations.digest("alice"));
+        assert_eq!(names.legacy, legacy_digest("alice"));
     }
 }
