@@ -16,7 +16,7 @@
 //! form content with two fields whose names fold together. A refusal names the question
 //! key and the rule, never echoes the answer.
 
-use super::questions::Round;
+use super::questions::{Round, Schema};
 use crate::jsonrpc;
 use crate::text::printable;
 use crate::token::canonical;
@@ -30,38 +30,79 @@ pub const MAX_QUESTIONS_BYTES: usize = 16 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuestionsTooLarge;
 
-/// What a round asked, per key, as sealed into its token (`qd` claim).
-pub fn record(round: Round<'_>) -> Result<(Vec<String>, Value), QuestionsTooLarge> {
-    let mut questions = Map::new();
-    for (key, question) in round.asked.iter().zip(round.questions) {
-        let mut recorded = Map::new();
-        recorded.insert("m".into(), Value::from(question.method.as_ref()));
+/// What a round asked, per key, as sealed into its token (`qd` claim): the keys asked,
+/// and the claim's text, `{key: {"m": method, "k": mode, "s": schema}}` as the token's
+/// encoding writes it ([`canonical::write_python_json`], keys in the round's order),
+/// written straight from the round without building its tree. Refused when serde_json's
+/// compact form of that object would take more than [`MAX_QUESTIONS_BYTES`], or when a
+/// schema holds a number the encoding cannot carry.
+pub fn record(round: Round<'_>) -> Result<(Vec<String>, String), QuestionsTooLarge> {
+    let mut text = String::new();
+    // serde_json's compact length of the same object, which the limit counts.
+    let mut len = 2;
+    text.push('{');
+    for (i, (key, question)) in round.asked.iter().zip(round.questions).enumerate() {
+        if i > 0 {
+            text.push(',');
+            len += 1;
+        }
+        canonical::write_string(key, &mut text);
+        text.push_str(":{\"m\":");
+        canonical::write_string(&question.method, &mut text);
+        // `"key":{"m":` and `}`.
+        len += canonical::serde_string_len(key)
+            + 1
+            + 6
+            + canonical::serde_string_len(&question.method)
+            + 1;
         match &*question.method {
             "elicitation/create" => {
                 let mode = question.mode.as_deref().unwrap_or("form");
-                recorded.insert("k".into(), Value::from(mode));
-                if let Some(schema) = question.schema {
-                    recorded.insert("s".into(), schema);
+                text.push_str(",\"k\":");
+                canonical::write_string(mode, &mut text);
+                len += 5 + canonical::serde_string_len(mode);
+                if let Some(schema) = &question.schema {
+                    text.push_str(",\"s\":");
+                    len += 5 + write_schema(schema, &mut text)?;
                 }
             }
             "sampling/createMessage" if question.wants_tools => {
-                recorded.insert("t".into(), Value::Bool(true));
+                text.push_str(",\"t\":true");
+                len += 9;
             }
             _ => {}
         }
-        questions.insert(key.clone(), Value::Object(recorded));
+        text.push('}');
     }
-    let questions = Value::Object(questions);
-    // A schema number beyond f64 (`1e400`) would travel as `Infinity`, which no JSON
-    // parser reads back: the token would never open (found by the `answers` fuzz
-    // target); an integer longer than Python reads made minting panic.
-    if serialized_len(&questions) > MAX_QUESTIONS_BYTES || !canonical::reads_back(&questions) {
+    text.push('}');
+    if len > MAX_QUESTIONS_BYTES {
         return Err(QuestionsTooLarge);
     }
-    Ok((round.asked, questions))
+    Ok((round.asked, text))
+}
+
+/// A schema's canonical text appended to `out`; its serde_json compact length.
+fn write_schema(schema: &Schema<'_>, out: &mut String) -> Result<usize, QuestionsTooLarge> {
+    match schema {
+        // A schema number beyond f64 (`1e400`) would travel as `Infinity`, which no
+        // JSON parser reads back: the token would never open (found by the `answers`
+        // fuzz target); an integer longer than Python reads made minting panic.
+        Schema::Text(text) => {
+            canonical::transcode_python_json(text, out).map_err(|_| QuestionsTooLarge)
+        }
+        #[cfg(any(test, feature = "oracle"))]
+        Schema::Tree(value) => {
+            if !canonical::reads_back(value) {
+                return Err(QuestionsTooLarge);
+            }
+            canonical::write_python_json(value, false, out).map_err(|_| QuestionsTooLarge)?;
+            Ok(serialized_len(value))
+        }
+    }
 }
 
 /// The length of `value` as compact JSON, counted without keeping the text.
+#[cfg(any(test, feature = "oracle"))]
 fn serialized_len(value: &Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {

@@ -9,10 +9,9 @@
 //! string reads as none, and the schema is the only part kept as a tree (its text is
 //! written canonically into the token).
 
-use crate::jsonrpc::{self, JsonKind, ObjectMember, ParseError};
+use crate::jsonrpc::{self, JsonKind, ObjectMember};
 #[cfg(any(test, feature = "oracle"))]
-use serde_json::Map;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -24,9 +23,20 @@ pub struct Question<'a> {
     /// `params.mode`, when a string.
     pub(crate) mode: Option<Cow<'a, str>>,
     /// `params.requestedSchema`, whatever it is (`null` included), when present.
-    pub(crate) schema: Option<Value>,
+    pub(crate) schema: Option<Schema<'a>>,
     /// `params.tools` or `params.toolChoice` is present and not `null`.
     pub(crate) wants_tools: bool,
+}
+
+/// A requested schema, as the round was read.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Schema<'a> {
+    /// Its JSON text in the upstream's answer, which the answer scanner accepted
+    /// (written canonically into the token without building its tree).
+    Text(&'a str),
+    /// Its tree (the oracle's reading).
+    #[cfg(any(test, feature = "oracle"))]
+    Tree(&'a Value),
 }
 
 /// A round's input requests: the keys asked, in order, and what each asks.
@@ -47,14 +57,14 @@ impl<'a> Round<'a> {
     }
 
     /// The round of the `inputRequests` object at `span` of `text`, an answer the scanner
-    /// accepted. Only a schema is parsed; one that does not parse fails the round.
-    pub fn scanned(text: &'a str, span: Range<usize>) -> Result<Self, ParseError> {
+    /// accepted. Nothing is parsed: a schema is kept as its text.
+    pub fn scanned(text: &'a str, span: Range<usize>) -> Self {
         let mut round = Round::default();
         for member in jsonrpc::members(text, span) {
-            round.questions.push(Question::scanned(text, &member)?);
+            round.questions.push(Question::scanned(text, &member));
             round.asked.push(member.key.into_owned());
         }
-        Ok(round)
+        round
     }
 }
 
@@ -67,7 +77,7 @@ impl<'a> Question<'a> {
         Question {
             method: Cow::Borrowed(request.get("method").and_then(Value::as_str).unwrap_or("")),
             mode: param("mode").and_then(Value::as_str).map(Cow::Borrowed),
-            schema: param("requestedSchema").cloned(),
+            schema: param("requestedSchema").map(Schema::Tree),
             wants_tools: ["tools", "toolChoice"]
                 .iter()
                 .any(|key| param(key).is_some_and(|v| !v.is_null())),
@@ -75,7 +85,7 @@ impl<'a> Question<'a> {
     }
 
     /// The question of the input request `member` of `text`, read in place.
-    fn scanned(text: &'a str, member: &ObjectMember<'a>) -> Result<Self, ParseError> {
+    fn scanned(text: &'a str, member: &ObjectMember<'a>) -> Self {
         let mut question = Question {
             method: Cow::Borrowed(""),
             mode: None,
@@ -83,7 +93,7 @@ impl<'a> Question<'a> {
             wants_tools: false,
         };
         if member.kind != JsonKind::Object {
-            return Ok(question);
+            return question;
         }
         let string = |m: &ObjectMember<'a>| {
             (m.kind == JsonKind::String)
@@ -98,8 +108,7 @@ impl<'a> Question<'a> {
                         match &*param.key {
                             "mode" => question.mode = string(&param),
                             "requestedSchema" => {
-                                let schema = &text.as_bytes()[param.value.clone()];
-                                question.schema = Some(jsonrpc::parse_bounded(schema, usize::MAX)?);
+                                question.schema = Some(Schema::Text(&text[param.value.clone()]));
                             }
                             "tools" | "toolChoice" if param.kind != JsonKind::Null => {
                                 question.wants_tools = true;
@@ -111,7 +120,7 @@ impl<'a> Question<'a> {
                 _ => {}
             }
         }
-        Ok(question)
+        question
     }
 }
 
@@ -120,28 +129,49 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// Both readings of `requests`, which must agree.
-    fn both(requests: &Value) -> Round<'static> {
+    /// A question as both readings must agree on it, the schema as a tree.
+    #[derive(Debug, PartialEq)]
+    struct Read {
+        method: String,
+        mode: Option<String>,
+        schema: Option<Value>,
+        wants_tools: bool,
+    }
+
+    fn read(q: &Question<'_>) -> Read {
+        Read {
+            method: q.method.to_string(),
+            mode: q.mode.as_ref().map(|m| m.to_string()),
+            schema: q.schema.as_ref().map(|schema| match schema {
+                Schema::Text(text) => serde_json::from_str(text).unwrap(),
+                Schema::Tree(value) => (*value).clone(),
+            }),
+            wants_tools: q.wants_tools,
+        }
+    }
+
+    /// Both readings of `requests`, which must agree: the keys asked, and the questions.
+    fn both(requests: &Value) -> (Vec<String>, Vec<Read>) {
         let map = requests.as_object().unwrap();
         let tree = Round::of_tree(map);
         let text = serde_json::to_string(requests).unwrap();
-        let scanned = Round::scanned(&text, 0..text.len()).unwrap();
-        assert_eq!(scanned, tree, "{text}");
-        let owned = |q: &Question| Question {
-            method: Cow::Owned(q.method.to_string()),
-            mode: q.mode.as_ref().map(|m| Cow::Owned(m.to_string())),
-            schema: q.schema.clone(),
-            wants_tools: q.wants_tools,
-        };
-        Round {
-            asked: tree.asked.clone(),
-            questions: tree.questions.iter().map(owned).collect(),
-        }
+        let scanned = Round::scanned(&text, 0..text.len());
+        let reads = |round: &Round<'_>| round.questions.iter().map(read).collect::<Vec<_>>();
+        assert_eq!(scanned.asked, tree.asked, "{text}");
+        assert_eq!(reads(&scanned), reads(&tree), "{text}");
+        assert!(
+            scanned
+                .questions
+                .iter()
+                .all(|q| matches!(q.schema, None | Some(Schema::Text(_)))),
+            "the scanned reading keeps a schema as its text"
+        );
+        (tree.asked.clone(), reads(&tree))
     }
 
     #[test]
     fn reads_what_the_rules_act_on_from_bytes_as_from_a_tree() {
-        let round = both(&json!({
+        let (asked, q) = both(&json!({
             "form": {"method": "elicitation/create",
                      "params": {"mode": "form", "message": "m",
                                 "requestedSchema": {"type": "object", "properties": {}}}},
@@ -150,8 +180,7 @@ mod tests {
             "calm": {"method": "sampling/createMessage", "params": {"tools": null, "toolChoice": null}},
             "dirs": {"method": "roots/list"}
         }));
-        assert_eq!(round.asked, ["form", "link", "llm", "calm", "dirs"]);
-        let q = &round.questions;
+        assert_eq!(asked, ["form", "link", "llm", "calm", "dirs"]);
         assert_eq!(
             (&*q[0].method, q[0].mode.as_deref()),
             ("elicitation/create", Some("form"))
@@ -167,7 +196,7 @@ mod tests {
 
     #[test]
     fn what_is_not_the_expected_type_reads_as_absent_either_way() {
-        let round = both(&json!({
+        let (_, q) = both(&json!({
             "a": "elicitation/create",
             "b": {"method": 7, "params": {"mode": ["url"]}},
             "c": {"method": "elicitation/create", "params": "mode"},
@@ -176,7 +205,6 @@ mod tests {
             "f": {"method": "elicit\u{e9}\"\\", "params": {"mode": "u\u{1F600}"}},
             "g": {"method": "x", "params": {"mode": "url", "mode2": "form"}, "method2": "y"}
         }));
-        let q = &round.questions;
         assert!(
             q[..3]
                 .iter()
@@ -197,7 +225,7 @@ mod tests {
 
     #[test]
     fn an_empty_round_and_a_span_that_is_no_object_ask_nothing() {
-        assert_eq!(both(&json!({})), Round::default());
-        assert_eq!(Round::scanned("[1]", 0..3).unwrap(), Round::default());
+        assert_eq!(both(&json!({})), (vec![], vec![]));
+        assert_eq!(Round::scanned("[1]", 0..3), Round::default());
     }
 }

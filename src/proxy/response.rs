@@ -332,10 +332,9 @@ impl ResponseSealer {
 
     /// The keys a round asks for input under and its questions as recorded in its
     /// token, if the client can answer them: it declared every capability they need.
-    fn questions(&self, answer: &Answer<'_>) -> Result<(Vec<String>, Value), Withheld> {
+    fn questions(&self, answer: &Answer<'_>) -> Result<(Vec<String>, String), Withheld> {
         let round = match answer.result_member(ResultField::InputRequests) {
-            Some((span, JsonKind::Object)) => Round::scanned(answer.text(), span)
-                .map_err(|_| Withheld::from(SealFailure::UnparseableBody))?,
+            Some((span, JsonKind::Object)) => Round::scanned(answer.text(), span),
             _ => Round::default(),
         };
         if round.asked.iter().any(|key| !key.is_ascii()) {

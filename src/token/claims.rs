@@ -184,7 +184,8 @@ pub(crate) struct MintClaims<'a> {
     pub(crate) no_upstream_state: bool,
     pub(crate) asked: Option<&'a [String]>,
     /// Per asked key, what was asked (`qd`): method, elicitation mode, schema.
-    pub(crate) questions: Option<&'a Value>,
+    /// As its claim's text, already in the token's encoding.
+    pub(crate) questions: Option<&'a str>,
     /// The round number and the flow's start (`n`, `fs`).
     pub(crate) flow: Option<Flow>,
 }
@@ -213,7 +214,7 @@ impl MintClaims<'_> {
                 .asked
                 .map_or(0, |a| a.iter().map(|k| k.len() + 3).sum())
             + self.binding.path.as_ref().map_or(0, String::len)
-            + self.questions.map_or(0, super::canonical::len_hint)
+            + self.questions.map_or(0, str::len)
     }
 
     pub(crate) fn encode_into(&self, out: &mut String) {
@@ -262,7 +263,7 @@ impl MintClaims<'_> {
         }
         if let Some(questions) = self.questions {
             out.push_str(",\"qd\":");
-            write_python_json(questions, false, out).expect("questions are plain JSON");
+            out.push_str(questions);
         }
         if let Some(flow) = self.flow {
             out.push_str(",\"n\":");

@@ -102,8 +102,9 @@ pub struct SealOptions<'a> {
     pub no_upstream_state: bool,
     /// The `inputRequests` keys asked in this round (`q` claim); `None` to omit.
     pub asked: Option<&'a [String]>,
-    /// What each key asked (`qd` claim): `{key: {"m": method, "k": mode, "s": schema}}`.
-    pub questions: Option<&'a serde_json::Value>,
+    /// What each key asked (`qd` claim): `{key: {"m": method, "k": mode, "s": schema}}`,
+    /// as the claim's text ([`crate::policy::answers::record`] writes it).
+    pub questions: Option<&'a str>,
     /// The round and the flow's start (`n`, `fs` claims).
     pub flow: Option<Flow>,
 }

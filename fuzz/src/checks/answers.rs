@@ -30,24 +30,37 @@ pub fn check(data: &[u8]) {
     else {
         return;
     };
-    // The sealer reads a round from the upstream's bytes, the oracle from a tree: the
-    // same round either way.
+    // The sealer reads a round from the upstream's bytes and writes its questions from
+    // that text, the oracle from a tree: the same claim (or the same refusal) either way.
     let round = Round::of_tree(requests);
     let text = serde_json::to_string(requests).expect("a tree serialises");
-    let scanned = Round::scanned(&text, 0..text.len()).expect("a serialised tree scans");
+    let recorded = answers::record(Round::scanned(&text, 0..text.len()));
     assert_eq!(
-        scanned, round,
-        "the round read from bytes differs from the tree's"
+        recorded,
+        answers::record(round),
+        "the questions recorded from bytes differ from the tree's"
     );
-    let Ok((_, questions)) = answers::record(round) else {
+    // What the claim must say, written out here from the rules: per key, the method, an
+    // elicitation's mode (default `form`) and schema, a sampling request's wish for tools.
+    let expected = expected_questions(requests);
+    let fits = serde_json::to_vec(&expected)
+        .expect("a tree serialises")
+        .len()
+        <= MAX_QUESTIONS_BYTES;
+    let Ok((_, questions)) = recorded else {
+        let mut canonical_text = String::new();
+        let writes = write_python_json(&expected, false, &mut canonical_text).is_ok()
+            && serde_json::from_str::<Value>(&canonical_text).is_ok();
+        assert!(!fits || !writes, "questions within the cap were refused");
         return;
     };
-    let recorded = serde_json::to_vec(&questions).expect("questions serialise");
-    assert!(
-        recorded.len() <= MAX_QUESTIONS_BYTES,
-        "recorded questions over the cap"
+    assert!(fits, "recorded questions over the cap");
+    assert_eq!(
+        questions,
+        canonical(&expected),
+        "the claim is not the rules' questions"
     );
-    let Value::Object(recorded_map) = &questions else {
+    let Ok(Value::Object(recorded_map)) = serde_json::from_str::<Value>(&questions) else {
         panic!("questions are not an object");
     };
     assert!(
@@ -60,7 +73,7 @@ pub fn check(data: &[u8]) {
     let binding = ring::binding();
     let options = SealOptions {
         asked: Some(&asked),
-        questions: Some(&questions),
+        questions: Some(questions.as_str()),
         ..SealOptions::default()
     };
     let token = sealer.seal("", &binding, &options);
@@ -80,7 +93,7 @@ pub fn check(data: &[u8]) {
     // The same to the reference's encoding (a literal `1.50` comes back as `1.5`).
     assert_eq!(
         canonical(&Value::Object(carried.clone())),
-        canonical(&questions),
+        questions,
         "questions changed in the token"
     );
 
@@ -122,7 +135,7 @@ pub fn check(data: &[u8]) {
         // A value that is also a key (or in the questions) may be named by a rule, and
         // one made only of the letters and punctuation of the rules' own words (" decline")
         // may happen to read like them.
-        let questions_text = String::from_utf8_lossy(&recorded);
+        let questions_text = serde_json::to_string(&expected).expect("a tree serialises");
         let (values, keys) = strings(responses);
         let wordy = |c: char| c.is_ascii_alphabetic() || " ,()'\"/:._-".contains(c);
         for value in values {
@@ -168,4 +181,37 @@ fn strings(map: &Map<String, Value>) -> (Vec<String>, Vec<String>) {
         walk(v, &mut values, &mut keys);
     }
     (values, keys)
+}
+
+/// The questions a round records, from the rules rather than the code under test: per
+/// key, the method (empty when it is no string); for an elicitation, its mode (`form`
+/// when it names none) and its requested schema when present; for a sampling request,
+/// `t` when it names tools or a tool choice that is not `null`.
+fn expected_questions(requests: &Map<String, Value>) -> Value {
+    let mut questions = Map::new();
+    for (key, request) in requests {
+        let param = |name: &str| request.get("params").and_then(|p| p.get(name));
+        let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+        let mut recorded = Map::new();
+        recorded.insert("m".into(), Value::from(method));
+        match method {
+            "elicitation/create" => {
+                let mode = param("mode").and_then(Value::as_str).unwrap_or("form");
+                recorded.insert("k".into(), Value::from(mode));
+                if let Some(schema) = param("requestedSchema") {
+                    recorded.insert("s".into(), schema.clone());
+                }
+            }
+            "sampling/createMessage"
+                if ["tools", "toolChoice"]
+                    .iter()
+                    .any(|name| param(name).is_some_and(|v| !v.is_null())) =>
+            {
+                recorded.insert("t".into(), Value::Bool(true));
+            }
+            _ => {}
+        }
+        questions.insert(key.clone(), Value::Object(recorded));
+    }
+    Value::Object(questions)
 }

@@ -4,9 +4,14 @@ use super::*;
 use crate::policy::questions::Round;
 use serde_json::json;
 
-/// The questions recorded for `requests` read as a tree.
+/// The questions recorded for `requests`, read as a tree and from its text: both
+/// readings record the same claim text (or refuse alike), given back as a tree.
 fn record_tree(requests: &Map<String, Value>) -> Result<Value, QuestionsTooLarge> {
-    record(Round::of_tree(requests)).map(|(_, questions)| questions)
+    let text = serde_json::to_string(requests).unwrap();
+    let from_text = record(Round::scanned(&text, 0..text.len()));
+    let from_tree = record(Round::of_tree(requests));
+    assert_eq!(from_text, from_tree, "{text}");
+    from_tree.map(|(_, questions)| serde_json::from_str(&questions).unwrap())
 }
 
 fn schema() -> Value {

@@ -91,7 +91,7 @@ impl TreeSealer<'_> {
             single_use: false,
             no_upstream_state: state.is_none(),
             asked: Some(&asked),
-            questions: Some(&questions),
+            questions: Some(questions.as_str()),
             flow: Some(flow),
         };
         let (token, _) =
