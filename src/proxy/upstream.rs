@@ -278,6 +278,12 @@ pub(crate) fn strip_hop_by_hop_keeping(headers: &mut HeaderMap, keep: &[HeaderNa
 /// Remove the fixed hop-by-hop names (`Connection` itself among them), honouring nothing
 /// a `Connection` header names.
 fn strip_fixed_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none: one look at each name the map holds (a comparison of
+    // known names) costs less than a hashed lookup of every fixed one.
+    let fixed = |name: &HeaderName| HOP_BY_HOP.contains(name) || name == header::UPGRADE;
+    if !headers.keys().any(fixed) {
+        return;
+    }
     for name in &HOP_BY_HOP {
         headers.remove(name);
     }
@@ -355,6 +361,25 @@ mod tests {
         assert!(h.get(header::TRANSFER_ENCODING).is_none());
         assert_eq!(h.get("mcp-method").unwrap(), "tools/call");
         assert_eq!(h.get(header::CONTENT_TYPE).unwrap(), "application/json");
+    }
+
+    /// Each fixed hop-by-hop name is removed when it is the only one a message carries
+    /// (the pass that skips messages without any must see every one), in any case.
+    #[test]
+    fn every_fixed_hop_by_hop_name_alone_is_removed() {
+        for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+            for spelling in [name.as_str().to_owned(), name.as_str().to_uppercase()] {
+                let mut h = HeaderMap::new();
+                h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+                h.append(
+                    HeaderName::from_bytes(spelling.as_bytes()).unwrap(),
+                    HeaderValue::from_static("x"),
+                );
+                strip_fixed_hop_by_hop(&mut h);
+                assert!(h.get(name).is_none(), "{spelling}");
+                assert_eq!(h.len(), 1, "{spelling}");
+            }
+        }
     }
 
     /// Finding 3 of the security review: a client's `Connection` naming the headers the
