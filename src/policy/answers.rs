@@ -37,48 +37,56 @@ pub struct QuestionsTooLarge;
 /// compact form of that object would take more than [`MAX_QUESTIONS_BYTES`], or when a
 /// schema holds a number the encoding cannot carry.
 pub fn record(round: Round<'_>) -> Result<(Vec<String>, String), QuestionsTooLarge> {
-    let mut text = String::new();
-    // serde_json's compact length of the same object, which the limit counts.
-    let mut len = 2;
-    text.push('{');
+    let mut claim = Claim::default();
+    claim.raw("{");
     for (i, (key, question)) in round.asked.iter().zip(round.questions).enumerate() {
         if i > 0 {
-            text.push(',');
-            len += 1;
+            claim.raw(",");
         }
-        canonical::write_string(key, &mut text);
-        text.push_str(":{\"m\":");
-        canonical::write_string(&question.method, &mut text);
-        // `"key":{"m":` and `}`.
-        len += canonical::serde_string_len(key)
-            + 1
-            + 6
-            + canonical::serde_string_len(&question.method)
-            + 1;
+        claim.string(key);
+        claim.raw(":{\"m\":");
+        claim.string(&question.method);
         match &*question.method {
             "elicitation/create" => {
-                let mode = question.mode.as_deref().unwrap_or("form");
-                text.push_str(",\"k\":");
-                canonical::write_string(mode, &mut text);
-                len += 5 + canonical::serde_string_len(mode);
+                claim.raw(",\"k\":");
+                claim.string(question.mode.as_deref().unwrap_or("form"));
                 if let Some(schema) = &question.schema {
-                    text.push_str(",\"s\":");
-                    len += 5 + write_schema(schema, &mut text)?;
+                    claim.raw(",\"s\":");
+                    claim.len += write_schema(schema, &mut claim.text)?;
                 }
             }
-            "sampling/createMessage" if question.wants_tools => {
-                text.push_str(",\"t\":true");
-                len += 9;
-            }
+            "sampling/createMessage" if question.wants_tools => claim.raw(",\"t\":true"),
             _ => {}
         }
-        text.push('}');
+        claim.raw("}");
     }
-    text.push('}');
-    if len > MAX_QUESTIONS_BYTES {
+    claim.raw("}");
+    if claim.len > MAX_QUESTIONS_BYTES {
         return Err(QuestionsTooLarge);
     }
-    Ok((round.asked, text))
+    Ok((round.asked, claim.text))
+}
+
+/// The `qd` claim being written, and serde_json's compact length of the same object
+/// (what the limit counts): the structure's ASCII is the same in both, strings and
+/// numbers differ (Python escapes non-ASCII, serde_json writes it as it is).
+#[derive(Default)]
+struct Claim {
+    text: String,
+    len: usize,
+}
+
+impl Claim {
+    /// Structure: `{`, `:`, a fixed key, the same bytes in both forms.
+    fn raw(&mut self, ascii: &str) {
+        self.text.push_str(ascii);
+        self.len += ascii.len();
+    }
+
+    fn string(&mut self, s: &str) {
+        canonical::write_string(s, &mut self.text);
+        self.len += canonical::serde_string_len(s);
+    }
 }
 
 /// A schema's canonical text appended to `out`; its serde_json compact length.

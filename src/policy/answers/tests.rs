@@ -405,3 +405,45 @@ fn every_block_of_a_tool_using_sampling_answer_is_checked() {
     let refused = sampled(json!([{"type": "text"}, {"type": "tool_use", "TYPE": "text"}]));
     assert!(refused.unwrap_err().rule.contains("reads like \"type\""));
 }
+
+/// The limit counts serde_json's compact form of the recorded object to the byte, the
+/// way the tree path measured it: keys and methods with escapes and non-ASCII, a mode
+/// defaulted, a schema with an exponent serde_json writes with a sign (`1E2` is `1e+2`),
+/// a sampling request with tools. A round of exactly `MAX_QUESTIONS_BYTES` is recorded,
+/// one byte more is refused, by both readings.
+#[test]
+fn the_size_limit_counts_serde_jsons_compact_length_exactly() {
+    let text = |filler: usize| {
+        format!(
+            r#"{{"k\u0001é\"": {{"method": "elicitation/create", "params": {{"requestedSchema":
+                {{"type": "object", "description": "{}", "n": 1E2, "m": -0.50e-1}}}}}},
+              "dirs": {{"method": "roots/list"}},
+              "llm": {{"method": "sampling/createMessage", "params": {{"tools": []}}}}}}"#,
+            "d".repeat(filler)
+        )
+    };
+    // The recorded object as a tree, measured as serde_json writes it.
+    let measured = |filler: usize| {
+        let requests: Value = serde_json::from_str(&text(filler)).unwrap();
+        let schema = requests["k\u{1}é\""]["params"]["requestedSchema"].clone();
+        let recorded = json!({
+            "k\u{1}é\"": {"m": "elicitation/create", "k": "form", "s": schema},
+            "dirs": {"m": "roots/list"},
+            "llm": {"m": "sampling/createMessage", "t": true},
+        });
+        serde_json::to_string(&recorded).unwrap().len()
+    };
+    let base = measured(0);
+    assert!(base < MAX_QUESTIONS_BYTES);
+    let filler = MAX_QUESTIONS_BYTES - base;
+    assert_eq!(measured(filler), MAX_QUESTIONS_BYTES);
+    for (filler, fits) in [(filler, true), (filler + 1, false)] {
+        let requests = crate::jsonrpc::parse_bounded(text(filler).as_bytes(), 1000).unwrap();
+        assert_eq!(
+            record_tree(requests.as_object().unwrap()).is_ok(),
+            fits,
+            "{} bytes",
+            measured(filler)
+        );
+    }
+}
