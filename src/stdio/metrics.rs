@@ -70,6 +70,27 @@ pub enum BridgeRefusal {
     UnknownSession,
 }
 
+/// A refusal that says "not now" (429 or 503 with `Retry-After`): the bridge's reasons
+/// a caller may retry, as `serve::refused` answers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Busy {
+    OverBudget,
+    PrincipalShare,
+    SessionLimit,
+    SessionShare,
+}
+
+impl From<Busy> for BridgeRefusal {
+    fn from(busy: Busy) -> Self {
+        match busy {
+            Busy::OverBudget => BridgeRefusal::OverBudget,
+            Busy::PrincipalShare => BridgeRefusal::PrincipalShare,
+            Busy::SessionLimit => BridgeRefusal::SessionLimit,
+            Busy::SessionShare => BridgeRefusal::SessionShare,
+        }
+    }
+}
+
 crate::registry::labels!(pub BridgeRefusal {
     Ungated => "ungated",
     OverBudget => "over_budget",

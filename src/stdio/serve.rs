@@ -15,7 +15,7 @@ use super::BridgeShared;
 use super::admit::{self, QueueSlot, Waiting};
 use super::answer::{RouteClaim, error, first_message, status};
 use super::ids::{self, NotARequest};
-use super::metrics::BridgeRefusal;
+use super::metrics::{BridgeRefusal, Busy};
 use super::outbox::StreamOpen;
 use super::session::{InUse, SESSION_HEADER, Session, Sessions};
 use crate::body::ProxyBody;
@@ -224,7 +224,7 @@ fn pass_on(shared: &BridgeShared, body: &[u8], mut held: Reservation) -> Respons
     line.extend_from_slice(body);
     line.push(b'\n');
     if held.resize_to(line.len()).is_err() {
-        return refused(shared, BridgeRefusal::OverBudget, Value::Null);
+        return refused(shared, Busy::OverBudget, Value::Null);
     }
     match shared.enqueue(None, Bytes::from(line), Some(held)) {
         Ok(()) => status(StatusCode::ACCEPTED),
@@ -246,12 +246,12 @@ async fn request_child(
 ) -> Response<ProxyBody> {
     let caller_id = parsed.caller_id.clone();
     let Some(slot) = QueueSlot::take(shared, owner) else {
-        return refused(shared, BridgeRefusal::PrincipalShare, caller_id);
+        return refused(shared, Busy::PrincipalShare, caller_id);
     };
     // The body and its line are both held for a moment: reserved for that peak, then for
     // the line alone until the child's stdin took it.
     if held.grow(parsed.line_size(body.len())).is_err() {
-        return refused(shared, BridgeRefusal::OverBudget, caller_id);
+        return refused(shared, Busy::OverBudget, caller_id);
     }
     let id = ids::fresh();
     let line = parsed.line(&body, &id);
@@ -283,7 +283,7 @@ async fn read(
         Err(Unread::OverBudget(prefix)) => {
             return Err(refused(
                 shared,
-                BridgeRefusal::OverBudget,
+                Busy::OverBudget,
                 ids::caller_id_in(&prefix),
             ));
         }
@@ -378,25 +378,25 @@ async fn collect(
 
 /// A refusal before the request reached the queue: counted, 429 past one of the caller's
 /// shares, else 503; both with `Retry-After`.
-fn refused(shared: &BridgeShared, reason: BridgeRefusal, caller_id: Value) -> Response<ProxyBody> {
-    shared.metrics.refused(reason);
+fn refused(shared: &BridgeShared, reason: Busy, caller_id: Value) -> Response<ProxyBody> {
+    shared.metrics.refused(reason.into());
     let (status, message) = match reason {
-        BridgeRefusal::PrincipalShare => (
+        Busy::PrincipalShare => (
             StatusCode::TOO_MANY_REQUESTS,
             "this caller holds its share of the upstream process \
              (upstream_command.queue_max_per_principal); retry later",
         ),
-        BridgeRefusal::SessionShare => (
+        Busy::SessionShare => (
             StatusCode::TOO_MANY_REQUESTS,
             "this caller holds its share of the sessions \
              (upstream_command.max_sessions_per_principal); end one or retry later",
         ),
-        BridgeRefusal::SessionLimit => (
+        Busy::SessionLimit => (
             StatusCode::SERVICE_UNAVAILABLE,
             "the sidecar runs as many sessions as it may (upstream_command.max_sessions); \
              retry later",
         ),
-        BridgeRefusal::OverBudget | BridgeRefusal::Ungated | BridgeRefusal::UnknownSession => (
+        Busy::OverBudget => (
             StatusCode::SERVICE_UNAVAILABLE,
             "the sidecar's memory budget is spent; retry later",
         ),

@@ -13,7 +13,7 @@
 //! the session ends, and no ended session's child is left running.
 
 use super::child::Spec;
-use super::metrics::{BridgeRefusal, SessionEnd, StdioMetrics};
+use super::metrics::{Busy, SessionEnd, StdioMetrics};
 use super::outbox::Outbox;
 use super::{BridgeShared, Supervised, ids};
 use crate::budget::MemoryBudget;
@@ -122,14 +122,14 @@ impl Sessions {
     }
 
     /// Open a session for `owner`, its child started; or why not.
-    pub(crate) fn open(&self, owner: &str) -> Result<Arc<Session>, BridgeRefusal> {
+    pub(crate) fn open(&self, owner: &str) -> Result<Arc<Session>, Busy> {
         let mut table = self.table();
         if table.len() >= self.max {
-            return Err(BridgeRefusal::SessionLimit);
+            return Err(Busy::SessionLimit);
         }
         let held = table.values().filter(|s| s.owner == owner).count();
         if held >= self.share {
-            return Err(BridgeRefusal::SessionShare);
+            return Err(Busy::SessionShare);
         }
         let outbox = Outbox::new(self.budget.clone());
         let (shared, queued) = BridgeShared::new(
