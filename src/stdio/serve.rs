@@ -120,17 +120,22 @@ async fn in_session(
     }
 }
 
+/// The event a reconnecting client saw last: a number this bridge gave an event. Anything
+/// else names no event of ours and reads as none (the client gets what it has not had).
+fn last_event_id(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// A session's GET stream (one at a time, 409 for another), resumed after its
 /// `Last-Event-ID` when it names one.
 fn open_stream(session: &Arc<Session>, headers: &http::HeaderMap) -> Response<ProxyBody> {
     if !accepts_events(headers) {
         return status(StatusCode::NOT_ACCEPTABLE);
     }
-    let last_event = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok());
-    match session.outbox.open_stream(last_event) {
+    match session.outbox.open_stream(last_event_id(headers)) {
         Ok(stream) => {
             let mut response = Response::new(stream.boxed());
             let headers = response.headers_mut();
@@ -441,4 +446,26 @@ fn accepts_events(headers: &http::HeaderMap) -> bool {
                 || range.eq_ignore_ascii_case("text/*")
                 || range == "*/*"
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_last_event_id_is_a_number_we_gave_or_none() {
+        let read = |value: Option<&str>| {
+            let mut headers = http::HeaderMap::new();
+            if let Some(value) = value {
+                headers.insert("last-event-id", HeaderValue::from_str(value).unwrap());
+            }
+            last_event_id(&headers)
+        };
+        assert_eq!(read(Some("7")), Some(7));
+        assert_eq!(read(Some(" 12 ")), Some(12));
+        for other in ["abc", "-1", "7a", "", "1.5", "99999999999999999999999"] {
+            assert_eq!(read(Some(other)), None, "{other:?}");
+        }
+        assert_eq!(read(None), None);
+    }
 }
