@@ -4,10 +4,11 @@
 //! both read this, not the request itself.
 //!
 //! Invariant: read from the upstream's bytes ([`Round::scanned`], the sealer's path) or
-//! from a tree (`Round::of_tree`, the reference the fuzz oracle keeps behind the `oracle` feature), a round is the
-//! same: a member is found only under its exact key, a method or mode that is not a
-//! string reads as none, and the schema is the only part kept as a tree (its text is
-//! written canonically into the token).
+//! from a tree (`Round::of_tree`, the reference the fuzz oracle keeps behind the `oracle`
+//! feature), a round is the same: a member is found only under its exact key, a method
+//! or mode that is not a string reads as none, and a schema is kept as it came (its text
+//! on the sealer's path, written canonically into the token without a tree; the same
+//! bytes as the tree's, which the `answers` fuzz check and the unit tests hold).
 
 use crate::jsonrpc::{self, JsonKind, ObjectMember};
 #[cfg(any(test, feature = "oracle"))]
