@@ -73,7 +73,7 @@ pub fn write_python_json(
 /// itself: `text` is one JSON value a strict parse accepted (valid, no duplicate key in
 /// any object: what the answer scanner guarantees), so its tree is not built. Returns how
 /// many bytes serde_json's compact form of the same value takes, the length a tree
-/// would be measured by. Fails where [`reads_back`] would on the tree: an integer longer
+/// would be measured by. Fails where `reads_back` would on the tree: an integer longer
 /// than Python reads, or a float literal beyond `f64`.
 pub(crate) fn transcode_python_json(text: &str, out: &mut String) -> Result<usize, CanonicalError> {
     let mut reader = TextValue { text, at: 0 };

@@ -103,7 +103,7 @@ pub struct SealOptions<'a> {
     /// The `inputRequests` keys asked in this round (`q` claim); `None` to omit.
     pub asked: Option<&'a [String]>,
     /// What each key asked (`qd` claim): `{key: {"m": method, "k": mode, "s": schema}}`,
-    /// as the claim's text ([`crate::policy::answers::record`] writes it).
+    /// as the claim's text, already in the token's encoding (the rules floor writes it).
     pub questions: Option<&'a str>,
     /// The round and the flow's start (`n`, `fs` claims).
     pub flow: Option<Flow>,
