@@ -37,7 +37,7 @@ pub struct QuestionsTooLarge;
 /// compact form of that object would take more than [`MAX_QUESTIONS_BYTES`], or when a
 /// schema holds a number the encoding cannot carry.
 pub fn record(round: Round<'_>) -> Result<(Vec<String>, String), QuestionsTooLarge> {
-    let mut claim = Claim::default();
+    let mut claim = QuestionsText::default();
     claim.raw("{");
     for (i, (key, question)) in round.asked.iter().zip(round.questions).enumerate() {
         if i > 0 {
@@ -71,12 +71,12 @@ pub fn record(round: Round<'_>) -> Result<(Vec<String>, String), QuestionsTooLar
 /// (what the limit counts): the structure's ASCII is the same in both, strings and
 /// numbers differ (Python escapes non-ASCII, serde_json writes it as it is).
 #[derive(Default)]
-struct Claim {
+struct QuestionsText {
     text: String,
     len: usize,
 }
 
-impl Claim {
+impl QuestionsText {
     /// Structure: `{`, `:`, a fixed key, the same bytes in both forms.
     fn raw(&mut self, ascii: &str) {
         self.text.push_str(ascii);
