@@ -27,6 +27,7 @@ pub use fold::fold;
 pub(crate) use fold::folds_equal;
 pub(crate) use names::{CAPABILITIES_META, Lookup, check_capabilities, distinct, lookup, member};
 pub use params::NotAnObject;
+pub(crate) use params::ParamRead;
 pub use params::Params;
 pub use params::ScannedBody;
 pub use scan::Answer;

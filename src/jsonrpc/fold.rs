@@ -31,6 +31,14 @@ pub(crate) fn folds_equal(a: &str, b: &str) -> bool {
         }
         at
     }
+    // The fold goes character by character, so a prefix both share folds the same on
+    // both sides and only what follows it is compared (`io.modelcontextprotocol/...`
+    // names share 24 bytes): cut at a character boundary.
+    let mut shared = common_prefix(a.as_bytes(), b.as_bytes());
+    while !a.is_char_boundary(shared) {
+        shared -= 1;
+    }
+    let (a, b) = (&a[shared..], &b[shared..]);
     let (x, y) = (a.as_bytes(), b.as_bytes());
     let (mut i, mut j) = (next_kept(x, 0), next_kept(y, 0));
     loop {
@@ -51,6 +59,25 @@ pub(crate) fn folds_equal(a: &str, b: &str) -> bool {
             _ => return folded(&a[i..]).eq(folded(&b[j..])),
         }
     }
+}
+
+/// How many bytes `x` and `y` start with in common: a word at a time, then bytes.
+fn common_prefix(x: &[u8], y: &[u8]) -> usize {
+    let word = |s: &[u8], at: usize| {
+        s.get(at..at + 8)
+            .map(|w| u64::from_ne_bytes(w.try_into().expect("eight bytes")))
+    };
+    let mut at = 0;
+    while let (Some(p), Some(q)) = (word(x, at), word(y, at)) {
+        if p != q {
+            break;
+        }
+        at += 8;
+    }
+    while at < x.len() && at < y.len() && x[at] == y[at] {
+        at += 1;
+    }
+    at
 }
 
 /// [`fold`] character by character, without building the string.

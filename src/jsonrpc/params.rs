@@ -12,10 +12,11 @@
 //! removed member cut out with its comma: the client's bytes are never forwarded as
 //! they came unless they are exactly that.
 
-use super::scan::{Index, ParamsField, Refused, scan};
+use super::scan::{Index, ParamsField, Refused, scan, scanned_string};
 use super::{Id, Message, parse_bounded};
 use bytes::Bytes;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::ops::Range;
 
@@ -181,6 +182,18 @@ fn splice(body: &[u8], cuts: &[(Range<usize>, Cut<'_>)]) -> Vec<u8> {
     out
 }
 
+/// A member of `params` as [`Params::read`] gives it.
+pub(crate) enum ParamRead<'a> {
+    /// A string the body holds as it came.
+    Text(Cow<'a, str>),
+    /// `null` as the body holds it.
+    Null,
+    /// Anything else the body holds as it came (not parsed).
+    Other,
+    /// A member read into a value before, or edited.
+    Value(&'a Value),
+}
+
 /// The `params` of one call (absent when the message had none).
 pub struct Params<'a>(Option<Parts<'a>>);
 
@@ -202,6 +215,23 @@ impl Parts<'_> {
         }
         let span = self.index.param(field)?;
         Some(slot.value.get_or_init(|| member(self.body, span)))
+    }
+
+    /// The value of `field` as the body holds it, when nobody read it into a value or
+    /// edited it: its text, not parsed.
+    fn untouched(&self, field: ParamsField) -> Option<Range<usize>> {
+        let slot = &self.slots[field as usize];
+        if slot.edit != Edit::Kept || slot.value.get().is_some() {
+            return None;
+        }
+        self.index.param(field)
+    }
+
+    /// Whether the member is there (read or not, and not removed).
+    fn is_there(&self, field: ParamsField) -> bool {
+        let slot = &self.slots[field as usize];
+        slot.edit != Edit::Removed
+            && (slot.value.get().is_some() || self.index.param(field).is_some())
     }
 
     fn value_mut(&mut self, field: ParamsField) -> Option<&mut Value> {
@@ -241,28 +271,51 @@ impl Params<'_> {
         Some(member(parts.body, parts.index.declared()?))
     }
 
-    /// A member that is a string.
-    pub(crate) fn get_str(&self, field: ParamsField) -> Option<&str> {
-        self.get(field).and_then(Value::as_str)
+    /// A member that is a string. Read from the body's string token (borrowed unless
+    /// it holds an escape) while nobody parsed or edited the member: a token of
+    /// ~1.7 kB is not copied into a value to be looked at.
+    pub fn get_str(&self, field: ParamsField) -> Option<Cow<'_, str>> {
+        match self.read(field)? {
+            ParamRead::Text(text) => Some(text),
+            ParamRead::Value(value) => value.as_str().map(Cow::Borrowed),
+            ParamRead::Null | ParamRead::Other => None,
+        }
     }
 
-    /// Replace a member's value; `false` when the call has no such member.
+    /// A member as it is now, its string read as [`Params::get_str`] reads it: what a
+    /// caller that only needs a string or `null` looks at without parsing anything else.
+    pub(crate) fn read(&self, field: ParamsField) -> Option<ParamRead<'_>> {
+        let parts = self.0.as_ref()?;
+        let Some(span) = parts.untouched(field) else {
+            return parts.value(field).map(ParamRead::Value);
+        };
+        Some(match parts.body[span.start] {
+            b'"' => ParamRead::Text(scanned_string(parts.body, span)),
+            b'n' => ParamRead::Null,
+            _ => ParamRead::Other,
+        })
+    }
+
+    /// Replace a member's value; `false` when the call has no such member. The value it
+    /// had is not read.
     pub fn set(&mut self, field: ParamsField, value: Value) -> bool {
-        let Some(slot) = self.0.as_mut().and_then(|p| p.value_mut(field)) else {
+        let Some(parts) = self.0.as_mut().filter(|p| p.is_there(field)) else {
             return false;
         };
-        *slot = value;
+        parts.slots[field as usize].value = OnceCell::from(value);
         self.mark(field, Edit::Replaced);
         true
     }
 
-    /// Remove a member: its value, if it had one.
-    pub fn remove(&mut self, field: ParamsField) -> Option<Value> {
-        let parts = self.0.as_mut()?;
-        parts.value(field)?;
+    /// Remove a member: whether it was there (its value is not read).
+    pub fn remove(&mut self, field: ParamsField) -> bool {
+        let Some(parts) = self.0.as_mut().filter(|p| p.is_there(field)) else {
+            return false;
+        };
         let slot = &mut parts.slots[field as usize];
         slot.edit = Edit::Removed;
-        slot.value.take()
+        slot.value.take();
+        true
     }
 
     /// Keep only the `inputResponses` entries whose key `keep` accepts: how many were

@@ -543,4 +543,17 @@ proptest::proptest! {
         let twin = fold(&a);
         proptest::prop_assert!(folds_equal(&a, &twin), "{:?} {:?}", a, twin);
     }
+
+    /// Names that share a prefix (compared as bytes and skipped): also when they part
+    /// inside a character, between characters whose UTF-8 starts the same (`é` `è` `ß`
+    /// share their first byte, the Kelvin sign and `€` their first).
+    #[test]
+    fn folds_equal_is_fold_compared_after_a_shared_prefix(
+        prefix in "[a-zA-Z0-9_./-]{0,12}[éſ中K]{0,2}[a-z]{0,9}",
+        a in "[éèßſK€a-zA-Z_]{0,3}",
+        b in "[éèßſK€a-zA-Z_]{0,3}",
+    ) {
+        let (a, b) = (format!("{prefix}{a}"), format!("{prefix}{b}"));
+        proptest::prop_assert_eq!(folds_equal(&a, &b), fold(&a) == fold(&b), "{:?} {:?}", a, b);
+    }
 }

@@ -11,7 +11,7 @@
 use super::metrics::{Meters, VerifyResult};
 use crate::auth::Caller;
 use crate::error::{ProxyError, Resource, Share};
-use crate::jsonrpc::{NotAnObject, Params, ParamsField, ParseError};
+use crate::jsonrpc::{NotAnObject, ParamRead, Params, ParamsField, ParseError};
 use crate::policy::MrtrRefusal;
 use crate::policy::answers;
 use crate::policy::flow::FlowLimits;
@@ -21,6 +21,7 @@ use crate::store::Owner;
 use crate::text::Clipped;
 use crate::token::{Flow, KeyId, Opened, Reject, RequestBinding, StateSealer};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// Opens states; holds only what that needs.
@@ -53,17 +54,19 @@ impl StateOpener {
         caller: &Caller,
     ) -> Result<Option<OpenedRetry>, ProxyError> {
         let (path, principal) = (caller.path(), caller.principal());
-        let token = match params.get(ParamsField::RequestState) {
+        // Read as the body holds it: the token is not copied into a value.
+        let token = match params.read(ParamsField::RequestState) {
             // No verified round asked anything: every answer is unasked. (Rounds without
             // upstream state carry a token of ours, so real answers always have one.)
             None => return self.filter_input_responses(params, &[]).map(|()| None),
             // The reference treats an explicit null as absent; so does the upstream after us.
-            Some(Value::Null) => {
+            Some(ParamRead::Null | ParamRead::Value(Value::Null)) => {
                 params.remove(ParamsField::RequestState);
                 return self.filter_input_responses(params, &[]).map(|()| None);
             }
-            Some(Value::String(token)) => token,
-            Some(_) => {
+            Some(ParamRead::Text(token)) => token,
+            Some(ParamRead::Value(Value::String(token))) => Cow::Borrowed(token.as_str()),
+            Some(ParamRead::Other | ParamRead::Value(_)) => {
                 return Err(self.refuse(method, Reject::Malformed, "non-string requestState"));
             }
         };
@@ -81,10 +84,10 @@ impl StateOpener {
         )
         .map_err(|_| ProxyError::Parse(ParseError::Params))?
         .at_path(path);
-        let kid = KeyId::of_token(token);
+        let kid = KeyId::of_token(&token);
         let opened = self
             .sealer
-            .open(token, &binding, principal)
+            .open(&token, &binding, principal)
             .map_err(|rejection| self.refuse(method, rejection.reason, rejection.detail))?;
         self.still_good(method, &opened, principal).await?;
         self.check_answers(method, params, &opened)?;

@@ -134,10 +134,10 @@ impl Record {
         self.request_id = id.map(id_text);
         self.target = params
             .get_str(ParamsField::target(method))
-            .map(|t| printable(t, MAX_LOGGED_BYTES));
+            .map(|t| printable(&t, MAX_LOGGED_BYTES));
         self.kid = params
             .get_str(ParamsField::RequestState)
-            .and_then(KeyId::of_token);
+            .and_then(|token| KeyId::of_token(&token));
     }
 
     /// The caller, written only as [`principal_digest`].

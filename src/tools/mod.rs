@@ -110,7 +110,9 @@ pub(crate) fn called_tool(method: &str, params: &Params<'_>) -> Option<String> {
     if !params.is_present() || method != "tools/call" {
         return None;
     }
-    params.get_str(ParamsField::Name).map(str::to_owned)
+    params
+        .get_str(ParamsField::Name)
+        .map(std::borrow::Cow::into_owned)
 }
 
 impl ToolFeatures {

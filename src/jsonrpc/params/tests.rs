@@ -32,12 +32,16 @@ fn members_are_read_and_edited_by_name() {
     let (method, mut params) = body.call_mut().unwrap();
     assert_eq!(method, "tools/call");
     assert!(params.is_present());
-    assert_eq!(params.get_str(ParamsField::Name), Some("t"));
+    assert_eq!(params.get_str(ParamsField::Name).as_deref(), Some("t"));
     assert!(params.set(ParamsField::RequestState, json!("plain")));
     assert!(!params.set(ParamsField::Uri, json!("u")), "no such member");
-    assert_eq!(params.remove(ParamsField::IdempotencyKey), Some(json!("k")));
+    assert!(params.remove(ParamsField::IdempotencyKey));
     assert_eq!(params.get(ParamsField::IdempotencyKey), None);
-    assert_eq!(params.remove(ParamsField::IdempotencyKey), None);
+    assert!(!params.remove(ParamsField::IdempotencyKey));
+    assert!(
+        !params.set(ParamsField::IdempotencyKey, json!("k2")),
+        "a removed member is not there to set"
+    );
     assert_eq!(params.retain_answers(|k| k == "asked"), Ok(1));
     assert!(params.replace_at(ParamsField::Arguments, "/a/b", json!("raw")));
     assert!(!params.replace_at(ParamsField::Arguments, "/a/c", json!("raw")));
@@ -55,6 +59,59 @@ fn members_are_read_and_edited_by_name() {
             "arguments": {"a": {"b": "raw"}},
             "inputResponses": {"asked": 1}
         }})
+    );
+}
+
+#[test]
+fn strings_are_read_from_the_body_until_the_member_is_parsed_or_edited() {
+    let mut body = scanned(
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"name":"a\u0041\n","requestState":"v1.tok","idempotencyKey":null,"inputResponses":7,"arguments":{}}}"#,
+    );
+    let (_, mut params) = body.call_mut().unwrap();
+    let state = params.read(ParamsField::RequestState);
+    let Some(ParamRead::Text(Cow::Borrowed(token))) = state else {
+        panic!("a string without escapes is the body's own bytes");
+    };
+    assert_eq!(token, "v1.tok");
+    let Some(ParamRead::Text(Cow::Owned(name))) = params.read(ParamsField::Name) else {
+        panic!("a string with escapes is unescaped");
+    };
+    assert_eq!(name, "aA\n");
+    assert!(matches!(
+        params.read(ParamsField::IdempotencyKey),
+        Some(ParamRead::Null)
+    ));
+    assert!(matches!(
+        params.read(ParamsField::InputResponses),
+        Some(ParamRead::Other)
+    ));
+    assert_eq!(
+        params.get_str(ParamsField::InputResponses),
+        None,
+        "not a string"
+    );
+    assert!(params.read(ParamsField::Uri).is_none());
+    // Once set, the member reads as the value it was given.
+    assert!(params.set(ParamsField::RequestState, json!("plain")));
+    assert!(matches!(
+        params.read(ParamsField::RequestState),
+        Some(ParamRead::Value(Value::String(s))) if s == "plain"
+    ));
+    assert_eq!(
+        params.get_str(ParamsField::RequestState).as_deref(),
+        Some("plain")
+    );
+    // Once parsed, it reads as the parsed value.
+    assert_eq!(params.get(ParamsField::Name), Some(&json!("aA\n")));
+    assert!(matches!(
+        params.read(ParamsField::Name),
+        Some(ParamRead::Value(_))
+    ));
+    assert!(params.remove(ParamsField::IdempotencyKey));
+    assert!(params.read(ParamsField::IdempotencyKey).is_none());
+    assert_eq!(
+        forwarded(body),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"name":"a\u0041\n","requestState":"plain","inputResponses":7,"arguments":{}}}"#
     );
 }
 
@@ -89,10 +146,7 @@ fn removing(params_text: &str, fields: &[ParamsField]) -> String {
     ));
     let (_, mut params) = body.call_mut().unwrap();
     for field in fields {
-        assert!(
-            params.remove(*field).is_some(),
-            "{field:?} in {params_text}"
-        );
+        assert!(params.remove(*field), "{field:?} in {params_text}");
     }
     let sent = forwarded(body);
     let start = sent.find(r#""params":"#).unwrap() + 9;
