@@ -39,7 +39,9 @@ pub use scan::ResultField;
 pub use scan::Scanned;
 pub use scan::scan;
 pub use scan::scan_answer;
-pub(crate) use scan::{AnswerFault, JsonKind, ObjectMember, StateMember, members, string_at};
+pub(crate) use scan::{
+    AnswerFault, JsonKind, ObjectMember, StateMember, is_string_token, members, string_at,
+};
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.
 pub const ENVELOPE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];

@@ -39,6 +39,9 @@ type FieldSlots = [FieldSlot; ParamsField::ALL.len()];
 #[derive(Default)]
 struct FieldSlot {
     value: OnceCell<Value>,
+    /// A string token that replaced the member ([`Params::set_string_token`]): written
+    /// as it is, parsed only should a phase read it.
+    token: Option<String>,
     edit: Edit,
 }
 
@@ -115,6 +118,9 @@ impl ScannedBody {
             let slot = &self.slots[field as usize];
             let value = self.index.param(field);
             match (slot.edit, value, slot.value.get()) {
+                (Edit::Replaced, Some(span), _) if slot.token.is_some() => {
+                    cuts.push((span, Cut::Token(slot.token.as_deref().unwrap_or_default())));
+                }
                 (Edit::Replaced, Some(span), Some(value)) => cuts.push((span, Cut::Write(value))),
                 (Edit::Removed, Some(span), _) => {
                     let key = self.index.param_key(field).map_or(span.start, |k| k.start);
@@ -139,6 +145,8 @@ enum Cut<'a> {
     Gap,
     /// A member's value: this value, compact.
     Write(&'a Value),
+    /// A member's value: this string token, as it is.
+    Token(&'a str),
     /// A member, key to value: nothing, and one comma beside it.
     Member,
 }
@@ -161,6 +169,7 @@ fn splice(body: &[u8], cuts: &[(Range<usize>, Cut<'_>)]) -> Vec<u8> {
             Cut::Write(value) => {
                 serde_json::to_writer(&mut out, value).expect("a parsed value serialises");
             }
+            Cut::Token(token) => out.extend_from_slice(token.as_bytes()),
             Cut::Member => {
                 // `out` is compact (every gap before here was cut): the member's comma is
                 // the next token when another member follows, else the last byte out.
@@ -213,6 +222,12 @@ impl Parts<'_> {
         if let Some(value) = slot.value.get() {
             return Some(value);
         }
+        if let Some(token) = &slot.token {
+            return Some(
+                slot.value
+                    .get_or_init(|| member(token.as_bytes(), 0..token.len())),
+            );
+        }
         let span = self.index.param(field)?;
         Some(slot.value.get_or_init(|| member(self.body, span)))
     }
@@ -234,9 +249,13 @@ impl Parts<'_> {
             && (slot.value.get().is_some() || self.index.param(field).is_some())
     }
 
+    /// The value to edit in place: a token set before is parsed, and the edit is then
+    /// what is written.
     fn value_mut(&mut self, field: ParamsField) -> Option<&mut Value> {
         self.value(field)?;
-        self.slots[field as usize].value.get_mut()
+        let slot = &mut self.slots[field as usize];
+        slot.token = None;
+        slot.value.get_mut()
     }
 }
 
@@ -302,7 +321,23 @@ impl Params<'_> {
         let Some(parts) = self.0.as_mut().filter(|p| p.is_there(field)) else {
             return false;
         };
-        parts.slots[field as usize].value = OnceCell::from(value);
+        let slot = &mut parts.slots[field as usize];
+        slot.value = OnceCell::from(value);
+        slot.token = None;
+        self.mark(field, Edit::Replaced);
+        true
+    }
+
+    /// Replace a member's value by a string token (quotes included, as the strict scan
+    /// reads one), written as it is; `false` when the call has no such member.
+    pub fn set_string_token(&mut self, field: ParamsField, token: String) -> bool {
+        debug_assert!(super::is_string_token(&token), "not a string token");
+        let Some(parts) = self.0.as_mut().filter(|p| p.is_there(field)) else {
+            return false;
+        };
+        let slot = &mut parts.slots[field as usize];
+        slot.value = OnceCell::new();
+        slot.token = Some(token);
         self.mark(field, Edit::Replaced);
         true
     }
@@ -315,6 +350,7 @@ impl Params<'_> {
         let slot = &mut parts.slots[field as usize];
         slot.edit = Edit::Removed;
         slot.value.take();
+        slot.token = None;
         true
     }
 

@@ -221,6 +221,13 @@ pub(crate) fn string_at(body: &[u8], span: Range<usize>) -> Option<Cow<'_, str>>
     })
 }
 
+/// Whether `text` is exactly one string token as the strict scan reads one (quotes
+/// included; escapes well formed, no lone surrogate, no raw control character).
+pub(crate) fn is_string_token(text: &str) -> bool {
+    let mut lexer = Lexer::new(text);
+    lexer.string().is_ok() && lexer.is_done()
+}
+
 /// The text of the string token at `span` of a body [`scan`] accepted, a span its
 /// [`Index`] gave: the scan checked the token, so only an escape is looked for (one
 /// vectorised search), and it is borrowed when there is none.

@@ -101,16 +101,18 @@ impl StateOpener {
         if let Some(kid) = kid {
             self.metrics.keys.token_opened(kid);
         }
+        let flow = opened.flow;
         if opened.no_upstream_state {
             // The upstream sent no state this round; it gets none back.
             params.remove(ParamsField::RequestState);
         } else {
-            params.set(ParamsField::RequestState, Value::String(opened.state));
+            // As the claims spell it: a string token, not unescaped to be escaped again.
+            params.set_string_token(ParamsField::RequestState, opened.state_json);
         }
         Ok(Some(OpenedRetry {
             binding,
             claim,
-            flow: opened.flow,
+            flow,
         }))
     }
 

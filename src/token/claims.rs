@@ -289,7 +289,10 @@ pub(crate) struct OpenedClaims<'a> {
     pub(crate) t: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub(crate) a: Option<Cow<'a, str>>,
-    pub(crate) s: String,
+    /// The upstream's state as the claims spell it: a JSON string token, quotes
+    /// included, forwarded as it is (never unescaped into a copy to be escaped again).
+    #[serde(borrow)]
+    pub(crate) s: &'a RawValue,
     #[serde(borrow, default)]
     pub(crate) aud: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -341,9 +344,13 @@ fn present_str<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>,
 impl<'a> OpenedClaims<'a> {
     pub(crate) fn decode(payload: &'a [u8]) -> Option<Self> {
         let claims: Self = serde_json::from_slice(payload).ok()?;
-        // The recorded questions are an object, checked without building it.
+        // The recorded questions are an object, checked without building it; the state is
+        // a string the strict scan reads (a lone surrogate, which the tree path refused
+        // when it unescaped the state, is refused here too).
         let questions_object = claims.qd.as_ref().is_none_or(|q| q.get().starts_with('{'));
-        (claims.v == f64::from(ENVELOPE_VERSION) && questions_object).then_some(claims)
+        let state_string = crate::jsonrpc::is_string_token(claims.s.get());
+        (claims.v == f64::from(ENVELOPE_VERSION) && questions_object && state_string)
+            .then_some(claims)
     }
 }
 
@@ -483,7 +490,10 @@ mod tests {
             )
         );
         let opened = OpenedClaims::decode(text.as_bytes()).unwrap();
-        assert_eq!(opened.s, "{\"tier\":\"free\",\"é\":1}");
+        // The state as the claims spell it, and as it reads.
+        assert_eq!(opened.s.get(), r#""{\"tier\":\"free\",\"\u00e9\":1}""#);
+        let state: String = serde_json::from_str(opened.s.get()).unwrap();
+        assert_eq!(state, "{\"tier\":\"free\",\"é\":1}");
         assert!(opened.su);
         assert_eq!(opened.q, Some(vec!["region".to_owned()]));
     }
@@ -588,6 +598,20 @@ mod tests {
         assert!(OpenedClaims::decode(br#"{"v":1,"iat":1,"exp":2,"s":5}"#).is_none());
         assert!(OpenedClaims::decode(br#"{"v":1,"iat":"1","exp":2,"s":"x"}"#).is_none());
         assert!(OpenedClaims::decode(b"not json").is_none());
+        // A state is a string the strict scan reads: not null, an object, a lone
+        // surrogate (which unescaping the state refused, before it was kept as a token).
+        for state in [
+            r#"null"#,
+            r#"{}"#,
+            r#""\ud800""#,
+            r#""\udc00x""#,
+            r#""a\ud800\u0041""#,
+        ] {
+            let claims = format!(r#"{{"v":1,"iat":1,"exp":2,"s":{state}}}"#);
+            assert!(OpenedClaims::decode(claims.as_bytes()).is_none(), "{state}");
+        }
         assert!(OpenedClaims::decode(br#"{"v":1,"iat":1,"exp":2,"s":"x"}"#).is_some());
+        let pair = OpenedClaims::decode(br#"{"v":1,"iat":1,"exp":2,"s":"\ud83d\ude00"}"#);
+        assert_eq!(pair.unwrap().s.get(), r#""\ud83d\ude00""#);
     }
 }

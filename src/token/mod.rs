@@ -111,8 +111,9 @@ pub struct SealOptions<'a> {
 
 /// A verified token.
 pub struct Opened {
-    /// The upstream's plaintext state.
-    pub state: String,
+    /// The upstream's plaintext state, as a JSON string token (quotes included): what
+    /// the upstream receives as its `requestState`.
+    pub(crate) state_json: String,
     pub single_use: bool,
     /// Minted for a round in which the upstream sent no state (`ns` claim).
     pub no_upstream_state: bool,
@@ -131,6 +132,11 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// The upstream's plaintext state.
+    pub fn state(&self) -> String {
+        serde_json::from_str(&self.state_json).expect("a string token the claims checked")
+    }
+
     /// The name a single-use store records this token's consumption under: a digest of
     /// its key id and nonce, so the store (and anything that reads it) holds nothing
     /// from which the token could be rebuilt, and two tokens never share a name.
@@ -330,7 +336,7 @@ impl StateSealer {
             (Some(_), Some(_)) => return Err(reject(Reject::Principal, "principal mismatch")),
         }
         Ok(Opened {
-            state: claims.s,
+            state_json: claims.s.get().to_owned(),
             single_use: claims.su,
             no_upstream_state: claims.ns,
             asked: claims.q,

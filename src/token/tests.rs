@@ -101,7 +101,7 @@ fn reference_vectors_are_byte_identical_and_open() {
         let ours = s.seal_deterministic(1.8e9, state, &b, &options, salt, nonce);
         assert_eq!(ours, expected, "{method}");
         let opened = s.open_at(1.8e9 + 1.0, expected, &b, principal).unwrap();
-        assert_eq!(opened.state, state);
+        assert_eq!(opened.state(), state);
         assert!(!opened.single_use);
         assert_eq!(opened.asked, None);
     }
@@ -123,7 +123,7 @@ fn round_trip_carries_our_claims() {
     let opened = s
         .open_at(NOW + 1.0, &token, &provision(), Some("alice"))
         .unwrap();
-    assert_eq!(opened.state, "state");
+    assert_eq!(opened.state(), "state");
     assert!(opened.single_use);
     assert!(opened.no_upstream_state);
     assert_eq!(opened.asked.as_deref(), Some(&asked[..]));
@@ -225,7 +225,7 @@ fn path_round_trip() {
     assert_eq!(at_a.path.as_deref(), Some("/mcp/a"));
     let token = s.seal_at(NOW, "state", &at_a, &SealOptions::default());
     let opened = s.open_at(NOW, &token, &at_a, None).unwrap();
-    assert_eq!(opened.state, "state");
+    assert_eq!(opened.state(), "state");
 }
 
 #[test]
@@ -265,7 +265,7 @@ fn token_without_path_opens_under_a_path() {
     let opened = s
         .open_at(NOW, &token, &provision().at_path("/mcp/a"), None)
         .unwrap();
-    assert_eq!(opened.state, "{\"tier\":\"free\"}");
+    assert_eq!(opened.state(), "{\"tier\":\"free\"}");
 }
 
 #[test]
@@ -499,7 +499,7 @@ proptest! {
         let options = SealOptions { principal: principal.as_deref(), single_use, ..Default::default() };
         let token = s.seal_at(NOW, &state, &b, &options);
         let opened = s.open_at(NOW, &token, &b, principal.as_deref()).unwrap();
-        prop_assert_eq!(&opened.state, &state);
+        prop_assert_eq!(&opened.state(), &state);
         prop_assert_eq!(opened.single_use, single_use);
     }
 
@@ -549,7 +549,7 @@ fn a_counted_seal_names_the_key_that_minted_it() {
     let (token, kid) = s.seal_counted("st", &provision(), &SealOptions::default());
     assert_eq!(KeyId::of_token(&token), Some(kid));
     assert_eq!(KeyId::of_ring(&s.ring())[0], kid, "the minting key");
-    assert_eq!(s.open(&token, &provision(), None).unwrap().state, "st");
+    assert_eq!(s.open(&token, &provision(), None).unwrap().state(), "st");
 }
 
 /// The binding's digest is the arguments' own digest (which idempotency then takes rather

@@ -156,7 +156,7 @@ async fn states_are_bound_to_the_certificate_identity() {
         .running()
         .sealer()
         .open(&token, &binding.clone().at_path("/mcp"), Some(a));
-    assert_eq!(opened.unwrap().state, plaintext());
+    assert_eq!(opened.unwrap().state(), plaintext());
     let retry = tools_call(2, Some(json!(token)));
     let (status, answer) = call(&sidecar, &server_ca, Some(&bob), &retry)
         .await

@@ -303,7 +303,7 @@ fn tokens_the_reference_mints_open_here() {
         let opened = ours
             .open(token, &binding(case), case.principal)
             .unwrap_or_else(|r| panic!("{}: {r:?}", case.method));
-        assert_eq!(opened.state, case.state);
+        assert_eq!(opened.state(), case.state);
         assert!(!opened.single_use, "reference tokens carry no `su` claim");
         assert_eq!(opened.asked, None);
         // The reference knows no paths: its tokens carry no `u` claim and open on any.

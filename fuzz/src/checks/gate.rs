@@ -98,9 +98,11 @@ fn edit_both(mut params: Params<'_>, mut tree: TreeParams<'_>) {
             );
         }
         Some(_) => {
+            // The opener's edit: a string token as the claims spell it, written as it is.
+            let token = r#""plain \u001f \"state\" \u00e9""#.to_owned();
             let plain = json!("plain \u{1f} \"state\" é");
             assert_eq!(
-                params.set(RequestState, plain.clone()),
+                params.set_string_token(RequestState, token),
                 tree.set(RequestState, plain)
             );
         }

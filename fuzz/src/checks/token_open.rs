@@ -35,7 +35,8 @@ pub fn check(data: &[u8]) {
         .open(&token, &binding, principal)
         .unwrap_or_else(|r| panic!("a fresh token does not open: {}", r.detail));
     assert_eq!(
-        opened.state, state,
+        opened.state(),
+        state,
         "the state did not survive the round trip"
     );
     assert_eq!(opened.single_use, options.single_use);

@@ -116,6 +116,44 @@ fn strings_are_read_from_the_body_until_the_member_is_parsed_or_edited() {
 }
 
 #[test]
+fn a_string_token_set_is_written_as_it_is_and_reads_as_its_value() {
+    let mut body = scanned(
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"requestState":"v1.tok","name":"t"}}"#,
+    );
+    let (_, mut params) = body.call_mut().unwrap();
+    let token = r#""a\u00e9\"\ud83d\ude00""#;
+    assert!(params.set_string_token(ParamsField::RequestState, token.to_owned()));
+    assert!(
+        !params.set_string_token(ParamsField::Uri, token.to_owned()),
+        "no such member"
+    );
+    assert_eq!(
+        forwarded(body),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"requestState":{token},"name":"t"}}}}"#
+        )
+    );
+    let mut body =
+        scanned(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"requestState":"x"}}"#);
+    let (_, mut params) = body.call_mut().unwrap();
+    assert!(params.set_string_token(ParamsField::RequestState, token.to_owned()));
+    assert_eq!(
+        params.get(ParamsField::RequestState),
+        Some(&json!("aé\"😀"))
+    );
+    assert_eq!(
+        params.get_str(ParamsField::RequestState).as_deref(),
+        Some("aé\"😀")
+    );
+    // Edited in place after it was read: the edit is what is written.
+    assert!(params.replace_at(ParamsField::RequestState, "", json!("b")));
+    assert_eq!(
+        forwarded(body),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"requestState":"b"}}"#
+    );
+}
+
+#[test]
 fn a_compact_body_nobody_edited_is_forwarded_as_it_came() {
     let text = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"a":1}}}"#;
     let body = scanned(text);

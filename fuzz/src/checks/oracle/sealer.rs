@@ -146,7 +146,7 @@ fn open_all(value: &mut Value, binding: &RequestBinding) {
                 && let Ok(opened) = ring::sealer().open(token, binding, None)
             {
                 *state = json!({
-                    "sealed": opened.state,
+                    "sealed": opened.state(),
                     "ns": opened.no_upstream_state,
                     "q": opened.asked,
                     "qd": opened.questions.and_then(|q| q.read()),
