@@ -191,7 +191,9 @@ pub mod token {
     pub use crate::token::OpenError;
     pub use crate::token::claims::BindingError;
     pub use crate::token::keyring::Unsealed;
-    pub use crate::token::{Flow, KeyMetrics, KeyRingError, Opened, Questions, Rejection};
+    pub use crate::token::{
+        Flow, KeyMetrics, KeyRingError, Opened, Questions, Rejection, StateText,
+    };
     pub use crate::token::{
         HandleReject, KeyId, KeyRing, Reject, RequestBinding, SealOptions, StateSealer,
         args_digest, generate_secret, max_token_bytes, now,

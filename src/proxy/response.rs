@@ -22,7 +22,7 @@ use crate::policy::questions::Round;
 use crate::policy::single_use::SingleUsePolicy;
 use crate::policy::{answers, capabilities};
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data_at};
-use crate::token::{Flow, RequestBinding, SealOptions, StateSealer};
+use crate::token::{Flow, RequestBinding, SealOptions, StateSealer, StateText};
 use crate::tools::{Answering, Completed};
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
@@ -276,7 +276,7 @@ impl ResponseSealer {
         };
         let asks = answer.asks_for_input();
         let (state, at) = match answer.state() {
-            StateMember::String(span) => (Some(answer.string(span.clone())), span),
+            StateMember::String(span) => (Some(UpstreamState::read(answer, span.clone())), span),
             // A round without upstream state still gets a token: it is what binds the
             // client's `inputResponses` to the questions this round asked (a stateless
             // upstream would otherwise trust any answers it is sent). It goes last.
@@ -285,10 +285,7 @@ impl ResponseSealer {
             StateMember::Absent | StateMember::Null(_) => return Ok(None),
             StateMember::Other => return Err(SealFailure::NonStringState.into()),
         };
-        if state
-            .as_ref()
-            .is_some_and(|s| s.len() > self.max_state_bytes)
-        {
+        if state.as_ref().is_some_and(|s| s.len > self.max_state_bytes) {
             return Err(SealFailure::StateTooLarge.into());
         }
         let Some(binding) = &self.context.binding else {
@@ -307,9 +304,10 @@ impl ResponseSealer {
             questions: Some(&questions),
             flow: Some(flow),
         };
-        let (token, kid) =
-            self.state_sealer
-                .seal_counted(state.as_deref().unwrap_or_default(), binding, &options);
+        let text = state
+            .as_ref()
+            .map_or(StateText::Plain(""), UpstreamState::text);
+        let (token, kid) = self.state_sealer.seal_counted(text, binding, &options);
         if token.len() > crate::token::max_token_bytes(self.max_state_bytes) {
             // A long path or many asked keys on top of a large state: the gate would refuse
             // this token on the retry, so it is not handed out.
@@ -514,6 +512,44 @@ pub(crate) fn with_body(
         None => body,
     };
     http::Response::from_parts(parts, body)
+}
+
+/// The upstream's state of an answer, as the sealer is given it: the string token as it
+/// stands when it is already in the claims' spelling (nearly every state: printable ASCII
+/// with `\"` escapes), else the plaintext it holds; and the plaintext's length, which the
+/// size limit counts.
+struct UpstreamState<'a> {
+    spelled: Option<&'a str>,
+    plain: Cow<'a, str>,
+    len: usize,
+}
+
+impl<'a> UpstreamState<'a> {
+    fn read(answer: &Answer<'a>, span: Range<usize>) -> Self {
+        let token = &answer.text()[span.clone()];
+        match crate::token::canonical::python_spelled_len(token) {
+            Some(len) => UpstreamState {
+                spelled: Some(token),
+                plain: Cow::Borrowed(""),
+                len,
+            },
+            None => {
+                let plain = answer.string(span);
+                UpstreamState {
+                    spelled: None,
+                    len: plain.len(),
+                    plain,
+                }
+            }
+        }
+    }
+
+    fn text(&self) -> StateText<'_> {
+        match self.spelled {
+            Some(token) => StateText::Spelled(token),
+            None => StateText::Plain(&self.plain),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -104,6 +104,32 @@ pub(crate) fn write_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// When the JSON string token `token` (quotes included, as the strict scan accepted it)
+/// is already exactly what [`write_string`] writes for its value, the value's length in
+/// bytes; `None` otherwise. That is a token of printable ASCII whose escapes are only
+/// the two-character ones `write_string` writes (`\"` `\\` `\n` `\r` `\t` `\b` `\f`):
+/// a `\u` escape, `\/`, a non-ASCII or a DEL byte is spelled otherwise or not at all.
+pub(crate) fn python_spelled_len(token: &str) -> Option<usize> {
+    let inner = token.strip_prefix('"')?.strip_suffix('"')?.as_bytes();
+    let mut escapes = 0;
+    let mut at = 0;
+    while at < inner.len() {
+        // The plain run first, eight bytes at a time.
+        at += verbatim_prefix_len(&inner[at..]);
+        let Some(&byte) = inner.get(at) else { break };
+        if byte != b'\\' {
+            return None;
+        }
+        match inner.get(at + 1) {
+            Some(b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f') => {}
+            _ => return None,
+        }
+        escapes += 1;
+        at += 2;
+    }
+    Some(inner.len() - escapes)
+}
+
 fn needs_escape(b: u8) -> bool {
     !(b' '..=b'~').contains(&b) || b == b'"' || b == b'\\'
 }
@@ -449,5 +475,64 @@ mod tests {
     fn lone_surrogates_do_not_parse() {
         // The reference would digest the escaped surrogate; we refuse the text instead.
         assert!(serde_json::from_str::<Value>(r#""\ud800""#).is_err());
+    }
+
+    #[test]
+    fn a_token_is_spelled_as_python_spells_it_only_when_written_so() {
+        let spelled = [
+            (r#""""#, 0),
+            (r#""plain""#, 5),
+            (r#""{\"k\":\"v\"}""#, 9),
+            (r#""a\\b\n\r\t\b\f""#, 8),
+        ];
+        for (token, len) in spelled {
+            assert_eq!(python_spelled_len(token), Some(len), "{token}");
+        }
+        // Escapes `write_string` does not write, or bytes it escapes.
+        for token in [
+            r#""\/""#,
+            r#""\u0041""#,
+            r#""\u00e9""#,
+            "\"é\"",
+            "\"\u{7f}\"",
+            r#""\""#,
+            "x",
+            "\"",
+        ] {
+            assert_eq!(python_spelled_len(token), None, "{token}");
+        }
+    }
+
+    proptest::proptest! {
+        /// What `write_string` writes is spelled so, with the value's length; and a token
+        /// said to be spelled so is what `write_string` writes for its value, whatever
+        /// spelling it came in (serde_json's, or escapes chosen at random).
+        #[test]
+        fn python_spelled_len_holds_to_write_string(
+            value in "[ -~\t\n\r\u{8}\u{c}\u{1}\u{7f}é\u{1F600}\"\\\\/]{0,40}",
+            escape_slash in proptest::bool::ANY,
+        ) {
+            let mut written = String::new();
+            write_string(&value, &mut written);
+            // Spelled so unless `write_string` wrote a `\u` escape (not taken as is).
+            let two_char_escapes_only = value
+                .chars()
+                .all(|c| matches!(c, ' '..='~' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}'));
+            proptest::prop_assert_eq!(
+                python_spelled_len(&written),
+                two_char_escapes_only.then_some(value.len())
+            );
+            let mut token = serde_json::to_string(&value).unwrap();
+            if escape_slash {
+                token = token.replace('/', "\\/");
+            }
+            if let Some(len) = python_spelled_len(&token) {
+                let read: String = serde_json::from_str(&token).unwrap();
+                let mut rewritten = String::new();
+                write_string(&read, &mut rewritten);
+                proptest::prop_assert_eq!(&rewritten, &token);
+                proptest::prop_assert_eq!(len, read.len());
+            }
+        }
     }
 }

@@ -177,7 +177,7 @@ pub(crate) struct MintClaims<'a> {
     pub(crate) iat: f64,
     pub(crate) exp: f64,
     pub(crate) binding: &'a RequestBinding,
-    pub(crate) state: &'a str,
+    pub(crate) state: StateText<'a>,
     pub(crate) audience: Option<&'a str>,
     pub(crate) principal_claim: Option<String>,
     pub(crate) single_use: bool,
@@ -188,6 +188,31 @@ pub(crate) struct MintClaims<'a> {
     pub(crate) questions: Option<&'a str>,
     /// The round number and the flow's start (`n`, `fs`).
     pub(crate) flow: Option<Flow>,
+}
+
+/// The upstream's state as the sealer is given it.
+#[derive(Debug, Clone, Copy)]
+pub enum StateText<'a> {
+    /// The plaintext, which the claims write in the reference's spelling.
+    Plain(&'a str),
+    /// A JSON string token (quotes included) already in the reference's spelling
+    /// (`canonical::python_spelled_len` said so): written as it is.
+    Spelled(&'a str),
+}
+
+impl StateText<'_> {
+    fn len_hint(&self) -> usize {
+        match self {
+            StateText::Plain(state) => state.len() * 9 / 8,
+            StateText::Spelled(token) => token.len(),
+        }
+    }
+}
+
+impl<'a> From<&'a str> for StateText<'a> {
+    fn from(state: &'a str) -> Self {
+        StateText::Plain(state)
+    }
 }
 
 /// Where a token stands in its multi-round flow.
@@ -207,7 +232,7 @@ impl MintClaims<'_> {
         FIXED
             + self.binding.method.len()
             + self.binding.target.len()
-            + self.state.len() * 9 / 8
+            + self.state.len_hint()
             + self.audience.map_or(0, str::len)
             + self.principal_claim.as_ref().map_or(0, String::len)
             + self
@@ -231,7 +256,10 @@ impl MintClaims<'_> {
         out.push_str(",\"a\":");
         write_string(&self.binding.args_digest, out);
         out.push_str(",\"s\":");
-        write_string(self.state, out);
+        match self.state {
+            StateText::Plain(state) => write_string(state, out),
+            StateText::Spelled(token) => out.push_str(token),
+        }
         if let Some(aud) = self.audience {
             out.push_str(",\"aud\":");
             write_string(aud, out);
@@ -471,7 +499,7 @@ mod tests {
             iat: 1_800_000_000.0,
             exp: 1_800_000_600.0,
             binding: &binding,
-            state: "{\"tier\":\"free\",\"é\":1}",
+            state: "{\"tier\":\"free\",\"é\":1}".into(),
             audience: Some("svc"),
             principal_claim: None,
             single_use: true,
@@ -489,6 +517,14 @@ mod tests {
                 binding.args_digest
             )
         );
+        // A state given as a token already so spelled is written as it is: the same claims.
+        let spelled = MintClaims {
+            state: StateText::Spelled(r#""{\"tier\":\"free\",\"\u00e9\":1}""#),
+            ..claims
+        };
+        let mut again = String::new();
+        spelled.encode_into(&mut again);
+        assert_eq!(again, text);
         let opened = OpenedClaims::decode(text.as_bytes()).unwrap();
         // The state as the claims spell it, and as it reads.
         assert_eq!(opened.s.get(), r#""{\"tier\":\"free\",\"\u00e9\":1}""#);
@@ -510,7 +546,7 @@ mod tests {
                 iat: 1.0,
                 exp: 2.0,
                 binding: &binding,
-                state: "",
+                state: "".into(),
                 audience: None,
                 principal_claim: None,
                 single_use: false,
@@ -539,7 +575,7 @@ mod tests {
             iat: 1_800_000_000.0,
             exp: 1_800_000_600.0,
             binding: &binding,
-            state: "x",
+            state: "x".into(),
             audience: Some("svc"),
             principal_claim: Some("cA".to_owned()),
             single_use: true,

@@ -25,6 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use claims::Flow;
 pub use claims::Questions;
 pub use claims::RequestBinding;
+pub use claims::StateText;
 pub use claims::args_digest;
 pub use handle::HandleReject;
 pub use keyring::KeyRing;
@@ -186,7 +187,7 @@ impl StateSealer {
     /// ring it was sealed with, not decoded back from the token).
     pub fn seal_counted(
         &self,
-        state: &str,
+        state: StateText<'_>,
         binding: &RequestBinding,
         options: &SealOptions<'_>,
     ) -> (String, KeyId) {
@@ -202,14 +203,14 @@ impl StateSealer {
         binding: &RequestBinding,
         options: &SealOptions<'_>,
     ) -> String {
-        self.seal_with(&self.ring.load(), now, state, binding, options)
+        self.seal_with(&self.ring.load(), now, state.into(), binding, options)
     }
 
     fn seal_with(
         &self,
         ring: &KeyRing,
         now: f64,
-        state: &str,
+        state: StateText<'_>,
         binding: &RequestBinding,
         options: &SealOptions<'_>,
     ) -> String {
@@ -236,7 +237,7 @@ impl StateSealer {
         salt: [u8; 8],
         nonce: [u8; keyring::NONCE_LEN],
     ) -> String {
-        let claims = self.mint_claims(now, state, binding, options, salt);
+        let claims = self.mint_claims(now, state.into(), binding, options, salt);
         self.ring
             .load()
             .seal_text(nonce, claims.len_hint(), |out| claims.encode_into(out))
@@ -245,7 +246,7 @@ impl StateSealer {
     fn mint_claims<'a>(
         &'a self,
         now: f64,
-        state: &'a str,
+        state: StateText<'a>,
         binding: &'a RequestBinding,
         options: &SealOptions<'a>,
         salt: [u8; 8],

@@ -546,7 +546,7 @@ use base64_simd::URL_SAFE_NO_PAD;
 #[test]
 fn a_counted_seal_names_the_key_that_minted_it() {
     let s = sealer(Some("aud"));
-    let (token, kid) = s.seal_counted("st", &provision(), &SealOptions::default());
+    let (token, kid) = s.seal_counted("st".into(), &provision(), &SealOptions::default());
     assert_eq!(KeyId::of_token(&token), Some(kid));
     assert_eq!(KeyId::of_ring(&s.ring())[0], kid, "the minting key");
     assert_eq!(s.open(&token, &provision(), None).unwrap().state(), "st");

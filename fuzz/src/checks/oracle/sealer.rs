@@ -96,7 +96,7 @@ impl TreeSealer<'_> {
         };
         let (token, _) =
             self.sealer
-                .seal_counted(state.unwrap_or_default(), self.binding, &options);
+                .seal_counted(state.unwrap_or_default().into(), self.binding, &options);
         if token.len() > self.max_token_bytes {
             return Err("state_too_large");
         }
