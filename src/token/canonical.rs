@@ -113,19 +113,19 @@ pub(crate) fn python_spelled_len(token: &str) -> Option<usize> {
     let inner = token.strip_prefix('"')?.strip_suffix('"')?.as_bytes();
     let mut escapes = 0;
     let mut at = 0;
-    while at < inner.len() {
-        // The plain run first, eight bytes at a time.
-        at += verbatim_prefix_len(&inner[at..]);
-        let Some(&byte) = inner.get(at) else { break };
-        if byte != b'\\' {
-            return None;
-        }
-        match inner.get(at + 1) {
-            Some(b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f') => {}
+    while let Some(&byte) = inner.get(at) {
+        match byte {
+            b'\\' => match inner.get(at + 1) {
+                Some(b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f') => {
+                    escapes += 1;
+                    at += 2;
+                }
+                _ => return None,
+            },
+            b'"' => return None,
+            b' '..=b'~' => at += 1,
             _ => return None,
         }
-        escapes += 1;
-        at += 2;
     }
     Some(inner.len() - escapes)
 }

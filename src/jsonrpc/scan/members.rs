@@ -77,17 +77,29 @@ fn skip_whitespace(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
-/// The end of the string token opening at `start` (past its closing quote).
+/// The end of the string token opening at `start` (past its closing quote): from one
+/// quote or backslash to the next by a vectorised search.
 fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
     let mut at = start + 1;
     loop {
-        match bytes.get(at)? {
+        at += memchr::memchr2(b'"', b'\\', bytes.get(at..)?)?;
+        match bytes[at] {
             b'"' => return Some(at + 1),
-            b'\\' => at += 2,
-            _ => at += 1,
+            _ => at += 2,
         }
     }
 }
+
+/// The bytes the walk of a container stops at: a string's quote and the brackets.
+const STRUCTURAL: [bool; 256] = {
+    let mut structural = [false; 256];
+    structural[b'"' as usize] = true;
+    structural[b'{' as usize] = true;
+    structural[b'[' as usize] = true;
+    structural[b'}' as usize] = true;
+    structural[b']' as usize] = true;
+    structural
+};
 
 /// The kind of the value starting at `start` and its end, not past `limit`.
 fn value_end(bytes: &[u8], start: usize, limit: usize) -> Option<(JsonKind, usize)> {
@@ -111,6 +123,10 @@ fn value_end(bytes: &[u8], start: usize, limit: usize) -> Option<(JsonKind, usiz
     let mut depth = 0usize;
     let mut at = start;
     while at < limit {
+        if !STRUCTURAL[usize::from(bytes[at])] {
+            at += 1;
+            continue;
+        }
         match bytes[at] {
             b'"' => {
                 at = string_end(bytes, at)?;

@@ -2,7 +2,9 @@
 //! sealer's path for a round's requested schemas), and serde_json's compact length of
 //! the same value, which the questions' size limit counts.
 
-use super::{CanonicalError, PythonNumber, write_number_literal, write_string};
+use super::{
+    CanonicalError, PythonNumber, python_spelled_len, write_number_literal, write_string,
+};
 
 /// [`write_python_json`](super::write_python_json) (`sort_keys=false`) of the value `text` holds, read from the text
 /// itself: `text` is one JSON value a strict parse accepted (valid, no duplicate key in
@@ -53,11 +55,7 @@ impl<'a> TextValue<'a> {
         match self.peek() {
             b'{' => self.container(out, b'}', true),
             b'[' => self.container(out, b']', false),
-            b'"' => {
-                let decoded = self.string()?;
-                write_string(&decoded, out);
-                Ok(serde_string_len(&decoded))
-            }
+            b'"' => self.string_written(out),
             b't' | b'f' | b'n' => {
                 let len = match self.peek() {
                     b't' => 4,
@@ -127,9 +125,7 @@ impl<'a> TextValue<'a> {
             }
             first = false;
             if keyed {
-                let key = self.string()?;
-                write_string(&key, out);
-                len += serde_string_len(&key) + 1;
+                len += self.string_written(out)? + 1;
                 self.skip_whitespace();
                 // The colon.
                 self.at += 1;
@@ -139,8 +135,11 @@ impl<'a> TextValue<'a> {
         }
     }
 
-    /// A string token's text, from its opening quote.
-    fn string(&mut self) -> Result<std::borrow::Cow<'a, str>, CanonicalError> {
+    /// A string from its opening quote, written to `out`: its serde_json length. A token
+    /// already in Python's spelling ([`python_spelled_len`]: printable ASCII, two-character
+    /// escapes only) is copied as it is, and serde_json spells such a value the same way,
+    /// so its length is the token's; any other is decoded and written again.
+    fn string_written(&mut self, out: &mut String) -> Result<usize, CanonicalError> {
         let start = self.at;
         let bytes: &'a [u8] = self.text.as_bytes();
         self.at += 1;
@@ -149,8 +148,18 @@ impl<'a> TextValue<'a> {
             self.at += if bytes[self.at] == b'\\' { 2 } else { 1 };
         }
         self.at += 1;
-        crate::jsonrpc::string_at(bytes, start..self.at.min(bytes.len()))
-            .ok_or(CanonicalError::BadNumber)
+        let token = self
+            .text
+            .get(start..self.at.min(bytes.len()))
+            .ok_or(CanonicalError::BadNumber)?;
+        if python_spelled_len(token).is_some() {
+            out.push_str(token);
+            return Ok(token.len());
+        }
+        let decoded = crate::jsonrpc::string_at(bytes, start..self.at.min(bytes.len()))
+            .ok_or(CanonicalError::BadNumber)?;
+        write_string(&decoded, out);
+        Ok(serde_string_len(&decoded))
     }
 }
 
