@@ -70,7 +70,8 @@ pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, Refused> {
         text,
         left: max_values,
         refusal: None,
-        keys: Vec::new(),
+        // A message's objects are small: room for their keys without regrowing.
+        keys: Vec::with_capacity(16),
         facts: Facts::default(),
         elements: Vec::new(),
     };

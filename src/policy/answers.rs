@@ -37,7 +37,14 @@ pub struct QuestionsTooLarge;
 /// compact form of that object would take more than [`MAX_QUESTIONS_BYTES`], or when a
 /// schema holds a number the encoding cannot carry.
 pub fn record(round: Round<'_>) -> Result<(Vec<String>, String), QuestionsTooLarge> {
-    let mut claim = QuestionsText::default();
+    // Sized from what is written: each schema's text and a little per question.
+    let schemas: usize = (round.questions.iter())
+        .filter_map(|q| q.schema.as_ref().map(Schema::text_len_hint))
+        .sum();
+    let mut claim = QuestionsText {
+        text: String::with_capacity(schemas + 64 * round.asked.len() + 2),
+        len: 0,
+    };
     claim.raw("{");
     for (i, (key, question)) in round.asked.iter().zip(round.questions).enumerate() {
         if i > 0 {

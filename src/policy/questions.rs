@@ -40,6 +40,17 @@ pub(crate) enum Schema<'a> {
     Tree(&'a Value),
 }
 
+impl Schema<'_> {
+    /// About how long its canonical text will be: what a writer sizes its buffer by.
+    pub(crate) fn text_len_hint(&self) -> usize {
+        match self {
+            Schema::Text(text) => text.len(),
+            #[cfg(any(test, feature = "oracle"))]
+            Schema::Tree(_) => 256,
+        }
+    }
+}
+
 /// A round's input requests: the keys asked, in order, and what each asks.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Round<'a> {

@@ -30,7 +30,7 @@ pub fn scan_answer(bytes: &[u8]) -> Result<Answer<'_>, ParseError> {
         text,
         left: usize::MAX,
         refusal: None,
-        keys: Vec::new(),
+        keys: Vec::with_capacity(16),
         facts: Facts::of_answer(),
         elements: Vec::new(),
     };
