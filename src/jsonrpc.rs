@@ -40,7 +40,7 @@ pub use scan::Scanned;
 pub use scan::scan;
 pub use scan::scan_answer;
 pub(crate) use scan::{
-    AnswerFault, JsonKind, ObjectMember, StateMember, is_string_token, members, string_at,
+    AnswerFault, Compact, JsonKind, ObjectMember, StateMember, is_string_token, members, string_at,
 };
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.

@@ -30,6 +30,7 @@
 //! keys), and the folded spellings the classification compares are never built.
 
 mod answer;
+mod compact;
 mod facts;
 mod lexer;
 mod members;
@@ -37,6 +38,7 @@ mod members;
 pub use answer::Answer;
 pub use answer::scan_answer;
 pub(crate) use answer::{AnswerFault, StateMember};
+pub(crate) use compact::Compact;
 pub(crate) use facts::JsonKind;
 pub(crate) use members::{ObjectMember, members};
 

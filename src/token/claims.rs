@@ -9,13 +9,9 @@
 
 use super::canonical::{CanonicalError, write_python_float, write_python_json, write_string};
 use base64_simd::URL_SAFE_NO_PAD;
-use serde::Deserialize;
-use serde::de::{self, Deserializer, Visitor};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use std::borrow::Cow;
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 use subtle::ConstantTimeEq;
 
 pub(crate) const ENVELOPE_VERSION: u8 = 1;
@@ -303,101 +299,10 @@ impl MintClaims<'_> {
     }
 }
 
-/// Claims as read from an opened token, borrowing from the plaintext where no escape
-/// forces a copy. Claims are authenticated, so a field of the wrong type can only come
-/// from a buggy minter; it fails to parse and the token counts as malformed.
-#[derive(Deserialize)]
-pub(crate) struct OpenedClaims<'a> {
-    pub(crate) v: f64,
-    pub(crate) iat: f64,
-    pub(crate) exp: f64,
-    #[serde(borrow, default)]
-    pub(crate) m: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub(crate) t: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub(crate) a: Option<Cow<'a, str>>,
-    /// The upstream's state as the claims spell it: a JSON string token, quotes
-    /// included, forwarded as it is (never unescaped into a copy to be escaped again).
-    #[serde(borrow)]
-    pub(crate) s: &'a RawValue,
-    #[serde(borrow, default)]
-    pub(crate) aud: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub(crate) p: Option<Cow<'a, str>>,
-    #[serde(default)]
-    pub(crate) su: bool,
-    #[serde(default)]
-    pub(crate) ns: bool,
-    #[serde(default)]
-    pub(crate) q: Option<Vec<String>>,
-    /// The request path. Absent means "not bound to a path"; `null` is not absent but a
-    /// claim of the wrong type, like a number.
-    #[serde(borrow, default, deserialize_with = "present_str")]
-    pub(crate) u: Option<Cow<'a, str>>,
-    /// What each asked key asked (method, mode, schema): kept as its JSON text, read
-    /// only when a retry's answers are checked against it ([`Questions`]).
-    #[serde(default)]
-    pub(crate) qd: Option<Box<RawValue>>,
-    /// The round number.
-    #[serde(default)]
-    pub(crate) n: Option<u32>,
-    /// The flow's start, Unix seconds.
-    #[serde(default)]
-    pub(crate) fs: Option<f64>,
-}
+mod opened;
 
-/// A claim that, when present, must be a string: `null` fails instead of reading as
-/// absent. Borrows from the plaintext unless an escape forces a copy.
-fn present_str<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
-    struct Str;
-    impl<'de> Visitor<'de> for Str {
-        type Value = Cow<'de, str>;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a string")
-        }
-
-        fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-            Ok(Cow::Borrowed(v))
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            Ok(Cow::Owned(v.to_owned()))
-        }
-    }
-    d.deserialize_str(Str).map(Some)
-}
-
-impl<'a> OpenedClaims<'a> {
-    pub(crate) fn decode(payload: &'a [u8]) -> Option<Self> {
-        let claims: Self = serde_json::from_slice(payload).ok()?;
-        // The recorded questions are an object, checked without building it; the state is
-        // a string the strict scan reads (a lone surrogate, which the tree path refused
-        // when it unescaped the state, is refused here too).
-        let questions_object = claims.qd.as_ref().is_none_or(|q| q.get().starts_with('{'));
-        let state_string = crate::jsonrpc::is_string_token(claims.s.get());
-        (claims.v == f64::from(ENVELOPE_VERSION) && questions_object && state_string)
-            .then_some(claims)
-    }
-}
-
-/// The questions a round recorded in its token (`qd`), as the JSON text the token
-/// carries: parsed only when a retry's answers are checked against them.
-#[derive(Debug, Clone)]
-pub struct Questions(Box<RawValue>);
-
-impl Questions {
-    pub(super) fn new(raw: Box<RawValue>) -> Self {
-        Questions(raw)
-    }
-
-    /// What each asked key asked; `None` if the text is not an object (a token of ours
-    /// never holds one: its claims were checked when it opened).
-    pub fn read(&self) -> Option<Map<String, Value>> {
-        serde_json::from_str(self.0.get()).ok()
-    }
-}
+pub(crate) use opened::OpenedClaims;
+pub use opened::Questions;
 
 #[cfg(test)]
 mod tests {
@@ -527,8 +432,8 @@ mod tests {
         assert_eq!(again, text);
         let opened = OpenedClaims::decode(text.as_bytes()).unwrap();
         // The state as the claims spell it, and as it reads.
-        assert_eq!(opened.s.get(), r#""{\"tier\":\"free\",\"\u00e9\":1}""#);
-        let state: String = serde_json::from_str(opened.s.get()).unwrap();
+        assert_eq!(opened.s, r#""{\"tier\":\"free\",\"\u00e9\":1}""#);
+        let state: String = serde_json::from_str(opened.s).unwrap();
         assert_eq!(state, "{\"tier\":\"free\",\"é\":1}");
         assert!(opened.su);
         assert_eq!(opened.q, Some(vec!["region".to_owned()]));
@@ -609,7 +514,7 @@ mod tests {
         let base = r#"{"v":1,"iat":1,"exp":2,"s":"x""#;
         let parse = |u: &str| {
             OpenedClaims::decode(format!("{base}{u}}}").as_bytes())
-                .map(|c| c.u.map(Cow::into_owned))
+                .map(|c| c.u.map(std::borrow::Cow::into_owned))
         };
         assert_eq!(parse(""), Some(None));
         assert_eq!(parse(r#","u":"/a""#), Some(Some("/a".to_owned())));
@@ -648,6 +553,6 @@ mod tests {
         }
         assert!(OpenedClaims::decode(br#"{"v":1,"iat":1,"exp":2,"s":"x"}"#).is_some());
         let pair = OpenedClaims::decode(br#"{"v":1,"iat":1,"exp":2,"s":"\ud83d\ude00"}"#);
-        assert_eq!(pair.unwrap().s.get(), r#""\ud83d\ude00""#);
+        assert_eq!(pair.unwrap().s, r#""\ud83d\ude00""#);
     }
 }

@@ -337,7 +337,7 @@ impl StateSealer {
             (Some(_), Some(_)) => return Err(reject(Reject::Principal, "principal mismatch")),
         }
         Ok(Opened {
-            state_json: claims.s.get().to_owned(),
+            state_json: claims.s.to_owned(),
             single_use: claims.su,
             no_upstream_state: claims.ns,
             asked: claims.q,

@@ -2,9 +2,7 @@
 //! sealer's path for a round's requested schemas), and serde_json's compact length of
 //! the same value, which the questions' size limit counts.
 
-use super::{
-    CanonicalError, PythonNumber, python_spelled_len, write_number_literal, write_string,
-};
+use super::{CanonicalError, PythonNumber, python_spelled_len, write_number_literal, write_string};
 
 /// [`write_python_json`](super::write_python_json) (`sort_keys=false`) of the value `text` holds, read from the text
 /// itself: `text` is one JSON value a strict parse accepted (valid, no duplicate key in

@@ -1,0 +1,128 @@
+use super::super::{Flow, MintClaims, RequestBinding, StateText};
+use super::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+/// Both readings of `text`, which must agree whenever the layout reads it.
+fn readings(text: &str) -> (Option<OpenedClaims<'_>>, Option<OpenedClaims<'_>>) {
+    (
+        OpenedClaims::read_layout(text),
+        OpenedClaims::read_general(text.as_bytes()),
+    )
+}
+
+fn binding(path: Option<&str>) -> RequestBinding {
+    let params = json!({"name": "provision", "arguments": {"name": "web-1"}});
+    let binding = RequestBinding::of("tools/call", params.as_object()).unwrap();
+    match path {
+        Some(path) => binding.at_path(path),
+        None => binding,
+    }
+}
+
+/// Claims as the sidecar mints them, every optional member present or not.
+fn minted(state: &str, all: bool, path: Option<&str>) -> String {
+    let binding = binding(path);
+    let asked = ["region".to_owned(), "z\u{e9}".to_owned()];
+    let claims = MintClaims {
+        iat: 1_800_000_000.0,
+        exp: 1_800_000_600.0,
+        binding: &binding,
+        state: StateText::Plain(state),
+        audience: all.then_some("svc"),
+        principal_claim: all.then(|| "c2FsdHNhbHQ".to_owned()),
+        single_use: all,
+        no_upstream_state: all,
+        asked: all.then_some(&asked[..]),
+        questions: all.then_some(r#"{"region":{"m":"elicitation/create","k":"form","s":{"type":"object","n":[1,2.5,null,true]}}}"#),
+        flow: all.then_some(Flow {
+            round: 3,
+            started: 1_799_999_000.0,
+        }),
+    };
+    let mut text = String::new();
+    claims.encode_into(&mut text);
+    text
+}
+
+#[test]
+fn minted_claims_are_read_by_their_layout_as_serde_json_reads_them() {
+    for state in ["", "plain", "{\"k\":\"v\"}", "é\u{1}\n😀\\"] {
+        for all in [false, true] {
+            for path in [None, Some("/mcp"), Some("/a\"b")] {
+                let text = minted(state, all, path);
+                let (layout, general) = readings(&text);
+                assert!(layout.is_some(), "{text}");
+                assert_eq!(layout, general, "{text}");
+                let decoded = OpenedClaims::decode(text.as_bytes()).unwrap();
+                assert_eq!(serde_json::from_str::<String>(decoded.s).unwrap(), state);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_references_claims_are_read_alike() {
+    // As the reference writes them: `time.time()` with a fraction, no member of ours.
+    let text = r#"{"v":1,"iat":1764568800.1234567,"exp":1764569400.1234567,"m":"tools/call","t":"provision","a":"RBNvo1WzZ4oRRq0W9-hknp","s":"{\"k\":1}","aud":"svc","p":"c2FsdA"}"#;
+    let (layout, general) = readings(text);
+    assert!(layout.is_some());
+    assert_eq!(layout, general);
+}
+
+#[test]
+fn anything_laid_out_otherwise_is_left_to_serde_json() {
+    let base = minted("s", true, Some("/mcp"));
+    let variants = [
+        // Whitespace, another order, an unknown member, a `null` where a string goes.
+        base.replacen(',', ", ", 1),
+        base.replacen(r#"{"v":1,"iat""#, r#"{"iat""#, 1)
+            .replacen(r#""exp""#, r#""v":1,"exp""#, 1),
+        base.replacen('}', r#","zz":1}"#, 1),
+        base.replacen(r#""aud":"svc""#, r#""aud":null"#, 1),
+        base.replacen(r#""qd":{"#, r#""qd":null,"x":{"#, 1),
+        base.replacen(r#""n":3"#, r#""n":3.0"#, 1),
+        base.replacen(r#""n":3"#, r#""n":1e0"#, 1),
+        base.replacen(r#""su":true"#, r#""su":false"#, 1),
+    ];
+    for text in &variants {
+        let (layout, general) = readings(text);
+        if let Some(layout) = &layout {
+            assert_eq!(Some(layout), general.as_ref(), "{text}");
+        }
+    }
+    // Where the layout reads `false` it reads what serde_json reads.
+    let (layout, general) = readings(&variants[7]);
+    assert!(layout.is_some() && layout == general);
+    // Out of order: only serde_json reads it, and it does.
+    let (layout, general) = readings(&variants[1]);
+    assert!(layout.is_none() && general.is_some());
+}
+
+proptest! {
+    /// Any edit of minted claims (a byte changed, dropped or added, anywhere): the
+    /// layout reading gives up, or reads exactly what serde_json reads.
+    #[test]
+    fn the_layout_reads_nothing_serde_json_reads_otherwise(
+        state in "[a-z\"\\\\é\u{1}]{0,12}",
+        all in any::<bool>(),
+        at in 0usize..1000,
+        edit in 0u8..3,
+        byte in prop::sample::select(b"\"\\,:{}[]01.-+eEtfnul \x7fa\xc3\xa9".to_vec()),
+    ) {
+        let mut text = minted(&state, all, Some("/mcp")).into_bytes();
+        let at = at % text.len();
+        match edit {
+            0 => text[at] = byte,
+            1 => { text.remove(at); }
+            _ => text.insert(at, byte),
+        }
+        let Ok(text) = std::str::from_utf8(&text) else {
+            return Ok(());
+        };
+        let (layout, general) = readings(text);
+        if layout.is_some() {
+            prop_assert_eq!(layout, general, "{}", text);
+        }
+    }
+}
