@@ -117,12 +117,14 @@ impl ScannedBody {
         for field in ParamsField::ALL {
             let slot = &self.slots[field as usize];
             let value = self.index.param(field);
-            match (slot.edit, value, slot.value.get()) {
-                (Edit::Replaced, Some(span), _) if slot.token.is_some() => {
-                    cuts.push((span, Cut::Token(slot.token.as_deref().unwrap_or_default())));
+            match (slot.edit, value, slot.token.as_deref(), slot.value.get()) {
+                (Edit::Replaced, Some(span), Some(token), _) => {
+                    cuts.push((span, Cut::Token(token)))
                 }
-                (Edit::Replaced, Some(span), Some(value)) => cuts.push((span, Cut::Write(value))),
-                (Edit::Removed, Some(span), _) => {
+                (Edit::Replaced, Some(span), None, Some(value)) => {
+                    cuts.push((span, Cut::Write(value)));
+                }
+                (Edit::Removed, Some(span), _, _) => {
                     let key = self.index.param_key(field).map_or(span.start, |k| k.start);
                     cuts.push((key..span.end, Cut::Member));
                 }
@@ -291,8 +293,8 @@ impl Params<'_> {
     }
 
     /// A member that is a string. Read from the body's string token (borrowed unless
-    /// it holds an escape) while nobody parsed or edited the member: a token of
-    /// ~1.7 kB is not copied into a value to be looked at.
+    /// it holds an escape) while nobody parsed or edited the member: a token of a
+    /// kilobyte or more is not copied into a value to be looked at.
     pub fn get_str(&self, field: ParamsField) -> Option<Cow<'_, str>> {
         match self.read(field)? {
             ParamRead::Text(text) => Some(text),
