@@ -40,7 +40,8 @@ pub use scan::Scanned;
 pub use scan::scan;
 pub use scan::scan_answer;
 pub(crate) use scan::{
-    AnswerFault, Compact, JsonKind, ObjectMember, StateMember, is_string_token, members, string_at,
+    AnswerFault, Compact, JsonKind, ObjectMember, StateMember, has_string_special, is_string_token,
+    members, string_at,
 };
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.

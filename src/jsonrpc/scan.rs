@@ -40,6 +40,7 @@ pub use answer::scan_answer;
 pub(crate) use answer::{AnswerFault, StateMember};
 pub(crate) use compact::Compact;
 pub(crate) use facts::JsonKind;
+pub(crate) use lexer::has_string_special;
 pub(crate) use members::{ObjectMember, members};
 
 use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, StrictRefusal, parse_bounded};

@@ -77,7 +77,6 @@ pub fn record(round: Round<'_>) -> Result<(Vec<String>, String), QuestionsTooLar
 /// The `qd` claim being written, and serde_json's compact length of the same object
 /// (what the limit counts): the structure's ASCII is the same in both, strings and
 /// numbers differ (Python escapes non-ASCII, serde_json writes it as it is).
-#[derive(Default)]
 struct QuestionsText {
     text: String,
     len: usize,

@@ -285,7 +285,10 @@ impl ResponseSealer {
             StateMember::Absent | StateMember::Null(_) => return Ok(None),
             StateMember::Other => return Err(SealFailure::NonStringState.into()),
         };
-        if state.as_ref().is_some_and(|s| s.len > self.max_state_bytes) {
+        if state
+            .as_ref()
+            .is_some_and(|s| s.len() > self.max_state_bytes)
+        {
             return Err(SealFailure::StateTooLarge.into());
         }
         let Some(binding) = &self.context.binding else {
@@ -516,38 +519,34 @@ pub(crate) fn with_body(
 
 /// The upstream's state of an answer, as the sealer is given it: the string token as it
 /// stands when it is already in the claims' spelling (nearly every state: printable ASCII
-/// with `\"` escapes), else the plaintext it holds; and the plaintext's length, which the
-/// size limit counts.
-struct UpstreamState<'a> {
-    spelled: Option<&'a str>,
-    plain: Cow<'a, str>,
-    len: usize,
+/// with `\"` escapes), else the plaintext it holds.
+enum UpstreamState<'a> {
+    /// The token, and the length of the plaintext it spells (what the size limit counts).
+    Spelled(&'a str, usize),
+    Plain(Cow<'a, str>),
 }
 
 impl<'a> UpstreamState<'a> {
     fn read(answer: &Answer<'a>, span: Range<usize>) -> Self {
         let token = &answer.text()[span.clone()];
         match crate::token::canonical::python_spelled_len(token) {
-            Some(len) => UpstreamState {
-                spelled: Some(token),
-                plain: Cow::Borrowed(""),
-                len,
-            },
-            None => {
-                let plain = answer.string(span);
-                UpstreamState {
-                    spelled: None,
-                    len: plain.len(),
-                    plain,
-                }
-            }
+            Some(len) => UpstreamState::Spelled(token, len),
+            None => UpstreamState::Plain(answer.string(span)),
+        }
+    }
+
+    /// The plaintext's length.
+    fn len(&self) -> usize {
+        match self {
+            UpstreamState::Spelled(_, len) => *len,
+            UpstreamState::Plain(plain) => plain.len(),
         }
     }
 
     fn text(&self) -> StateText<'_> {
-        match self.spelled {
-            Some(token) => StateText::Spelled(token),
-            None => StateText::Plain(&self.plain),
+        match self {
+            UpstreamState::Spelled(token, _) => StateText::Spelled(token),
+            UpstreamState::Plain(plain) => StateText::Plain(plain),
         }
     }
 }

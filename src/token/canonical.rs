@@ -140,19 +140,13 @@ fn needs_escape(b: u8) -> bool {
 fn verbatim_prefix_len(bytes: &[u8]) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
-    let has_zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGH != 0;
-    let mut words = bytes.chunks_exact(8);
     let mut clean = 0;
-    for chunk in &mut words {
+    for chunk in bytes.chunks_exact(8) {
         let w = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
-        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH != 0;
+        // What a string token cannot hold, and what `ensure_ascii` escapes besides:
         // >= 0x80 has the high bit; 0x7f gains it when incremented.
         let high_or_del = (w | w.wrapping_add(ONES)) & HIGH != 0;
-        if control
-            || high_or_del
-            || has_zero_byte(w ^ (ONES * 0x22))
-            || has_zero_byte(w ^ (ONES * 0x5c))
-        {
+        if high_or_del || crate::jsonrpc::has_string_special(w) {
             break;
         }
         clean += 8;

@@ -47,14 +47,10 @@ impl<'a> Compact<'a> {
         self.key(name).map(|()| self)
     }
 
-    /// A member after another: `,"name":` next, consumed.
+    /// A member after another: `,"name":` consumed when it is next; `None`, and nothing
+    /// consumed, when another member or anything else is (so an optional member is
+    /// looked for the same way).
     pub(crate) fn member(&mut self, name: &str) -> Option<&mut Self> {
-        self.optional(name)
-    }
-
-    /// A member that may follow: `,"name":` consumed when it is next; `None`, and
-    /// nothing consumed, when another member or anything else is.
-    pub(crate) fn optional(&mut self, name: &str) -> Option<&mut Self> {
         let at = self.lexer.at();
         self.lexer.expect(b',').ok()?;
         if self.key(name).is_none() {

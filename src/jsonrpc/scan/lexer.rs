@@ -230,28 +230,35 @@ impl<'a> Lexer<'a> {
 /// special byte exactly when one of the three tests below finds one (each is exact for
 /// "some byte is": the classic has-zero-byte test, and has-byte-less-than for 0x20).
 fn plain_words(bytes: &[u8], at: usize) -> usize {
+    let Some(rest) = bytes.get(at..) else {
+        return at;
+    };
+    let plain = rest
+        .chunks_exact(8)
+        .take_while(|chunk| {
+            !has_string_special(u64::from_ne_bytes(
+                (*chunk).try_into().expect("eight bytes"),
+            ))
+        })
+        .count();
+    at + 8 * plain
+}
+
+/// Whether a byte of `word` is one a string token cannot simply hold: a quote, a
+/// backslash or a control byte (below 0x20). Each test sets the high bit of some byte
+/// exactly when some byte is below 0x20 (the control test) or zero (after the XOR: that
+/// byte was the quote, or the backslash): exact for "some byte is", which is all a word
+/// is asked.
+pub(crate) fn has_string_special(word: u64) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     const QUOTES: u64 = ONES * b'"' as u64;
     const BACKSLASHES: u64 = ONES * b'\\' as u64;
-    let Some(rest) = bytes.get(at..) else {
-        return at;
-    };
-    let mut plain = 0;
-    for chunk in rest.chunks_exact(8) {
-        let word = u64::from_ne_bytes(chunk.try_into().expect("eight bytes"));
-        let (quote, backslash) = (word ^ QUOTES, word ^ BACKSLASHES);
-        // Per test, the high bit of some byte is set exactly when some byte is below
-        // 0x20 (the control test) or zero (after the XOR: that byte was the quote).
-        let special = (word.wrapping_sub(ONES * 0x20) & !word)
-            | (quote.wrapping_sub(ONES) & !quote)
-            | (backslash.wrapping_sub(ONES) & !backslash);
-        if special & HIGHS != 0 {
-            break;
-        }
-        plain += 8;
-    }
-    at + plain
+    let (quote, backslash) = (word ^ QUOTES, word ^ BACKSLASHES);
+    let special = (word.wrapping_sub(ONES * 0x20) & !word)
+        | (quote.wrapping_sub(ONES) & !quote)
+        | (backslash.wrapping_sub(ONES) & !backslash);
+    special & HIGHS != 0
 }
 
 fn hex4(digits: &[u8]) -> Option<u32> {

@@ -168,7 +168,7 @@ fn optional<'a, T>(
     name: &str,
     read: impl FnOnce(&mut Compact<'a>) -> Option<T>,
 ) -> Option<Option<T>> {
-    match c.optional(name) {
+    match c.member(name) {
         Some(c) => read(c).map(Some),
         None => Some(None),
     }
