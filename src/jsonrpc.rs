@@ -23,16 +23,18 @@ mod names;
 mod params;
 mod scan;
 pub(crate) mod status;
+mod view;
 pub use fold::fold;
 pub(crate) use fold::folds_equal;
-pub(crate) use names::{CAPABILITIES_META, Lookup, check_capabilities, distinct, lookup, member};
+pub(crate) use names::{CAPABILITIES_META, Lookup, check_capabilities, lookup};
 pub use params::NotAnObject;
-pub(crate) use params::ParamRead;
 pub use params::Params;
 pub use params::ScannedBody;
+pub(crate) use params::{ParamRead, ParamView};
 pub use scan::Answer;
 pub use scan::EnvelopeField;
 pub use scan::Index;
+pub use scan::LiteJson;
 pub use scan::ParamsField;
 pub use scan::Refused;
 pub use scan::ResultField;
@@ -43,6 +45,8 @@ pub(crate) use scan::{
     AnswerFault, Compact, JsonKind, ObjectMember, StateMember, has_string_special, is_string_token,
     members, string_at,
 };
+pub use view::JsonView;
+pub(crate) use view::{view_distinct, view_member};
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.
 pub const ENVELOPE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];

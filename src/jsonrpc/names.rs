@@ -9,7 +9,8 @@
 //! `populate_by_name`, the MCP SDK's own style, reads `import_ref` as `importRef`. Either
 //! way the member the sidecar checked would not be the one the upstream acts on.
 
-use super::{ParseError, fold, folds_equal, printable};
+use super::ParseError;
+use super::view::look_alike;
 use serde_json::{Map, Value};
 
 /// Where a 2026 request declares its client's capabilities (`params._meta[...]`).
@@ -54,14 +55,7 @@ pub(crate) fn member<'v>(
     object: &'v Map<String, Value>,
     name: &str,
 ) -> Result<Option<&'v Value>, ParseError> {
-    // Compared as they fold, character by character: nothing is built per key (this
-    // runs for every name read, at every level of every path).
-    if let Some(key) = object
-        .keys()
-        .find(|key| key.as_str() != name && folds_equal(key, name))
-    {
-        return Err(ParseError::AmbiguousKey(printable(key)));
-    }
+    look_alike(object.keys().map(String::as_str), name)?;
     Ok(object.get(name))
 }
 
@@ -87,18 +81,6 @@ pub(crate) fn lookup<'v, S: AsRef<str>>(
         }
     }
     Ok(Lookup::Found(at))
-}
-
-/// Refuse an object in which two keys fold together, for one whose every member is read
-/// (accepted form content): each is read by the rule of [`member`], in one pass.
-pub(crate) fn distinct(object: &Map<String, Value>) -> Result<(), ParseError> {
-    let mut seen = std::collections::HashSet::with_capacity(object.len());
-    for key in object.keys() {
-        if !seen.insert(fold(key)) {
-            return Err(ParseError::AmbiguousKey(printable(key)));
-        }
-    }
-    Ok(())
 }
 
 /// An array index as `serde_json`'s own pointer reads it, so a path found here is the
@@ -215,20 +197,6 @@ mod tests {
         // Below an array, its elements' members are read by the same rule.
         let doc = json!({"list": [{"id": 0, "Id": 1}]});
         assert_eq!(lookup(&doc, ["list", "0", "id"]), Err(ambiguous("Id")));
-    }
-
-    #[test]
-    fn keys_that_fold_together_are_not_distinct() {
-        let check = |value: Value| distinct(value.as_object().unwrap());
-        assert_eq!(check(json!({"region": 1, "name": 2})), Ok(()));
-        assert_eq!(
-            check(json!({"region": 1, "Region": 2})),
-            Err(ambiguous("Region"))
-        );
-        assert_eq!(
-            check(json!({"first_name": 1, "firstName": 2})),
-            Err(ambiguous("firstName"))
-        );
     }
 
     /// Through the gate's own classification, as a client's request meets it.

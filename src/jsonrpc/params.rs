@@ -12,7 +12,7 @@
 //! removed member cut out with its comma: the client's bytes are never forwarded as
 //! they came unless they are exactly that.
 
-use super::scan::{Index, ParamsField, Refused, scan, scanned_string};
+use super::scan::{Index, LiteJson, ParamsField, Refused, scan, scanned_string};
 use super::{Id, Message, parse_bounded};
 use bytes::Bytes;
 use serde_json::Value;
@@ -205,6 +205,14 @@ pub(crate) enum ParamRead<'a> {
     Value(&'a Value),
 }
 
+/// A member as [`Params::view`] gives it.
+pub(crate) enum ParamView<'a> {
+    /// Read over the body's text, as it came.
+    Text(LiteJson<'a>),
+    /// A member read into a value before, or edited.
+    Value(&'a Value),
+}
+
 /// The `params` of one call (absent when the message had none).
 pub struct Params<'a>(Option<Parts<'a>>);
 
@@ -315,6 +323,22 @@ impl Params<'_> {
             b'n' => ParamRead::Null,
             _ => ParamRead::Other,
         })
+    }
+
+    /// A member as it is now, read over the body's text while nobody parsed or edited it
+    /// (no tree is built): what a caller that reads a few members of an object looks at.
+    pub(crate) fn view(&self, field: ParamsField) -> Option<ParamView<'_>> {
+        let parts = self.0.as_ref()?;
+        let read = parts.untouched(field).and_then(|span| {
+            let text = std::str::from_utf8(&parts.body[span]).ok()?;
+            LiteJson::read(text)
+        });
+        match read {
+            Some(lite) => Some(ParamView::Text(lite)),
+            // Not untouched (or, against the scan's word, not read over its text): the
+            // value, parsed as the gate parses it.
+            None => parts.value(field).map(ParamView::Value),
+        }
     }
 
     /// Replace a member's value; `false` when the call has no such member. The value it

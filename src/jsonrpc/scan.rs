@@ -33,6 +33,7 @@ mod answer;
 mod compact;
 mod facts;
 mod lexer;
+mod lite;
 mod members;
 
 pub use answer::Answer;
@@ -41,6 +42,7 @@ pub(crate) use answer::{AnswerFault, StateMember};
 pub(crate) use compact::Compact;
 pub(crate) use facts::JsonKind;
 pub(crate) use lexer::has_string_special;
+pub use lite::LiteJson;
 pub(crate) use members::{ObjectMember, members};
 
 use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, StrictRefusal, parse_bounded};

@@ -18,9 +18,11 @@
 
 use super::questions::{Round, Schema};
 use crate::jsonrpc;
+use crate::jsonrpc::JsonView;
 use crate::text::printable;
 use crate::token::canonical;
-use serde_json::{Map, Value};
+#[cfg(any(test, feature = "oracle"))]
+use serde_json::Value;
 
 /// The most bytes the recorded questions of one round may take in a token.
 pub const MAX_QUESTIONS_BYTES: usize = 16 * 1024;
@@ -142,14 +144,17 @@ pub struct BadAnswer {
     pub rule: String,
 }
 
-/// Check every answer against the question recorded for its key (answers to keys that
-/// were not asked have already been dropped).
-pub fn check(
-    questions: &Map<String, Value>,
-    responses: &Map<String, Value>,
+/// Check every answer to a key the round asked (`asked`) against the question recorded
+/// for it; the others are not looked at (the caller drops them). Both are objects, read
+/// as [`JsonView`]s: over their text ([`jsonrpc::LiteJson`]) or as trees, by one set of
+/// rules.
+pub fn check<Q: JsonView, A: JsonView>(
+    questions: &Q,
+    responses: &A,
+    asked: impl Fn(&str) -> bool,
 ) -> Result<(), BadAnswer> {
-    for (key, answer) in responses {
-        let Some(question) = questions.get(key) else {
+    for (key, answer) in responses.entries().into_iter().flatten() {
+        let Some(question) = questions.get(key).filter(|_| asked(key)) else {
             continue;
         };
         check_one(question, answer).map_err(|rule| BadAnswer {
@@ -160,11 +165,11 @@ pub fn check(
     Ok(())
 }
 
-fn check_one(question: &Value, answer: &Value) -> Result<(), String> {
-    let answer = answer
-        .as_object()
-        .ok_or_else(|| "must be a result object".to_owned())?;
-    match question.get("m").and_then(Value::as_str).unwrap_or("") {
+fn check_one<Q: JsonView, A: JsonView>(question: &Q, answer: &A) -> Result<(), String> {
+    if !answer.is_object() {
+        return Err("must be a result object".to_owned());
+    }
+    match question.get("m").and_then(Q::as_str).unwrap_or("") {
         "elicitation/create" => check_elicit(question, answer),
         "sampling/createMessage" => check_sampling(question, answer),
         "roots/list" => check_roots(answer),
@@ -203,19 +208,18 @@ impl Shape {
     /// Refuse a member the type does not define: a look-alike of one it does (`ACTION`,
     /// `Content`, `stop_reason`) is named as such, anything else (`admin`) as unknown.
     /// Every key is compared, so no lenient upstream reads a member that was not checked.
-    fn only_defined(&self, object: &Map<String, Value>) -> Result<(), String> {
-        let Some(key) = object
-            .keys()
-            .find(|key| !self.members.contains(&key.as_str()))
+    fn only_defined<A: JsonView>(&self, object: &A) -> Result<(), String> {
+        let Some(key) = (object.entries().into_iter().flatten())
+            .map(|(key, _)| key)
+            .find(|key| !self.members.contains(key))
         else {
             return Ok(());
         };
-        let folded = jsonrpc::fold(key);
         Err(
             match self
                 .members
                 .iter()
-                .find(|name| jsonrpc::fold(name) == folded)
+                .find(|name| jsonrpc::folds_equal(name, key))
             {
                 Some(name) => self.look_alike(name),
                 None => format!(
@@ -228,12 +232,8 @@ impl Shape {
     }
 
     /// The member `name` of `object`, read by the one rule ([`jsonrpc::member`]).
-    fn get<'a>(
-        &self,
-        object: &'a Map<String, Value>,
-        name: &str,
-    ) -> Result<Option<&'a Value>, String> {
-        jsonrpc::member(object, name).map_err(|_| self.look_alike(name))
+    fn get<'a, A: JsonView>(&self, object: &'a A, name: &str) -> Result<Option<&'a A>, String> {
+        jsonrpc::view_member(object, name).map_err(|_| self.look_alike(name))
     }
 
     fn look_alike(&self, name: &str) -> String {
@@ -244,10 +244,10 @@ impl Shape {
     }
 }
 
-fn check_elicit(question: &Value, answer: &Map<String, Value>) -> Result<(), String> {
+fn check_elicit<Q: JsonView, A: JsonView>(question: &Q, answer: &A) -> Result<(), String> {
     const NOT_ELICIT: &str = "must be an elicitation result (action accept, decline or cancel)";
     ELICIT_RESULT.only_defined(answer)?;
-    let action = ELICIT_RESULT.get(answer, "action")?.and_then(Value::as_str);
+    let action = ELICIT_RESULT.get(answer, "action")?.and_then(A::as_str);
     let content = ELICIT_RESULT
         .get(answer, "content")?
         .filter(|c| !c.is_null());
@@ -257,7 +257,7 @@ fn check_elicit(question: &Value, answer: &Map<String, Value>) -> Result<(), Str
             Err("may carry content only when the action is accept".to_owned())
         }
         (Some("accept"), content) => {
-            let url_mode = question.get("k").and_then(Value::as_str) == Some("url");
+            let url_mode = question.get("k").and_then(Q::as_str) == Some("url");
             match (url_mode, content) {
                 (true, None) => Ok(()),
                 (true, Some(_)) => Err("a URL elicitation is accepted without content".to_owned()),
@@ -272,40 +272,42 @@ fn check_elicit(question: &Value, answer: &Map<String, Value>) -> Result<(), Str
     }
 }
 
-fn check_sampling(question: &Value, answer: &Map<String, Value>) -> Result<(), String> {
+fn check_sampling<Q: JsonView, A: JsonView>(question: &Q, answer: &A) -> Result<(), String> {
     let shape = &SAMPLING_RESULT;
     shape.only_defined(answer)?;
     if !matches!(
-        shape.get(answer, "role")?.and_then(Value::as_str),
+        shape.get(answer, "role")?.and_then(A::as_str),
         Some("user" | "assistant")
     ) {
         return Err("must be a sampling result (role user or assistant)".to_owned());
     }
-    if !shape.get(answer, "model")?.is_some_and(Value::is_string) {
+    if !shape.get(answer, "model")?.is_some_and(A::is_string) {
         return Err("must be a sampling result (model a string)".to_owned());
     }
     // A block is an object with a string `type`, read by the same rule: a `Type` beside
     // it could make a folding upstream read another kind of block.
-    let is_block = |v: &Value| match v {
-        Value::Object(block) => jsonrpc::member(block, "type")
-            .map(|t| t.is_some_and(Value::is_string))
+    let is_block = |v: &A| {
+        if !v.is_object() {
+            return Ok(false);
+        }
+        jsonrpc::view_member(v, "type")
+            .map(|t| t.is_some_and(A::is_string))
             .map_err(|_| {
                 "must be a sampling result (another key of a content block reads like \"type\")"
                     .to_owned()
-            }),
-        _ => Ok(false),
+            })
     };
-    let tools = question.get("t").and_then(Value::as_bool) == Some(true);
+    let tools = question.get("t").and_then(Q::as_bool) == Some(true);
     let content = shape.get(answer, "content")?;
-    let valid = match content {
-        Some(Value::Array(blocks)) if tools => {
+    let valid = match content.map(|c| (c, c.as_array())) {
+        Some((_, Some(blocks))) if tools => {
             let mut all = true;
             for block in blocks {
                 all &= is_block(block)?;
             }
             all
         }
-        Some(block) => is_block(block)?,
+        Some((block, _)) => is_block(block)?,
         None => false,
     };
     if valid {
@@ -315,19 +317,21 @@ fn check_sampling(question: &Value, answer: &Map<String, Value>) -> Result<(), S
     }
 }
 
-fn check_roots(answer: &Map<String, Value>) -> Result<(), String> {
+fn check_roots<A: JsonView>(answer: &A) -> Result<(), String> {
     const NOT_ROOTS: &str = "must be a roots result (each root a file:// uri)";
     ROOTS_RESULT.only_defined(answer)?;
     let roots = ROOTS_RESULT
         .get(answer, "roots")?
-        .and_then(Value::as_array)
+        .and_then(A::as_array)
         .ok_or_else(|| "must be a roots result (roots an array)".to_owned())?;
     for root in roots {
-        let root = root.as_object().ok_or_else(|| NOT_ROOTS.to_owned())?;
+        if !root.is_object() {
+            return Err(NOT_ROOTS.to_owned());
+        }
         ROOT.only_defined(root)?;
         let uri_ok = ROOT
             .get(root, "uri")?
-            .and_then(Value::as_str)
+            .and_then(A::as_str)
             .is_some_and(|uri| uri.starts_with("file://"));
         let name_ok = ROOT
             .get(root, "name")?
@@ -340,27 +344,23 @@ fn check_roots(answer: &Map<String, Value>) -> Result<(), String> {
 }
 
 /// Accepted form content against the requested schema, as MCP restricts it.
-fn check_form(schema: &Value, content: &Value) -> Result<(), String> {
-    let content = content
-        .as_object()
-        .ok_or_else(|| "content must be an object".to_owned())?;
+fn check_form<Q: JsonView, A: JsonView>(schema: &Q, content: &A) -> Result<(), String> {
+    if !content.is_object() {
+        return Err("content must be an object".to_owned());
+    }
     // Every field is read, each by the one rule: none may fold to another.
-    jsonrpc::distinct(content)
+    jsonrpc::view_distinct(content)
         .map_err(|_| "content has two fields whose names read alike".to_owned())?;
-    let empty = Map::new();
-    let properties = schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    if let Some(required) = schema.get("required").and_then(Value::as_array) {
-        for name in required.iter().filter_map(Value::as_str) {
-            if !content.contains_key(name) {
+    let properties = schema.get("properties").filter(|p| p.is_object());
+    if let Some(required) = schema.get("required").and_then(Q::as_array) {
+        for name in required.iter().filter_map(Q::as_str) {
+            if content.get(name).is_none() {
                 return Err(format!("content lacks the required field {}", field(name)));
             }
         }
     }
-    for (name, value) in content {
-        let property = properties.get(name).ok_or_else(|| {
+    for (name, value) in content.entries().into_iter().flatten() {
+        let property = properties.and_then(|p| p.get(name)).ok_or_else(|| {
             format!(
                 "content has a field the schema does not ask for ({})",
                 field(name)
@@ -377,8 +377,8 @@ fn field(name: &str) -> String {
     format!("\"{}\"", printable(name, 64))
 }
 
-fn check_property(schema: &Value, value: &Value) -> Result<(), String> {
-    match schema.get("type").and_then(Value::as_str) {
+fn check_property<Q: JsonView, A: JsonView>(schema: &Q, value: &A) -> Result<(), String> {
+    match schema.get("type").and_then(Q::as_str) {
         Some("string") => check_string(schema, value),
         Some("number") => check_number(schema, value, false),
         Some("integer") => check_number(schema, value, true),
@@ -391,42 +391,43 @@ fn check_property(schema: &Value, value: &Value) -> Result<(), String> {
     }
 }
 
-/// The allowed values of an `enum` or titled `oneOf` / `anyOf` (`[{const, title}]`).
-fn choices(schema: &Value) -> Option<Vec<&Value>> {
-    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
-        return Some(values.iter().collect());
+/// Whether `text` is among the allowed values of an `enum` or titled `oneOf` / `anyOf`
+/// (`[{const, title}]`); `None` when the schema lists none. (Only a string value can
+/// equal a string.)
+fn listed<Q: JsonView>(schema: &Q, text: &str) -> Option<bool> {
+    let is = |v: &Q| v.as_str() == Some(text);
+    if let Some(values) = schema.get("enum").and_then(Q::as_array) {
+        return Some(values.iter().any(is));
     }
     ["oneOf", "anyOf"].iter().find_map(|key| {
-        schema.get(*key).and_then(Value::as_array).map(|options| {
+        schema.get(key).and_then(Q::as_array).map(|options| {
             options
                 .iter()
                 .filter_map(|option| option.get("const"))
-                .collect()
+                .any(is)
         })
     })
 }
 
-fn check_string(schema: &Value, value: &Value) -> Result<(), String> {
+fn check_string<Q: JsonView, A: JsonView>(schema: &Q, value: &A) -> Result<(), String> {
     let text = value
         .as_str()
         .ok_or_else(|| "must be a string".to_owned())?;
-    if let Some(allowed) = choices(schema)
-        && !allowed.contains(&value)
-    {
+    if listed(schema, text) == Some(false) {
         return Err("must be one of the values the schema lists".to_owned());
     }
     let length = text.chars().count() as u64;
-    if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+    if let Some(min) = schema.get("minLength").and_then(Q::as_u64)
         && length < min
     {
         return Err(format!("is shorter than minLength {min}"));
     }
-    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+    if let Some(max) = schema.get("maxLength").and_then(Q::as_u64)
         && length > max
     {
         return Err(format!("is longer than maxLength {max}"));
     }
-    match schema.get("format").and_then(Value::as_str) {
+    match schema.get("format").and_then(Q::as_str) {
         Some("email") if !is_email(text) => Err("is not an email address".to_owned()),
         Some("uri") if !is_uri(text) => Err("is not a URI".to_owned()),
         Some("date") if !is_date(text) => Err("is not a date (YYYY-MM-DD)".to_owned()),
@@ -435,7 +436,11 @@ fn check_string(schema: &Value, value: &Value) -> Result<(), String> {
     }
 }
 
-fn check_number(schema: &Value, value: &Value, integer: bool) -> Result<(), String> {
+fn check_number<Q: JsonView, A: JsonView>(
+    schema: &Q,
+    value: &A,
+    integer: bool,
+) -> Result<(), String> {
     let number = value
         .as_f64()
         .filter(|_| value.is_number())
@@ -443,12 +448,12 @@ fn check_number(schema: &Value, value: &Value, integer: bool) -> Result<(), Stri
     if integer && number.fract() != 0.0 {
         return Err("must be an integer".to_owned());
     }
-    if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
+    if let Some(min) = schema.get("minimum").and_then(Q::as_f64)
         && number < min
     {
         return Err(format!("is below minimum {min}"));
     }
-    if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
+    if let Some(max) = schema.get("maximum").and_then(Q::as_f64)
         && number > max
     {
         return Err(format!("is above maximum {max}"));
@@ -456,27 +461,29 @@ fn check_number(schema: &Value, value: &Value, integer: bool) -> Result<(), Stri
     Ok(())
 }
 
-fn check_multi_select(schema: &Value, value: &Value) -> Result<(), String> {
+fn check_multi_select<Q: JsonView, A: JsonView>(schema: &Q, value: &A) -> Result<(), String> {
     let items = value
         .as_array()
         .ok_or_else(|| "must be an array of choices".to_owned())?;
-    let allowed = schema
-        .get("items")
-        .and_then(choices)
-        .ok_or_else(|| "is a multi-select without choices".to_owned())?;
+    let items_schema = schema.get("items");
+    let lists = |text: &str| items_schema.and_then(|s| listed(s, text));
+    // A schema without choices refuses whatever is chosen, even nothing.
+    if items_schema.and_then(|s| listed(s, "")).is_none() {
+        return Err("is a multi-select without choices".to_owned());
+    }
     if !items
         .iter()
-        .all(|item| item.is_string() && allowed.contains(&item))
+        .all(|item| item.as_str().is_some_and(|text| lists(text) == Some(true)))
     {
         return Err("must hold only values the schema lists".to_owned());
     }
     let count = items.len() as u64;
-    if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+    if let Some(min) = schema.get("minItems").and_then(Q::as_u64)
         && count < min
     {
         return Err(format!("has fewer than minItems {min}"));
     }
-    if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+    if let Some(max) = schema.get("maxItems").and_then(Q::as_u64)
         && count > max
     {
         return Err(format!("has more than maxItems {max}"));

@@ -11,7 +11,9 @@
 use super::metrics::{Meters, VerifyResult};
 use crate::auth::Caller;
 use crate::error::{ProxyError, Resource, Share};
-use crate::jsonrpc::{NotAnObject, ParamRead, Params, ParamsField, ParseError};
+use crate::jsonrpc::{
+    JsonView, NotAnObject, ParamRead, ParamView, Params, ParamsField, ParseError,
+};
 use crate::policy::MrtrRefusal;
 use crate::policy::answers;
 use crate::policy::flow::FlowLimits;
@@ -152,44 +154,67 @@ impl StateOpener {
     }
 
     /// `inputResponses` answers what the minting round asked, and only that: entries it
-    /// did not ask for are dropped, an answer that does not answer its question refuses
-    /// the request (the token itself was good: counted as verified).
+    /// did not ask for are dropped (the spec says servers should ignore them, and legacy
+    /// servers often trust them), an answer that does not answer its question refuses
+    /// the request (the token itself was good: counted as verified). The answers are
+    /// read over the body's text; a tree is built only to drop an entry.
     fn check_answers(
         &self,
         method: &str,
         params: &mut Params<'_>,
         opened: &Opened,
     ) -> Result<(), ProxyError> {
-        if let Some(asked) = &opened.asked
-            && let Err(error) = self.filter_input_responses(params, asked)
-        {
+        let (unasked, verdict) = match params.view(ParamsField::InputResponses) {
+            None => return Ok(()),
+            Some(ParamView::Text(answers)) => self.answered(method, opened, &answers),
+            Some(ParamView::Value(answers)) => self.answered(method, opened, answers),
+        };
+        match (&opened.asked, verdict) {
+            (Some(asked), Ok(())) if unasked > 0 => self.filter_input_responses(params, asked),
+            (_, verdict) => verdict,
+        }
+    }
+
+    /// How many answers the round did not ask for, and the verdict on the others.
+    fn answered<A: JsonView>(
+        &self,
+        method: &str,
+        opened: &Opened,
+        answers: &A,
+    ) -> (usize, Result<(), ProxyError>) {
+        let asked = opened.asked.as_deref();
+        if answers.is_null() || (!answers.is_object() && asked.is_none()) {
+            return (0, Ok(()));
+        }
+        let Some(entries) = answers.entries() else {
             // The token itself was good; the request around it was not.
             self.metrics.path.verified(VerifyResult::Ok);
-            return Err(error);
-        }
-        // Each answer must answer its question (the client's mistake when it does not:
-        // told which key and rule, not the frozen state error).
-        let Some(Value::Object(responses)) = params.get(ParamsField::InputResponses) else {
-            return Ok(());
+            return (0, Err(ProxyError::InputResponses));
         };
+        let is_asked = |key: &str| asked.is_none_or(|asked| asked.iter().any(|a| a == key));
+        let unasked = entries.filter(|(key, _)| !is_asked(key)).count();
         let Some(questions) = &opened.questions else {
-            return Ok(());
+            return (unasked, Ok(()));
         };
         // Read only now that there are answers to check. A token of ours recorded an
         // object (its claims said so when it opened); anything else fails closed.
         let Some(questions) = questions.read() else {
-            return Err(self.refuse(method, Reject::Malformed, "recorded questions do not read"));
+            let refusal = self.refuse(method, Reject::Malformed, "recorded questions do not read");
+            return (unasked, Err(refusal));
         };
-        if let Err(bad) = answers::check(&questions, responses) {
+        // Each answer must answer its question (the client's mistake when it does not:
+        // told which key and rule, not the frozen state error).
+        if let Err(bad) = answers::check(&questions, answers, is_asked) {
             self.metrics.path.verified(VerifyResult::Ok);
             self.metrics.policy.mrtr_refused(MrtrRefusal::InvalidAnswer);
             tracing::info!(key = %bad.key, rule = %bad.rule, "inputResponses refused");
-            return Err(ProxyError::InvalidAnswer {
+            let refusal = ProxyError::InvalidAnswer {
                 key: bad.key,
                 rule: bad.rule,
-            });
+            };
+            return (unasked, Err(refusal));
         }
-        Ok(())
+        (unasked, Ok(()))
     }
 
     /// Spend a single-use state in the shared store (a replay is refused here); the

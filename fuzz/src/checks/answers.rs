@@ -6,14 +6,17 @@
 //!
 //! Invariants: never panics; the recorded questions stay within `MAX_QUESTIONS_BYTES`,
 //! hold one entry per asked key and survive sealing into a token and opening it
-//! unchanged; checking is deterministic; a refusal names a key that was answered, in
+//! unchanged; checking is deterministic, and gives one verdict whether the questions and
+//! the answers are read as trees (the oracle) or over their text (`LiteJson`, what the
+//! sidecar reads), compact or spread, and whether unasked keys are skipped or removed
+//! first; a refusal names a key that was answered, in
 //! printable form, and never echoes an answer's value; an accepted answer holds only the
 //! members its result type defines (so no look-alike of one), written out here from the
 //! MCP schema rather than taken from the code under test. (Run it with
 //! `-max_len=20000`: the questions may take up to 16 KiB.)
 
 use super::ring;
-use mcp_state_guard::facade::jsonrpc;
+use mcp_state_guard::facade::jsonrpc::{self, LiteJson};
 use mcp_state_guard::facade::policy::answers::{self, MAX_QUESTIONS_BYTES};
 use mcp_state_guard::facade::policy::questions::Round;
 use mcp_state_guard::facade::text::printable;
@@ -85,22 +88,47 @@ pub fn check(data: &[u8]) {
         Some(&asked[..]),
         "asked keys changed"
     );
-    let carried = opened
-        .questions
-        .expect("the token carries its questions")
-        .read()
-        .expect("its questions read back as an object");
+    let carried_questions = opened.questions.expect("the token carries its questions");
+    let carried =
+        Value::Object((carried_questions.tree()).expect("its questions read back as an object"));
     // The same to the reference's encoding (a literal `1.50` comes back as `1.5`).
     assert_eq!(
-        canonical(&Value::Object(carried.clone())),
+        canonical(&carried),
         questions,
         "questions changed in the token"
     );
 
-    let verdict = answers::check(&carried, responses);
+    // The sidecar reads both over their text; the oracle reads both as trees. One
+    // verdict, whichever reading (and with the answers laid out compact or spread).
+    let responses_tree = Value::Object(responses.clone());
+    let verdict = answers::check(&carried, &responses_tree, |_| true);
+    let lite_questions = carried_questions
+        .read()
+        .expect("its questions read over their text");
+    for text in [
+        serde_json::to_string(responses).expect("a tree serialises"),
+        serde_json::to_string_pretty(responses).expect("a tree serialises"),
+    ] {
+        let lite =
+            LiteJson::read(&text).expect("answers the strict parse read, read over their text");
+        assert_eq!(
+            answers::check(&lite_questions, &lite, |_| true),
+            verdict,
+            "the answers read over their text get another verdict than the tree"
+        );
+        // Some keys asked, the others dropped: the same as checking what is left.
+        let asked = |key: &str| key.len().is_multiple_of(2);
+        let mut kept = responses.clone();
+        kept.retain(|key, _| asked(key));
+        assert_eq!(
+            answers::check(&lite_questions, &lite, asked),
+            answers::check(&carried, &Value::Object(kept), |_| true),
+            "answers to keys not asked were looked at"
+        );
+    }
     assert_eq!(
         verdict,
-        answers::check(&carried, responses),
+        answers::check(&carried, &responses_tree, |_| true),
         "not deterministic"
     );
     if verdict.is_ok() {

@@ -1,8 +1,9 @@
 //! Tests of the answer rules: what a round records and what an answer must be.
 
 use super::*;
+use crate::jsonrpc::LiteJson;
 use crate::policy::questions::Round;
-use serde_json::json;
+use serde_json::{Map, json};
 
 /// The questions recorded for `requests`, read as a tree and from its text: both
 /// readings record the same claim text (or refuse alike), given back as a tree.
@@ -32,7 +33,7 @@ fn schema() -> Value {
     }, "required": ["region"]})
 }
 
-fn questions() -> Map<String, Value> {
+fn questions() -> Value {
     let requests = json!({
         "form": {"method": "elicitation/create",
                  "params": {"mode": "form", "message": "m", "requestedSchema": schema()}},
@@ -41,16 +42,25 @@ fn questions() -> Map<String, Value> {
         "llm": {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}},
         "dirs": {"method": "roots/list"}
     });
-    record_tree(requests.as_object().unwrap())
-        .unwrap()
-        .as_object()
-        .unwrap()
-        .clone()
+    record_tree(requests.as_object().unwrap()).unwrap()
+}
+
+/// The verdict on `responses`, the same whether both are read as trees, over their
+/// text, or one of each (what the sidecar reads after an edit).
+fn check_both(questions: &Value, responses: &Value) -> Result<(), BadAnswer> {
+    let all = |_: &str| true;
+    let tree = check(questions, responses, all);
+    let (questions_text, responses_text) = (questions.to_string(), responses.to_string());
+    let lite_questions = LiteJson::read(&questions_text).unwrap();
+    let lite_responses = LiteJson::read(&responses_text).unwrap();
+    assert_eq!(check(&lite_questions, &lite_responses, all), tree);
+    assert_eq!(check(&lite_questions, responses, all), tree);
+    tree
 }
 
 fn answer(key: &str, answer: Value) -> Result<(), BadAnswer> {
     let responses = json!({key: answer});
-    check(&questions(), responses.as_object().unwrap())
+    check_both(&questions(), &responses)
 }
 
 fn accept(content: Value) -> Value {
@@ -375,10 +385,7 @@ fn form_content_with_fields_that_fold_together_is_refused() {
     let questions = record_tree(requests.as_object().unwrap()).unwrap();
     let check_content = |content: Value| {
         let responses = json!({"form": accept(content)});
-        check(
-            questions.as_object().unwrap(),
-            responses.as_object().unwrap(),
-        )
+        check_both(&questions, &responses)
     };
     assert_eq!(check_content(json!({"region": "eu"})), Ok(()));
     let refused = check_content(json!({"region": "eu", "Region": "ap-evil-1"})).unwrap_err();
@@ -396,10 +403,7 @@ fn every_block_of_a_tool_using_sampling_answer_is_checked() {
     let questions = record_tree(requests.as_object().unwrap()).unwrap();
     let sampled = |content: Value| {
         let responses = json!({"llm": {"role": "assistant", "model": "m", "content": content}});
-        check(
-            questions.as_object().unwrap(),
-            responses.as_object().unwrap(),
-        )
+        check_both(&questions, &responses)
     };
     assert_eq!(sampled(json!([{"type": "text", "text": "a"}])), Ok(()));
     let refused = sampled(json!([{"type": "text"}, {"type": "tool_use", "TYPE": "text"}]));
@@ -446,4 +450,19 @@ fn the_size_limit_counts_serde_jsons_compact_length_exactly() {
             measured(filler)
         );
     }
+}
+
+/// Only the answers to keys the round asked are checked: the others are the caller's to
+/// drop, whatever they hold.
+#[test]
+fn answers_to_keys_not_asked_are_not_checked() {
+    let responses = json!({"form": {"action": "maybe"}, "dirs": {"roots": []}});
+    let questions = questions();
+    let asked = |key: &str| key == "dirs";
+    assert_eq!(check(&questions, &responses, asked), Ok(()));
+    let text = responses.to_string();
+    let lite = LiteJson::read(&text).unwrap();
+    assert_eq!(check(&questions, &lite, asked), Ok(()));
+    let refused = check(&questions, &lite, |_| true).unwrap_err();
+    assert_eq!(refused.key, "form");
 }

@@ -10,10 +10,11 @@
 //! holds the two readings equal on minted claims and on any edit of them.
 
 use super::ENVELOPE_VERSION;
-use crate::jsonrpc::Compact;
+use crate::jsonrpc::{Compact, JsonView, LiteJson};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::value::RawValue;
+#[cfg(any(test, feature = "oracle"))]
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::fmt;
@@ -224,9 +225,16 @@ impl Questions {
         Questions(text.to_owned())
     }
 
-    /// What each asked key asked; `None` if the text is not an object (a token of ours
-    /// never holds one: its claims were checked when it opened).
-    pub fn read(&self) -> Option<Map<String, Value>> {
+    /// What each asked key asked, read over the claim's text; `None` if the text is
+    /// not an object (a token of ours never holds one: its claims were checked when it
+    /// opened).
+    pub fn read(&self) -> Option<LiteJson<'_>> {
+        LiteJson::read(&self.0).filter(JsonView::is_object)
+    }
+
+    /// The same as a `serde_json` tree, for the oracles.
+    #[cfg(any(test, feature = "oracle"))]
+    pub fn tree(&self) -> Option<Map<String, Value>> {
         serde_json::from_str(&self.0).ok()
     }
 }

@@ -149,7 +149,7 @@ fn open_all(value: &mut Value, binding: &RequestBinding) {
                     "sealed": opened.state(),
                     "ns": opened.no_upstream_state,
                     "q": opened.asked,
-                    "qd": opened.questions.and_then(|q| q.read()),
+                    "qd": opened.questions.and_then(|q| q.tree()),
                 });
             }
         }
