@@ -98,7 +98,7 @@ pub mod policy {
     }
     /// The client's declared capabilities against a round.
     pub mod capabilities {
-        pub use crate::policy::capabilities::{Missing, check};
+        pub use crate::policy::capabilities::{Declared, Missing, check};
     }
     /// A flow's round and age limits.
     pub mod flow {

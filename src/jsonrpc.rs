@@ -46,7 +46,7 @@ pub(crate) use scan::{
     members, string_at,
 };
 pub use view::JsonView;
-pub(crate) use view::{view_distinct, view_member};
+pub(crate) use view::{distinct, member};
 
 /// Fields whose every spelling the sidecar reserves, per level of the message.
 pub const ENVELOPE_FIELDS: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
@@ -463,7 +463,7 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
                     }
                     // What the client says it can answer decides whether a round is
                     // sealed: no capability the policy reads may have a look-alike.
-                    names::check_capability_names(p)?;
+                    names::check_capability_names(object.get("params").expect("matched"))?;
                     for field in ["name", "uri"] {
                         if p.get(field).is_some_and(|v| !v.is_string()) {
                             return Err(ParseError::Target(field));

@@ -9,9 +9,10 @@
 //! `populate_by_name`, the MCP SDK's own style, reads `import_ref` as `importRef`. Either
 //! way the member the sidecar checked would not be the one the upstream acts on.
 
+use super::JsonView;
 use super::ParseError;
-use super::view::look_alike;
-use serde_json::{Map, Value};
+use super::view::member;
+use serde_json::Value;
 
 /// Where a 2026 request declares its client's capabilities (`params._meta[...]`).
 pub(crate) const CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -27,9 +28,9 @@ pub(super) const CAPABILITY_PATHS: &[&[&str]] = &[
 
 /// Where a path of names leads (see [`lookup`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Lookup<'v> {
+pub(crate) enum Lookup<'v, V = Value> {
     /// Every step is there, spelled exactly; the value at the end.
-    Found(&'v Value),
+    Found(&'v V),
     /// A step is there in no spelling (or is an index an array does not have).
     Absent,
     /// A step holds neither an object nor an array while more of the path follows: a
@@ -37,10 +38,10 @@ pub(crate) enum Lookup<'v> {
     Blocked,
 }
 
-impl<'v> Lookup<'v> {
+impl<'v, V> Lookup<'v, V> {
     #[cfg(test)]
     /// The value found; nothing when the path is absent or blocked.
-    pub(crate) fn found(self) -> Option<&'v Value> {
+    pub(crate) fn found(self) -> Option<&'v V> {
         match self {
             Lookup::Found(value) => Some(value),
             Lookup::Absent | Lookup::Blocked => None,
@@ -48,32 +49,23 @@ impl<'v> Lookup<'v> {
     }
 }
 
-/// The member `name` of `object`, or `None` when it is there in no spelling. Refused
-/// (as [`ParseError::AmbiguousKey`], naming the look-alike printable) when another key
-/// folds to `name`, whether or not `name` itself is there.
-pub(crate) fn member<'v>(
-    object: &'v Map<String, Value>,
-    name: &str,
-) -> Result<Option<&'v Value>, ParseError> {
-    look_alike(object.keys().map(String::as_str), name)?;
-    Ok(object.get(name))
-}
-
 /// Follow `path` from `value`: a step into an object is a name read by [`member`] (a
 /// look-alike at any level refuses the whole path), a step into an array an index as
 /// RFC 6901 spells it (`0`, `17`; no sign, no leading zero). Steps are plain names: a
 /// JSON pointer's `~1` / `~0` are the caller's to unescape.
-pub(crate) fn lookup<'v, S: AsRef<str>>(
-    value: &'v Value,
+pub(crate) fn lookup<'v, V: JsonView, S: AsRef<str>>(
+    value: &'v V,
     path: impl IntoIterator<Item = S>,
-) -> Result<Lookup<'v>, ParseError> {
+) -> Result<Lookup<'v, V>, ParseError> {
     let mut at = value;
     for step in path {
         let step = step.as_ref();
-        let next = match at {
-            Value::Object(object) => member(object, step)?,
-            Value::Array(items) => index(step).and_then(|i| items.get(i)),
-            _ => return Ok(Lookup::Blocked),
+        let next = if at.is_object() {
+            member(at, step)?
+        } else if let Some(items) = at.as_array() {
+            index(step).and_then(|i| items.get(i))
+        } else {
+            return Ok(Lookup::Blocked);
         };
         match next {
             Some(next) => at = next,
@@ -97,7 +89,7 @@ fn index(step: &str) -> Option<usize> {
 /// [`CAPABILITIES_META`] member and every capability name read below it, each without a
 /// look-alike sibling. (The values' shapes are not the gate's business: a capability
 /// that is no object is read as the policy reads it.)
-pub(super) fn check_capability_names(params: &Map<String, Value>) -> Result<(), ParseError> {
+pub(super) fn check_capability_names(params: &Value) -> Result<(), ParseError> {
     let Some(meta) = member(params, "_meta")? else {
         return Ok(());
     };
@@ -109,7 +101,7 @@ pub(super) fn check_capability_names(params: &Map<String, Value>) -> Result<(), 
 
 /// Refuse declared client capabilities (the value under [`CAPABILITIES_META`]) in which
 /// a capability name the policy reads has a look-alike, at any level.
-pub(crate) fn check_capabilities(declared: &Value) -> Result<(), ParseError> {
+pub(crate) fn check_capabilities<V: JsonView>(declared: &V) -> Result<(), ParseError> {
     for path in CAPABILITY_PATHS {
         lookup(declared, path.iter())?;
     }
@@ -127,8 +119,7 @@ mod tests {
 
     #[test]
     fn a_member_is_read_only_without_a_look_alike_beside_it() {
-        let read =
-            |value: Value, name: &str| member(value.as_object().unwrap(), name).map(|v| v.cloned());
+        let read = |value: Value, name: &str| member(&value, name).map(|v| v.cloned());
         assert_eq!(
             read(json!({"import": 1, "other": 2}), "import"),
             Ok(Some(json!(1)))

@@ -293,11 +293,13 @@ impl Params<'_> {
     }
 
     /// The client capabilities the call declared
-    /// (`_meta["io.modelcontextprotocol/clientCapabilities"]`), parsed alone: the rest of
-    /// `_meta` is never read.
-    pub(crate) fn declared_capabilities(&self) -> Option<Value> {
+    /// (`_meta["io.modelcontextprotocol/clientCapabilities"]`), read alone over the
+    /// body's text: the rest of `_meta` is never read. (Should the scan's span not read,
+    /// nothing is declared: no round is sealed that the client may not answer.)
+    pub(crate) fn declared_capabilities(&self) -> Option<LiteJson<'_>> {
         let parts = self.0.as_ref()?;
-        Some(member(parts.body, parts.index.declared()?))
+        let text = std::str::from_utf8(&parts.body[parts.index.declared()?]).ok()?;
+        LiteJson::read(text)
     }
 
     /// A member that is a string. Read from the body's string token (borrowed unless

@@ -17,14 +17,10 @@ pub trait JsonView: Sized {
     fn as_str(&self) -> Option<&str>;
     /// The boolean, if it is one.
     fn as_bool(&self) -> Option<bool>;
-    /// The number as a finite `f64`, if it is a number that reads as one.
-    fn as_f64(&self) -> Option<f64>;
-    /// The number as a `u64`, if its literal is one.
-    fn as_u64(&self) -> Option<u64>;
+    /// The number's literal, as the text spells it, if it is a number.
+    fn number_literal(&self) -> Option<&str>;
     /// Whether it is `null`.
     fn is_null(&self) -> bool;
-    /// Whether it is a number.
-    fn is_number(&self) -> bool;
     /// The items, if it is an array.
     fn as_array(&self) -> Option<&[Self]>;
     /// The members, if it is an object: keys in the text's order.
@@ -32,6 +28,18 @@ pub trait JsonView: Sized {
     /// The member spelled exactly `name`, if it is an object that holds one.
     fn get(&self, name: &str) -> Option<&Self>;
 
+    /// The number as a finite `f64`, if it is a number that reads as one.
+    fn as_f64(&self) -> Option<f64> {
+        (self.number_literal()?.parse::<f64>().ok()).filter(|float| float.is_finite())
+    }
+    /// The number as a `u64`, if its literal is one.
+    fn as_u64(&self) -> Option<u64> {
+        self.number_literal()?.parse().ok()
+    }
+    /// Whether it is a number.
+    fn is_number(&self) -> bool {
+        self.number_literal().is_some()
+    }
     /// Whether it is a string.
     fn is_string(&self) -> bool {
         self.as_str().is_some()
@@ -53,17 +61,12 @@ impl JsonView for Value {
     fn as_bool(&self) -> Option<bool> {
         Value::as_bool(self)
     }
-    fn as_f64(&self) -> Option<f64> {
-        Value::as_f64(self)
-    }
-    fn as_u64(&self) -> Option<u64> {
-        Value::as_u64(self)
+    fn number_literal(&self) -> Option<&str> {
+        // With `arbitrary_precision`, a number keeps the literal it was read from.
+        Value::as_number(self).map(serde_json::Number::as_str)
     }
     fn is_null(&self) -> bool {
         Value::is_null(self)
-    }
-    fn is_number(&self) -> bool {
-        Value::is_number(self)
     }
     fn as_array(&self) -> Option<&[Value]> {
         Value::as_array(self).map(Vec::as_slice)
@@ -76,10 +79,10 @@ impl JsonView for Value {
     }
 }
 
-/// [`member`](super::member) for any view: the member `name` of `object` (`None` when it
-/// is there in no spelling, or `object` is no object), refused when another key folds
-/// to `name`.
-pub(crate) fn view_member<'v, V: JsonView>(
+/// The member `name` of `object`, or `None` when it is there in no spelling (or `object`
+/// is no object). Refused (as [`ParseError::AmbiguousKey`], naming the look-alike
+/// printable) when another key folds to `name`, whether or not `name` itself is there.
+pub(crate) fn member<'v, V: JsonView>(
     object: &'v V,
     name: &str,
 ) -> Result<Option<&'v V>, ParseError> {
@@ -90,10 +93,7 @@ pub(crate) fn view_member<'v, V: JsonView>(
 }
 
 /// Refused when a key other than `name` folds to it.
-pub(super) fn look_alike<'k>(
-    mut keys: impl Iterator<Item = &'k str>,
-    name: &str,
-) -> Result<(), ParseError> {
+fn look_alike<'k>(mut keys: impl Iterator<Item = &'k str>, name: &str) -> Result<(), ParseError> {
     // Compared as they fold, character by character: nothing is built per key (this
     // runs for every name read, at every level of every path).
     match keys.find(|key| *key != name && folds_equal(key, name)) {
@@ -102,8 +102,9 @@ pub(super) fn look_alike<'k>(
     }
 }
 
-/// [`distinct`](super::distinct) for any view: no two keys of `object` fold together.
-pub(crate) fn view_distinct<V: JsonView>(object: &V) -> Result<(), ParseError> {
+/// Refuse an object in which two keys fold together, for one whose every member is read
+/// (accepted form content): each is read by the rule of [`member`].
+pub(crate) fn distinct<V: JsonView>(object: &V) -> Result<(), ParseError> {
     if !object.is_object() {
         return Ok(());
     }
@@ -150,8 +151,8 @@ mod tests {
     fn keys_that_fold_together_are_not_distinct() {
         let check = |value: Value| {
             let text = value.to_string();
-            let verdict = view_distinct(&value);
-            assert_eq!(view_distinct(&LiteJson::read(&text).unwrap()), verdict);
+            let verdict = distinct(&value);
+            assert_eq!(distinct(&LiteJson::read(&text).unwrap()), verdict);
             verdict
         };
         assert_eq!(check(json!({"region": 1, "name": 2})), Ok(()));
@@ -174,13 +175,13 @@ mod tests {
     #[test]
     fn a_member_is_read_only_without_a_look_alike() {
         let value = json!({"action": "accept", "content": 1});
-        assert_eq!(view_member(&value, "action"), Ok(Some(&json!("accept"))));
-        assert_eq!(view_member(&value, "model"), Ok(None));
+        assert_eq!(member(&value, "action"), Ok(Some(&json!("accept"))));
+        assert_eq!(member(&value, "model"), Ok(None));
         let value = json!({"action": "accept", "ACTION": "decline"});
-        assert_eq!(view_member(&value, "action"), Err(ambiguous("ACTION")));
+        assert_eq!(member(&value, "action"), Err(ambiguous("ACTION")));
         let text = value.to_string();
         let lite = LiteJson::read(&text).unwrap();
-        assert_eq!(view_member(&lite, "action"), Err(ambiguous("ACTION")));
-        assert_eq!(view_member(&json!("s"), "action"), Ok(None));
+        assert_eq!(member(&lite, "action"), Err(ambiguous("ACTION")));
+        assert_eq!(member(&json!("s"), "action"), Ok(None));
     }
 }

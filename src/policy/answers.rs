@@ -111,7 +111,7 @@ fn write_schema(schema: &Schema<'_>, out: &mut String) -> Result<usize, Question
             if !canonical::reads_back(value) {
                 return Err(QuestionsTooLarge);
             }
-            canonical::write_python_json(value, false, out).map_err(|_| QuestionsTooLarge)?;
+            canonical::write_python_json(*value, false, out).map_err(|_| QuestionsTooLarge)?;
             Ok(serialized_len(value))
         }
     }
@@ -233,7 +233,7 @@ impl Shape {
 
     /// The member `name` of `object`, read by the one rule ([`jsonrpc::member`]).
     fn get<'a, A: JsonView>(&self, object: &'a A, name: &str) -> Result<Option<&'a A>, String> {
-        jsonrpc::view_member(object, name).map_err(|_| self.look_alike(name))
+        jsonrpc::member(object, name).map_err(|_| self.look_alike(name))
     }
 
     fn look_alike(&self, name: &str) -> String {
@@ -290,7 +290,7 @@ fn check_sampling<Q: JsonView, A: JsonView>(question: &Q, answer: &A) -> Result<
         if !v.is_object() {
             return Ok(false);
         }
-        jsonrpc::view_member(v, "type")
+        jsonrpc::member(v, "type")
             .map(|t| t.is_some_and(A::is_string))
             .map_err(|_| {
                 "must be a sampling result (another key of a content block reads like \"type\")"
@@ -349,7 +349,7 @@ fn check_form<Q: JsonView, A: JsonView>(schema: &Q, content: &A) -> Result<(), S
         return Err("content must be an object".to_owned());
     }
     // Every field is read, each by the one rule: none may fold to another.
-    jsonrpc::view_distinct(content)
+    jsonrpc::distinct(content)
         .map_err(|_| "content has two fields whose names read alike".to_owned())?;
     let properties = schema.get("properties").filter(|p| p.is_object());
     if let Some(required) = schema.get("required").and_then(Q::as_array) {

@@ -12,7 +12,7 @@
 //! {"URL": {}}}` must not read as "form, since no url").
 
 use super::questions::Question;
-use crate::jsonrpc::{self, Lookup, Params};
+use crate::jsonrpc::{self, JsonView, Lookup, Params};
 use serde_json::{Map, Value, json};
 
 /// What the client lacks for one round.
@@ -24,37 +24,61 @@ pub struct Missing {
     pub unknown_methods: Vec<String>,
 }
 
-/// The client capabilities a request declared (`params._meta[...]`), if any.
-pub(crate) fn declared(params: &Params<'_>) -> Option<Value> {
-    params
-        .declared_capabilities()
-        .filter(|c| c.is_object() && jsonrpc::check_capabilities(c).is_ok())
+/// What a request declared it can answer: each capability the rules ask about, read
+/// once where the request is (the declaration itself is not kept for the response).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Declared {
+    elicitation: bool,
+    form: bool,
+    url: bool,
+    sampling: bool,
+    tools: bool,
+    roots: bool,
 }
 
-/// Check every input request of a round against `declared`.
-pub fn check(declared: Option<&Value>, questions: &[Question<'_>]) -> Result<(), Missing> {
-    let declared = declared.filter(|d| jsonrpc::check_capabilities(d).is_ok());
-    // Declared when every step is there and none is null (a null on the way is a scalar,
-    // below which nothing is found).
-    let has = |path: &[&str]| {
-        declared.is_some_and(|declared| {
-            matches!(jsonrpc::lookup(declared, path), Ok(Lookup::Found(v)) if !v.is_null())
+impl Declared {
+    /// Read a `ClientCapabilities` object; `None` when it is no object, or when a name
+    /// the rules read has a look-alike (the whole declaration counts for nothing).
+    pub fn of<V: JsonView>(declared: &V) -> Option<Declared> {
+        if !declared.is_object() || jsonrpc::check_capabilities(declared).is_err() {
+            return None;
+        }
+        // Declared when every step is there and none is null (a null on the way is a
+        // scalar, below which nothing is found).
+        let has = |path: &[&str]| matches!(jsonrpc::lookup(declared, path), Ok(Lookup::Found(v)) if !v.is_null());
+        Some(Declared {
+            elicitation: has(&["elicitation"]),
+            form: has(&["elicitation", "form"]),
+            url: has(&["elicitation", "url"]),
+            sampling: has(&["sampling"]),
+            tools: has(&["sampling", "tools"]),
+            roots: has(&["roots"]),
         })
-    };
+    }
+}
+
+/// The client capabilities a request declared (`params._meta[...]`), if any: read over
+/// the body's text.
+pub(crate) fn declared(params: &Params<'_>) -> Option<Declared> {
+    Declared::of(&params.declared_capabilities()?)
+}
+
+/// Check every input request of a round against what the client declared.
+pub fn check(declared: Option<Declared>, questions: &[Question<'_>]) -> Result<(), Missing> {
+    let declared = declared.unwrap_or_default();
     let mut required = Map::new();
     let mut unknown_methods = Vec::new();
     for question in questions {
         match &*question.method {
             "elicitation/create" => {
                 if question.mode.as_deref() == Some("url") {
-                    if !has(&["elicitation", "url"]) {
+                    if !declared.url {
                         merge(&mut required, json!({"elicitation": {"url": {}}}));
                     }
                 } else {
                     // A bare `elicitation: {}` (the only shape before modes existed) counts
                     // as form support; url-only does not.
-                    let form = has(&["elicitation", "form"])
-                        || (has(&["elicitation"]) && !has(&["elicitation", "url"]));
+                    let form = declared.form || (declared.elicitation && !declared.url);
                     if !form {
                         merge(&mut required, json!({"elicitation": {"form": {}}}));
                     }
@@ -62,7 +86,7 @@ pub fn check(declared: Option<&Value>, questions: &[Question<'_>]) -> Result<(),
             }
             "sampling/createMessage" => {
                 let wants_tools = question.wants_tools;
-                let ok = has(&["sampling"]) && (!wants_tools || has(&["sampling", "tools"]));
+                let ok = declared.sampling && (!wants_tools || declared.tools);
                 if !ok {
                     let sampling = if wants_tools {
                         json!({"sampling": {"tools": {}}})
@@ -73,7 +97,7 @@ pub fn check(declared: Option<&Value>, questions: &[Question<'_>]) -> Result<(),
                 }
             }
             "roots/list" => {
-                if !has(&["roots"]) {
+                if !declared.roots {
                     merge(&mut required, json!({"roots": {}}));
                 }
             }
@@ -112,7 +136,7 @@ mod tests {
     use crate::jsonrpc::CAPABILITIES_META;
 
     /// What `params` declares (nothing, when the gate refuses it).
-    fn of(params: Value) -> Option<Value> {
+    fn of(params: Value) -> Option<Declared> {
         let mut body = crate::jsonrpc::ScannedBody::call("tools/call", &params).ok()?;
         declared(&body.call_mut().unwrap().1)
     }
@@ -145,7 +169,7 @@ mod tests {
 
     #[test]
     fn the_reference_rules() {
-        let ok = |caps: Value, asks: &[Value]| check(Some(&caps), &questions(asks)).is_ok();
+        let ok = |caps: Value, asks: &[Value]| check(Declared::of(&caps), &questions(asks)).is_ok();
         // A bare elicitation object counts as form; url-only does not.
         assert!(ok(json!({"elicitation": {}}), &[form()]));
         assert!(ok(json!({"elicitation": {"form": {}}}), &[form()]));
@@ -166,7 +190,7 @@ mod tests {
     #[test]
     fn every_missing_capability_is_listed() {
         let missing = check(
-            Some(&json!({"elicitation": {"url": {}}})),
+            Declared::of(&json!({"elicitation": {"url": {}}})),
             &questions(&[form(), sampling(true), roots(), json!({"method": "x/y"})]),
         )
         .unwrap_err();
@@ -180,7 +204,11 @@ mod tests {
     #[test]
     fn declared_capabilities_come_from_meta() {
         let params = json!({"_meta": {CAPABILITIES_META: {"roots": {}}}});
-        assert_eq!(of(params), Some(json!({"roots": {}})));
+        let roots = Declared {
+            roots: true,
+            ..Declared::default()
+        };
+        assert_eq!(of(params), Some(roots));
         assert_eq!(of(json!({"_meta": {}})), None);
         assert_eq!(declared(&Params::absent()), None);
     }
@@ -199,7 +227,7 @@ mod tests {
             let scanned = crate::jsonrpc::ScannedBody::call("tools/call", &params);
             assert!(scanned.is_err(), "the gate refuses {params}");
         }
-        let ok = |caps: Value, asks: &[Value]| check(Some(&caps), &questions(asks)).is_ok();
+        let ok = |caps: Value, asks: &[Value]| check(Declared::of(&caps), &questions(asks)).is_ok();
         assert!(!ok(json!({"Roots": {}}), &[roots()]));
         assert!(!ok(json!({"roots": {}, "ROOTS": {}}), &[roots()]));
         assert!(!ok(json!({"elicitation": {"URL": {}}}), &[url()]));

@@ -10,7 +10,7 @@ use super::exchange::Exchange;
 use super::failure::Failure;
 use super::{Proxy, replay};
 use crate::body::ProxyBody;
-use crate::jsonrpc::{Params, ParamsField};
+use crate::jsonrpc::Params;
 use crate::policy::capabilities;
 use crate::token::RequestBinding;
 use crate::tools::{self, Replay};
@@ -111,13 +111,9 @@ impl Proxy {
             }
             // Computed now, for the response: only the binding outlives the request's
             // phases, never the parsed body.
-            None => RequestBinding::of_members(
-                method,
-                params.get(ParamsField::target(method)),
-                params.get(ParamsField::Arguments),
-            )
-            .ok()
-            .map(|b| b.at_path(caller.path())),
+            None => RequestBinding::of_params(method, params)
+                .ok()
+                .map(|b| b.at_path(caller.path())),
         };
         Ok(())
     }

@@ -13,13 +13,13 @@ use super::response::SealContext;
 use crate::auth::Caller;
 use crate::jsonrpc::Id;
 use crate::mcp::MethodClass;
+use crate::policy::capabilities::Declared;
 use crate::policy::single_use::Claim;
 use crate::telemetry::audit::{self, Record};
 use crate::token::{Flow, RequestBinding};
 use crate::tools::Answering;
 use http::Uri;
 use http::uri::PathAndQuery;
-use serde_json::Value;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -44,7 +44,7 @@ pub(crate) struct Exchange {
     /// The request's binding (step 5): a new state is sealed to it.
     pub(crate) binding: Option<RequestBinding>,
     /// The client capabilities it declared, checked against the next round's questions.
-    pub(crate) capabilities: Option<Value>,
+    pub(crate) capabilities: Option<Declared>,
     /// Where its token stood in the flow (step 5; `None`: a first call).
     pub(crate) flow: Option<Flow>,
     /// What the tool features do to the answer (step 6).

@@ -17,10 +17,11 @@ use crate::jsonrpc::{
     self, Answer, AnswerFault, EnvelopeField, Id, JsonKind, ResultField, StateMember,
 };
 use crate::policy::MrtrRefusal;
+use crate::policy::answers;
+use crate::policy::capabilities::{self, Declared};
 use crate::policy::flow::FlowLimits;
 use crate::policy::questions::Round;
 use crate::policy::single_use::SingleUsePolicy;
-use crate::policy::{answers, capabilities};
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data_at};
 use crate::token::{Flow, RequestBinding, SealOptions, StateSealer, StateText};
 use crate::tools::{Answering, Completed};
@@ -43,7 +44,7 @@ pub struct SealContext {
     /// The caller's principal, shared with the audit record.
     principal: Option<Arc<str>>,
     /// What the client declared it can answer (`_meta` client capabilities).
-    client_capabilities: Option<Value>,
+    client_capabilities: Option<Declared>,
     /// Where the retry's token stood in its flow (`None`: a first call).
     flow: Option<Flow>,
     /// What the tool features do to the answer (record it, seal its handles).
@@ -77,7 +78,7 @@ impl SealContext {
 
     /// What the flow rules need: the client's declared capabilities, and the position
     /// of the retry's token in its flow.
-    pub fn with_flow(mut self, client_capabilities: Option<Value>, flow: Option<Flow>) -> Self {
+    pub fn with_flow(mut self, client_capabilities: Option<Declared>, flow: Option<Flow>) -> Self {
         self.client_capabilities = client_capabilities;
         self.flow = flow;
         self
@@ -346,7 +347,7 @@ impl ResponseSealer {
         }
         // A server MUST NOT ask what the client did not declare it can answer.
         if let Err(missing) =
-            capabilities::check(self.context.client_capabilities.as_ref(), &round.questions)
+            capabilities::check(self.context.client_capabilities, &round.questions)
         {
             let reason = if missing.unknown_methods.is_empty() {
                 MrtrRefusal::MissingCapability

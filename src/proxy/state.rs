@@ -79,13 +79,9 @@ impl StateOpener {
                 "token longer than any this sidecar mints",
             ));
         }
-        let binding = RequestBinding::of_members(
-            method,
-            params.get(ParamsField::target(method)),
-            params.get(ParamsField::Arguments),
-        )
-        .map_err(|_| ProxyError::Parse(ParseError::Params))?
-        .at_path(path);
+        let binding = RequestBinding::of_params(method, params)
+            .map_err(|_| ProxyError::Parse(ParseError::Params))?
+            .at_path(path);
         let kid = KeyId::of_token(&token);
         let opened = self
             .sealer

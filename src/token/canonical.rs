@@ -7,6 +7,8 @@
 //! would represent differently (an integer Python refuses to parse) is an error, never a
 //! silently different digest.
 
+use crate::jsonrpc::JsonView;
+#[cfg(any(test, feature = "oracle"))]
 use serde_json::{Number, Value};
 use std::fmt::{self, Write as _};
 
@@ -31,44 +33,46 @@ pub enum CanonicalError {
 }
 
 /// Append the Python encoding of `value` to `out`.
-pub fn write_python_json(
-    value: &Value,
+pub fn write_python_json<V: JsonView>(
+    value: &V,
     sort_keys: bool,
     out: &mut String,
 ) -> Result<(), CanonicalError> {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(true) => out.push_str("true"),
-        Value::Bool(false) => out.push_str("false"),
-        Value::Number(n) => write_number(n, out)?,
-        Value::String(s) => write_string(s, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_python_json(item, sort_keys, out)?;
+    if let Some(literal) = value.number_literal() {
+        write_number_literal(literal, out)?;
+    } else if let Some(s) = value.as_str() {
+        write_string(s, out);
+    } else if let Some(items) = value.as_array() {
+        out.push('[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
             }
-            out.push(']');
+            write_python_json(item, sort_keys, out)?;
         }
-        Value::Object(map) => {
-            out.push('{');
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            if sort_keys {
-                // Rust orders `str` by UTF-8 bytes, which is code point order: Python's.
-                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            }
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(key, out);
-                out.push(':');
-                write_python_json(item, sort_keys, out)?;
-            }
-            out.push('}');
+        out.push(']');
+    } else if let Some(entries) = value.entries() {
+        out.push('{');
+        let mut entries: Vec<(&str, &V)> = entries.collect();
+        if sort_keys {
+            // Rust orders `str` by UTF-8 bytes, which is code point order: Python's.
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         }
+        for (i, (key, item)) in entries.into_iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write_string(key, out);
+            out.push(':');
+            write_python_json(item, sort_keys, out)?;
+        }
+        out.push('}');
+    } else {
+        out.push_str(match value.as_bool() {
+            Some(true) => "true",
+            Some(false) => "false",
+            None => "null",
+        });
     }
     Ok(())
 }
@@ -200,13 +204,9 @@ impl<'a> PythonNumber<'a> {
     }
 }
 
-/// Integers print as Python `int` does (any size, `-0` is `0`); anything with a fraction
-/// or exponent is a Python `float` and prints in `repr` form.
-fn write_number(n: &Number, out: &mut String) -> Result<(), CanonicalError> {
-    write_number_literal(n.as_str(), out)
-}
-
-/// [`write_number`] of a number's literal.
+/// A number's literal as Python writes the number it reads: integers as Python `int`
+/// does (any size, `-0` is `0`); anything with a fraction or exponent is a Python
+/// `float` and prints in `repr` form.
 fn write_number_literal(literal: &str, out: &mut String) -> Result<(), CanonicalError> {
     match PythonNumber::of_literal(literal)? {
         PythonNumber::Float(value) => write_python_float(value, out),

@@ -8,6 +8,7 @@
 //! ignores the rest.
 
 use super::canonical::{CanonicalError, write_python_float, write_python_json, write_string};
+use crate::jsonrpc::{JsonView, ParamRead, ParamView, Params, ParamsField};
 use base64_simd::URL_SAFE_NO_PAD;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -59,32 +60,48 @@ impl RequestBinding {
     /// Bind a request as the reference's `_request_identity` does: a per-method allowlist,
     /// so a future wire field cannot silently join (or escape) the digest.
     pub fn of(method: &str, params: Option<&Map<String, Value>>) -> Result<Self, BindingError> {
+        // The two members it reads: the method's target field
+        // ([`crate::mcp::target_field`]) and `arguments`.
         let field = crate::mcp::target_field(method);
-        Self::of_members(
-            method,
-            params.and_then(|p| p.get(field)),
-            params.and_then(|p| p.get("arguments")),
-        )
+        let target = (params.and_then(|p| p.get(field))).map(|t| t.as_str().map(str::to_owned));
+        Self::of_parts(method, target, params.and_then(|p| p.get("arguments")))
     }
 
-    /// `RequestBinding::of` (the oracle) from the two members it reads: the method's target field
-    /// ([`crate::mcp::target_field`]) and `arguments`.
-    pub(crate) fn of_members(
+    /// The binding of a call as the gate scanned it: the target and the arguments read
+    /// over the body's text while nobody edited them (no tree built), the members an
+    /// edit left otherwise. The same binding as [`RequestBinding::of`] on the same
+    /// call (the `gate` fuzz target compares the two).
+    pub fn of_params(method: &str, params: &Params<'_>) -> Result<Self, BindingError> {
+        let target = match params.read(ParamsField::target(method)) {
+            None => None,
+            Some(ParamRead::Text(text)) => Some(Some(text.into_owned())),
+            Some(ParamRead::Value(value)) => Some(value.as_str().map(str::to_owned)),
+            Some(ParamRead::Null | ParamRead::Other) => Some(None),
+        };
+        match params.view(ParamsField::Arguments) {
+            None => Self::of_parts::<Value>(method, target, None),
+            Some(ParamView::Text(arguments)) => Self::of_parts(method, target, Some(&arguments)),
+            Some(ParamView::Value(arguments)) => Self::of_parts(method, target, Some(arguments)),
+        }
+    }
+
+    /// `target`: absent, or there and a string (or not).
+    fn of_parts<A: JsonView>(
         method: &str,
-        target: Option<&Value>,
-        arguments: Option<&Value>,
+        target: Option<Option<String>>,
+        arguments: Option<&A>,
     ) -> Result<Self, BindingError> {
-        let field = crate::mcp::target_field(method);
         let target = match target {
             None => String::new(),
-            Some(Value::String(s)) => s.clone(),
+            Some(Some(target)) => target,
             // Python would `str()` it ("None", "123"); no real client sends that, so refuse.
-            Some(_) => return Err(BindingError::NonStringTarget(field)),
+            Some(None) => {
+                return Err(BindingError::NonStringTarget(crate::mcp::target_field(
+                    method,
+                )));
+            }
         };
-        let arguments = match arguments {
-            Some(args) if method != "resources/read" && !python_falsy(args) => Some(args),
-            _ => None,
-        };
+        let arguments = arguments.filter(|args| method != "resources/read" && !python_falsy(*args));
         Ok(Self {
             method: method.to_owned(),
             target,
@@ -114,19 +131,25 @@ impl RequestBinding {
 }
 
 /// `p.get("arguments") or {}`: every falsy Python value digests as an empty object.
-fn python_falsy(value: &Value) -> bool {
-    match value {
-        Value::Null | Value::Bool(false) => true,
-        Value::Number(n) => n.as_str().parse::<f64>().is_ok_and(|f| f == 0.0),
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-        Value::Bool(true) => false,
+fn python_falsy<V: JsonView>(value: &V) -> bool {
+    if let Some(literal) = value.number_literal() {
+        return literal.parse::<f64>().is_ok_and(|f| f == 0.0);
     }
+    if let Some(text) = value.as_str() {
+        return text.is_empty();
+    }
+    if let Some(items) = value.as_array() {
+        return items.is_empty();
+    }
+    if let Some(mut members) = value.entries() {
+        return members.next().is_none();
+    }
+    // `null` or `false`.
+    value.as_bool() != Some(true)
 }
 
 /// base64url(SHA-256(canonical JSON)[..16]) of the arguments, `{}` when absent.
-pub fn args_digest(arguments: Option<&Value>) -> Result<String, CanonicalError> {
+pub fn args_digest<V: JsonView>(arguments: Option<&V>) -> Result<String, CanonicalError> {
     let mut canonical = String::new();
     match arguments {
         Some(args) => write_python_json(args, true, &mut canonical)?,
@@ -315,7 +338,7 @@ mod tests {
 
     #[test]
     fn empty_and_falsy_arguments_digest_as_empty_object() {
-        let empty = args_digest(None).unwrap();
+        let empty = args_digest::<Value>(None).unwrap();
         // base64url(sha256(b"{}")[:16]), as the reference computes it.
         assert_eq!(empty, "RBNvo1WzZ4oRRq0W9-hkng");
         for falsy in [
@@ -352,7 +375,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(b.target, "config://prod");
-        assert_eq!(b.args_digest, args_digest(None).unwrap());
+        assert_eq!(b.args_digest, args_digest::<Value>(None).unwrap());
     }
 
     #[test]

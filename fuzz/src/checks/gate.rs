@@ -7,7 +7,8 @@
 //!
 //! Invariants: never panics; both gates reach the same decision (accepted as the same
 //! message, or refused with the same error, HTTP status and id), except that the scanner
-//! alone refuses serde_json's number stand-in key; after the same edits by the phases
+//! alone refuses serde_json's number stand-in key; a call's binding read over the body
+//! (`RequestBinding::of_params`) is the reference rules' binding of the tree; after the same edits by the phases
 //! (the state replaced or removed, unasked answers dropped, a handle argument replaced,
 //! the idempotency key stripped), the body the upstream receives parses to what the
 //! tree path forwarded, holds no whitespace between tokens, is accepted again as the
@@ -23,6 +24,7 @@ use mcp_state_guard::facade::jsonrpc::{
     ParseError,
 };
 use mcp_state_guard::facade::proxy::gate::check_message;
+use mcp_state_guard::facade::token::RequestBinding;
 use serde_json::{Value, json};
 
 /// Small, so the fuzzer reaches the value cap.
@@ -46,8 +48,15 @@ pub fn check(data: &[u8]) {
                 count_values(&value) <= MAX_JSON_VALUES,
                 "accepted more JSON values than allowed"
             );
-            if let Some((_, params)) = scanned.call_mut() {
+            if let Some((method, params)) = scanned.call_mut() {
                 let tree = value.get_mut("params").and_then(Value::as_object_mut);
+                // The binding read over the body (the sidecar) and by the reference's
+                // rules from the tree (the oracle).
+                assert_eq!(
+                    RequestBinding::of_params(method, &params),
+                    RequestBinding::of(method, tree.as_deref()),
+                    "the binding differs"
+                );
                 edit_both(params, TreeParams(tree));
             }
             let forwarded = scanned.into_forwarded();

@@ -9,11 +9,16 @@
 //! (too many values), and the same id for a refusal, except that the scanner alone
 //! refuses serde_json's number stand-in key; on success every span of the index holds the value the tree has at
 //! that path (and a member the tree has is never missing from the index), and a string
-//! member decodes to the tree's string, borrowed exactly when it holds no escape.
+//! member decodes to the tree's string, borrowed exactly when it holds no escape, and
+//! every span read over its text ([`jsonrpc::LiteJson`], how the sidecar reads a retry's
+//! answers and the declared capabilities) answers as the tree does, at every level (the
+//! capabilities it declares included).
 
 use mcp_state_guard::facade::jsonrpc::{
-    self, EnvelopeField, Message, ParamsField, ParseError, Refused, ResultField, Scanned,
+    self, EnvelopeField, JsonView, LiteJson, Message, ParamsField, ParseError, Refused,
+    ResultField, Scanned,
 };
+use mcp_state_guard::facade::policy::capabilities::Declared;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::ops::Range;
@@ -81,6 +86,17 @@ fn same_spans(value: &Value, scanned: &Scanned<'_>) {
                     Ok(member),
                     "{name}: the span reads differently"
                 );
+                let lite = LiteJson::read(raw)
+                    .unwrap_or_else(|| panic!("{name}: the span does not read over its text"));
+                assert!(
+                    same_view(&lite, member),
+                    "{name}: read over its text differently"
+                );
+                assert_eq!(
+                    Declared::of(&lite),
+                    Declared::of(member),
+                    "{name}: declares differently over its text"
+                );
                 let string = scanned.string(span);
                 assert_eq!(
                     string.as_deref(),
@@ -129,4 +145,33 @@ fn count_values(value: &Value) -> usize {
         Value::Object(members) => members.values().map(count_values).sum(),
         _ => 0,
     }
+}
+
+/// Whether `lite` answers every question of [`JsonView`] as `tree` does, at every level.
+fn same_view(lite: &LiteJson<'_>, tree: &Value) -> bool {
+    let lite_entries = lite.entries().map(|e| e.collect::<Vec<_>>());
+    let tree_entries = JsonView::entries(tree).map(|e| e.collect::<Vec<_>>());
+    JsonView::as_str(lite) == tree.as_str()
+        && JsonView::as_bool(lite) == tree.as_bool()
+        && JsonView::as_f64(lite).map(f64::to_bits) == tree.as_f64().map(f64::to_bits)
+        && JsonView::as_u64(lite) == tree.as_u64()
+        && JsonView::is_null(lite) == tree.is_null()
+        && JsonView::is_number(lite) == tree.is_number()
+        && match (JsonView::as_array(lite), JsonView::as_array(tree)) {
+            (Some(a), Some(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_view(x, y))
+            }
+            (a, b) => a.is_none() && b.is_none(),
+        }
+        && match (lite_entries, tree_entries) {
+            (Some(a), Some(b)) => {
+                a.len() == b.len()
+                    && a.iter().zip(&b).all(|((ka, va), (kb, vb))| {
+                        ka == kb
+                            && same_view(va, vb)
+                            && lite.get(ka).is_some_and(|v| same_view(v, vb))
+                    })
+            }
+            (a, b) => a.is_none() && b.is_none(),
+        }
 }

@@ -4,6 +4,7 @@
 //! for it (`sse` runs `upstream::compare` on each event's message).
 
 use super::ring;
+use mcp_state_guard::facade::policy::capabilities::Declared;
 use mcp_state_guard::facade::policy::flow::FlowLimits;
 use mcp_state_guard::facade::policy::single_use::SingleUsePolicy;
 use mcp_state_guard::facade::proxy::Meters;
@@ -42,7 +43,7 @@ pub fn sealer_declaring(capabilities: Option<Value>) -> ResponseSealer {
         Some(ring::binding()),
         None,
     )
-    .with_flow(capabilities, None);
+    .with_flow(capabilities.as_ref().and_then(Declared::of), None);
     ResponseSealer::new(
         ring::sealer(),
         Arc::new(SingleUsePolicy::default()),

@@ -163,23 +163,14 @@ impl JsonView for LiteJson<'_> {
             _ => None,
         }
     }
-    fn as_f64(&self) -> Option<f64> {
+    fn number_literal(&self) -> Option<&str> {
         match self {
-            LiteJson::Number(literal) => literal.parse::<f64>().ok().filter(|f| f.is_finite()),
-            _ => None,
-        }
-    }
-    fn as_u64(&self) -> Option<u64> {
-        match self {
-            LiteJson::Number(literal) => literal.parse().ok(),
+            LiteJson::Number(literal) => Some(literal),
             _ => None,
         }
     }
     fn is_null(&self) -> bool {
         matches!(self, LiteJson::Null)
-    }
-    fn is_number(&self) -> bool {
-        matches!(self, LiteJson::Number(_))
     }
     fn as_array(&self) -> Option<&[Self]> {
         match self {

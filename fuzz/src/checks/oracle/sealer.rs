@@ -6,9 +6,10 @@
 
 use super::super::ring;
 use mcp_state_guard::facade::jsonrpc::{self, ENVELOPE_FIELDS, ERROR_FIELDS};
+use mcp_state_guard::facade::policy::answers;
+use mcp_state_guard::facade::policy::capabilities::{self, Declared};
 use mcp_state_guard::facade::policy::flow::FlowLimits;
 use mcp_state_guard::facade::policy::questions::Round;
-use mcp_state_guard::facade::policy::{answers, capabilities};
 use mcp_state_guard::facade::token::{RequestBinding, SealOptions, StateSealer};
 use serde_json::{Map, Value, json};
 
@@ -74,7 +75,9 @@ impl TreeSealer<'_> {
             return Err("ambiguous_key");
         }
         let round = Round::of_tree(requests);
-        if let Err(missing) = capabilities::check(self.capabilities, &round.questions) {
+        if let Err(missing) =
+            capabilities::check(self.capabilities.and_then(Declared::of), &round.questions)
+        {
             return Err(if missing.unknown_methods.is_empty() {
                 "missing_capability"
             } else {
