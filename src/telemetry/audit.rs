@@ -20,7 +20,7 @@ use crate::token::{KeyId, Reject};
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 /// The target every record is written under, so a log pipeline can route the audit
@@ -249,8 +249,37 @@ impl Drop for Record {
 
 /// A method as every log line shows it: escaped and bounded ([`printable`]).
 pub(crate) fn logged_method(method: &str) -> Arc<str> {
-    printable(method, MAX_LOGGED_BYTES).into()
+    // The methods of MCP, printable as they are, are shared rather than copied.
+    static KNOWN: LazyLock<Vec<Arc<str>>> = LazyLock::new(|| {
+        (MCP_METHODS.iter())
+            .map(|&method| Arc::from(method))
+            .collect()
+    });
+    match KNOWN.iter().find(|known| ***known == *method) {
+        Some(known) => Arc::clone(known),
+        None => printable(method, MAX_LOGGED_BYTES).into(),
+    }
 }
+
+/// The requests of MCP a client sends (what [`logged_method`] shares).
+const MCP_METHODS: &[&str] = &[
+    "tools/call",
+    "prompts/get",
+    "resources/read",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "subscriptions/listen",
+    "completion/complete",
+    "logging/setLevel",
+    "initialize",
+    "ping",
+    "notifications/initialized",
+    "notifications/cancelled",
+];
 
 /// A pseudonym for a caller: 16 hex digits of SHA-256 over a fixed label and the
 /// principal string. Stable across replicas and restarts, so an operator can find one
@@ -325,6 +354,25 @@ mod tests {
     use crate::error::ErrorKind;
     use crate::error::tests::samples;
     use http::HeaderValue;
+
+    /// MCP's own methods are shared, not copied, and read as [`printable`] writes them;
+    /// any other method is escaped and bounded.
+    #[test]
+    fn logged_methods_are_printable_and_mcps_are_shared() {
+        for method in MCP_METHODS {
+            assert_eq!(printable(method, MAX_LOGGED_BYTES), *method);
+            assert!(Arc::ptr_eq(&logged_method(method), &logged_method(method)));
+        }
+        let escaped = logged_method("tools/call\n");
+        assert!(!escaped.contains('\n') && escaped.starts_with("tools/call"));
+        assert_eq!(
+            &*logged_method("x\u{1b}[31m"),
+            &*printable("x\u{1b}[31m", MAX_LOGGED_BYTES)
+        );
+        assert_ne!(&*logged_method("x\u{1b}[31m"), "x\u{1b}[31m");
+        let long = "m".repeat(10 * MAX_LOGGED_BYTES);
+        assert!(logged_method(&long).len() < long.len());
+    }
 
     fn headers(values: &[&str]) -> HeaderMap {
         let mut headers = HeaderMap::new();

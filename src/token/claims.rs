@@ -169,14 +169,16 @@ pub(crate) fn principal_claim(principal: &str, salt: [u8; PRINCIPAL_SALT_LEN]) -
 
 /// Constant-time check of a claim against the principal bound to this request.
 pub(crate) fn principal_matches(claim: &str, principal: &str) -> bool {
-    let Ok(raw) = URL_SAFE_NO_PAD.decode_to_vec(claim) else {
-        return false;
-    };
-    if raw.len() < PRINCIPAL_SALT_LEN {
+    // Only a claim of exactly a salt and a tag can match: nothing else is decoded.
+    let mut raw = [0u8; PRINCIPAL_SALT_LEN + PRINCIPAL_TAG_LEN];
+    if URL_SAFE_NO_PAD.decoded_length(claim.as_bytes()).ok() != Some(raw.len()) {
         return false;
     }
+    let Ok(raw) = URL_SAFE_NO_PAD.decode(claim.as_bytes(), base64_simd::Out::from_slice(&mut raw))
+    else {
+        return false;
+    };
     let (salt, tag) = raw.split_at(PRINCIPAL_SALT_LEN);
-    // A wrong-length tag never matches; `ct_eq` on slices of unequal length is false.
     bool::from(tag.ct_eq(&principal_tag(salt, principal)))
 }
 

@@ -53,7 +53,10 @@ impl KeyId {
     fn after_prefix(token: &str, prefix: &str) -> Option<KeyId> {
         // 8 base64url characters are 6 bytes, the first 4 of which are the key id.
         let head = token.strip_prefix(prefix)?.get(..8)?;
-        let bytes = URL_SAFE_NO_PAD.decode_to_vec(head).ok()?;
+        let mut bytes = [0u8; 6];
+        URL_SAFE_NO_PAD
+            .decode(head.as_bytes(), base64_simd::Out::from_slice(&mut bytes))
+            .ok()?;
         bytes[..KID_LEN].try_into().ok().map(KeyId)
     }
 
