@@ -71,8 +71,8 @@ pub mod jsonrpc {
     pub use crate::jsonrpc::classify;
     pub use crate::jsonrpc::{
         Answer, ENVELOPE_FIELDS, ERROR_FIELDS, EnvelopeField, HEADER_MISMATCH, INVALID_PARAMS,
-        INVALID_REQUEST, JsonView, LiteJson, Message, PARSE_ERROR, Params, ParamsField, ParseError,
-        Refused, ResultField, Scanned, ScannedBody, best_effort_id, check_reserved,
+        INVALID_REQUEST, JsonView, LiteArena, LiteJson, Message, PARSE_ERROR, Params, ParamsField,
+        ParseError, Refused, ResultField, Scanned, ScannedBody, best_effort_id, check_reserved,
         check_result_fields, fold, parse_bounded, scan, scan_answer, serialize,
     };
     pub use crate::jsonrpc::{Index, NotAnObject};

@@ -34,7 +34,7 @@ pub(crate) use params::{ParamRead, ParamView};
 pub use scan::Answer;
 pub use scan::EnvelopeField;
 pub use scan::Index;
-pub use scan::LiteJson;
+pub(crate) use scan::LITE_ARENA_BYTES;
 pub use scan::ParamsField;
 pub use scan::Refused;
 pub use scan::ResultField;
@@ -45,6 +45,7 @@ pub(crate) use scan::{
     AnswerFault, Compact, JsonKind, ObjectMember, StateMember, has_string_special, is_string_token,
     members, string_at,
 };
+pub use scan::{LiteArena, LiteJson};
 pub use view::JsonView;
 pub(crate) use view::{distinct, member};
 

@@ -12,7 +12,7 @@
 //! removed member cut out with its comma: the client's bytes are never forwarded as
 //! they came unless they are exactly that.
 
-use super::scan::{Index, LiteJson, ParamsField, Refused, scan, scanned_string};
+use super::scan::{Index, LiteArena, LiteJson, ParamsField, Refused, scan, scanned_string};
 use super::{Id, Message, parse_bounded};
 use bytes::Bytes;
 use serde_json::Value;
@@ -296,10 +296,13 @@ impl Params<'_> {
     /// (`_meta["io.modelcontextprotocol/clientCapabilities"]`), read alone over the
     /// body's text: the rest of `_meta` is never read. (Should the scan's span not read,
     /// nothing is declared: no round is sealed that the client may not answer.)
-    pub(crate) fn declared_capabilities(&self) -> Option<LiteJson<'_>> {
+    pub(crate) fn declared_capabilities<'v>(
+        &'v self,
+        arena: &'v LiteArena,
+    ) -> Option<LiteJson<'v>> {
         let parts = self.0.as_ref()?;
         let text = std::str::from_utf8(&parts.body[parts.index.declared()?]).ok()?;
-        LiteJson::read(text)
+        LiteJson::read(text, arena)
     }
 
     /// A member that is a string. Read from the body's string token (borrowed unless
@@ -328,12 +331,17 @@ impl Params<'_> {
     }
 
     /// A member as it is now, read over the body's text while nobody parsed or edited it
-    /// (no tree is built): what a caller that reads a few members of an object looks at.
-    pub(crate) fn view(&self, field: ParamsField) -> Option<ParamView<'_>> {
+    /// (no tree is built; its lists go into `arena`): what a caller that reads a few
+    /// members of an object looks at.
+    pub(crate) fn view<'v>(
+        &'v self,
+        field: ParamsField,
+        arena: &'v LiteArena,
+    ) -> Option<ParamView<'v>> {
         let parts = self.0.as_ref()?;
         let read = parts.untouched(field).and_then(|span| {
             let text = std::str::from_utf8(&parts.body[span]).ok()?;
-            LiteJson::read(text)
+            LiteJson::read(text, arena)
         });
         match read {
             Some(lite) => Some(ParamView::Text(lite)),

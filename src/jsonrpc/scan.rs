@@ -42,7 +42,8 @@ pub(crate) use answer::{AnswerFault, StateMember};
 pub(crate) use compact::Compact;
 pub(crate) use facts::JsonKind;
 pub(crate) use lexer::has_string_special;
-pub use lite::LiteJson;
+pub(crate) use lite::LITE_ARENA_BYTES;
+pub use lite::{LiteArena, LiteJson};
 pub(crate) use members::{ObjectMember, members};
 
 use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, StrictRefusal, parse_bounded};

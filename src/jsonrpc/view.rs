@@ -138,7 +138,7 @@ fn distinct_keys<'k, I: Iterator<Item = &'k str>>(keys: impl Fn() -> I) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonrpc::LiteJson;
+    use crate::jsonrpc::{LiteArena, LiteJson};
     use serde_json::json;
 
     fn ambiguous(key: &str) -> ParseError {
@@ -152,7 +152,8 @@ mod tests {
         let check = |value: Value| {
             let text = value.to_string();
             let verdict = distinct(&value);
-            assert_eq!(distinct(&LiteJson::read(&text).unwrap()), verdict);
+            let arena = LiteArena::new();
+            assert_eq!(distinct(&LiteJson::read(&text, &arena).unwrap()), verdict);
             verdict
         };
         assert_eq!(check(json!({"region": 1, "name": 2})), Ok(()));
@@ -180,7 +181,8 @@ mod tests {
         let value = json!({"action": "accept", "ACTION": "decline"});
         assert_eq!(member(&value, "action"), Err(ambiguous("ACTION")));
         let text = value.to_string();
-        let lite = LiteJson::read(&text).unwrap();
+        let arena = LiteArena::new();
+        let lite = LiteJson::read(&text, &arena).unwrap();
         assert_eq!(member(&lite, "action"), Err(ambiguous("ACTION")));
         assert_eq!(member(&json!("s"), "action"), Ok(None));
     }

@@ -12,7 +12,7 @@
 //! {"URL": {}}}` must not read as "form, since no url").
 
 use super::questions::Question;
-use crate::jsonrpc::{self, JsonView, Lookup, Params};
+use crate::jsonrpc::{self, JsonView, LITE_ARENA_BYTES, LiteArena, Lookup, Params};
 use serde_json::{Map, Value, json};
 
 /// What the client lacks for one round.
@@ -60,7 +60,8 @@ impl Declared {
 /// The client capabilities a request declared (`params._meta[...]`), if any: read over
 /// the body's text.
 pub(crate) fn declared(params: &Params<'_>) -> Option<Declared> {
-    Declared::of(&params.declared_capabilities()?)
+    let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
+    Declared::of(&params.declared_capabilities(&arena)?)
 }
 
 /// Check every input request of a round against what the client declared.

@@ -12,7 +12,8 @@ use super::metrics::{Meters, VerifyResult};
 use crate::auth::Caller;
 use crate::error::{ProxyError, Resource, Share};
 use crate::jsonrpc::{
-    JsonView, NotAnObject, ParamRead, ParamView, Params, ParamsField, ParseError,
+    JsonView, LITE_ARENA_BYTES, LiteArena, NotAnObject, ParamRead, ParamView, Params, ParamsField,
+    ParseError,
 };
 use crate::policy::MrtrRefusal;
 use crate::policy::answers;
@@ -160,10 +161,12 @@ impl StateOpener {
         params: &mut Params<'_>,
         opened: &Opened,
     ) -> Result<(), ProxyError> {
-        let (unasked, verdict) = match params.view(ParamsField::InputResponses) {
+        // The answers and the questions are read into one arena.
+        let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
+        let (unasked, verdict) = match params.view(ParamsField::InputResponses, &arena) {
             None => return Ok(()),
-            Some(ParamView::Text(answers)) => self.answered(method, opened, &answers),
-            Some(ParamView::Value(answers)) => self.answered(method, opened, answers),
+            Some(ParamView::Text(answers)) => self.answered(method, opened, &answers, &arena),
+            Some(ParamView::Value(answers)) => self.answered(method, opened, answers, &arena),
         };
         match (&opened.asked, verdict) {
             (Some(asked), Ok(())) if unasked > 0 => self.filter_input_responses(params, asked),
@@ -177,6 +180,7 @@ impl StateOpener {
         method: &str,
         opened: &Opened,
         answers: &A,
+        arena: &LiteArena,
     ) -> (usize, Result<(), ProxyError>) {
         let asked = opened.asked.as_deref();
         if answers.is_null() || (!answers.is_object() && asked.is_none()) {
@@ -194,7 +198,7 @@ impl StateOpener {
         };
         // Read only now that there are answers to check. A token of ours recorded an
         // object (its claims said so when it opened); anything else fails closed.
-        let Some(questions) = questions.read() else {
+        let Some(questions) = questions.read(arena) else {
             let refusal = self.refuse(method, Reject::Malformed, "recorded questions do not read");
             return (unasked, Err(refusal));
         };

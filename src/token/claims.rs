@@ -8,7 +8,9 @@
 //! ignores the rest.
 
 use super::canonical::{CanonicalError, write_python_float, write_python_json, write_string};
-use crate::jsonrpc::{JsonView, ParamRead, ParamView, Params, ParamsField};
+use crate::jsonrpc::{
+    JsonView, LITE_ARENA_BYTES, LiteArena, ParamRead, ParamView, Params, ParamsField,
+};
 use base64_simd::URL_SAFE_NO_PAD;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -78,7 +80,8 @@ impl RequestBinding {
             Some(ParamRead::Value(value)) => Some(value.as_str().map(str::to_owned)),
             Some(ParamRead::Null | ParamRead::Other) => Some(None),
         };
-        match params.view(ParamsField::Arguments) {
+        let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
+        match params.view(ParamsField::Arguments, &arena) {
             None => Self::of_parts::<Value>(method, target, None),
             Some(ParamView::Text(arguments)) => Self::of_parts(method, target, Some(&arguments)),
             Some(ParamView::Value(arguments)) => Self::of_parts(method, target, Some(arguments)),

@@ -16,7 +16,7 @@
 //! `-max_len=20000`: the questions may take up to 16 KiB.)
 
 use super::ring;
-use mcp_state_guard::facade::jsonrpc::{self, LiteJson};
+use mcp_state_guard::facade::jsonrpc::{self, LiteArena, LiteJson};
 use mcp_state_guard::facade::policy::answers::{self, MAX_QUESTIONS_BYTES};
 use mcp_state_guard::facade::policy::questions::Round;
 use mcp_state_guard::facade::text::printable;
@@ -102,15 +102,16 @@ pub fn check(data: &[u8]) {
     // verdict, whichever reading (and with the answers laid out compact or spread).
     let responses_tree = Value::Object(responses.clone());
     let verdict = answers::check(&carried, &responses_tree, |_| true);
+    let arena = LiteArena::new();
     let lite_questions = carried_questions
-        .read()
+        .read(&arena)
         .expect("its questions read over their text");
     for text in [
         serde_json::to_string(responses).expect("a tree serialises"),
         serde_json::to_string_pretty(responses).expect("a tree serialises"),
     ] {
-        let lite =
-            LiteJson::read(&text).expect("answers the strict parse read, read over their text");
+        let lite = LiteJson::read(&text, &arena)
+            .expect("answers the strict parse read, read over their text");
         assert_eq!(
             answers::check(&lite_questions, &lite, |_| true),
             verdict,

@@ -15,7 +15,7 @@
 //! capabilities it declares included).
 
 use mcp_state_guard::facade::jsonrpc::{
-    self, EnvelopeField, JsonView, LiteJson, Message, ParamsField, ParseError, Refused,
+    self, EnvelopeField, JsonView, LiteArena, LiteJson, Message, ParamsField, ParseError, Refused,
     ResultField, Scanned,
 };
 use mcp_state_guard::facade::policy::capabilities::Declared;
@@ -86,7 +86,8 @@ fn same_spans(value: &Value, scanned: &Scanned<'_>) {
                     Ok(member),
                     "{name}: the span reads differently"
                 );
-                let lite = LiteJson::read(raw)
+                let arena = LiteArena::new();
+                let lite = LiteJson::read(raw, &arena)
                     .unwrap_or_else(|| panic!("{name}: the span does not read over its text"));
                 assert!(
                     same_view(&lite, member),

@@ -1,8 +1,10 @@
 //! A JSON value read into a light tree over its text: strings borrowed unless they hold
-//! an escape, numbers as their literal, an object's members in a list. What a retry's
-//! answers and a token's recorded questions are read into to be checked: the tree
-//! `serde_json` builds with `preserve_order` (an `IndexMap`, SipHash, an owned key per
-//! member) costs several times as much for the few members the rules look at.
+//! an escape, numbers as their literal, an object's members in a list, every list in one
+//! arena ([`LiteArena`]: one allocation for a document, not one per object and array).
+//! What a retry's answers, a token's recorded questions, the declared capabilities and a
+//! call's arguments are read into: the tree `serde_json` builds with `preserve_order` (an
+//! `IndexMap`, SipHash, an owned key per member) costs several times as much for the few
+//! members the rules look at.
 //!
 //! Invariant: [`LiteJson::read`] accepts a text only where the strict parse accepts it
 //! and reads it to the same value (a key twice is refused, as there); numbers answer as
@@ -12,6 +14,13 @@ use super::lexer::{Lexer, NotJson, unescape};
 use crate::jsonrpc::view::JsonView;
 use std::borrow::Cow;
 
+/// Where a [`LiteJson`] keeps its lists (and the text of a string with an escape).
+pub type LiteArena = bumpalo::Bump;
+
+/// What an arena for the values of one request is created with: a request's answers,
+/// questions, capabilities or arguments fit, and a larger document takes more chunks.
+pub(crate) const LITE_ARENA_BYTES: usize = 1024;
+
 /// As deep as the strict parse reads (`serde_json`'s recursion limit).
 const MAX_DEPTH: usize = 128;
 
@@ -19,26 +28,28 @@ const MAX_DEPTH: usize = 128;
 /// past it, sorted.
 const PAIRWISE_KEYS: usize = 16;
 
-/// A JSON value over the text it was read from.
-#[derive(Debug, Clone, PartialEq)]
+/// A JSON value over the text it was read from (and the arena its lists are in).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum LiteJson<'a> {
     Null,
     Bool(bool),
     /// The number's literal, as the text spells it.
     Number(&'a str),
-    String(Cow<'a, str>),
-    Array(Vec<LiteJson<'a>>),
+    String(&'a str),
+    Array(&'a [LiteJson<'a>]),
     /// The members in the text's order, no key twice.
-    Object(Vec<(Cow<'a, str>, LiteJson<'a>)>),
+    Object(&'a [(&'a str, LiteJson<'a>)]),
 }
 
 impl<'a> LiteJson<'a> {
-    /// One JSON value (whitespace around it allowed), or `None` when the strict parse
-    /// would refuse the text.
-    pub fn read(text: &'a str) -> Option<Self> {
+    /// One JSON value (whitespace around it allowed), its lists in `arena`; `None` when
+    /// the strict parse would refuse the text.
+    pub fn read(text: &'a str, arena: &'a LiteArena) -> Option<Self> {
         let mut reader = Reader {
             text,
             lexer: Lexer::new(text),
+            arena,
+            pending: bumpalo::collections::Vec::with_capacity_in(8, arena),
         };
         reader.lexer.skip_whitespace();
         let value = reader.value(0).ok()?;
@@ -50,6 +61,10 @@ impl<'a> LiteJson<'a> {
 struct Reader<'a> {
     text: &'a str,
     lexer: Lexer<'a>,
+    arena: &'a LiteArena,
+    /// The items and members of the lists open, innermost last (an item's key is
+    /// empty): a list is copied into the arena whole when it closes.
+    pending: bumpalo::collections::Vec<'a, (&'a str, LiteJson<'a>)>,
 }
 
 impl<'a> Reader<'a> {
@@ -73,13 +88,12 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn string(&mut self) -> Result<Cow<'a, str>, NotJson> {
+    fn string(&mut self) -> Result<&'a str, NotJson> {
         let (span, escaped) = self.lexer.string()?;
         let token = &self.text[span.start..span.end];
-        Ok(if escaped {
-            unescape(token)
-        } else {
-            Cow::Borrowed(&token[1..token.len() - 1])
+        Ok(match escaped.then(|| unescape(token)) {
+            Some(Cow::Owned(text)) => self.arena.alloc_str(&text),
+            _ => &token[1..token.len() - 1],
         })
     }
 
@@ -107,45 +121,53 @@ impl<'a> Reader<'a> {
     }
 
     fn array(&mut self, depth: usize) -> Result<LiteJson<'a>, NotJson> {
-        let mut items = Vec::new();
+        let base = self.pending.len();
         if !self.open(b']', depth)? {
             loop {
-                items.push(self.value(depth)?);
+                let item = self.value(depth)?;
+                self.pending.push(("", item));
                 if self.next(b']')? {
                     break;
                 }
             }
         }
+        let items =
+            (self.arena).alloc_slice_fill_iter(self.pending.drain(base..).map(|(_, item)| item));
         Ok(LiteJson::Array(items))
     }
 
     fn object(&mut self, depth: usize) -> Result<LiteJson<'a>, NotJson> {
-        let mut members = Vec::new();
+        let base = self.pending.len();
         if !self.open(b'}', depth)? {
             loop {
                 let key = self.string()?;
                 self.lexer.skip_whitespace();
                 self.lexer.expect(b':')?;
                 self.lexer.skip_whitespace();
-                members.push((key, self.value(depth)?));
+                let value = self.value(depth)?;
+                self.pending.push((key, value));
                 if self.next(b'}')? {
                     break;
                 }
             }
         }
-        if has_duplicate(&members) {
+        let members = self.arena.alloc_slice_copy(&self.pending[base..]);
+        self.pending.truncate(base);
+        if has_duplicate(members, self.arena) {
             return Err(NotJson);
         }
         Ok(LiteJson::Object(members))
     }
 }
 
-fn has_duplicate(members: &[(Cow<'_, str>, LiteJson<'_>)]) -> bool {
+/// Whether two members have the same key: compared pair by pair when they are few, else
+/// in a sorted copy of the keys (in `arena`).
+fn has_duplicate(members: &[(&str, LiteJson<'_>)], arena: &LiteArena) -> bool {
     if members.len() <= PAIRWISE_KEYS {
         return (members.iter().enumerate())
             .any(|(i, (key, _))| members[..i].iter().any(|(earlier, _)| earlier == key));
     }
-    let mut keys: Vec<&str> = members.iter().map(|(key, _)| key.as_ref()).collect();
+    let keys = arena.alloc_slice_fill_iter(members.iter().map(|(key, _)| *key));
     keys.sort_unstable();
     keys.windows(2).any(|pair| pair[0] == pair[1])
 }
@@ -180,13 +202,13 @@ impl JsonView for LiteJson<'_> {
     }
     fn entries(&self) -> Option<impl Iterator<Item = (&str, &Self)>> {
         match self {
-            LiteJson::Object(members) => Some(members.iter().map(|(k, v)| (k.as_ref(), v))),
+            LiteJson::Object(members) => Some(members.iter().map(|(k, v)| (*k, v))),
             _ => None,
         }
     }
     fn get(&self, name: &str) -> Option<&Self> {
         match self {
-            LiteJson::Object(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            LiteJson::Object(members) => members.iter().find(|(k, _)| *k == name).map(|(_, v)| v),
             _ => None,
         }
     }
@@ -235,7 +257,8 @@ mod tests {
             "[[[[]]]]",
         ] {
             let tree = parse_bounded(text.as_bytes(), usize::MAX).unwrap();
-            let lite = LiteJson::read(text).unwrap_or_else(|| panic!("{text} not read"));
+            let arena = LiteArena::new();
+            let lite = LiteJson::read(text, &arena).unwrap_or_else(|| panic!("{text} not read"));
             assert!(same(&lite, &tree), "{text}");
         }
     }
@@ -257,7 +280,10 @@ mod tests {
             "[] []",
             "nul",
         ] {
-            assert!(LiteJson::read(text).is_none(), "{text:?} was read");
+            assert!(
+                LiteJson::read(text, &LiteArena::new()).is_none(),
+                "{text:?} was read"
+            );
             assert!(
                 parse_bounded(text.as_bytes(), usize::MAX).is_err(),
                 "{text:?}"
@@ -265,16 +291,20 @@ mod tests {
         }
         // A duplicate among many keys is found as well.
         let many: Vec<String> = (0..40).map(|i| format!("\"k{}\":{i}", i % 39)).collect();
-        assert!(LiteJson::read(&format!("{{{}}}", many.join(","))).is_none());
+        let arena = LiteArena::new();
+        assert!(LiteJson::read(&format!("{{{}}}", many.join(",")), &arena).is_none());
         let many: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
-        assert!(LiteJson::read(&format!("{{{}}}", many.join(","))).is_some());
+        let text = format!("{{{}}}", many.join(","));
+        let read = LiteJson::read(&text, &arena).unwrap();
+        assert_eq!(read.get("k39").and_then(JsonView::as_u64), Some(39));
     }
 
     #[test]
     fn nesting_stops_where_the_strict_parse_stops() {
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
-        assert!(LiteJson::read(&deep(MAX_DEPTH)).is_some());
-        assert!(LiteJson::read(&deep(MAX_DEPTH + 1)).is_none());
+        let arena = LiteArena::new();
+        assert!(LiteJson::read(&deep(MAX_DEPTH), &arena).is_some());
+        assert!(LiteJson::read(&deep(MAX_DEPTH + 1), &arena).is_none());
         assert!(parse_bounded(deep(MAX_DEPTH + 1).as_bytes(), usize::MAX).is_err());
     }
 }

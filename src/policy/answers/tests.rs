@@ -1,7 +1,7 @@
 //! Tests of the answer rules: what a round records and what an answer must be.
 
 use super::*;
-use crate::jsonrpc::LiteJson;
+use crate::jsonrpc::{LiteArena, LiteJson};
 use crate::policy::questions::Round;
 use serde_json::{Map, json};
 
@@ -51,8 +51,9 @@ fn check_both(questions: &Value, responses: &Value) -> Result<(), BadAnswer> {
     let all = |_: &str| true;
     let tree = check(questions, responses, all);
     let (questions_text, responses_text) = (questions.to_string(), responses.to_string());
-    let lite_questions = LiteJson::read(&questions_text).unwrap();
-    let lite_responses = LiteJson::read(&responses_text).unwrap();
+    let arena = LiteArena::new();
+    let lite_questions = LiteJson::read(&questions_text, &arena).unwrap();
+    let lite_responses = LiteJson::read(&responses_text, &arena).unwrap();
     assert_eq!(check(&lite_questions, &lite_responses, all), tree);
     assert_eq!(check(&lite_questions, responses, all), tree);
     tree
@@ -461,7 +462,8 @@ fn answers_to_keys_not_asked_are_not_checked() {
     let asked = |key: &str| key == "dirs";
     assert_eq!(check(&questions, &responses, asked), Ok(()));
     let text = responses.to_string();
-    let lite = LiteJson::read(&text).unwrap();
+    let arena = LiteArena::new();
+    let lite = LiteJson::read(&text, &arena).unwrap();
     assert_eq!(check(&questions, &lite, asked), Ok(()));
     let refused = check(&questions, &lite, |_| true).unwrap_err();
     assert_eq!(refused.key, "form");

@@ -10,7 +10,7 @@
 //! holds the two readings equal on minted claims and on any edit of them.
 
 use super::ENVELOPE_VERSION;
-use crate::jsonrpc::{Compact, JsonView, LiteJson};
+use crate::jsonrpc::{Compact, JsonView, LiteArena, LiteJson};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::value::RawValue;
@@ -228,8 +228,8 @@ impl Questions {
     /// What each asked key asked, read over the claim's text; `None` if the text is
     /// not an object (a token of ours never holds one: its claims were checked when it
     /// opened).
-    pub fn read(&self) -> Option<LiteJson<'_>> {
-        LiteJson::read(&self.0).filter(JsonView::is_object)
+    pub fn read<'v>(&'v self, arena: &'v LiteArena) -> Option<LiteJson<'v>> {
+        LiteJson::read(&self.0, arena).filter(JsonView::is_object)
     }
 
     /// The same as a `serde_json` tree, for the oracles.
