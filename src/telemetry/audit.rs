@@ -326,7 +326,8 @@ fn id_text(id: &serde_json::Value) -> String {
     const MAX_ID_BYTES: usize = 64;
     match id {
         serde_json::Value::String(s) => printable(s, MAX_ID_BYTES),
-        serde_json::Value::Number(n) => printable(&n.to_string(), MAX_ID_BYTES),
+        // The literal as the client sent it (`arbitrary_precision` keeps it).
+        serde_json::Value::Number(n) => printable(n.as_str(), MAX_ID_BYTES),
         other => printable(&other.to_string(), MAX_ID_BYTES),
     }
 }
@@ -478,6 +479,10 @@ mod tests {
     #[test]
     fn ids_are_escaped_and_bounded() {
         assert_eq!(id_text(&serde_json::json!(7)), "7");
+        // A number as serde_json keeps it (`arbitrary_precision`), not re-formatted.
+        let number: serde_json::Value = serde_json::from_str("-1.50e3").unwrap();
+        assert_eq!(id_text(&number), number.to_string());
+        assert!(id_text(&number).starts_with("-1.50e"));
         assert_eq!(id_text(&serde_json::json!("a\nb")), "a\\u{a}b");
         assert!(id_text(&serde_json::json!("x".repeat(10_000))).len() < 80);
     }

@@ -164,9 +164,9 @@ pub fn args_digest<V: JsonView>(arguments: Option<&V>) -> Result<String, Canonic
 
 /// The salted, one-way principal claim: base64url(salt ‖ SHA-256(label ‖ salt ‖ principal)[..16]).
 pub(crate) fn principal_claim(principal: &str, salt: [u8; PRINCIPAL_SALT_LEN]) -> String {
-    let mut raw = Vec::with_capacity(PRINCIPAL_SALT_LEN + PRINCIPAL_TAG_LEN);
-    raw.extend_from_slice(&salt);
-    raw.extend_from_slice(&principal_tag(&salt, principal));
+    let mut raw = [0u8; PRINCIPAL_SALT_LEN + PRINCIPAL_TAG_LEN];
+    raw[..PRINCIPAL_SALT_LEN].copy_from_slice(&salt);
+    raw[PRINCIPAL_SALT_LEN..].copy_from_slice(&principal_tag(&salt, principal));
     URL_SAFE_NO_PAD.encode_to_string(raw)
 }
 

@@ -246,7 +246,7 @@ impl KeyRing {
         let key = &self.keys[0];
         // Room for the tag too, so appending it does not reallocate.
         let mut text = String::with_capacity(TOKEN_ID_LEN + len_hint + TAG_LEN);
-        text.push_str(&"\0".repeat(TOKEN_ID_LEN));
+        text.extend(std::iter::repeat_n('\0', TOKEN_ID_LEN));
         write(&mut text);
         let mut raw = text.into_bytes();
         raw[..KID_LEN].copy_from_slice(&key.kid);
