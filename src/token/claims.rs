@@ -71,7 +71,7 @@ impl RequestBinding {
 
     /// The binding of a call as the gate scanned it: the target and the arguments read
     /// over the body's text while nobody edited them (no tree built), the members an
-    /// edit left otherwise. The same binding as [`RequestBinding::of`] on the same
+    /// edit left otherwise. The same binding as `RequestBinding::of` (the oracle) on the same
     /// call (the `gate` fuzz target compares the two).
     pub fn of_params(method: &str, params: &Params<'_>) -> Result<Self, BindingError> {
         let target = match params.read(ParamsField::target(method)) {
