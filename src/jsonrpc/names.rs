@@ -111,10 +111,54 @@ pub(crate) fn check_capabilities<V: JsonView>(declared: &V) -> Result<(), ParseE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jsonrpc::view::distinct;
+    use crate::jsonrpc::{LiteArena, LiteJson};
     use serde_json::json;
 
     fn ambiguous(key: &str) -> ParseError {
         ParseError::AmbiguousKey(key.into())
+    }
+
+    /// Pair by pair or through the set (past eight keys), over a tree or over the text:
+    /// the later key of a pair that folds together is named.
+    #[test]
+    fn keys_that_fold_together_are_not_distinct() {
+        let check = |value: Value| {
+            let text = value.to_string();
+            let verdict = distinct(&value);
+            let arena = LiteArena::new();
+            assert_eq!(distinct(&LiteJson::read(&text, &arena).unwrap()), verdict);
+            verdict
+        };
+        assert_eq!(check(json!({"region": 1, "name": 2})), Ok(()));
+        assert_eq!(
+            check(json!({"region": 1, "Region": 2})),
+            Err(ambiguous("Region"))
+        );
+        assert_eq!(
+            check(json!({"first_name": 1, "firstName": 2})),
+            Err(ambiguous("firstName"))
+        );
+        let mut many: serde_json::Map<String, Value> =
+            (0..12).map(|i| (format!("k{i}"), json!(i))).collect();
+        assert_eq!(check(Value::Object(many.clone())), Ok(()));
+        many.insert("K_7".into(), json!(0));
+        assert_eq!(check(Value::Object(many)), Err(ambiguous("K_7")));
+        assert_eq!(check(json!([1, 1])), Ok(()));
+    }
+
+    #[test]
+    fn a_member_is_read_only_without_a_look_alike() {
+        let value = json!({"action": "accept", "content": 1});
+        assert_eq!(member(&value, "action"), Ok(Some(&json!("accept"))));
+        assert_eq!(member(&value, "model"), Ok(None));
+        let value = json!({"action": "accept", "ACTION": "decline"});
+        assert_eq!(member(&value, "action"), Err(ambiguous("ACTION")));
+        let text = value.to_string();
+        let arena = LiteArena::new();
+        let lite = LiteJson::read(&text, &arena).unwrap();
+        assert_eq!(member(&lite, "action"), Err(ambiguous("ACTION")));
+        assert_eq!(member(&json!("s"), "action"), Ok(None));
     }
 
     #[test]
