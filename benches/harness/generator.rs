@@ -137,7 +137,7 @@ pub fn request_as(
     principal: HeaderValue,
     body: Bytes,
 ) -> Request<Full<Bytes>> {
-    Request::builder()
+    let mut request = Request::builder()
         .method(Method::POST)
         .uri(path)
         .header(header::HOST, addr.to_string())
@@ -151,7 +151,15 @@ pub fn request_as(
         .header(HeaderName::from_static("mcp-name"), tool)
         .header(HeaderName::from_static(PRINCIPAL_HEADER), principal)
         .body(Full::new(body))
-        .expect("a valid request")
+        .expect("a valid request");
+    // The run's access token, when it minted one (`jwt.rs`): static, as the principal.
+    if !crate::jwt::authorization().is_empty() {
+        request.headers_mut().insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static(crate::jwt::authorization()),
+        );
+    }
+    request
 }
 
 /// One connection's sending half.

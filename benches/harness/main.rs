@@ -12,6 +12,8 @@
 //! - single-use on (memory and Redis stores; Redis alone, and a primary whose replica
 //!   confirms each consumption, `WAIT`, the default with a replica): the retry with a
 //!   fresh token each time;
+//! - a JWT principal (`jwt.rs`: RS256, the keys in a JWKS file): the first call and the
+//!   retry through a sidecar that verifies every request's access token;
 //! - memory: the sidecar's idle RSS, and per open idle SSE stream with 10 000 of them
 //!   held through it (nginx and the bare hyper proxy beside it);
 //! - allocations per request in the sidecar, counted in-process.
@@ -32,6 +34,7 @@ mod allocs;
 mod bare;
 mod generator;
 mod instructions;
+mod jwt;
 mod procs;
 mod report;
 mod stdio;
@@ -150,6 +153,8 @@ struct Setup {
     bare_pid: u32,
     /// The sidecar in front of the fast upstream in stdio mode (`stdio.rs`).
     stdio: SocketAddr,
+    /// The sidecar with a JWT principal (`jwt.rs`).
+    jwt: SocketAddr,
     idle_rss: u64,
 }
 
@@ -178,9 +183,13 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
     std::fs::write(dir.join("keys"), format!("{}\n", "5e".repeat(32)))
         .map_err(|e| format!("keys: {e}"))?;
     let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    let mut start_sidecar = |name: &'static str, single_use: &str| {
+    let jwt_principal = jwt::setup(dir)?;
+    let mut start_sidecar = |name: &'static str, extra: &str| {
         let (port, admin) = (procs::free_port(), procs::free_port());
-        let mut config = sidecar_config(dir, port, admin, upstream_port, single_use);
+        let mut config = sidecar_config(dir, port, admin, upstream_port, extra);
+        if name == "sidecar-jwt" {
+            config = config.replace(&header_principal(), "");
+        }
         if name == "sidecar-stdio" {
             config = stdio::config(&config, &me);
         }
@@ -221,6 +230,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         ),
     )?;
     let (stdio, stdio_admin, _) = start_sidecar("sidecar-stdio", "")?;
+    let (jwt, jwt_admin, _) = start_sidecar("sidecar-jwt", &jwt_principal)?;
     let nginx_port = procs::free_port();
     std::fs::write(
         dir.join("nginx.conf"),
@@ -260,6 +270,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         redis_admin,
         replicated_admin,
         stdio_admin,
+        jwt_admin,
     ] {
         procs::wait_ready(children, admin, "/readyz")?;
     }
@@ -278,6 +289,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         bare: loopback(bare_port),
         bare_pid,
         stdio,
+        jwt,
         idle_rss,
     })
 }
@@ -292,11 +304,18 @@ fn sidecar_config(dir: &Path, port: u16, admin: u16, upstream: u16, extra: &str)
     format!(
         "listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
          upstream = \"http://127.0.0.1:{upstream}\"\n\
-         [state]\nkeys_file = \"{}\"\naudience = \"bench.example\"\n\
-         [principal]\nsource = \"header\"\nheader = \"{}\"\n\
-         trusted_proxies = [\"127.0.0.1/32\"]\n\
+         [state]\nkeys_file = \"{}\"\naudience = \"bench.example\"\n{}\
          [limits]\nmax_connections = 30000\n[log]\nlevel = \"warn\"\n{extra}",
         dir.join("keys").display(),
+        header_principal(),
+    )
+}
+
+/// The `[principal]` section of a header principal from a trusted front proxy.
+fn header_principal() -> String {
+    format!(
+        "[principal]\nsource = \"header\"\nheader = \"{}\"\n\
+         trusted_proxies = [\"127.0.0.1/32\"]\n",
         generator::PRINCIPAL_HEADER,
     )
 }
@@ -392,42 +411,14 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
                 let body = match phase {
                     Phase::First => request_body(None),
                     // A, C and D forward the upstream's own plaintext; B needs its token.
-                    Phase::Retry if i == 1 => {
-                        let first = Target {
-                            expect: Phase::First.expect(),
-                            ..target.clone()
-                        };
-                        let answers =
-                            generator::closed_loop(&first, request_body(None), 1, 1).await?;
-                        request_body(Some(&state_of(&answers[0])?))
-                    }
+                    Phase::Retry if i == 1 => minted_retry(&target).await?,
                     Phase::Retry => request_body(Some(upstream::STATE)),
                 };
-                // One checked exchange first: a wrong answer fails the run, not a row.
-                generator::closed_loop(&target, body.clone(), 1, 1)
+                let (rps, latency) = measured(settings, &target, body, dir)
                     .await
                     .map_err(|e| format!("{workload} {}: {e}", phase.label()))?;
-                let file = dir.join("body.json");
-                std::fs::write(&file, &body).map_err(|e| format!("body file: {e}"))?;
-                let script = dir.join("wrk.lua");
-                wrk::run(&target, wrk::WrkBody::Same(&file), settings.warmup, &script)?;
-                row.rps[i] = Some(wrk::run(
-                    &target,
-                    wrk::WrkBody::Same(&file),
-                    settings.measure,
-                    &script,
-                )?);
-                row.latency[i] = Some(
-                    generator::open_loop(
-                        &target,
-                        &Bodies::Same(body),
-                        settings.rate,
-                        settings.warmup,
-                        settings.measure,
-                        OPEN_LOOP_CONNECTIONS,
-                    )
-                    .await?,
-                );
+                row.rps[i] = Some(rps);
+                row.latency[i] = Some(latency);
             }
             rows.push(row);
         }
@@ -448,6 +439,22 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
         single_use.push((format!("retry, single-use ({name})"), Phase::Retry, row));
     }
     single_use.extend(stdio::rows(settings, setup.stdio, dir).await?);
+    for phase in [Phase::First, Phase::Retry] {
+        let target = Target {
+            addr: setup.jwt,
+            path: WORKLOADS[0].1,
+            expect: phase.expect(),
+            forbid: (phase == Phase::First).then_some(PLAINTEXT_MARK),
+        };
+        let body = match phase {
+            Phase::First => request_body(None),
+            Phase::Retry => minted_retry(&target).await?,
+        };
+        let row = measured(settings, &target, body, dir)
+            .await
+            .map_err(|e| format!("JWT {}: {e}", phase.label()))?;
+        single_use.push((format!("{}, JWT principal", phase.label()), phase, row));
+    }
     let after_load_rss = procs::rss(setup.sidecar_pid)?;
     // A failure here (a proxy out of sockets) is reported with the tables, not instead.
     let streams = hold_streams(settings, setup).await;
@@ -459,6 +466,42 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
         after_load_rss,
         &streams,
     ))
+}
+
+/// A retry of the workload through a sidecar, with the token it mints for `target`.
+async fn minted_retry(target: &Target) -> Result<Bytes, String> {
+    let first = Target {
+        expect: Phase::First.expect(),
+        ..target.clone()
+    };
+    let answers = generator::closed_loop(&first, request_body(None), 1, 1).await?;
+    Ok(request_body(Some(&state_of(&answers[0])?)))
+}
+
+/// One body sent again and again to `target`: wrk's throughput and the open loop's
+/// latency, after one checked exchange (a wrong answer fails the run, not a row).
+async fn measured(
+    settings: &Settings,
+    target: &Target,
+    body: Bytes,
+    dir: &Path,
+) -> Result<(wrk::Throughput, Outcome), String> {
+    generator::closed_loop(target, body.clone(), 1, 1).await?;
+    let file = dir.join("body.json");
+    std::fs::write(&file, &body).map_err(|e| format!("body file: {e}"))?;
+    let script = dir.join("wrk.lua");
+    wrk::run(target, wrk::WrkBody::Same(&file), settings.warmup, &script)?;
+    let throughput = wrk::run(target, wrk::WrkBody::Same(&file), settings.measure, &script)?;
+    let latency = generator::open_loop(
+        target,
+        &Bodies::Same(body),
+        settings.rate,
+        settings.warmup,
+        settings.measure,
+        OPEN_LOOP_CONNECTIONS,
+    )
+    .await?;
+    Ok((throughput, latency))
 }
 
 /// A single-use sidecar's retries, each with a token of its own minted through it just

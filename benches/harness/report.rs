@@ -70,8 +70,13 @@ pub(super) fn markdown(
             }
         }
     }
-    for (label, _, (t, _)) in single_use.iter() {
-        let _ = writeln!(out, "| JSON | {label} | | {:.0} | | | | | |", t.rps);
+    // B/D against the floor's JSON row of the same phase (the floor has no such rows).
+    for (label, phase, (t, _)) in single_use.iter() {
+        let floor = (rows.iter())
+            .find(|r| r.workload == "JSON" && r.phase == *phase)
+            .and_then(|r| r.rps[3].as_ref());
+        let b_d = floor.map_or_else(String::new, |d| format!("{:.2}", t.rps / d.rps));
+        let _ = writeln!(out, "| JSON | {label} | | {:.0} | | | | | {b_d} |", t.rps);
         note(&mut errors, format!("wrk {label}"), t.errors, None);
     }
     let _ = writeln!(

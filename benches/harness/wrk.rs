@@ -40,6 +40,12 @@ pub fn run(
          wrk.headers[\"Mcp-Name\"] = \"provision\"\n\
          wrk.headers[\"{PRINCIPAL_HEADER}\"] = \"{PRINCIPAL}\"\n"
     );
+    if !crate::jwt::authorization().is_empty() {
+        lua.push_str(&format!(
+            "wrk.headers[\"Authorization\"] = \"{}\"\n",
+            crate::jwt::authorization()
+        ));
+    }
     match body {
         WrkBody::Same(file) => lua.push_str(&format!(
             "local f = assert(io.open(\"{}\", \"rb\"))\nwrk.body = f:read(\"*a\")\nf:close()\n",
