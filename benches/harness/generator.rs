@@ -152,15 +152,16 @@ pub fn request_as(
         .header(HeaderName::from_static(PRINCIPAL_HEADER), principal)
         .body(Full::new(body))
         .expect("a valid request");
-    // The run's access token, when it minted one (`jwt.rs`): static, as the principal.
-    if !crate::jwt::authorization().is_empty() {
-        request.headers_mut().insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static(crate::jwt::authorization()),
-        );
+    // The run's access token, when it minted one: static, as the principal.
+    if let Some(bearer) = AUTHORIZATION.get() {
+        (request.headers_mut()).insert(header::AUTHORIZATION, HeaderValue::from_static(bearer));
     }
     request
 }
+
+/// `Bearer <token>`, set once when the run mints an access token (the harness's
+/// `jwt.rs`): every request carries it from then on.
+pub static AUTHORIZATION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// One connection's sending half.
 pub type Sender = SendRequest<Full<Bytes>>;

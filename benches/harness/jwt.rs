@@ -8,23 +8,15 @@ use jsonwebtoken::jwk::Jwk;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::json;
 use std::path::Path;
-use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 const ISSUER: &str = "https://issuer.bench.example";
 const AUDIENCE: &str = "https://mcp.bench.example";
 const KID: &str = "bench-rsa-1";
 
-static BEARER: OnceLock<String> = OnceLock::new();
-
-/// `Bearer <token>`, the value every request's `Authorization` carries.
-pub fn authorization() -> &'static str {
-    BEARER.get().map_or("", String::as_str)
-}
-
 /// Mint the harness's access token (an RSA-2048 key, RS256, valid for a day) and write
-/// the JWKS that verifies it to `dir/jwks.json`; the `[principal]` section of a sidecar
-/// that reads it.
+/// the JWKS that verifies it to `dir/jwks.json`, and have every request carry it
+/// (`generator::AUTHORIZATION`); the `[principal]` section of a sidecar that reads it.
 pub fn setup(dir: &Path) -> Result<String, String> {
     let pair = rcgen::KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)
         .map_err(|e| format!("JWT key: {e}"))?;
@@ -45,7 +37,7 @@ pub fn setup(dir: &Path) -> Result<String, String> {
     let mut header = Header::new(Algorithm::RS256);
     header.kid = Some(KID.into());
     let token = jsonwebtoken::encode(&header, &claims, &key).map_err(|e| format!("JWT: {e}"))?;
-    BEARER
+    crate::generator::AUTHORIZATION
         .set(format!("Bearer {token}"))
         .map_err(|_| "the bearer token was minted twice".to_owned())?;
     Ok(format!(

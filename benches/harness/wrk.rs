@@ -40,11 +40,8 @@ pub fn run(
          wrk.headers[\"Mcp-Name\"] = \"provision\"\n\
          wrk.headers[\"{PRINCIPAL_HEADER}\"] = \"{PRINCIPAL}\"\n"
     );
-    if !crate::jwt::authorization().is_empty() {
-        lua.push_str(&format!(
-            "wrk.headers[\"Authorization\"] = \"{}\"\n",
-            crate::jwt::authorization()
-        ));
+    if let Some(bearer) = crate::generator::AUTHORIZATION.get() {
+        lua.push_str(&format!("wrk.headers[\"Authorization\"] = \"{bearer}\"\n"));
     }
     match body {
         WrkBody::Same(file) => lua.push_str(&format!(
