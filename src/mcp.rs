@@ -41,13 +41,13 @@ pub fn asks_for_input(result: &Map<String, Value>) -> bool {
 
 /// An MCP header value (`Mcp-Name`, `Mcp-Param-*`): as sent, or for one that is not
 /// plain printable ASCII, the bytes its `=?base64?<b64>?=` form encodes.
-pub(crate) fn decode_header_value(raw: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn decode_header_value(raw: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
     match raw
         .strip_prefix(b"=?base64?")
         .and_then(|r| r.strip_suffix(b"?="))
     {
-        Some(encoded) => base64_simd::STANDARD.decode_to_vec(encoded).ok(),
-        None => Some(raw.to_vec()),
+        Some(encoded) => (base64_simd::STANDARD.decode_to_vec(encoded).ok()).map(Into::into),
+        None => Some(raw.into()),
     }
 }
 

@@ -257,7 +257,7 @@ fn decode(raw: &[u8]) -> Option<String> {
     {
         return None;
     }
-    String::from_utf8(decoded).ok()
+    String::from_utf8(decoded.into_owned()).ok()
 }
 
 /// Whether a decoded header agrees with its argument: an integer property with an
