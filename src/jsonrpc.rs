@@ -453,7 +453,7 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
             }
             match object.get("params") {
                 None => {}
-                Some(Value::Object(p)) => {
+                Some(params @ Value::Object(p)) => {
                     check_reserved(p, PARAMS_FIELDS)?;
                     // The answers' keys are matched exactly against what the round asked,
                     // but an upstream that decodes the answers into a struct with a
@@ -464,7 +464,7 @@ pub fn classify(value: &Value) -> Result<Message, ParseError> {
                     }
                     // What the client says it can answer decides whether a round is
                     // sealed: no capability the policy reads may have a look-alike.
-                    names::check_capability_names(object.get("params").expect("matched"))?;
+                    names::check_capability_names(params)?;
                     for field in ["name", "uri"] {
                         if p.get(field).is_some_and(|v| !v.is_string()) {
                             return Err(ParseError::Target(field));

@@ -287,6 +287,18 @@ impl Params<'_> {
         self.0.is_some()
     }
 
+    /// Whether the call has the member (read or not, and not removed).
+    pub(crate) fn is_there(&self, field: ParamsField) -> bool {
+        self.0.as_ref().is_some_and(|p| p.is_there(field))
+    }
+
+    /// Whether the call declares client capabilities.
+    pub(crate) fn declares_capabilities(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|p| p.index.declared().is_some())
+    }
+
     /// A member, as the gate checked it.
     pub fn get(&self, field: ParamsField) -> Option<&Value> {
         self.0.as_ref()?.value(field)

@@ -1,23 +1,28 @@
 //! One reading of a JSON value, whatever holds it: a `serde_json` tree (what an edit
-//! leaves, what the oracles build) or a [`LiteJson`](super::LiteJson) read from the text it stands in
-//! (a retry's answers, a token's recorded questions). The rules that read answers are
-//! written once against [`JsonView`], so both hold them alike.
+//! leaves, what the oracles build) or a [`LiteJson`](super::LiteJson) read from the text
+//! it stands in (a retry's answers, a token's recorded questions, the declared
+//! capabilities, a call's arguments). The rules that read them (the answers' rules, the
+//! capability paths, the look-alike rule, the arguments' canonical form) are written
+//! once against [`JsonView`], so both hold them alike.
 //!
 //! Invariant: on the same JSON text, a `Value` from the strict parse and a `LiteJson`
-//! answer every question of [`JsonView`] the same way (the `answers` fuzz target holds
-//! the two readings of a retry's answers to one verdict).
+//! answer every question of [`JsonView`] the same way, but for the spelling of a number's
+//! literal (the `scan` fuzz target holds the two readings of every scanned span to each
+//! other, the `answers` target the two readings of a retry's answers to one verdict).
 
 use super::{ParseError, fold, folds_equal, printable};
 use serde_json::Value;
 
 /// A JSON value, read: numbers as `serde_json` with `arbitrary_precision` reads them
-/// (from their literal text), objects by exact key.
+/// (from their literal), objects by exact key.
 pub trait JsonView: Sized {
     /// The string, if it is one.
     fn as_str(&self) -> Option<&str>;
     /// The boolean, if it is one.
     fn as_bool(&self) -> Option<bool>;
-    /// The number's literal, as the text spells it, if it is a number.
+    /// The number's literal, if it is a number: as the text spells it (`LiteJson`), or as
+    /// serde_json keeps it (`Value`, which respells an exponent: `1E3` is `1e+3`). Every
+    /// reader parses it; none compares the spelling.
     fn number_literal(&self) -> Option<&str>;
     /// Whether it is `null`.
     fn is_null(&self) -> bool;
@@ -113,12 +118,12 @@ pub(crate) fn distinct<V: JsonView>(object: &V) -> Result<(), ParseError> {
 
 /// Up to this many keys, they are compared pair by pair as they fold (nothing built);
 /// past it, each folded key goes into a set.
-const PAIRWISE_KEYS: usize = 8;
+const PAIRWISE_FOLDS: usize = 8;
 
 /// No two of the keys `keys()` goes over fold together; the later one of a pair is
 /// named.
 fn distinct_keys<'k, I: Iterator<Item = &'k str>>(keys: impl Fn() -> I) -> Result<(), ParseError> {
-    if keys().nth(PAIRWISE_KEYS).is_none() {
+    if keys().nth(PAIRWISE_FOLDS).is_none() {
         for (i, key) in keys().enumerate() {
             if keys().take(i).any(|earlier| folds_equal(earlier, key)) {
                 return Err(ParseError::AmbiguousKey(printable(key)));

@@ -60,6 +60,9 @@ impl Declared {
 /// The client capabilities a request declared (`params._meta[...]`), if any: read over
 /// the body's text.
 pub(crate) fn declared(params: &Params<'_>) -> Option<Declared> {
+    if !params.declares_capabilities() {
+        return None;
+    }
     let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
     Declared::of(&params.declared_capabilities(&arena)?)
 }

@@ -161,6 +161,9 @@ impl StateOpener {
         params: &mut Params<'_>,
         opened: &Opened,
     ) -> Result<(), ProxyError> {
+        if !params.is_there(ParamsField::InputResponses) {
+            return Ok(());
+        }
         // The answers and the questions are read into one arena.
         let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
         let (unasked, verdict) = match params.view(ParamsField::InputResponses, &arena) {
@@ -168,10 +171,13 @@ impl StateOpener {
             Some(ParamView::Text(answers)) => self.answered(method, opened, &answers, &arena),
             Some(ParamView::Value(answers)) => self.answered(method, opened, answers, &arena),
         };
-        match (&opened.asked, verdict) {
-            (Some(asked), Ok(())) if unasked > 0 => self.filter_input_responses(params, asked),
-            (_, verdict) => verdict,
+        // Dropped (and counted) whatever the verdict, as they always were.
+        if let Some(asked) = &opened.asked
+            && unasked > 0
+        {
+            self.filter_input_responses(params, asked)?;
         }
+        verdict
     }
 
     /// How many answers the round did not ask for, and the verdict on the others.

@@ -326,7 +326,8 @@ fn id_text(id: &serde_json::Value) -> String {
     const MAX_ID_BYTES: usize = 64;
     match id {
         serde_json::Value::String(s) => printable(s, MAX_ID_BYTES),
-        // The literal as the client sent it (`arbitrary_precision` keeps it).
+        // The literal as serde_json keeps it (`arbitrary_precision`), as it was written
+        // before: `to_string` wrote the same text through a copy.
         serde_json::Value::Number(n) => printable(n.as_str(), MAX_ID_BYTES),
         other => printable(&other.to_string(), MAX_ID_BYTES),
     }

@@ -80,6 +80,9 @@ impl RequestBinding {
             Some(ParamRead::Value(value)) => Some(value.as_str().map(str::to_owned)),
             Some(ParamRead::Null | ParamRead::Other) => Some(None),
         };
+        if !params.is_there(ParamsField::Arguments) {
+            return Self::of_parts::<Value>(method, target, None);
+        }
         let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
         match params.view(ParamsField::Arguments, &arena) {
             None => Self::of_parts::<Value>(method, target, None),

@@ -209,6 +209,17 @@ async fn answers_must_answer_the_question_asked() {
         );
         assert_eq!(error["error"]["data"]["key"], "form");
     }
+    // An unasked answer beside a bad one: refused, and the unasked one counted as dropped
+    // all the same.
+    let dropped = sidecar.metrics().path.input_responses_dropped_count();
+    let mut responses = accept(json!({"region": 7}));
+    responses["tier"] = json!({"action": "accept", "content": {"tier": "enterprise"}});
+    let reply = post(&url, &call(caps.clone(), Some(&token), responses), &[]).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(
+        sidecar.metrics().path.input_responses_dropped_count(),
+        dropped + 1
+    );
     assert_eq!(fake.count(), forwarded, "a bad answer reached the upstream");
     // The answer that fits goes through, with its meaning intact.
     let good = accept(json!({"region": "eu", "email": "a@b.co"}));

@@ -6,12 +6,16 @@
 //! `IndexMap`, SipHash, an owned key per member) costs several times as much for the few
 //! members the rules look at.
 //!
-//! Invariant: [`LiteJson::read`] accepts a text only where the strict parse accepts it
-//! and reads it to the same value (a key twice is refused, as there); numbers answer as
-//! `serde_json`'s `arbitrary_precision` numbers answer, from the same literal.
+//! Invariant: [`LiteJson::read`] accepts a text only where the strict scan accepts it
+//! (a key twice, `__proto__` and serde_json's number stand-in key are refused, as there,
+//! and so is nesting the strict parse refuses) and reads it to the value the strict
+//! parse reads; numbers answer as `serde_json`'s `arbitrary_precision` numbers answer (a
+//! literal is kept as the text spells it, where serde_json respells an exponent
+//! `1e+3`: every reader parses it, none compares the spelling).
 
 use super::lexer::{Lexer, NotJson, unescape};
 use crate::jsonrpc::view::JsonView;
+use crate::jsonrpc::{NUMBER_TOKEN, PROTO_KEY};
 use std::borrow::Cow;
 
 /// Where a [`LiteJson`] keeps its lists (and the text of a string with an escape).
@@ -21,12 +25,13 @@ pub type LiteArena = bumpalo::Bump;
 /// questions, capabilities or arguments fit, and a larger document takes more chunks.
 pub(crate) const LITE_ARENA_BYTES: usize = 1024;
 
-/// As deep as the strict parse reads (`serde_json`'s recursion limit).
+/// Containers nest fewer levels than this, as the strict parse reads them (`serde_json`'s
+/// recursion limit).
 const MAX_DEPTH: usize = 128;
 
 /// Up to this many members, an object's keys are checked for a duplicate pair by pair;
 /// past it, sorted.
-const PAIRWISE_KEYS: usize = 16;
+const PAIRWISE_DUPLICATES: usize = 16;
 
 /// A JSON value over the text it was read from (and the arena its lists are in).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -100,7 +105,7 @@ impl<'a> Reader<'a> {
     /// After the opening bracket or brace: `true` when the container is empty (and
     /// closed), whitespace skipped.
     fn open(&mut self, close: u8, depth: usize) -> Result<bool, NotJson> {
-        if depth > MAX_DEPTH {
+        if depth >= MAX_DEPTH {
             return Err(NotJson);
         }
         self.lexer.expect(self.lexer.peek().ok_or(NotJson)?)?;
@@ -141,6 +146,10 @@ impl<'a> Reader<'a> {
         if !self.open(b'}', depth)? {
             loop {
                 let key = self.string()?;
+                // Refused as the scanner refuses them, wherever they stand.
+                if key == PROTO_KEY || key == NUMBER_TOKEN {
+                    return Err(NotJson);
+                }
                 self.lexer.skip_whitespace();
                 self.lexer.expect(b':')?;
                 self.lexer.skip_whitespace();
@@ -163,7 +172,7 @@ impl<'a> Reader<'a> {
 /// Whether two members have the same key: compared pair by pair when they are few, else
 /// in a sorted copy of the keys (in `arena`).
 fn has_duplicate(members: &[(&str, LiteJson<'_>)], arena: &LiteArena) -> bool {
-    if members.len() <= PAIRWISE_KEYS {
+    if members.len() <= PAIRWISE_DUPLICATES {
         return (members.iter().enumerate())
             .any(|(i, (key, _))| members[..i].iter().any(|(earlier, _)| earlier == key));
     }
@@ -301,10 +310,37 @@ mod tests {
 
     #[test]
     fn nesting_stops_where_the_strict_parse_stops() {
-        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let deep =
+            |n: usize, open: &str, close: &str| format!("{}{}", open.repeat(n), close.repeat(n));
         let arena = LiteArena::new();
-        assert!(LiteJson::read(&deep(MAX_DEPTH), &arena).is_some());
-        assert!(LiteJson::read(&deep(MAX_DEPTH + 1), &arena).is_none());
-        assert!(parse_bounded(deep(MAX_DEPTH + 1).as_bytes(), usize::MAX).is_err());
+        for n in MAX_DEPTH - 3..=MAX_DEPTH + 3 {
+            for (open, close) in [("[", "]"), ("{\"a\":", "}")] {
+                let text = deep(n, open, close).replace("{\"a\":}", "{}");
+                let text = if open == "[" {
+                    text
+                } else {
+                    format!("{}1{}", open.repeat(n), close.repeat(n))
+                };
+                assert_eq!(
+                    LiteJson::read(&text, &arena).is_some(),
+                    parse_bounded(text.as_bytes(), usize::MAX).is_ok(),
+                    "{n} levels of {open}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn keys_the_scanner_refuses_are_refused() {
+        let arena = LiteArena::new();
+        for text in [
+            r#"{"__proto__":{}}"#,
+            r#"{"a":[{"__proto__":1}]}"#,
+            r#"{"$serde_json::private::Number":"1"}"#,
+            r#"{"a":1,"$serde_json::private::Number":"1"}"#,
+        ] {
+            assert!(LiteJson::read(text, &arena).is_none(), "{text}");
+        }
+        assert!(LiteJson::read(r#"{"__proto":1,"proto__":2}"#, &arena).is_some());
     }
 }
