@@ -438,23 +438,8 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
         let row = single_use_row(settings, addr, retry_rps, dir).await?;
         single_use.push((format!("retry, single-use ({name})"), Phase::Retry, row));
     }
-    single_use.extend(stdio::rows(settings, setup.stdio, dir).await?);
-    for phase in [Phase::First, Phase::Retry] {
-        let target = Target {
-            addr: setup.jwt,
-            path: WORKLOADS[0].1,
-            expect: phase.expect(),
-            forbid: (phase == Phase::First).then_some(PLAINTEXT_MARK),
-        };
-        let body = match phase {
-            Phase::First => request_body(None),
-            Phase::Retry => minted_retry(&target).await?,
-        };
-        let row = measured(settings, &target, body, dir)
-            .await
-            .map_err(|e| format!("JWT {}: {e}", phase.label()))?;
-        single_use.push((format!("{}, JWT principal", phase.label()), phase, row));
-    }
+    single_use.extend(sidecar_rows(settings, setup.stdio, "stdio upstream (E)", dir).await?);
+    single_use.extend(sidecar_rows(settings, setup.jwt, "JWT principal", dir).await?);
     let after_load_rss = procs::rss(setup.sidecar_pid)?;
     // A failure here (a proxy out of sockets) is reported with the tables, not instead.
     let streams = hold_streams(settings, setup).await;
@@ -466,6 +451,47 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
         after_load_rss,
         &streams,
     ))
+}
+
+/// The JSON workload's first call and retry through the sidecar at `addr` (the retry with
+/// a token it minted), labelled `<phase>, <what>` for the report.
+async fn sidecar_rows(
+    settings: &Settings,
+    addr: SocketAddr,
+    what: &str,
+    dir: &Path,
+) -> Result<Vec<(String, Phase, (wrk::Throughput, Outcome))>, String> {
+    let mut rows = Vec::new();
+    for phase in [Phase::First, Phase::Retry] {
+        let target = Target {
+            addr,
+            path: WORKLOADS[0].1,
+            expect: phase.expect(),
+            forbid: (phase == Phase::First).then_some(PLAINTEXT_MARK),
+        };
+        let body = match phase {
+            Phase::First => request_body(None),
+            Phase::Retry => minted_retry(&target).await?,
+        };
+        let row = measured(settings, &target, body, dir)
+            .await
+            .map_err(|e| format!("{what} {}: {e}", phase.label()))?;
+        rows.push((format!("{}, {what}", phase.label()), phase, row));
+    }
+    Ok(rows)
+}
+
+/// The open loop's latency at `target`, each request carrying what `bodies` gives.
+async fn latency(settings: &Settings, target: &Target, bodies: &Bodies) -> Result<Outcome, String> {
+    generator::open_loop(
+        target,
+        bodies,
+        settings.rate,
+        settings.warmup,
+        settings.measure,
+        OPEN_LOOP_CONNECTIONS,
+    )
+    .await
 }
 
 /// A retry of the workload through a sidecar, with the token it mints for `target`.
@@ -492,16 +518,10 @@ async fn measured(
     let script = dir.join("wrk.lua");
     wrk::run(target, wrk::WrkBody::Same(&file), settings.warmup, &script)?;
     let throughput = wrk::run(target, wrk::WrkBody::Same(&file), settings.measure, &script)?;
-    let latency = generator::open_loop(
-        target,
-        &Bodies::Same(body),
-        settings.rate,
-        settings.warmup,
-        settings.measure,
-        OPEN_LOOP_CONNECTIONS,
-    )
-    .await?;
-    Ok((throughput, latency))
+    Ok((
+        throughput,
+        latency(settings, target, &Bodies::Same(body)).await?,
+    ))
 }
 
 /// A single-use sidecar's retries, each with a token of its own minted through it just
@@ -558,16 +578,7 @@ async fn single_use_row(
         as usize
         + 1;
     let bodies = Bodies::Each(Arc::new(mint(count).await?));
-    let latency = generator::open_loop(
-        &retry,
-        &bodies,
-        settings.rate,
-        settings.warmup,
-        settings.measure,
-        OPEN_LOOP_CONNECTIONS,
-    )
-    .await?;
-    Ok((throughput, latency))
+    Ok((throughput, latency(settings, &retry, &bodies).await?))
 }
 
 /// One proxy's memory with idle SSE streams held through it.

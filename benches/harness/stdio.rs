@@ -2,14 +2,11 @@
 //! the harness's fast upstream in stdio mode (`upstream = "stdio"`, this executable with
 //! `--role-stdio-upstream` as its child): one line in, one line out, the bridge's own id
 //! echoed, no parsing beyond finding it. Compared with the HTTP upstream's direct figures
-//! (A), since a stdio server has no direct HTTP path to measure.
+//! (A), since a stdio server has no direct HTTP path to measure. Its rows are measured as
+//! every sidecar-only row is (`sidecar_rows`).
 
-use super::generator::{self, Bodies, Outcome, Target};
-use super::{
-    OPEN_LOOP_CONNECTIONS, Phase, Settings, WORKLOADS, request_body, state_of, upstream, wrk,
-};
+use super::upstream;
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::net::SocketAddr;
 use std::path::Path;
 
 /// When `args` say this process is the stdio upstream, serve stdin until EOF; `false`
@@ -81,62 +78,4 @@ pub fn config(base: &str, me: &Path) -> String {
         me.display().to_string()
     ));
     lines.join("\n") + "\n"
-}
-
-/// The JSON workload's first call and retry through the stdio sidecar at `addr`:
-/// wrk's throughput and the open loop's latency, labelled for the report.
-pub async fn rows(
-    settings: &Settings,
-    addr: SocketAddr,
-    dir: &Path,
-) -> Result<Vec<(String, Phase, (wrk::Throughput, Outcome))>, String> {
-    let (_, path) = WORKLOADS[0];
-    let mut rows = Vec::new();
-    for phase in [Phase::First, Phase::Retry] {
-        let target = Target {
-            addr,
-            path,
-            expect: phase.expect(),
-            forbid: (phase == Phase::First).then_some(super::PLAINTEXT_MARK),
-        };
-        let body = match phase {
-            Phase::First => request_body(None),
-            Phase::Retry => {
-                let first = Target {
-                    expect: Phase::First.expect(),
-                    ..target.clone()
-                };
-                let answers = generator::closed_loop(&first, request_body(None), 1, 1).await?;
-                request_body(Some(&state_of(&answers[0])?))
-            }
-        };
-        generator::closed_loop(&target, body.clone(), 1, 1)
-            .await
-            .map_err(|e| format!("stdio {}: {e}", phase.label()))?;
-        let file = dir.join("body.json");
-        std::fs::write(&file, &body).map_err(|e| format!("body file: {e}"))?;
-        let script = dir.join("wrk.lua");
-        wrk::run(&target, wrk::WrkBody::Same(&file), settings.warmup, &script)?;
-        let throughput = wrk::run(
-            &target,
-            wrk::WrkBody::Same(&file),
-            settings.measure,
-            &script,
-        )?;
-        let latency = generator::open_loop(
-            &target,
-            &Bodies::Same(body),
-            settings.rate,
-            settings.warmup,
-            settings.measure,
-            OPEN_LOOP_CONNECTIONS,
-        )
-        .await?;
-        rows.push((
-            format!("{}, stdio upstream (E)", phase.label()),
-            phase,
-            (throughput, latency),
-        ));
-    }
-    Ok(rows)
 }
