@@ -292,29 +292,17 @@ impl Params<'_> {
         self.0.as_ref().is_some_and(|p| p.is_there(field))
     }
 
-    /// Whether the call declares client capabilities.
-    pub(crate) fn declares_capabilities(&self) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|p| p.index.declared().is_some())
-    }
-
     /// A member, as the gate checked it.
     pub fn get(&self, field: ParamsField) -> Option<&Value> {
         self.0.as_ref()?.value(field)
     }
 
-    /// The client capabilities the call declared
-    /// (`_meta["io.modelcontextprotocol/clientCapabilities"]`), read alone over the
-    /// body's text: the rest of `_meta` is never read. (Should the scan's span not read,
-    /// nothing is declared: no round is sealed that the client may not answer.)
-    pub(crate) fn declared_capabilities<'v>(
-        &'v self,
-        arena: &'v LiteArena,
-    ) -> Option<LiteJson<'v>> {
+    /// The text of the client capabilities the call declared
+    /// (`_meta["io.modelcontextprotocol/clientCapabilities"]`), as the body holds it:
+    /// the rest of `_meta` is never read.
+    pub(crate) fn declared_capabilities(&self) -> Option<&str> {
         let parts = self.0.as_ref()?;
-        let text = std::str::from_utf8(&parts.body[parts.index.declared()?]).ok()?;
-        LiteJson::read(text, arena)
+        std::str::from_utf8(&parts.body[parts.index.declared()?]).ok()
     }
 
     /// A member that is a string. Read from the body's string token (borrowed unless

@@ -12,7 +12,7 @@
 //! {"URL": {}}}` must not read as "form, since no url").
 
 use super::questions::Question;
-use crate::jsonrpc::{self, JsonView, LITE_ARENA_BYTES, LiteArena, Lookup, Params};
+use crate::jsonrpc::{self, JsonView, LITE_ARENA_BYTES, LiteArena, LiteJson, Lookup, Params};
 use serde_json::{Map, Value, json};
 
 /// What the client lacks for one round.
@@ -58,13 +58,12 @@ impl Declared {
 }
 
 /// The client capabilities a request declared (`params._meta[...]`), if any: read over
-/// the body's text.
+/// the body's text. (Should the scan's span not read, nothing is declared: no round is
+/// sealed that the client may not answer.)
 pub(crate) fn declared(params: &Params<'_>) -> Option<Declared> {
-    if !params.declares_capabilities() {
-        return None;
-    }
+    let text = params.declared_capabilities()?;
     let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
-    Declared::of(&params.declared_capabilities(&arena)?)
+    Declared::of(&LiteJson::read(text, &arena)?)
 }
 
 /// Check every input request of a round against what the client declared.
