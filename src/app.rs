@@ -311,7 +311,7 @@ async fn principal_source(
                     ),
                 }
             }
-            let verifier = JwtVerifier::new(&jwt, keys.clone()).map_err(|_| {
+            let verifier = JwtVerifier::new(&jwt, keys.clone(), metrics.clone()).map_err(|_| {
                 invalid(vec![config::ConfigProblem::new(
                     "principal.jwt.resource_metadata",
                     "cannot be sent in WWW-Authenticate",

@@ -27,7 +27,7 @@ pub mod app {
 
 /// Who is calling.
 pub mod auth {
-    pub use crate::auth::AuthMetrics;
+    pub use crate::auth::{AuthMetrics, Verification};
     pub use crate::error::AuthFailure;
 
     /// JWT key sets.

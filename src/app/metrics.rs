@@ -183,6 +183,7 @@ mod tests {
             "mcp_state_guard_key_reloads_total{result=\"error\"} 0",
             "mcp_state_guard_tls_reloads_total{result=\"ok\"} 0",
             "mcp_state_guard_jwks_refreshes_total{result=\"ok\"} 0",
+            "mcp_state_guard_jwt_accepted_total{verified_by=\"cache\"} 0",
             "mcp_state_guard_single_use_consumptions_total{result=\"quota\",store=\"redis\"} 0",
             "mcp_state_guard_store_fill_ratio{resource=\"idempotency\"} 0",
             "mcp_state_guard_admin_token_reloads_total{result=\"error\"} 0",

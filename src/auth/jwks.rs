@@ -20,6 +20,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyOperations, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -48,6 +49,9 @@ pub(crate) struct VerifyingKey {
     pub(crate) kid: Option<String>,
     pub(crate) key: DecodingKey,
     pub(crate) algorithms: Vec<Algorithm>,
+    /// SHA-256 of the JWK's text as the set gave it: the same key across refreshes of
+    /// the set, so that what it verified stays verified ([`super::verified`]).
+    pub(crate) fingerprint: [u8; 32],
 }
 
 /// A usable key set (never empty).
@@ -88,7 +92,7 @@ impl KeySet {
         for entry in entries {
             let Some(key) = serde_json::from_value::<Jwk>(entry.clone())
                 .ok()
-                .and_then(|jwk| usable(&jwk))
+                .and_then(|jwk| usable(&jwk, fingerprint(entry)))
             else {
                 skipped += 1;
                 continue;
@@ -109,13 +113,13 @@ impl KeySet {
     /// The key a token names. A token without `kid` is accepted only when the set holds
     /// exactly one key: guessing among several would let a token pick its verifier.
     pub(crate) fn find(&self, kid: Option<&str>) -> Option<Arc<VerifyingKey>> {
+        self.named(kid).cloned()
+    }
+
+    fn named(&self, kid: Option<&str>) -> Option<&Arc<VerifyingKey>> {
         match kid {
-            Some(kid) => self
-                .keys
-                .iter()
-                .find(|k| k.kid.as_deref() == Some(kid))
-                .cloned(),
-            None if self.keys.len() == 1 => self.keys.first().cloned(),
+            Some(kid) => self.keys.iter().find(|k| k.kid.as_deref() == Some(kid)),
+            None if self.keys.len() == 1 => self.keys.first(),
             None => None,
         }
     }
@@ -129,8 +133,13 @@ impl KeySet {
     }
 }
 
+/// What names one JWK across reads of the set: the digest of its text.
+fn fingerprint(entry: &Value) -> [u8; 32] {
+    Sha256::digest(entry.to_string().as_bytes()).into()
+}
+
 /// The key and its algorithms, when it is a signature key we accept.
-fn usable(jwk: &Jwk) -> Option<VerifyingKey> {
+fn usable(jwk: &Jwk, fingerprint: [u8; 32]) -> Option<VerifyingKey> {
     let common = &jwk.common;
     if matches!(common.public_key_use, Some(ref u) if *u != PublicKeyUse::Signature) {
         return None;
@@ -175,6 +184,7 @@ fn usable(jwk: &Jwk) -> Option<VerifyingKey> {
         kid: common.key_id.clone(),
         key,
         algorithms,
+        fingerprint,
     })
 }
 
@@ -327,8 +337,34 @@ impl Jwks {
         }
     }
 
-    fn find(&self, kid: Option<&str>) -> Option<Arc<VerifyingKey>> {
+    pub(crate) fn find(&self, kid: Option<&str>) -> Option<Arc<VerifyingKey>> {
         self.current.load().as_ref().and_then(|set| set.find(kid))
+    }
+
+    /// A key set read from `document` (tests of what uses one).
+    #[cfg(test)]
+    pub(crate) fn holding(document: &Value) -> Self {
+        let metrics = Arc::new(AuthMetrics::register(&crate::registry::Registry::new()));
+        let jwks = Self::new(Source::File(PathBuf::new()), Duration::ZERO, metrics);
+        jwks.replace(document);
+        jwks
+    }
+
+    /// The set is now `document`'s (tests of what uses one).
+    #[cfg(test)]
+    pub(crate) fn replace(&self, document: &Value) {
+        let (set, _) = KeySet::parse(document.to_string().as_bytes()).expect("a usable set");
+        self.current.store(Some(Arc::new(set)));
+    }
+
+    /// Whether a token naming `kid` would still be verified by `key`: the current set
+    /// gives the same key for it (a key withdrawn or replaced, or a kid-less token once
+    /// the set holds several keys, no longer is).
+    pub(crate) fn still_verifies(&self, kid: Option<&str>, key: &VerifyingKey) -> bool {
+        self.current.load().as_ref().is_some_and(|set| {
+            set.named(kid)
+                .is_some_and(|current| current.fingerprint == key.fingerprint)
+        })
     }
 
     /// Refresh every `interval` until `stop`, so keys are renewed before they go stale
@@ -354,11 +390,11 @@ pub(crate) enum KeyLookup {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn rsa_jwk(kid: &str) -> Value {
+    pub(crate) fn rsa_jwk(kid: &str) -> Value {
         // A 2048-bit modulus is not needed to parse: `from_jwk` only decodes base64.
         json!({"kty": "RSA", "kid": kid, "n": "sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw", "e": "AQAB"})
     }

@@ -9,8 +9,9 @@
 //! inside `exp` / `nbf` / `iat` give or take the leeway. Every failure is one closed
 //! [`AuthFailure`]; the token itself never reaches a log line or an error.
 
-use super::AuthFailure;
 use super::jwks::{ACCEPTED, Jwks, KeyLookup};
+use super::verified::{Verified, VerifiedTokens};
+use super::{AuthFailure, AuthMetrics, Verification};
 use crate::config::JwtSettings;
 use crate::token::canonical::write_python_json;
 use http::header::{AUTHORIZATION, HeaderMap, HeaderValue, InvalidHeaderValue};
@@ -29,6 +30,8 @@ pub(crate) struct JwtVerifier {
     audience: String,
     leeway_seconds: u64,
     jwks: Arc<Jwks>,
+    verified: VerifiedTokens,
+    metrics: Arc<AuthMetrics>,
     challenge: HeaderValue,
     forward: bool,
 }
@@ -37,12 +40,18 @@ impl JwtVerifier {
     /// From a `principal.jwt` section that passed its rules. Fails only if the
     /// resource metadata URL cannot go into the challenge header (its rules refuse such
     /// a URL).
-    pub(crate) fn new(config: &JwtSettings, jwks: Arc<Jwks>) -> Result<Self, InvalidHeaderValue> {
+    pub(crate) fn new(
+        config: &JwtSettings,
+        jwks: Arc<Jwks>,
+        metrics: Arc<AuthMetrics>,
+    ) -> Result<Self, InvalidHeaderValue> {
         Ok(Self {
             issuer: config.issuer.clone(),
             audience: config.audience.clone(),
             leeway_seconds: config.leeway_seconds,
             jwks,
+            verified: VerifiedTokens::new(config.verified_tokens),
+            metrics,
             challenge: challenge(config.resource_metadata.as_deref())?,
             forward: config.forward_authorization,
         })
@@ -58,9 +67,28 @@ impl JwtVerifier {
         self.forward
     }
 
-    /// The principal of the request's bearer token.
-    pub(crate) async fn principal(&self, headers: &HeaderMap) -> Result<String, AuthFailure> {
+    /// The principal of the request's bearer token: kept from an earlier request with
+    /// the same token while that check still holds ([`super::verified`]), else checked
+    /// whole.
+    pub(crate) async fn principal(&self, headers: &HeaderMap) -> Result<Arc<str>, AuthFailure> {
         let token = bearer(headers)?;
+        let digest = self.verified.digest(token);
+        let now = crate::token::now();
+        if let Some(principal) = digest.and_then(|d| self.verified.get(&d, &self.jwks, now)) {
+            self.metrics.jwt_accepted(Verification::Cache);
+            return Ok(principal);
+        }
+        let verified = self.verify(token, now).await?;
+        let principal = verified.principal.clone();
+        if let Some(digest) = digest {
+            self.verified.insert(digest, verified);
+        }
+        self.metrics.jwt_accepted(Verification::Signature);
+        Ok(principal)
+    }
+
+    /// The whole check of one token.
+    async fn verify(&self, token: &str, now: f64) -> Result<Verified, AuthFailure> {
         let (algorithm, kid) = header(token)?;
         let key = match self.jwks.key(kid.as_deref()).await {
             KeyLookup::Found(key) => key,
@@ -78,7 +106,15 @@ impl JwtVerifier {
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &validation)
             .map_err(|e| refusal(e.kind()))?;
-        self.principal_of(&data.claims, crate::token::now())
+        let principal = self.principal_of(&data.claims, now)?;
+        // The library required a numeric `exp` and checked it.
+        let exp = data.claims.get("exp").and_then(Value::as_f64);
+        Ok(Verified {
+            principal: principal.into(),
+            until: exp.map_or(f64::NEG_INFINITY, |exp| exp + self.leeway_seconds as f64),
+            kid,
+            key,
+        })
     }
 
     /// Checks the library leaves open (an array `iss`, `iat`, claim types) and builds

@@ -13,8 +13,9 @@ pub(crate) mod header;
 pub(crate) mod jwks;
 pub(crate) mod jwt;
 mod metrics;
+mod verified;
 
-pub use metrics::AuthMetrics;
+pub use metrics::{AuthMetrics, Verification};
 
 // The reasons live with the errors, below this floor (`error` names them in
 // `ProxyError::Unauthorized`); `auth::AuthFailure` still names them.
@@ -106,11 +107,12 @@ impl Identifier {
         &self,
         parts: &http::request::Parts,
         from_trusted_peer: bool,
-    ) -> Result<Option<String>, ProxyError> {
+    ) -> Result<Option<Arc<str>>, ProxyError> {
         match self {
             Identifier::None => Ok(None),
             Identifier::Header { name, .. } => {
                 header::identify(name, &parts.headers, from_trusted_peer)
+                    .map(|identity| identity.map(Arc::from))
             }
             Identifier::Jwt(verifier) => match verifier.principal(&parts.headers).await {
                 Ok(principal) => Ok(Some(principal)),
@@ -120,7 +122,7 @@ impl Identifier {
                 }),
             },
             Identifier::Mtls => match parts.extensions.get::<PeerIdentity>() {
-                Some(PeerIdentity(identity)) => Ok(Some(identity.to_string())),
+                Some(PeerIdentity(identity)) => Ok(Some(identity.clone())),
                 // The handshake refuses clients without one; this is the belt to its braces.
                 None => Err(ProxyError::Unauthorized {
                     reason: AuthFailure::ClientCertificate,

@@ -113,6 +113,7 @@ pub(super) const LEAVES: &[Leaf] = &[
     leaf!(Restart, "principal.jwt.forward_authorization" => principal.jwt.forward_authorization),
     leaf!(Restart, "principal.jwt.jwks_refresh_seconds" => principal.jwt.jwks_refresh_seconds),
     leaf!(Restart, "principal.jwt.jwks_cooldown_seconds" => principal.jwt.jwks_cooldown_seconds),
+    leaf!(Restart, "principal.jwt.verified_tokens" => principal.jwt.verified_tokens),
     leaf!(Restart, "tls.cert_file" => tls.cert_file),
     leaf!(Restart, "tls.key_file" => tls.key_file),
     leaf!(Restart, "tls.client_ca_file" => tls.client_ca_file),

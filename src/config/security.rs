@@ -92,7 +92,7 @@ pub struct JwtConfig {
     /// PEM CA bundle for `jwks_url`. Unset: the compiled-in Mozilla roots.
     pub jwks_ca_file: Option<PathBuf>,
     /// Clock skew tolerated on `exp`, `nbf` and `iat`, at most 600.
-    pub(crate) leeway_seconds: u64,
+    pub leeway_seconds: u64,
     /// URL of the protected resource metadata (RFC 9728), sent in `WWW-Authenticate`.
     pub resource_metadata: Option<String>,
     /// Keep `Authorization` on the forwarded request.
@@ -102,6 +102,10 @@ pub struct JwtConfig {
     /// The least time between two fetches of `jwks_url` triggered by an unknown `kid`,
     /// 1..=3600: a client inventing key ids cannot make the sidecar hammer the issuer.
     pub jwks_cooldown_seconds: u64,
+    /// Access tokens whose verification is kept until they expire, 0..=1000000 (`0`:
+    /// every request's signature is checked). A client sends the same token on each
+    /// request; a kept one is still refused once expired or once its key leaves the set.
+    pub verified_tokens: u64,
 }
 
 impl Default for JwtConfig {
@@ -117,6 +121,7 @@ impl Default for JwtConfig {
             forward_authorization: true,
             jwks_refresh_seconds: 300,
             jwks_cooldown_seconds: 10,
+            verified_tokens: 10_000,
         }
     }
 }
@@ -145,6 +150,7 @@ pub(crate) struct JwtSettings {
     pub(crate) resource_metadata: Option<String>,
     pub(crate) forward_authorization: bool,
     pub(crate) jwks_cooldown_seconds: u64,
+    pub(crate) verified_tokens: u64,
 }
 
 impl JwtConfig {
@@ -161,6 +167,8 @@ impl JwtConfig {
 
 /// The most clock skew a JWT may be granted.
 const MAX_LEEWAY_SECONDS: u64 = 600;
+/// The most verified tokens kept (about 200 bytes each).
+const MAX_VERIFIED_TOKENS: u64 = 1_000_000;
 
 /// Every rule of the TLS and principal-source settings.
 pub(super) fn validate(config: &Config) -> Vec<ConfigProblem> {
@@ -304,6 +312,12 @@ fn jwt_source(jwt: &JwtConfig, report: &mut impl FnMut(&str, String)) -> Option<
             "must be between 1 and 3600".to_owned(),
         );
     }
+    if jwt.verified_tokens > MAX_VERIFIED_TOKENS {
+        problem(
+            "principal.jwt.verified_tokens",
+            format!("must be at most {MAX_VERIFIED_TOKENS}"),
+        );
+    }
     if !passed {
         return None;
     }
@@ -324,6 +338,7 @@ fn jwt_source(jwt: &JwtConfig, report: &mut impl FnMut(&str, String)) -> Option<
         resource_metadata: jwt.resource_metadata.clone(),
         forward_authorization: jwt.forward_authorization,
         jwks_cooldown_seconds: jwt.jwks_cooldown_seconds,
+        verified_tokens: jwt.verified_tokens,
     })
 }
 
@@ -534,6 +549,15 @@ mod tests {
             &eager,
             "principal.jwt.jwks_cooldown_seconds",
             "between 1 and 3600",
+        );
+        let hoarding = invalid(|c| {
+            jwt(c);
+            c.principal.jwt.verified_tokens = 1_000_001;
+        });
+        assert_only(
+            &hoarding,
+            "principal.jwt.verified_tokens",
+            "at most 1000000",
         );
         let stray = invalid(|c| c.principal.jwt.issuer = Some("https://i".into()));
         assert_only(

@@ -76,8 +76,7 @@ impl Exchange {
 
     /// Step 3 identified the caller as `principal` and, behind a trusted proxy, found
     /// the `client` it reports (when it is not the peer).
-    pub(crate) fn identified(&mut self, principal: Option<String>, client: Option<IpAddr>) {
-        let principal: Option<Arc<str>> = principal.map(Into::into);
+    pub(crate) fn identified(&mut self, principal: Option<Arc<str>>, client: Option<IpAddr>) {
         self.record.set_principal(principal.clone());
         if let Some(client) = client {
             self.record.set_forwarded_client(client);

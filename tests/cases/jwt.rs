@@ -387,3 +387,95 @@ async fn jwks_url_rotates_on_an_unknown_kid_and_survives_an_outage() {
     assert_eq!(status_with(&late, &k1).await, 200);
     late.stop().await;
 }
+
+/// `token` on one call: its status, and how many tokens were accepted by a signature
+/// check and by an earlier one.
+async fn call_with(sidecar: &Sidecar, token: &str) -> (u16, u64, u64) {
+    use mcp_state_guard::facade::auth::Verification;
+    let auth = bearer(token);
+    let reply = post_mcp_with(
+        &sidecar.mcp_url(),
+        &tools_call(1, None),
+        &[("authorization", &auth)],
+    )
+    .await;
+    let auth = &sidecar.metrics().auth;
+    (
+        reply.status.as_u16(),
+        auth.jwt_accepted_count(Verification::Signature),
+        auth.jwt_accepted_count(Verification::Cache),
+    )
+}
+
+/// Waits until the sidecar has read its key file `reads` times.
+async fn wait_for_reads(sidecar: &Sidecar, reads: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sidecar.metrics().auth.jwks_refresh_count(true) < reads {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the key file was not re-read"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_verified_token_is_kept_until_it_expires_or_its_key_goes() {
+    let files = Files::new();
+    let (k1, k2) = (Signer::rsa("k1"), Signer::p256("k2"));
+    let path = files.put("jwks.json", &jwks(&[&k1, &k2]));
+    let up = asking_upstream().await;
+    let mut config = jwt_config(&up.base_url(), path);
+    config.principal.jwt.jwks_refresh_seconds = 1;
+    config.principal.jwt.leeway_seconds = 0;
+    let sidecar = Sidecar::start(config).await;
+    let one = k1.sign(&claims("c", "u"));
+    assert_eq!(call_with(&sidecar, &one).await, (200, 1, 0));
+    assert_eq!(call_with(&sidecar, &one).await, (200, 1, 1));
+    // The same signature on other claims is another token: checked whole, refused.
+    let (head, rest) = one.split_once('.').unwrap();
+    let signature = rest.rsplit_once('.').unwrap().1;
+    let forged = format!(
+        "{head}.{}.{signature}",
+        base64_simd::URL_SAFE_NO_PAD.encode_to_string(claims("c", "mallory").to_string())
+    );
+    assert_unauthorized(&sidecar, &up, Some(&forged), AuthFailure::Signature).await;
+    // A refresh that reads the same keys keeps what they verified.
+    let reads = sidecar.metrics().auth.jwks_refresh_count(true);
+    wait_for_reads(&sidecar, reads + 2).await;
+    assert_eq!(call_with(&sidecar, &one).await, (200, 1, 2));
+    // k1 replaced under the same kid: the kept token is checked again and refused.
+    let replacement = Signer::rsa("k1");
+    files.put("jwks.json", &jwks(&[&replacement, &k2]));
+    let reads = sidecar.metrics().auth.jwks_refresh_count(true);
+    wait_for_reads(&sidecar, reads + 2).await;
+    assert_unauthorized(&sidecar, &up, Some(&one), AuthFailure::Signature).await;
+    // k2 withdrawn: its kept token is refused as unknown.
+    let two = k2.sign(&claims("c", "v"));
+    assert_eq!(call_with(&sidecar, &two).await, (200, 2, 2));
+    assert_eq!(call_with(&sidecar, &two).await, (200, 2, 3));
+    files.put("jwks.json", &jwks(&[&replacement]));
+    let reads = sidecar.metrics().auth.jwks_refresh_count(true);
+    wait_for_reads(&sidecar, reads + 2).await;
+    assert_unauthorized(&sidecar, &up, Some(&two), AuthFailure::UnknownKey).await;
+    // Kept until `exp` (leeway 0 here), refused after.
+    let mut short = claims("c", "w");
+    short["exp"] = json!(pki::now() + 2);
+    let three = replacement.sign(&short);
+    assert_eq!(call_with(&sidecar, &three).await, (200, 3, 3));
+    assert_eq!(call_with(&sidecar, &three).await, (200, 3, 4));
+    while pki::now() <= short["exp"].as_u64().unwrap() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_unauthorized(&sidecar, &up, Some(&three), AuthFailure::Expired).await;
+    sidecar.stop().await;
+
+    // With no room kept, every signature is checked.
+    let mut config = jwt_config(&up.base_url(), files.path("jwks.json"));
+    config.principal.jwt.verified_tokens = 0;
+    let sidecar = Sidecar::start(config).await;
+    let four = replacement.sign(&claims("c", "x"));
+    assert_eq!(call_with(&sidecar, &four).await, (200, 1, 0));
+    assert_eq!(call_with(&sidecar, &four).await, (200, 2, 0));
+    sidecar.stop().await;
+}

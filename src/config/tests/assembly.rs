@@ -54,6 +54,7 @@ fn assembly_leaf_by_leaf_matches_serde() {
             forward_authorization = false
             jwks_refresh_seconds = 30
             jwks_cooldown_seconds = 3
+            verified_tokens = 77
             [tls]
             cert_file = "/cert.pem"
             key_file = "/key.pem"
