@@ -44,6 +44,14 @@ impl Label for VerifyResult {
             VerifyResult::Unconfirmed => "unconfirmed",
         }
     }
+
+    fn index(self) -> usize {
+        match self {
+            VerifyResult::Ok => 0,
+            VerifyResult::Rejected(r) => 1 + Label::index(r),
+            VerifyResult::Unconfirmed => 1 + Reject::ALL.len(),
+        }
+    }
 }
 
 /// What kind of traffic a request was.

@@ -41,6 +41,15 @@ impl Label for HandleResult {
             HandleResult::Refused(reason) => reason.as_str(),
         }
     }
+
+    fn index(self) -> usize {
+        match self {
+            HandleResult::Sealed => 0,
+            HandleResult::Ok => 1,
+            HandleResult::Missing => 2,
+            HandleResult::Refused(reason) => 3 + Label::index(reason),
+        }
+    }
 }
 
 /// What an idempotency key met (`result` label).
