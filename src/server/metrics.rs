@@ -45,7 +45,7 @@ impl ConnectionMetrics {
 
     /// Count a client connection as open until the guard is dropped.
     pub(crate) fn connection(&self, listener: Listener) -> Held {
-        Held::take(&self.open.at(listener))
+        Held::take(self.open.at(listener))
     }
 
     pub(crate) fn connection_limit_reached(&self, listener: Listener) {
