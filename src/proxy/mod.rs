@@ -233,7 +233,9 @@ impl Proxy {
         let in_flight = self.metrics.path.in_flight_guard();
         let peer = request.extensions().get::<Peer>().map(|p| p.0);
         let mut exchange = Exchange::begin(peer, request.uri(), request.headers());
-        let response = match self.forward(request, &mut exchange).await {
+        // Boxed apart: the forwarding future is most of a request's state, and the
+        // handler's future, small now, is what the server moves and boxes per request.
+        let response = match Box::pin(self.forward(request, &mut exchange)).await {
             Ok(response) => response,
             Err(failure) => self.refusal(failure, &mut exchange),
         };
