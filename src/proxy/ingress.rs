@@ -18,7 +18,7 @@ use crate::config::hosts::{EntryError, HostPattern, host_pattern, split_authorit
 use crate::error::ProxyError;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 mod client;
 mod framing;
@@ -211,7 +211,8 @@ impl TrustedProxies {
         let Some(Peer(addr)) = peer else {
             return;
         };
-        let ip = addr.ip().to_canonical().to_string();
+        let mut spelled = AddressText::new();
+        let ip = spelled.of(addr.ip().to_canonical());
         // Every line of a trusted chain, in order: HAProxy's `option forwardfor` adds a
         // line rather than extending the last one.
         let previous: Vec<&str> = headers
@@ -219,18 +220,57 @@ impl TrustedProxies {
             .iter()
             .filter_map(|v| v.to_str().ok())
             .collect();
-        let chain = if trusted && !previous.is_empty() {
-            format!("{}, {ip}", previous.join(", "))
+        let value = if trusted && !previous.is_empty() {
+            HeaderValue::from_str(&format!("{}, {ip}", previous.join(", ")))
         } else {
-            ip
+            HeaderValue::from_str(ip)
         };
         headers.remove(X_FORWARDED_FOR);
-        if let Ok(value) = HeaderValue::from_str(&chain) {
+        if let Ok(value) = value {
             headers.insert(X_FORWARDED_FOR, value);
         }
         if !trusted || !headers.contains_key(X_FORWARDED_PROTO) {
             headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(scheme));
         }
+    }
+}
+
+/// An address written as `Display` writes it, into a buffer of its own: an IPv4
+/// address (nearly every peer) octet by octet (`itoa`), without the formatting
+/// machinery, per request.
+struct AddressText {
+    buffer: [u8; 48],
+}
+
+impl AddressText {
+    fn new() -> Self {
+        Self { buffer: [0; 48] }
+    }
+
+    fn of(&mut self, ip: IpAddr) -> &str {
+        let written = match ip {
+            IpAddr::V4(v4) => {
+                let mut at = 0;
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        self.buffer[at] = b'.';
+                        at += 1;
+                    }
+                    let mut digits = itoa::Buffer::new();
+                    let digits = digits.format(octet).as_bytes();
+                    self.buffer[at..at + digits.len()].copy_from_slice(digits);
+                    at += digits.len();
+                }
+                at
+            }
+            IpAddr::V6(v6) => {
+                let mut cursor = std::io::Cursor::new(&mut self.buffer[..]);
+                std::io::Write::write_fmt(&mut cursor, format_args!("{v6}"))
+                    .expect("an IPv6 address is at most 45 characters");
+                cursor.position() as usize
+            }
+        };
+        std::str::from_utf8(&self.buffer[..written]).expect("digits, dots and colons")
     }
 }
 
@@ -391,6 +431,32 @@ mod tests {
     /// `bytes` fed in pieces of `step` bytes.
     fn peer(addr: &str) -> Option<Peer> {
         Some(Peer(addr.parse().unwrap()))
+    }
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        let mut text = AddressText::new();
+        let mut checked = 0;
+        for a in [0u8, 1, 9, 10, 99, 100, 199, 255] {
+            for b in [0u8, 7, 80, 255] {
+                let ip = IpAddr::from([a, b, 255 - b, a ^ b]);
+                assert_eq!(text.of(ip), ip.to_string());
+                checked += 1;
+            }
+        }
+        for ip in [
+            "::",
+            "::1",
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "::ffff:255.255.255.255",
+            "2001:db8::8a2e:370:7334",
+            "fe80::1:2:3:4",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(text.of(ip), ip.to_string());
+            checked += 1;
+        }
+        assert_eq!(checked, 38);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::mcp::param_headers::LearnedParamHeaders;
 
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those the
 /// sidecar sets itself.
-const HOP_BY_HOP: [HeaderName; 8] = [
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -183,16 +183,24 @@ impl Upstream {
 
     /// The upstream URI for a client request target: base path ‖ path, query kept.
     pub(crate) fn uri_for(&self, client_uri: &Uri) -> Uri {
-        let path_and_query = client_uri
-            .path_and_query()
-            .map_or("/", PathAndQuery::as_str);
-        let joined = format!("{}{}", self.base_path, path_and_query);
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(joined)
-            .build()
-            .expect("scheme, authority and a client path form a valid URI")
+        let client = client_uri.path_and_query();
+        let path_and_query = if self.base_path.is_empty() {
+            // Shared, not copied: the client's target as it was parsed.
+            client
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/"))
+        } else {
+            let client = client.map_or("/", PathAndQuery::as_str);
+            let mut joined = String::with_capacity(self.base_path.len() + client.len());
+            joined.push_str(&self.base_path);
+            joined.push_str(client);
+            PathAndQuery::try_from(joined).expect("a base path and a client target join validly")
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(path_and_query);
+        Uri::from_parts(parts).expect("scheme, authority and a client path form a valid URI")
     }
 
     /// Rewrite a client request head for the upstream hop (in place): target URI,
@@ -280,14 +288,30 @@ pub(crate) fn strip_hop_by_hop_keeping(headers: &mut HeaderMap, keep: &[HeaderNa
 fn strip_fixed_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none: one look at each name the map holds (a comparison of
     // known names) costs less than a hashed lookup of every fixed one.
-    let fixed = |name: &HeaderName| HOP_BY_HOP.contains(name) || name == header::UPGRADE;
-    if !headers.keys().any(fixed) {
+    if !headers.keys().any(is_fixed_hop_by_hop) {
         return;
     }
-    for name in &HOP_BY_HOP {
+    for name in HOP_BY_HOP.iter() {
         headers.remove(name);
     }
     headers.remove(header::UPGRADE);
+}
+
+/// Whether `name` is one of [`HOP_BY_HOP`] or `Upgrade`: matched on its text (a name
+/// is lowercase), which the compiler sorts by length before comparing any byte.
+fn is_fixed_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
 }
 
 fn is_end_to_end(name: &HeaderName) -> bool {
@@ -367,7 +391,20 @@ mod tests {
     /// (the pass that skips messages without any must see every one), in any case.
     #[test]
     fn every_fixed_hop_by_hop_name_alone_is_removed() {
+        for other in [
+            "tee",
+            "trailers",
+            "content-length",
+            "x-connection",
+            "upgrade-insecure",
+        ] {
+            assert!(
+                !is_fixed_hop_by_hop(&HeaderName::from_static(other)),
+                "{other}"
+            );
+        }
         for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+            assert!(is_fixed_hop_by_hop(name), "{name}");
             for spelling in [name.as_str().to_owned(), name.as_str().to_uppercase()] {
                 let mut h = HeaderMap::new();
                 h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
