@@ -49,7 +49,7 @@ impl HostPattern {
 }
 
 /// `host[:port]` with a non-empty host, no userinfo, and a port that is a port.
-pub(crate) fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
+pub(crate) fn split_authority(text: &str) -> Option<(&str, Option<u16>)> {
     let authority: http::uri::Authority = text.parse().ok()?;
     let host = authority.host();
     if host.is_empty() || text.contains('@') {
@@ -59,7 +59,8 @@ pub(crate) fn split_authority(text: &str) -> Option<(String, Option<u16>)> {
         "" => None,
         rest => Some(rest.strip_prefix(':')?.parse::<u16>().ok()?),
     };
-    Some((host.to_owned(), port))
+    // The authority keeps the text as given, so its host is the text's prefix.
+    Some((&text[..host.len()], port))
 }
 
 /// An entry of `allowed_hosts` or `principal.trusted_proxies` that does not parse.
@@ -97,4 +98,28 @@ pub(crate) fn host_pattern(entry: &str) -> Result<HostPattern, EntryError> {
         entry: entry.to_owned(),
         shape,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_authority_splits_into_its_own_host_text_and_port() {
+        for (text, split) in [
+            ("example.com", Some(("example.com", None))),
+            ("Example.COM:8080", Some(("Example.COM", Some(8080)))),
+            ("[::1]:80", Some(("[::1]", Some(80)))),
+            ("[::1]", Some(("[::1]", None))),
+            ("127.0.0.1:0", Some(("127.0.0.1", Some(0)))),
+            ("user@host", None),
+            (":80", None),
+            ("host:99999", None),
+            ("host:", None),
+            ("host:8x", None),
+            ("", None),
+        ] {
+            assert_eq!(split_authority(text), split, "{text:?}");
+        }
+    }
 }
