@@ -42,9 +42,28 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-/// The client's address, put in each request's extensions by the server.
+/// The client's address ([`ConnectionFacts::peer`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Peer(pub(crate) SocketAddr);
+
+/// What the server knows of a request's connection, put in each request's extensions as
+/// one value: the map then allocates for one entry, not for one per fact.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionFacts {
+    pub(crate) peer: Peer,
+    /// Whether a head on the connection was framed both ways ([`MixedFraming`]).
+    pub(crate) framing: MixedFraming,
+    /// The verified client certificate's identity, on an mTLS listener.
+    pub(crate) identity: Option<PeerIdentity>,
+}
+
+impl ConnectionFacts {
+    /// The facts the server put in a request's extensions (none in a request it did not
+    /// accept itself, as in unit tests).
+    pub(crate) fn of(extensions: &http::Extensions) -> Option<&Self> {
+        extensions.get::<Self>()
+    }
+}
 
 /// How a listener treats its connections.
 #[derive(Clone)]
@@ -278,11 +297,11 @@ where
         let framing = FramingScan::new(mixed_framing.clone());
         let service = move |identity: Option<PeerIdentity>| {
             service_fn(move |mut request: Request<Incoming>| {
-                request.extensions_mut().insert(Peer(peer));
-                request.extensions_mut().insert(mixed_framing.clone());
-                if let Some(identity) = &identity {
-                    request.extensions_mut().insert(identity.clone());
-                }
+                request.extensions_mut().insert(ConnectionFacts {
+                    peer: Peer(peer),
+                    framing: mixed_framing.clone(),
+                    identity: identity.clone(),
+                });
                 // In progress until the response body is dropped: after its last byte,
                 // or when the client went away.
                 let in_request = in_requests.request();

@@ -22,6 +22,7 @@ pub use metrics::{AuthMetrics, Verification};
 use crate::error::AuthFailure;
 
 use crate::error::ProxyError;
+use crate::server::ConnectionFacts;
 use crate::store::Owner;
 use crate::tls::peer::PeerIdentity;
 use http::{HeaderMap, HeaderName, header::AUTHORIZATION};
@@ -121,7 +122,9 @@ impl Identifier {
                     challenge: Some(verifier.challenge().clone()),
                 }),
             },
-            Identifier::Mtls => match parts.extensions.get::<PeerIdentity>() {
+            Identifier::Mtls => match ConnectionFacts::of(&parts.extensions)
+                .and_then(|facts| facts.identity.as_ref())
+            {
                 Some(PeerIdentity(identity)) => Ok(Some(identity.clone())),
                 // The handshake refuses clients without one; this is the belt to its braces.
                 None => Err(ProxyError::Unauthorized {

@@ -9,7 +9,7 @@ use super::ingress;
 use super::upstream;
 use crate::body::ProxyBody;
 use crate::error::ProxyError;
-use crate::server::Peer;
+use crate::server::ConnectionFacts;
 use bytes::Bytes;
 use http::Response;
 use hyper::body::{Body as _, Incoming};
@@ -32,7 +32,7 @@ impl Proxy {
         // it deleted the sidecar's own headers. The framing was checked just above.
         upstream::strip_hop_by_hop_keeping(&mut parts.headers, &self.protected_headers);
         self.upstream.strip_internal(&mut parts.headers);
-        let peer = parts.extensions.get::<Peer>().copied();
+        let peer = ConnectionFacts::of(&parts.extensions).map(|facts| facts.peer);
         let trusted_peer = self.trusted_proxies.is_empty() || self.trusted_proxies.trusts(peer);
         let principal = if passthrough && !self.principal.required_on_passthrough() {
             None

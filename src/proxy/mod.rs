@@ -65,7 +65,7 @@ use crate::mcp::MethodClass;
 use crate::policy::flow::FlowLimits;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::SingleUse;
-use crate::server::Peer;
+use crate::server::ConnectionFacts;
 use crate::token::StateSealer;
 use crate::tools::{Handles, Idempotency, ToolFeatures};
 use arc_swap::ArcSwap;
@@ -231,7 +231,7 @@ impl Proxy {
         // goes away mid-request or mid-stream still decrements (and still leaves its
         // one record).
         let in_flight = self.metrics.path.in_flight_guard();
-        let peer = request.extensions().get::<Peer>().map(|p| p.0);
+        let peer = ConnectionFacts::of(request.extensions()).map(|facts| facts.peer.0);
         let mut exchange = Exchange::begin(peer, request.uri(), request.headers());
         // Boxed apart: the forwarding future is most of a request's state, and the
         // handler's future, small now, is what the server moves and boxes per request.

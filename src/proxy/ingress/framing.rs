@@ -5,7 +5,7 @@
 
 use crate::auth::header::spelled_as;
 use crate::error::ProxyError;
-use crate::server::framing::MixedFraming;
+use crate::server::ConnectionFacts;
 use http::header::{self, HeaderName};
 
 /// The request's framing is one the sidecar and every parser behind it read alike: no
@@ -40,11 +40,7 @@ pub(crate) fn check_framing(parts: &http::request::Parts) -> Result<(), ProxyErr
     if !parts.uri.path().starts_with('/') {
         return Err(ProxyError::Framing("request target is not a path"));
     }
-    if parts
-        .extensions
-        .get::<MixedFraming>()
-        .is_some_and(MixedFraming::seen)
-    {
+    if ConnectionFacts::of(&parts.extensions).is_some_and(|facts| facts.framing.seen()) {
         return Err(ProxyError::Framing("Content-Length with Transfer-Encoding"));
     }
     let look_alike = |name: &HeaderName| {
@@ -77,11 +73,16 @@ mod tests {
             for coding in codings {
                 builder = builder.header(header::TRANSFER_ENCODING, *coding);
             }
-            let seen = MixedFraming::default();
+            let seen = crate::server::framing::MixedFraming::default();
             if mixed {
                 seen.mark();
             }
-            builder.extension(seen).body(()).unwrap().into_parts().0
+            let facts = ConnectionFacts {
+                peer: crate::server::Peer("127.0.0.1:1".parse().unwrap()),
+                framing: seen,
+                identity: None,
+            };
+            builder.extension(facts).body(()).unwrap().into_parts().0
         };
         assert!(check_framing(&parts(&[], false)).is_ok());
         let mut asterisk = parts(&[], false);
