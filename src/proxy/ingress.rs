@@ -127,8 +127,8 @@ impl HostPolicy {
                 .ok()
                 .and_then(split_authority)
                 .ok_or(ProxyError::MisdirectedRequest)?;
-            let ip_literal = self.ip_literals && is_ip_literal(&host);
-            if !ip_literal && !patterns.iter().any(|p| p.matches(&host, port)) {
+            let ip_literal = self.ip_literals && is_ip_literal(host);
+            if !ip_literal && !patterns.iter().any(|p| p.matches(host, port)) {
                 return Err(ProxyError::MisdirectedRequest);
             }
         }
