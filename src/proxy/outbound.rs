@@ -449,7 +449,13 @@ fn label(headers: &HeaderMap) -> BodyLabel {
     // Clients pick their parser by prefix (the reference SDK client uses
     // `startswith("application/json")`), so classify the way they read it; a type
     // that mentions JSON or event streams in any other way is refused, not waved on.
-    let value = value.trim().to_ascii_lowercase();
+    let value = value.trim();
+    // Lowercased only when it is not already (nearly every upstream writes it so).
+    let value: std::borrow::Cow<'_, str> = if value.bytes().any(|b| b.is_ascii_uppercase()) {
+        value.to_ascii_lowercase().into()
+    } else {
+        value.into()
+    };
     let essence = value.split([';', ',']).next().unwrap_or_default().trim();
     let label = if value.starts_with("text/event-stream") {
         BodyLabel::EventStream

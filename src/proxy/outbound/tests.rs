@@ -53,6 +53,19 @@ fn labels() {
     );
     assert_eq!(of(&[("content-type", "text/html")]), BodyLabel::Other);
     assert_eq!(of(&[]), BodyLabel::Other);
+    // Read as clients read them: case-blind, the charset too.
+    assert_eq!(
+        of(&[("content-type", " Application/JSON; Charset=UTF-8")]),
+        BodyLabel::Json
+    );
+    assert_eq!(
+        of(&[("content-type", "TEXT/Event-Stream")]),
+        BodyLabel::EventStream
+    );
+    assert_eq!(
+        of(&[("content-type", "Application/Json; charset=UTF-16")]),
+        BodyLabel::Unreadable
+    );
     assert_eq!(
         of(&[("content-type", "application/json; charset=utf-16")]),
         BodyLabel::Unreadable
