@@ -12,7 +12,7 @@
 //! {"URL": {}}}` must not read as "form, since no url").
 
 use super::questions::Question;
-use crate::jsonrpc::{self, JsonView, LITE_ARENA_BYTES, LiteArena, LiteJson, Lookup, Params};
+use crate::jsonrpc::{self, JsonView, LiteArena, LiteJson, Lookup, Params};
 use serde_json::{Map, Value, json};
 
 /// What the client lacks for one round.
@@ -60,10 +60,9 @@ impl Declared {
 /// The client capabilities a request declared (`params._meta[...]`), if any: read over
 /// the body's text. (Should the scan's span not read, nothing is declared: no round is
 /// sealed that the client may not answer.)
-pub(crate) fn declared(params: &Params<'_>) -> Option<Declared> {
+pub(crate) fn declared(params: &Params<'_>, arena: &LiteArena) -> Option<Declared> {
     let text = params.declared_capabilities()?;
-    let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
-    Declared::of(&LiteJson::read(text, &arena)?)
+    Declared::of(&LiteJson::read(text, arena)?)
 }
 
 /// Check every input request of a round against what the client declared.
@@ -141,7 +140,7 @@ mod tests {
     /// What `params` declares (nothing, when the gate refuses it).
     fn of(params: Value) -> Option<Declared> {
         let mut body = crate::jsonrpc::ScannedBody::call("tools/call", &params).ok()?;
-        declared(&body.call_mut().unwrap().1)
+        declared(&body.call_mut().unwrap().1, &LiteArena::new())
     }
 
     fn questions(list: &[Value]) -> Vec<Question<'_>> {
@@ -213,7 +212,7 @@ mod tests {
         };
         assert_eq!(of(params), Some(roots));
         assert_eq!(of(json!({"_meta": {}})), None);
-        assert_eq!(declared(&Params::absent()), None);
+        assert_eq!(declared(&Params::absent(), &LiteArena::new()), None);
     }
 
     /// The gate refuses these first ([`crate::jsonrpc::classify`]); here they declare

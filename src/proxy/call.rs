@@ -10,7 +10,7 @@ use super::exchange::Exchange;
 use super::failure::Failure;
 use super::{Proxy, replay};
 use crate::body::ProxyBody;
-use crate::jsonrpc::Params;
+use crate::jsonrpc::{LITE_ARENA_BYTES, LiteArena, Params};
 use crate::policy::capabilities;
 use crate::token::RequestBinding;
 use crate::tools::{self, Replay};
@@ -102,7 +102,11 @@ impl Proxy {
         } else {
             None
         };
-        exchange.capabilities = capabilities::declared(params);
+        // One arena for what is read of the body here: the declared capabilities (kept as
+        // flags), then a first call's arguments.
+        let mut arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
+        exchange.capabilities = capabilities::declared(params, &arena);
+        arena.reset();
         exchange.binding = match opened {
             Some(opened) => {
                 exchange.spent = opened.claim;
@@ -111,7 +115,7 @@ impl Proxy {
             }
             // Computed now, for the response: only the binding outlives the request's
             // phases, never the parsed body.
-            None => RequestBinding::of_params(method, params)
+            None => RequestBinding::of_params_in(method, params, &arena)
                 .ok()
                 .map(|b| b.at_path(caller.path())),
         };

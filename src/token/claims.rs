@@ -74,6 +74,16 @@ impl RequestBinding {
     /// edit left otherwise. The same binding as `RequestBinding::of` (the oracle) on the same
     /// call (the `gate` fuzz target compares the two).
     pub fn of_params(method: &str, params: &Params<'_>) -> Result<Self, BindingError> {
+        Self::of_params_in(method, params, &LiteArena::with_capacity(LITE_ARENA_BYTES))
+    }
+
+    /// [`RequestBinding::of_params`], its arguments read into `arena` (a caller reading
+    /// more of the same body shares one).
+    pub(crate) fn of_params_in(
+        method: &str,
+        params: &Params<'_>,
+        arena: &LiteArena,
+    ) -> Result<Self, BindingError> {
         let target = match params.read(ParamsField::target(method)) {
             None => None,
             Some(ParamRead::Text(text)) => Some(Some(text.into_owned())),
@@ -83,8 +93,7 @@ impl RequestBinding {
         if !params.is_there(ParamsField::Arguments) {
             return Self::of_parts::<Value>(method, target, None);
         }
-        let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
-        match params.view(ParamsField::Arguments, &arena) {
+        match params.view(ParamsField::Arguments, arena) {
             None => Self::of_parts::<Value>(method, target, None),
             Some(ParamView::Text(arguments)) => Self::of_parts(method, target, Some(&arguments)),
             Some(ParamView::Value(arguments)) => Self::of_parts(method, target, Some(arguments)),
