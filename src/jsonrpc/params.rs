@@ -82,6 +82,11 @@ impl ScannedBody {
         self.message.id()
     }
 
+    /// [`Message::take_id`].
+    pub(crate) fn take_id(&mut self) -> Option<Id> {
+        self.message.take_id()
+    }
+
     /// The client's bytes, as scanned.
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.body

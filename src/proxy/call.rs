@@ -52,11 +52,11 @@ impl Proxy {
         let mut admitted = match self.gate.admit(&parts.headers, body).await {
             Ok(admitted) => admitted,
             Err(refusal) => {
-                exchange.id = refusal.id;
+                exchange.id = refusal.id.map(std::sync::Arc::new);
                 return Err(refusal.error.into());
             }
         };
-        let id = admitted.id().cloned();
+        let id = admitted.take_id();
         match admitted.call_mut() {
             Some((method, mut params)) => {
                 exchange.named(id, Some((method, &params)));
@@ -67,7 +67,7 @@ impl Proxy {
                 if let Some(answer) = replay {
                     // A repeat of a completed write: the stored answer under this
                     // request's id, and the upstream is not called.
-                    return Ok(replay::replayed(exchange.id.as_ref(), answer));
+                    return Ok(replay::replayed(exchange.id.as_deref(), answer));
                 }
             }
             None => exchange.named(id, None),

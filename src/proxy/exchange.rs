@@ -31,7 +31,8 @@ pub(crate) struct Exchange {
     /// the caller (and, behind a trusted proxy, the client it reports).
     pub(crate) caller: Caller,
     /// The JSON-RPC id (step 4), answered with every refusal.
-    pub(crate) id: Option<Id>,
+    /// Shared with the response phase ([`Exchange::for_response`]), not copied.
+    pub(crate) id: Option<Arc<Id>>,
     /// The method as logs show it (escaped, bounded), shared with the audit record.
     method: Option<Arc<str>>,
     /// What the answer may be, which decides what a 2xx body may hold.
@@ -108,7 +109,7 @@ impl Exchange {
         } else {
             Asked::Notification
         };
-        self.id = id;
+        self.id = id.map(Arc::new);
     }
 
     /// What the response phase needs, and only that: taken before the upstream is

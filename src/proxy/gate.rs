@@ -48,8 +48,9 @@ pub(crate) struct AdmittedBody {
 }
 
 impl AdmittedBody {
-    pub(crate) fn id(&self) -> Option<&Id> {
-        self.body.id()
+    /// The message's id, kept by the exchange ([`crate::jsonrpc::Message::take_id`]).
+    pub(crate) fn take_id(&mut self) -> Option<Id> {
+        self.body.take_id()
     }
 
     /// The method and `params` of a request or notification (a client's response to a

@@ -272,7 +272,7 @@ impl Proxy {
             tracing::warn!(kind = kind.as_str(), error = %error, cause = ?std::error::Error::source(&error), "upstream failure");
         }
         let mut response = error
-            .to_response(exchange.id.as_ref())
+            .to_response(exchange.id.as_deref())
             .map(crate::body::full);
         if let Some(head) = upstream_head {
             outbound::keep_upstream_head(&mut response, head);

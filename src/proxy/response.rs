@@ -34,7 +34,8 @@ use std::sync::Arc;
 /// What sealing a response needs to know about its request: computed at admission, so
 /// nothing of the request body is held while the upstream works.
 pub struct SealContext {
-    id: Option<Id>,
+    /// The request's id, shared with the exchange.
+    id: Option<Arc<Id>>,
     /// The request's binding; `None` for a request that cannot bind a state (a GET
     /// stream, a client's response, arguments the reference could not digest).
     binding: Option<RequestBinding>,
@@ -54,13 +55,13 @@ pub struct SealContext {
 impl SealContext {
     /// `method`: already escaped for logs (the audit record's copy).
     pub fn new(
-        id: Option<Id>,
+        id: Option<impl Into<Arc<Id>>>,
         method: Option<Arc<str>>,
         binding: Option<RequestBinding>,
         principal: Option<Arc<str>>,
     ) -> Self {
         Self {
-            id,
+            id: id.map(Into::into),
             binding,
             method,
             principal,
@@ -226,7 +227,7 @@ impl ResponseSealer {
         let Some(id) = answer.id() else {
             return;
         };
-        if Some(&id) != self.context.id.as_ref() {
+        if Some(&id) != self.context.id.as_deref() {
             return;
         }
         let text = answer.text();
@@ -406,7 +407,7 @@ impl ResponseSealer {
     fn error_event(&self, withheld: impl Into<Withheld>) -> Bytes {
         let body = self
             .withhold(withheld.into())
-            .jsonrpc_body(self.context.id.as_ref());
+            .jsonrpc_body(self.context.id.as_deref());
         let mut event = BytesMut::with_capacity(body.len() + 32);
         event.extend_from_slice(b"event: message\r\ndata: ");
         event.extend_from_slice(&body);
