@@ -102,11 +102,12 @@ impl Proxy {
         } else {
             None
         };
-        // One arena for what is read of the body here: the declared capabilities (kept as
-        // flags), then a first call's arguments.
-        let mut arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
-        exchange.capabilities = capabilities::declared(params, &arena);
-        arena.reset();
+        // One arena for what is read of the body here, when anything is: the declared
+        // capabilities (kept as flags), then a first call's arguments.
+        let arena = (opened.is_none() || params.declared_capabilities().is_some())
+            .then(|| LiteArena::with_capacity(LITE_ARENA_BYTES));
+        let arena = arena.as_ref();
+        exchange.capabilities = arena.and_then(|arena| capabilities::declared(params, arena));
         exchange.binding = match opened {
             Some(opened) => {
                 exchange.spent = opened.claim;
@@ -115,8 +116,8 @@ impl Proxy {
             }
             // Computed now, for the response: only the binding outlives the request's
             // phases, never the parsed body.
-            None => RequestBinding::of_params_in(method, params, &arena)
-                .ok()
+            None => arena
+                .and_then(|arena| RequestBinding::of_params_in(method, params, arena).ok())
                 .map(|b| b.at_path(caller.path())),
         };
         Ok(())

@@ -63,6 +63,7 @@ pub(super) enum Role {
 
 impl Role {
     /// The role of an object under `key`.
+    #[inline]
     pub(crate) fn child(self, key: &str) -> Role {
         match (self, key) {
             (Role::Envelope, "params") => Role::Params,
@@ -208,6 +209,7 @@ impl Facts {
     }
 
     /// Record the member `key` of an object in `role`.
+    #[inline]
     pub(crate) fn note(&mut self, role: Role, key: &str, key_span: Span, member: Member) {
         match role {
             Role::Other | Role::Batch => {}
