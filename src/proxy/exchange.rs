@@ -98,10 +98,11 @@ impl Exchange {
         id: Option<Id>,
         call: Option<(&str, &crate::jsonrpc::Params<'_>)>,
     ) {
+        let id = id.map(Arc::new);
         if let Some((method, params)) = call {
             let logged = audit::logged_method(method);
             self.record
-                .set_call(method, logged.clone(), id.as_ref(), params);
+                .set_call(method, logged.clone(), id.clone(), params);
             self.method = Some(logged);
         }
         self.asked = if id.is_some() {
@@ -109,7 +110,7 @@ impl Exchange {
         } else {
             Asked::Notification
         };
-        self.id = id.map(Arc::new);
+        self.id = id;
     }
 
     /// What the response phase needs, and only that: taken before the upstream is

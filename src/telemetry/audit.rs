@@ -69,7 +69,8 @@ pub(crate) struct Record {
     /// Shared with the response phase's log lines ([`crate::proxy`]'s exchange).
     method: Option<Arc<str>>,
     target: Option<String>,
-    request_id: Option<String>,
+    /// Shared with the exchange; written ([`id_text`]) only when the record is.
+    request_id: Option<Arc<serde_json::Value>>,
     kid: Option<KeyId>,
     /// The caller as identified; written only as its [`principal_digest`].
     principal: Option<Arc<str>>,
@@ -126,12 +127,12 @@ impl Record {
         &mut self,
         method: &str,
         logged: Arc<str>,
-        id: Option<&serde_json::Value>,
+        id: Option<Arc<serde_json::Value>>,
         params: &Params<'_>,
     ) {
         self.class = MethodClass::of_method(method);
         self.method = Some(logged);
-        self.request_id = id.map(id_text);
+        self.request_id = id;
         self.target = params
             .get_str(ParamsField::target(method))
             .map(|t| printable(&t, MAX_LOGGED_BYTES));
@@ -206,6 +207,7 @@ impl Drop for Record {
         let client = self.client.map(|c| c.to_string());
         let forwarded_client = self.forwarded_client.map(|c| c.to_string());
         let principal = self.principal.as_deref().map(principal_digest);
+        let request_id = self.request_id.as_deref().map(id_text);
         match self.refusal {
             Some(refusal) => tracing::info!(
                 target: TARGET,
@@ -216,7 +218,7 @@ impl Drop for Record {
                 class = self.class.as_str(),
                 method = self.method.as_deref(),
                 target = self.target.as_deref(),
-                request_id = self.request_id.as_deref(),
+                request_id = request_id.as_deref(),
                 kid,
                 principal = principal.as_deref(),
                 client = client.as_deref(),
@@ -233,7 +235,7 @@ impl Drop for Record {
                 class = self.class.as_str(),
                 method = self.method.as_deref(),
                 target = self.target.as_deref(),
-                request_id = self.request_id.as_deref(),
+                request_id = request_id.as_deref(),
                 kid,
                 principal = principal.as_deref(),
                 client = client.as_deref(),
