@@ -230,7 +230,7 @@ impl Idempotency {
         };
         let reserved = format!(
             "{RESERVED}{digest}:{}",
-            hex::encode(crate::token::keyring::random_bytes::<16>())
+            hex::encode(crate::token::keyring::fast_random_bytes::<16>())
         );
         let Some(held) = self.reserve(&record, &reserved, owner).await? else {
             self.metrics.idempotency(IdempotencyResult::Reserved);
