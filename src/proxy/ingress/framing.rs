@@ -9,7 +9,7 @@ use crate::server::ConnectionFacts;
 use http::header::{self, HeaderName};
 
 /// The request's framing is one the sidecar and every parser behind it read alike: no
-/// `Content-Length` beside `Transfer-Encoding` (see [`MixedFraming`]); a
+/// `Content-Length` beside `Transfer-Encoding` (see [`crate::server::framing::MixedFraming`]); a
 /// `Transfer-Encoding`, if any, that is one field saying exactly `chunked` (hyper decodes
 /// one `chunked` and keeps the codings before it, so `gzip, chunked` or `chunked, chunked`
 /// would reach the gate still encoded); and no `_` spelling of a header the sidecar
