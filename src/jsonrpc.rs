@@ -418,15 +418,6 @@ impl Message {
             Message::Response { id } => Some(id),
         }
     }
-
-    /// The id, for a phase that keeps it: a request's is moved out (nothing reads it
-    /// from the message again), a response's copied.
-    pub(crate) fn take_id(&mut self) -> Option<Id> {
-        match self {
-            Message::Call { id, .. } => id.take(),
-            Message::Response { id } => Some(id.clone()),
-        }
-    }
 }
 
 #[cfg(any(test, feature = "oracle"))]

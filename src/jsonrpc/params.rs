@@ -82,9 +82,13 @@ impl ScannedBody {
         self.message.id()
     }
 
-    /// [`Message::take_id`].
+    /// The id, for a phase that keeps it: a request's is moved out (nothing reads it
+    /// from the message again), a response's copied.
     pub(crate) fn take_id(&mut self) -> Option<Id> {
-        self.message.take_id()
+        match &mut self.message {
+            Message::Call { id, .. } => id.take(),
+            Message::Response { id } => Some(id.clone()),
+        }
     }
 
     /// The client's bytes, as scanned.

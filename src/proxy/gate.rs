@@ -48,7 +48,7 @@ pub(crate) struct AdmittedBody {
 }
 
 impl AdmittedBody {
-    /// The message's id, kept by the exchange ([`crate::jsonrpc::Message::take_id`]).
+    /// The message's id, kept by the exchange ([`crate::jsonrpc::ScannedBody::take_id`]).
     pub(crate) fn take_id(&mut self) -> Option<Id> {
         self.body.take_id()
     }
