@@ -27,16 +27,17 @@ use crate::body::ProxyBody;
 use crate::mcp::param_headers::LearnedParamHeaders;
 
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus those the
-/// sidecar sets itself.
-static HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
+/// sidecar sets itself, and `Upgrade`: names as a `HeaderName` spells them (lowercase).
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
 ];
 
 /// The configured upstream and a connection pool to it.
@@ -291,27 +292,15 @@ fn strip_fixed_hop_by_hop(headers: &mut HeaderMap) {
     if !headers.keys().any(is_fixed_hop_by_hop) {
         return;
     }
-    for name in HOP_BY_HOP.iter() {
+    for name in HOP_BY_HOP {
         headers.remove(name);
     }
-    headers.remove(header::UPGRADE);
 }
 
-/// Whether `name` is one of [`HOP_BY_HOP`] or `Upgrade`: matched on its text (a name
-/// is lowercase), which the compiler sorts by length before comparing any byte.
+/// Whether `name` is one of [`HOP_BY_HOP`]: its text compared (lengths first), no
+/// `HeaderName` built.
 fn is_fixed_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
+    HOP_BY_HOP.contains(&name.as_str())
 }
 
 fn is_end_to_end(name: &HeaderName) -> bool {
@@ -403,8 +392,8 @@ mod tests {
                 "{other}"
             );
         }
-        for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
-            assert!(is_fixed_hop_by_hop(name), "{name}");
+        for name in HOP_BY_HOP.map(HeaderName::from_static) {
+            assert!(is_fixed_hop_by_hop(&name), "{name}");
             for spelling in [name.as_str().to_owned(), name.as_str().to_uppercase()] {
                 let mut h = HeaderMap::new();
                 h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
@@ -413,7 +402,7 @@ mod tests {
                     HeaderValue::from_static("x"),
                 );
                 strip_fixed_hop_by_hop(&mut h);
-                assert!(h.get(name).is_none(), "{spelling}");
+                assert!(h.get(&name).is_none(), "{spelling}");
                 assert_eq!(h.len(), 1, "{spelling}");
             }
         }
