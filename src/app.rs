@@ -167,7 +167,7 @@ pub async fn start_from(
         server_tls.clone(),
         // Boxed where it is made: the request future is large, and hyper moves the one
         // it is given into its dispatcher (a copy of every byte of it per request).
-        move |request| Box::pin(serving.clone().handle(request)),
+        move |request, facts| Box::pin(serving.clone().handle(request, facts)),
         stop.clone(),
         options.serve("proxy", Listener::Proxy),
     )));
@@ -185,7 +185,7 @@ pub async fn start_from(
     tasks.push(tokio::spawn(server::serve(
         admin_listener,
         None,
-        move |request| admin::handle(serving.clone(), request),
+        move |request, _| admin::handle(serving.clone(), request),
         stop.clone(),
         options.serve("admin", Listener::Admin),
     )));

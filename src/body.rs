@@ -28,13 +28,25 @@ pub(crate) fn holding<T: Send + Sync + Unpin + 'static>(body: ProxyBody, held: T
     Holding { body, _held: held }.boxed()
 }
 
-struct Holding<T> {
-    body: ProxyBody,
+/// A whole body from `bytes` [`holding`] `held`: one box, where `holding(full(..))` makes
+/// two.
+pub(crate) fn full_holding<T: Send + Sync + Unpin + 'static>(bytes: Bytes, held: T) -> ProxyBody {
+    Holding {
+        body: http_body_util::Full::new(bytes),
+        _held: held,
+    }
+    .boxed()
+}
+
+struct Holding<B, T> {
+    body: B,
     _held: T,
 }
 
-impl<T> http_body::Body for Holding<T>
+impl<B, T> http_body::Body for Holding<B, T>
 where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
     T: Unpin,
 {
     type Data = Bytes;
@@ -44,7 +56,9 @@ where
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        std::pin::Pin::new(&mut self.body)
+            .poll_frame(cx)
+            .map(|frame| frame.map(|frame| frame.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {

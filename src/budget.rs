@@ -119,9 +119,9 @@ impl Reservation {
         self.bytes
     }
 
-    /// Keep these bytes reserved until `body` has been sent or dropped.
-    pub(crate) fn hold(self, body: crate::body::ProxyBody) -> crate::body::ProxyBody {
-        crate::body::holding(body, self)
+    /// A whole body keeping these bytes reserved until it has been sent or dropped.
+    pub(crate) fn hold_full(self, body: Bytes) -> crate::body::ProxyBody {
+        crate::body::full_holding(body, self)
     }
 }
 
@@ -158,6 +158,11 @@ where
         reservation
             .grow_to(total)
             .map_err(|_| CollectError::OverBudget)?;
+        if buffer.is_empty() && body.is_end_stream() {
+            // The whole body in one chunk, as nearly every message comes: copied once, to
+            // its size (a buffer grown to fit and frozen allocates again to share itself).
+            return Ok(Bytes::copy_from_slice(&data));
+        }
         buffer.extend_from_slice(&data);
     }
     Ok(buffer.freeze())
@@ -172,6 +177,55 @@ impl Drop for Reservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body that comes in the given chunks.
+    struct Chunks(std::collections::VecDeque<&'static [u8]>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+            let chunk = self.0.pop_front();
+            std::task::Poll::Ready(chunk.map(|c| Ok(http_body::Frame::data(Bytes::from(c)))))
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_is_collected_whole_from_one_chunk_or_many() {
+        let budget = MemoryBudget::new(100, IntGauge::new("c", "c").unwrap());
+        let collect = async |chunks: &[&'static [u8]], limit| {
+            let mut reservation = budget.reservation();
+            let read = collect(
+                Chunks(chunks.iter().copied().collect()),
+                limit,
+                &mut reservation,
+            );
+            (read.await, reservation.bytes())
+        };
+        let (one, reserved) = collect(&[b"{\"a\":1}"], 50).await;
+        assert_eq!(one.unwrap(), &b"{\"a\":1}"[..]);
+        assert_eq!(reserved, 7);
+        let (many, reserved) = collect(&[b"{\"a\"", b"", b":1", b"}"], 50).await;
+        assert_eq!(many.unwrap(), &b"{\"a\":1}"[..]);
+        assert_eq!(reserved, 7);
+        let (empty, reserved) = collect(&[], 50).await;
+        assert_eq!((empty.unwrap().len(), reserved), (0, 0));
+        let (long, _) = collect(&[b"0123", b"4567"], 6).await;
+        assert!(matches!(long, Err(CollectError::TooLarge)));
+        let (whole_but_long, _) = collect(&[b"01234567"], 6).await;
+        assert!(matches!(whole_but_long, Err(CollectError::TooLarge)));
+        let (over_budget, _) = collect(&[&[b'x'; 60], &[b'x'; 60]], 200).await;
+        assert!(matches!(over_budget, Err(CollectError::OverBudget)));
+        assert_eq!(budget.used(), 0, "every reservation given back");
+    }
 
     #[test]
     fn reservations_are_bounded_and_returned_on_drop() {

@@ -189,10 +189,10 @@ pub mod text {
 /// The crypto seam: states and handles.
 pub mod token {
     pub use crate::token::OpenError;
-    pub use crate::token::claims::BindingError;
+    pub use crate::token::claims::binding::BindingError;
     pub use crate::token::keyring::Unsealed;
     pub use crate::token::{
-        Flow, KeyMetrics, KeyRingError, Opened, Questions, Rejection, StateText,
+        Flow, Frame, KeyMetrics, KeyRingError, Opened, Questions, Rejection, StateText,
     };
     pub use crate::token::{
         HandleReject, KeyId, KeyRing, Reject, RequestBinding, SealOptions, StateSealer,

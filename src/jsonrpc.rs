@@ -547,15 +547,20 @@ fn printable(key: &str) -> String {
 
 /// `text` with each span replaced by its bytes (spans in order, none overlapping; an
 /// empty span inserts): how an upstream's answer gets its sealed members.
-pub(crate) fn replace_spans(
+pub(crate) fn replace_spans<'a>(
     text: &[u8],
-    edits: impl IntoIterator<Item = (std::ops::Range<usize>, Vec<u8>)>,
+    edits: impl Iterator<Item = (std::ops::Range<usize>, &'a [u8])> + Clone,
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len() + 512);
+    // Exactly the size it will have: no growth, and `Bytes` takes it without another
+    // allocation.
+    let size = edits.clone().fold(text.len(), |size, (span, bytes)| {
+        size - span.len() + bytes.len()
+    });
+    let mut out = Vec::with_capacity(size);
     let mut at = 0;
     for (span, bytes) in edits {
         out.extend_from_slice(&text[at..span.start]);
-        out.extend_from_slice(&bytes);
+        out.extend_from_slice(bytes);
         at = span.end;
     }
     out.extend_from_slice(&text[at..]);

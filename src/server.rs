@@ -46,8 +46,9 @@ use tokio::task::JoinSet;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Peer(pub(crate) SocketAddr);
 
-/// What the server knows of a request's connection, put in each request's extensions as
-/// one value: the map then allocates for one entry, not for one per fact.
+/// What the server knows of a request's connection, handed to the handler beside each
+/// request (not in its extensions: a value there costs the map, its table and a box, three
+/// allocations per request).
 #[derive(Debug, Clone)]
 pub(crate) struct ConnectionFacts {
     pub(crate) peer: Peer,
@@ -55,14 +56,6 @@ pub(crate) struct ConnectionFacts {
     pub(crate) framing: MixedFraming,
     /// The verified client certificate's identity, on an mTLS listener.
     pub(crate) identity: Option<PeerIdentity>,
-}
-
-impl ConnectionFacts {
-    /// The facts the server put in a request's extensions (none in a request it did not
-    /// accept itself, as in unit tests).
-    pub(crate) fn of(extensions: &http::Extensions) -> Option<&Self> {
-        extensions.get::<Self>()
-    }
 }
 
 /// How a listener treats its connections.
@@ -92,8 +85,9 @@ pub(crate) struct ServeOptions {
 }
 
 /// Serve `handler` on `listener` until `shutdown` flips to true, then drain for at most
-/// `options.drain`. Each request carries the peer's address as an [`Peer`] extension and,
-/// with `tls` requiring client certificates, the client's [`PeerIdentity`].
+/// `options.drain`. The handler gets each request with its connection's [`ConnectionFacts`]:
+/// the peer's address, whether a head was framed both ways and, with `tls` requiring
+/// client certificates, the client's [`PeerIdentity`].
 pub(crate) async fn serve<H, F>(
     listener: TcpListener,
     tls: Option<Arc<crate::tls::ServerTls>>,
@@ -101,7 +95,7 @@ pub(crate) async fn serve<H, F>(
     mut shutdown: watch::Receiver<bool>,
     options: ServeOptions,
 ) where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<Incoming>, ConnectionFacts) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let name = options.name;
@@ -272,7 +266,7 @@ struct Accepted<H> {
 
 impl<H, F> Accepted<H>
 where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    H: Fn(Request<Incoming>, ConnectionFacts) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     /// Serve the connection to its end: closed at a missed deadline, asked to finish
@@ -296,16 +290,16 @@ where
         let mixed_framing = MixedFraming::default();
         let framing = FramingScan::new(mixed_framing.clone());
         let service = move |identity: Option<PeerIdentity>| {
-            service_fn(move |mut request: Request<Incoming>| {
-                request.extensions_mut().insert(ConnectionFacts {
+            service_fn(move |request: Request<Incoming>| {
+                let facts = ConnectionFacts {
                     peer: Peer(peer),
                     framing: mixed_framing.clone(),
                     identity: identity.clone(),
-                });
+                };
                 // In progress until the response body is dropped: after its last byte,
                 // or when the client went away.
                 let in_request = in_requests.request();
-                let response = handler(request);
+                let response = handler(request, facts);
                 async move {
                     let response = response.await;
                     Ok::<_, Infallible>(response.map(|body| body::holding(body, in_request)))

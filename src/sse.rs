@@ -493,6 +493,31 @@ where
     }
 }
 
+/// Rebuild an event with `data` as its data, where its first data line stood: one data
+/// line per line of `data` (a message read from several data lines, which SSE joins with
+/// LF, keeps them), each with the first data line's ending; every other line (`event:`,
+/// `id:`, `retry:`, comments) and its ending is kept.
+pub(crate) fn replace_data(event: &[u8], data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(event.len() + data.len());
+    let mut written = false;
+    for (content, ending) in split_lines(event) {
+        let is_data = content == b"data" || content.starts_with(b"data:");
+        if !is_data {
+            out.extend_from_slice(content);
+            out.extend_from_slice(ending);
+        } else if !written {
+            let ending = if ending.is_empty() { b"\r\n" } else { ending };
+            for line in data.split(|&b| b == b'\n') {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(line);
+                out.extend_from_slice(ending);
+            }
+            written = true;
+        }
+    }
+    out.freeze()
+}
+
 #[cfg(test)]
 mod body_tests;
 #[cfg(test)]

@@ -107,6 +107,7 @@ impl Identifier {
     pub(crate) async fn identify(
         &self,
         parts: &http::request::Parts,
+        facts: &ConnectionFacts,
         from_trusted_peer: bool,
     ) -> Result<Option<Arc<str>>, ProxyError> {
         match self {
@@ -122,9 +123,7 @@ impl Identifier {
                     challenge: Some(verifier.challenge().clone()),
                 }),
             },
-            Identifier::Mtls => match ConnectionFacts::of(&parts.extensions)
-                .and_then(|facts| facts.identity.as_ref())
-            {
+            Identifier::Mtls => match &facts.identity {
                 Some(PeerIdentity(identity)) => Ok(Some(identity.clone())),
                 // The handshake refuses clients without one; this is the belt to its braces.
                 None => Err(ProxyError::Unauthorized {

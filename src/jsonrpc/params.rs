@@ -342,6 +342,13 @@ impl Params<'_> {
     /// A member as it is now, read over the body's text while nobody parsed or edited it
     /// (no tree is built; its lists go into `arena`): what a caller that reads a few
     /// members of an object looks at.
+    /// The length of a member's text as it came, when it is untouched: the size of what
+    /// is read from it, near enough to reserve room for.
+    pub(crate) fn text_len(&self, field: ParamsField) -> Option<usize> {
+        let parts = self.0.as_ref()?;
+        parts.untouched(field).map(|span| span.len())
+    }
+
     pub(crate) fn view<'v>(
         &'v self,
         field: ParamsField,

@@ -76,9 +76,7 @@ impl Proxy {
             .mark_gated(&mut parts.headers, &exchange.caller);
         // The parsed body ends here, before the upstream is awaited.
         let (forwarded, reservation) = admitted.into_forwarded();
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(forwarded.len()));
+        set_content_length(&mut parts.headers, forwarded.len());
         self.round_trip(
             parts,
             (crate::body::full(forwarded), Some(reservation)),
@@ -116,9 +114,9 @@ impl Proxy {
             }
             // Computed now, for the response: only the binding outlives the request's
             // phases, never the parsed body.
-            None => arena
-                .and_then(|arena| RequestBinding::of_params_in(method, params, arena).ok())
-                .map(|b| b.at_path(caller.path())),
+            None => arena.and_then(|arena| {
+                RequestBinding::of_params_in(method, params, arena, Some(caller.path())).ok()
+            }),
         };
         Ok(())
     }
@@ -148,5 +146,47 @@ impl Proxy {
             .await?;
         exchange.answering = inbound.answering;
         Ok(inbound.replay)
+    }
+}
+
+/// The forwarded body's length as its one `Content-Length`. The client's value stays
+/// when it is already that, alone (a call forwarded as it came): a value of ours would be
+/// one more allocation per request.
+fn set_content_length(headers: &mut http::HeaderMap, length: usize) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(length).as_bytes();
+    let mut given = headers.get_all(header::CONTENT_LENGTH).iter();
+    let kept =
+        given.next().is_some_and(|value| value.as_bytes() == digits) && given.next().is_none();
+    if !kept {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_forwarded_length_is_the_one_content_length() {
+        let lengths = |headers: &http::HeaderMap| {
+            let values = headers.get_all(header::CONTENT_LENGTH).iter();
+            values
+                .map(|v| v.to_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        };
+        let mut headers = http::HeaderMap::new();
+        set_content_length(&mut headers, 42);
+        assert_eq!(lengths(&headers), ["42"], "set when absent");
+        set_content_length(&mut headers, 42);
+        assert_eq!(lengths(&headers), ["42"], "kept when it is the length");
+        set_content_length(&mut headers, 7);
+        assert_eq!(lengths(&headers), ["7"], "replaced when the body changed");
+        headers.append(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+        set_content_length(&mut headers, 7);
+        assert_eq!(lengths(&headers), ["7"], "one value, even where two agreed");
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("07"));
+        set_content_length(&mut headers, 7);
+        assert_eq!(lengths(&headers), ["7"], "the digits, not the number");
     }
 }

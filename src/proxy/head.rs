@@ -22,22 +22,23 @@ impl Proxy {
     pub(super) async fn admit_head(
         &self,
         parts: &mut http::request::Parts,
+        facts: &ConnectionFacts,
         passthrough: bool,
         exchange: &mut Exchange,
     ) -> Result<(), Failure> {
         self.hosts.load().check(parts)?;
-        ingress::check_framing(parts)?;
+        ingress::check_framing(parts, facts)?;
         // The client's hop-by-hop set goes now, named by its own `Connection` and before
         // anything of ours is added (forwarding, identity, idempotency): honoured later,
         // it deleted the sidecar's own headers. The framing was checked just above.
         upstream::strip_hop_by_hop_keeping(&mut parts.headers, &self.protected_headers);
         self.upstream.strip_internal(&mut parts.headers);
-        let peer = ConnectionFacts::of(&parts.extensions).map(|facts| facts.peer);
+        let peer = Some(facts.peer);
         let trusted_peer = self.trusted_proxies.is_empty() || self.trusted_proxies.trusts(peer);
         let principal = if passthrough && !self.principal.required_on_passthrough() {
             None
         } else {
-            self.principal.identify(parts, trusted_peer).await?
+            self.principal.identify(parts, facts, trusted_peer).await?
         };
         // Before the chain is extended with the peer: the owner of the request's shares,
         // behind a trusted proxy the client it reports.

@@ -226,16 +226,19 @@ impl Proxy {
     }
 
     /// Serve one request. Never fails: errors become JSON-RPC error responses here.
-    pub(crate) async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
+    pub(crate) async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        facts: ConnectionFacts,
+    ) -> Response<ProxyBody> {
         // Held by the response body: streams count until they end, and a client that
         // goes away mid-request or mid-stream still decrements (and still leaves its
         // one record).
         let in_flight = self.metrics.path.in_flight_guard();
-        let peer = ConnectionFacts::of(request.extensions()).map(|facts| facts.peer.0);
-        let mut exchange = Exchange::begin(peer, request.uri(), request.headers());
+        let mut exchange = Exchange::begin(Some(facts.peer.0), request.uri(), request.headers());
         // Boxed apart: the forwarding future is most of a request's state, and the
         // handler's future, small now, is what the server moves and boxes per request.
-        let response = match Box::pin(self.forward(request, &mut exchange)).await {
+        let response = match Box::pin(self.forward(request, &facts, &mut exchange)).await {
             Ok(response) => response,
             Err(failure) => self.refusal(failure, &mut exchange),
         };
@@ -285,6 +288,7 @@ impl Proxy {
     async fn forward(
         &self,
         request: Request<Incoming>,
+        facts: &ConnectionFacts,
         exchange: &mut Exchange,
     ) -> Result<Response<ProxyBody>, Failure> {
         let (mut parts, body) = request.into_parts();
@@ -303,7 +307,8 @@ impl Proxy {
         } else {
             Route::Passthrough
         });
-        self.admit_head(&mut parts, passthrough, exchange).await?;
+        self.admit_head(&mut parts, facts, passthrough, exchange)
+            .await?;
         if passthrough {
             return self
                 .send_untouched(parts, body.map_err(BoxError::from).boxed(), exchange)

@@ -23,7 +23,7 @@ use crate::policy::flow::FlowLimits;
 use crate::policy::questions::Round;
 use crate::policy::single_use::SingleUsePolicy;
 use crate::sse::{EventRewriter, Rewrite, StreamFailure, event_data_at};
-use crate::token::{Flow, RequestBinding, SealOptions, StateSealer, StateText};
+use crate::token::{Flow, Frame, RequestBinding, SealOptions, StateSealer, StateText};
 use crate::tools::{Answering, Completed};
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
@@ -127,6 +127,27 @@ pub struct ResponseSealer {
 /// Bytes that replace a span of an upstream's answer (an empty span: inserted there).
 type Splice = (Range<usize>, Vec<u8>);
 
+/// The splices into one body: at most one into a message, one per message of a batch.
+enum Splices {
+    Message(Option<Splice>),
+    Batch(Vec<Splice>),
+}
+
+impl Splices {
+    fn as_slice(&self) -> &[Splice] {
+        match self {
+            Splices::Message(splice) => splice.as_slice(),
+            Splices::Batch(splices) => splices,
+        }
+    }
+
+    /// Each splice as [`jsonrpc::replace_spans`] takes it, `shift` bytes further on.
+    fn shifted(&self, shift: usize) -> impl Iterator<Item = (Range<usize>, &[u8])> + Clone {
+        (self.as_slice().iter())
+            .map(move |(span, bytes)| (span.start + shift..span.end + shift, &bytes[..]))
+    }
+}
+
 /// Why a response (or an SSE event) is withheld from the client.
 #[derive(Debug)]
 pub enum Withheld {
@@ -171,13 +192,13 @@ impl ResponseSealer {
     /// Seal one JSON text of an answer (a whole body, an SSE event's data): the splices
     /// into the upstream's bytes that seal every `requestState`, record the answer and
     /// seal its handles, in order (none: the bytes go as they came).
-    fn seal_text(&self, text: &[u8]) -> Result<Vec<Splice>, Withheld> {
+    fn seal_text(&self, text: &[u8]) -> Result<Splices, Withheld> {
         let answer = jsonrpc::scan_answer(text).map_err(|_| SealFailure::UnparseableBody)?;
         if answer.is_message() {
-            return self.seal_message(&answer);
+            return self.seal_message(&answer).map(Splices::Message);
         }
         let Some(batch) = answer.batch() else {
-            return Ok(Vec::new());
+            return Ok(Splices::Message(None));
         };
         // A batch (no 2026 server sends one), arrays in it included: each message read
         // on its own (they do not overlap, so no byte is read twice more), sealed in its
@@ -186,16 +207,16 @@ impl ResponseSealer {
         for at in batch {
             let message = jsonrpc::scan_answer(&text[at.clone()])
                 .map_err(|_| SealFailure::UnparseableBody)?;
-            for (span, bytes) in self.seal_message(&message)? {
+            if let Some((span, bytes)) = self.seal_message(&message)? {
                 splices.push((span.start + at.start..span.end + at.start, bytes));
             }
         }
-        Ok(splices)
+        Ok(Splices::Batch(splices))
     }
 
     /// Run the [`STEPS`] on one message, in their order: the splices into its bytes (at
     /// most one: its state, or its result when handles were sealed in it).
-    fn seal_message(&self, answer: &Answer<'_>) -> Result<Vec<Splice>, Withheld> {
+    fn seal_message(&self, answer: &Answer<'_>) -> Result<Option<Splice>, Withheld> {
         answer.check().map_err(|fault| {
             Withheld::from(match fault {
                 AnswerFault::AmbiguousKey => SealFailure::AmbiguousKey,
@@ -214,7 +235,7 @@ impl ResponseSealer {
             }
         }
         // Handles sealed in a result hold its sealed state too.
-        Ok(handles.or(state).into_iter().collect())
+        Ok(handles.or(state))
     }
 
     /// Record the answer to an idempotent call as the client gets it (states sealed,
@@ -259,8 +280,9 @@ impl ResponseSealer {
         }
         let at = answer.result()?;
         let inside =
-            state.map(|(span, bytes)| (span.start - at.start..span.end - at.start, bytes.clone()));
-        let result = jsonrpc::replace_spans(&answer.text().as_bytes()[at.clone()], inside);
+            state.map(|(span, bytes)| (span.start - at.start..span.end - at.start, &bytes[..]));
+        let result =
+            jsonrpc::replace_spans(&answer.text().as_bytes()[at.clone()], inside.into_iter());
         let Ok(Value::Object(mut result)) = jsonrpc::parse_bounded(&result, usize::MAX) else {
             return None;
         };
@@ -303,7 +325,7 @@ impl ResponseSealer {
             .map_err(|_| Withheld::Refused(MrtrRefusal::RoundLimit, ProxyError::RoundLimit))?;
         let options = SealOptions {
             principal: self.context.principal.as_deref(),
-            single_use: self.single_use.applies(&binding.method, &binding.target),
+            single_use: self.single_use.applies(binding.method(), binding.target()),
             no_upstream_state: state.is_none(),
             asked: Some(&asked),
             questions: Some(&questions),
@@ -312,24 +334,28 @@ impl ResponseSealer {
         let text = state
             .as_ref()
             .map_or(StateText::Plain(""), UpstreamState::text);
-        let (token, kid) = self.state_sealer.seal_counted(text, binding, &options);
+        // A token is its prefix and base64url, none of which JSON escapes: written as it
+        // is, between its quotes (and after the member's name when it is appended), in
+        // the one buffer the seal fills.
+        let frame = Frame {
+            lead: if at.is_empty() {
+                b",\"requestState\":\""
+            } else {
+                b"\""
+            },
+            tail: b"\"",
+        };
+        let (written, kid) =
+            (self.state_sealer).seal_counted_framed(text, binding, &options, frame);
+        let token = &written[frame.lead.len()..written.len() - frame.tail.len()];
         if token.len() > crate::token::max_token_bytes(self.max_state_bytes) {
             // A long path or many asked keys on top of a large state: the gate would refuse
             // this token on the retry, so it is not handed out.
             return Err(SealFailure::StateTooLarge.into());
         }
+        debug_assert!(std::str::from_utf8(token).is_ok_and(crate::token::is_json_plain));
         self.metrics.keys.token_minted(kid);
         self.metrics.path.sealed();
-        let mut written = Vec::with_capacity(token.len() + 18);
-        if at.is_empty() {
-            written.extend_from_slice(b",\"requestState\":");
-        }
-        // A token is its prefix and base64url, none of which JSON escapes: written as it
-        // is, without a serializer's look at every byte.
-        debug_assert!(crate::token::is_json_plain(&token));
-        written.push(b'"');
-        written.extend_from_slice(token.as_bytes());
-        written.push(b'"');
         Ok(Some((at, written)))
     }
 
@@ -373,7 +399,8 @@ impl ResponseSealer {
     /// withheld.
     pub fn seal_json(&self, body: &[u8]) -> Result<Option<Bytes>, Withheld> {
         let splices = self.seal_text(body)?;
-        Ok((!splices.is_empty()).then(|| Bytes::from(jsonrpc::replace_spans(body, splices))))
+        let sealed = !splices.as_slice().is_empty();
+        Ok(sealed.then(|| Bytes::from(jsonrpc::replace_spans(body, splices.shifted(0)))))
     }
 
     /// Count, log, and build the internal error that replaces an unsafe response.
@@ -447,16 +474,14 @@ impl EventRewriter for ResponseSealer {
             return Rewrite::Keep;
         }
         match self.seal_text(&data.bytes) {
-            Ok(splices) if splices.is_empty() => Rewrite::Keep,
+            Ok(splices) if splices.as_slice().is_empty() => Rewrite::Keep,
             // One data line holds the message: spliced into the event itself, once.
             Ok(splices) => Rewrite::Replace(match data.at {
-                Some(at) => Bytes::from(jsonrpc::replace_spans(
+                Some(at) => Bytes::from(jsonrpc::replace_spans(event, splices.shifted(at))),
+                None => crate::sse::replace_data(
                     event,
-                    splices
-                        .into_iter()
-                        .map(|(span, bytes)| (span.start + at..span.end + at, bytes)),
-                )),
-                None => replace_data(event, &jsonrpc::replace_spans(&data.bytes, splices)),
+                    &jsonrpc::replace_spans(&data.bytes, splices.shifted(0)),
+                ),
             }),
             Err(failure) => Rewrite::ReplaceAndEnd(self.error_event(failure)),
         }
@@ -477,44 +502,18 @@ impl EventRewriter for ResponseSealer {
     }
 }
 
-/// Rebuild an event with `data` as its data, where its first data line stood: one data
-/// line per line of `data` (a message read from several data lines, which SSE joins with
-/// LF, keeps them), each with the first data line's ending; every other line (`event:`,
-/// `id:`, `retry:`, comments) and its ending is kept.
-pub(crate) fn replace_data(event: &[u8], data: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(event.len() + data.len());
-    let mut written = false;
-    for (content, ending) in crate::sse::split_lines(event) {
-        let is_data = content == b"data" || content.starts_with(b"data:");
-        if !is_data {
-            out.extend_from_slice(content);
-            out.extend_from_slice(ending);
-        } else if !written {
-            let ending = if ending.is_empty() { b"\r\n" } else { ending };
-            for line in data.split(|&b| b == b'\n') {
-                out.extend_from_slice(b"data: ");
-                out.extend_from_slice(line);
-                out.extend_from_slice(ending);
-            }
-            written = true;
-        }
-    }
-    out.freeze()
-}
-
 /// A whole-body response with a new body, holding `reservation` until it is sent.
 pub(crate) fn with_body(
     mut parts: http::response::Parts,
     body: Bytes,
     reservation: Option<Reservation>,
 ) -> http::Response<ProxyBody> {
-    parts
-        .headers
-        .insert(http::header::CONTENT_LENGTH, body.len().into());
-    let body = crate::body::full(body);
+    // hyper writes the length of a whole body itself, into the head it is writing (a
+    // `HeaderValue` of ours would be one more allocation per answer).
+    parts.headers.remove(http::header::CONTENT_LENGTH);
     let body = match reservation {
-        Some(reservation) => reservation.hold(body),
-        None => body,
+        Some(reservation) => crate::body::full_holding(body, reservation),
+        None => crate::body::full(body),
     };
     http::Response::from_parts(parts, body)
 }
@@ -550,31 +549,5 @@ impl<'a> UpstreamState<'a> {
             UpstreamState::Spelled(token, _) => StateText::Spelled(token),
             UpstreamState::Plain(plain) => StateText::Plain(plain),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replace_data_keeps_other_lines_and_endings() {
-        let event = b"event: message\r\nid: 7\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n";
-        assert_eq!(
-            &replace_data(event, b"{\"b\":2}")[..],
-            b"event: message\r\nid: 7\r\ndata: {\"b\":2}\r\n\r\n"
-        );
-        let event = b": c\ndata:x\n\n";
-        assert_eq!(&replace_data(event, b"y")[..], b": c\ndata: y\n\n");
-        let event = b"data: x";
-        assert_eq!(&replace_data(event, b"y")[..], b"data: y\r\n");
-        let event = b"data\rretry: 5\r\r";
-        assert_eq!(&replace_data(event, b"y")[..], b"data: y\rretry: 5\r\r");
-        // Data read from several lines keeps them: a line break inside it is no field.
-        let event = b"data: {\"a\":\ndata: 1}\n\n";
-        assert_eq!(
-            &replace_data(event, b"{\"a\":\n2}")[..],
-            b"data: {\"a\":\ndata: 2}\n\n"
-        );
     }
 }

@@ -80,9 +80,9 @@ impl StateOpener {
                 "token longer than any this sidecar mints",
             ));
         }
-        let binding = RequestBinding::of_params(method, params)
-            .map_err(|_| ProxyError::Parse(ParseError::Params))?
-            .at_path(path);
+        let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
+        let binding = RequestBinding::of_params_in(method, params, &arena, Some(path))
+            .map_err(|_| ProxyError::Parse(ParseError::Params))?;
         let kid = KeyId::of_token(&token);
         let opened = self
             .sealer
@@ -234,7 +234,7 @@ impl StateOpener {
     ) -> Result<Option<Claim>, ProxyError> {
         match self
             .single_use
-            .consume(opened, &binding.method, &binding.target, owner)
+            .consume(opened, binding.method(), binding.target(), owner)
             .await
         {
             Ok(claim) => Ok(claim),

@@ -408,3 +408,27 @@ fn one_data_line_is_borrowed_where_it_stands() {
     let data = event_data_at(b"data: {\"a\":\ndata: 1}\n\n").unwrap();
     assert_eq!((&data.bytes[..], data.at), (&b"{\"a\":\n1}"[..], None));
 }
+
+// ---------------------------------------------------------------------------------------
+// replace_data
+
+#[test]
+fn replace_data_keeps_other_lines_and_endings() {
+    let event = b"event: message\r\nid: 7\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n";
+    assert_eq!(
+        &replace_data(event, b"{\"b\":2}")[..],
+        b"event: message\r\nid: 7\r\ndata: {\"b\":2}\r\n\r\n"
+    );
+    let event = b": c\ndata:x\n\n";
+    assert_eq!(&replace_data(event, b"y")[..], b": c\ndata: y\n\n");
+    let event = b"data: x";
+    assert_eq!(&replace_data(event, b"y")[..], b"data: y\r\n");
+    let event = b"data\rretry: 5\r\r";
+    assert_eq!(&replace_data(event, b"y")[..], b"data: y\rretry: 5\r\r");
+    // Data read from several lines keeps them: a line break inside it is no field.
+    let event = b"data: {\"a\":\ndata: 1}\n\n";
+    assert_eq!(
+        &replace_data(event, b"{\"a\":\n2}")[..],
+        b"data: {\"a\":\ndata: 2}\n\n"
+    );
+}

@@ -74,7 +74,7 @@ fn answered(
     ticket.settled = true;
     match result.unwrap_or(Err(NoAnswer::Exited)) {
         Ok(reply) => {
-            let mut response = Response::new(reply.held.hold(full(reply.message)));
+            let mut response = Response::new(reply.held.hold_full(reply.message));
             // The child's error is the whole answer: its status, as the SDKs' HTTP
             // transports answer it (a 404 for a method the child does not serve).
             *response.status_mut() = reply.status;

@@ -7,12 +7,8 @@
 //! when set. The reference reads only its own claims (`v iat exp m t a s aud p`) and
 //! ignores the rest.
 
-use super::canonical::{CanonicalError, write_python_float, write_python_json, write_string};
-use crate::jsonrpc::{
-    JsonView, LITE_ARENA_BYTES, LiteArena, ParamRead, ParamView, Params, ParamsField,
-};
+use super::canonical::{write_python_float, write_string};
 use base64_simd::URL_SAFE_NO_PAD;
-use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use subtle::ConstantTimeEq;
@@ -21,158 +17,6 @@ pub(crate) const ENVELOPE_VERSION: u8 = 1;
 const PRINCIPAL_LABEL: &[u8] = b"mcp/request-state/principal:";
 const PRINCIPAL_SALT_LEN: usize = 8;
 const PRINCIPAL_TAG_LEN: usize = 16;
-const ARGS_DIGEST_LEN: usize = 16;
-/// What absent (or falsy) arguments digest as.
-const EMPTY_ARGUMENTS: &str = "{}";
-
-/// Why a request cannot be bound the way the reference would bind it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BindingError {
-    #[error("`params.{0}` is not a string")]
-    NonStringTarget(&'static str),
-    #[error("`params.arguments` cannot be digested: {0}")]
-    Arguments(#[from] CanonicalError),
-}
-
-/// What a token is bound to on one request: the method, its target (`params.name`, or
-/// `params.uri` for `resources/read`), the digest of `params.arguments` and, when the
-/// caller knows it, the HTTP request path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestBinding {
-    pub method: String,
-    pub target: String,
-    pub args_digest: String,
-    /// The request path (`u` claim), compared byte for byte. Set with
-    /// [`RequestBinding::at_path`].
-    ///
-    /// Minting with a path writes the claim. Opening: a token that carries the claim opens
-    /// only under a binding with exactly that path (a binding without one refuses it), so
-    /// a token minted on `/a` does not open on `/b` when one upstream serves several MCP
-    /// servers or tenants under different paths. A token without the claim still opens
-    /// under a binding with a path. That is safe: such a token comes from the reference
-    /// SDK, which cannot express paths, or from a version of ours that did not write them,
-    /// and it is held to everything it does carry, including the audience that binds it to
-    /// this service. Stripping the claim from one of our tokens is not possible: the claims
-    /// are authenticated.
-    pub path: Option<String>,
-}
-
-impl RequestBinding {
-    #[cfg(any(test, feature = "oracle"))]
-    /// Bind a request as the reference's `_request_identity` does: a per-method allowlist,
-    /// so a future wire field cannot silently join (or escape) the digest.
-    pub fn of(method: &str, params: Option<&Map<String, Value>>) -> Result<Self, BindingError> {
-        // The two members it reads: the method's target field
-        // ([`crate::mcp::target_field`]) and `arguments`.
-        let field = crate::mcp::target_field(method);
-        let target = (params.and_then(|p| p.get(field))).map(|t| t.as_str().map(str::to_owned));
-        Self::of_parts(method, target, params.and_then(|p| p.get("arguments")))
-    }
-
-    /// The binding of a call as the gate scanned it: the target and the arguments read
-    /// over the body's text while nobody edited them (no tree built), the members an
-    /// edit left otherwise. The same binding as `RequestBinding::of` (the oracle) on the same
-    /// call (the `gate` fuzz target compares the two).
-    pub fn of_params(method: &str, params: &Params<'_>) -> Result<Self, BindingError> {
-        Self::of_params_in(method, params, &LiteArena::with_capacity(LITE_ARENA_BYTES))
-    }
-
-    /// [`RequestBinding::of_params`], its arguments read into `arena` (a caller reading
-    /// more of the same body shares one).
-    pub(crate) fn of_params_in(
-        method: &str,
-        params: &Params<'_>,
-        arena: &LiteArena,
-    ) -> Result<Self, BindingError> {
-        let target = match params.read(ParamsField::target(method)) {
-            None => None,
-            Some(ParamRead::Text(text)) => Some(Some(text.into_owned())),
-            Some(ParamRead::Value(value)) => Some(value.as_str().map(str::to_owned)),
-            Some(ParamRead::Null | ParamRead::Other) => Some(None),
-        };
-        if !params.is_there(ParamsField::Arguments) {
-            return Self::of_parts::<Value>(method, target, None);
-        }
-        match params.view(ParamsField::Arguments, arena) {
-            None => Self::of_parts::<Value>(method, target, None),
-            Some(ParamView::Text(arguments)) => Self::of_parts(method, target, Some(&arguments)),
-            Some(ParamView::Value(arguments)) => Self::of_parts(method, target, Some(arguments)),
-        }
-    }
-
-    /// `target`: absent, or there and a string (or not).
-    fn of_parts<A: JsonView>(
-        method: &str,
-        target: Option<Option<String>>,
-        arguments: Option<&A>,
-    ) -> Result<Self, BindingError> {
-        let target = match target {
-            None => String::new(),
-            Some(Some(target)) => target,
-            // Python would `str()` it ("None", "123"); no real client sends that, so refuse.
-            Some(None) => {
-                return Err(BindingError::NonStringTarget(crate::mcp::target_field(
-                    method,
-                )));
-            }
-        };
-        let arguments = arguments.filter(|args| method != "resources/read" && !python_falsy(*args));
-        Ok(Self {
-            method: method.to_owned(),
-            target,
-            args_digest: args_digest(arguments)?,
-            path: None,
-        })
-    }
-
-    /// The binding's digest when it is [`args_digest`] of `arguments` as they are (the
-    /// arguments it was computed from, unchanged since), so a later reader of them
-    /// (idempotency) takes it rather than serialise them again. `None` for the falsy
-    /// values other than `{}`, which the binding reads as no arguments (as the reference
-    /// does).
-    pub(crate) fn digest_of_arguments(&self, arguments: Option<&Value>) -> Option<&str> {
-        let as_is =
-            arguments.is_none_or(|a| !python_falsy(a) || a.as_object().is_some_and(Map::is_empty));
-        as_is.then_some(self.args_digest.as_str())
-    }
-
-    /// Also bind the request path: the HTTP path exactly as received (no decoding or
-    /// normalisation), so a retry must arrive on the very same path.
-    #[must_use]
-    pub fn at_path(mut self, path: &str) -> Self {
-        self.path = Some(path.to_owned());
-        self
-    }
-}
-
-/// `p.get("arguments") or {}`: every falsy Python value digests as an empty object.
-fn python_falsy<V: JsonView>(value: &V) -> bool {
-    if let Some(literal) = value.number_literal() {
-        return literal.parse::<f64>().is_ok_and(|f| f == 0.0);
-    }
-    if let Some(text) = value.as_str() {
-        return text.is_empty();
-    }
-    if let Some(items) = value.as_array() {
-        return items.is_empty();
-    }
-    if let Some(mut members) = value.entries() {
-        return members.next().is_none();
-    }
-    // `null` or `false`.
-    value.as_bool() != Some(true)
-}
-
-/// base64url(SHA-256(canonical JSON)[..16]) of the arguments, `{}` when absent.
-pub fn args_digest<V: JsonView>(arguments: Option<&V>) -> Result<String, CanonicalError> {
-    let mut canonical = String::new();
-    match arguments {
-        Some(args) => write_python_json(args, true, &mut canonical)?,
-        None => canonical.push_str(EMPTY_ARGUMENTS),
-    }
-    let digest = Sha256::digest(canonical.as_bytes());
-    Ok(URL_SAFE_NO_PAD.encode_to_string(&digest[..ARGS_DIGEST_LEN]))
-}
 
 /// The salted, one-way principal claim: base64url(salt ‖ SHA-256(label ‖ salt ‖ principal)[..16]).
 pub(crate) fn principal_claim(principal: &str, salt: [u8; PRINCIPAL_SALT_LEN]) -> String {
@@ -266,15 +110,15 @@ impl MintClaims<'_> {
     pub(crate) fn len_hint(&self) -> usize {
         const FIXED: usize = 160;
         FIXED
-            + self.binding.method.len()
-            + self.binding.target.len()
+            + self.binding.method().len()
+            + self.binding.target().len()
             + self.state.len_hint()
             + self.audience.map_or(0, str::len)
             + self.principal_claim.as_ref().map_or(0, String::len)
             + self
                 .asked
                 .map_or(0, |a| a.iter().map(|k| k.len() + 3).sum())
-            + self.binding.path.as_ref().map_or(0, String::len)
+            + self.binding.path().map_or(0, str::len)
             + self.questions.map_or(0, str::len)
     }
 
@@ -286,11 +130,11 @@ impl MintClaims<'_> {
         out.push_str(",\"exp\":");
         write_python_float(self.exp, out);
         out.push_str(",\"m\":");
-        write_string(&self.binding.method, out);
+        write_string(self.binding.method(), out);
         out.push_str(",\"t\":");
-        write_string(&self.binding.target, out);
+        write_string(self.binding.target(), out);
         out.push_str(",\"a\":");
-        write_string(&self.binding.args_digest, out);
+        write_string(self.binding.args_digest(), out);
         out.push_str(",\"s\":");
         match self.state {
             StateText::Plain(state) => write_string(state, out),
@@ -321,7 +165,7 @@ impl MintClaims<'_> {
             }
             out.push(']');
         }
-        if let Some(path) = &self.binding.path {
+        if let Some(path) = self.binding.path() {
             out.push_str(",\"u\":");
             write_string(path, out);
         }
@@ -339,15 +183,20 @@ impl MintClaims<'_> {
     }
 }
 
+pub(crate) mod binding;
 mod opened;
+
+use binding::RequestBinding;
 
 pub(crate) use opened::OpenedClaims;
 pub use opened::Questions;
 
 #[cfg(test)]
 mod tests {
+    use super::super::canonical::write_python_json;
     use super::*;
-    use serde_json::json;
+    use binding::{BindingError, args_digest};
+    use serde_json::{Map, Value, json};
 
     fn params(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
@@ -372,14 +221,14 @@ mod tests {
                 Some(&params(json!({"name":"x","arguments":falsy}))),
             )
             .unwrap();
-            assert_eq!(b.args_digest, empty, "falsy {falsy}");
+            assert_eq!(b.args_digest(), empty, "falsy {falsy}");
         }
         let b = RequestBinding::of(
             "tools/call",
             Some(&params(json!({"name":"x","arguments":[0]}))),
         )
         .unwrap();
-        assert_ne!(b.args_digest, empty);
+        assert_ne!(b.args_digest(), empty);
     }
 
     #[test]
@@ -391,8 +240,8 @@ mod tests {
             )),
         )
         .unwrap();
-        assert_eq!(b.target, "config://prod");
-        assert_eq!(b.args_digest, args_digest::<Value>(None).unwrap());
+        assert_eq!(b.target(), "config://prod");
+        assert_eq!(b.args_digest(), args_digest::<Value>(None).unwrap());
     }
 
     #[test]
@@ -404,7 +253,7 @@ mod tests {
             );
         }
         let absent = RequestBinding::of("tools/list", None).unwrap();
-        assert_eq!(absent.target, "");
+        assert_eq!(absent.target(), "");
     }
 
     #[test]
@@ -459,7 +308,7 @@ mod tests {
             text,
             format!(
                 r#"{{"v":1,"iat":1800000000.0,"exp":1800000600.0,"m":"tools/call","t":"provision","a":"{}","s":"{{\"tier\":\"free\",\"\u00e9\":1}}","aud":"svc","su":true,"q":["region"]}}"#,
-                binding.args_digest
+                binding.args_digest()
             )
         );
         // A state given as a token already so spelled is written as it is: the same claims.
@@ -537,7 +386,7 @@ mod tests {
         );
         assert!(text.len() <= claims.len_hint());
         let opened = OpenedClaims::decode(text.as_bytes()).unwrap();
-        assert_eq!(opened.u.as_deref(), binding.path.as_deref());
+        assert_eq!(opened.u.as_deref(), binding.path());
         // Without a path there is no claim: the reference's layout, byte for byte.
         let bare = RequestBinding::of("tools/list", None).unwrap();
         let mut text = String::new();

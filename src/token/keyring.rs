@@ -71,6 +71,22 @@ pub enum OpenError {
 /// Length of a token's identity: its key id and nonce.
 pub(crate) const TOKEN_ID_LEN: usize = KID_LEN + NONCE_LEN;
 
+/// The bytes a token is written between, in one buffer with it: where it goes in an
+/// answer, the member's name and the quotes around it.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    pub lead: &'a [u8],
+    pub tail: &'a [u8],
+}
+
+impl Frame<'_> {
+    /// The token alone.
+    pub const NONE: Frame<'static> = Frame {
+        lead: b"",
+        tail: b"",
+    };
+}
+
 /// An opened token: its plaintext and its identity. The identity (key id ‖ nonce) is
 /// authenticated by the AEAD and unique per seal, so it names one token for replay checks.
 /// The plaintext is not zeroized: it is request data that also travels in ordinary
@@ -220,11 +236,8 @@ impl KeyRing {
         })
     }
 
-    /// Seal the text `write` produces, with a caller-chosen nonce. The claims are written
-    /// straight into the token buffer behind a reserved kid ‖ nonce slot and encrypted in
-    /// place, so a seal allocates once for the raw token and once for its encoding.
-    /// A caller-chosen nonce is only for reference vectors: a repeated nonce under one key
-    /// destroys GCM's guarantees.
+    /// [`KeyRing::seal_text_framed`] without a frame: the token alone.
+    #[cfg(test)]
     pub(crate) fn seal_text(
         &self,
         nonce: [u8; NONCE_LEN],
@@ -232,6 +245,22 @@ impl KeyRing {
         write: impl FnOnce(&mut String),
     ) -> String {
         self.seal_enveloped(TOKEN_PREFIX, nonce, len_hint, write)
+    }
+
+    /// Seal the text `write` produces, with a caller-chosen nonce, the token written
+    /// between `frame`'s bytes. The claims are written straight into the raw token's
+    /// buffer behind a reserved kid ‖ nonce slot and encrypted in place, and the encoding
+    /// goes with what surrounds it in an answer into one buffer of exactly their size: a
+    /// seal allocates twice. A caller-chosen nonce is only for reference vectors: a
+    /// repeated nonce under one key destroys GCM's guarantees.
+    pub(crate) fn seal_text_framed(
+        &self,
+        nonce: [u8; NONCE_LEN],
+        len_hint: usize,
+        write: impl FnOnce(&mut String),
+        frame: Frame<'_>,
+    ) -> Vec<u8> {
+        self.seal_framed(TOKEN_PREFIX, nonce, len_hint, write, frame)
     }
 
     /// Seal under `prefix` (one of [`TOKEN_PREFIX`], [`HANDLE_PREFIX`]), which the AAD
@@ -243,6 +272,18 @@ impl KeyRing {
         len_hint: usize,
         write: impl FnOnce(&mut String),
     ) -> String {
+        let token = self.seal_framed(prefix, nonce, len_hint, write, Frame::NONE);
+        String::from_utf8(token).expect("a token is its prefix and base64url")
+    }
+
+    fn seal_framed(
+        &self,
+        prefix: &'static str,
+        nonce: [u8; NONCE_LEN],
+        len_hint: usize,
+        write: impl FnOnce(&mut String),
+        Frame { lead, tail }: Frame<'_>,
+    ) -> Vec<u8> {
         let key = &self.keys[0];
         // Room for the tag too, so appending it does not reallocate.
         let mut text = String::with_capacity(TOKEN_ID_LEN + len_hint + TAG_LEN);
@@ -260,10 +301,12 @@ impl KeyRing {
             )
             .expect("AES-GCM accepts any in-memory message");
         raw.extend_from_slice(&tag);
-        let mut token =
-            String::with_capacity(prefix.len() + URL_SAFE_NO_PAD.encoded_length(raw.len()));
-        token.push_str(prefix);
+        let length = prefix.len() + URL_SAFE_NO_PAD.encoded_length(raw.len());
+        let mut token = Vec::with_capacity(lead.len() + length + tail.len());
+        token.extend_from_slice(lead);
+        token.extend_from_slice(prefix.as_bytes());
         URL_SAFE_NO_PAD.encode_append(&raw, &mut token);
+        token.extend_from_slice(tail);
         token
     }
 

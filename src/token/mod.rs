@@ -24,10 +24,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use claims::Flow;
 pub use claims::Questions;
-pub use claims::RequestBinding;
 pub use claims::StateText;
-pub use claims::args_digest;
+pub use claims::binding::RequestBinding;
+pub use claims::binding::args_digest;
 pub use handle::HandleReject;
+pub use keyring::Frame;
 pub use keyring::KeyRing;
 pub use keyring::KeyRingError;
 pub use keyring::OpenError;
@@ -191,8 +192,22 @@ impl StateSealer {
         binding: &RequestBinding,
         options: &SealOptions<'_>,
     ) -> (String, KeyId) {
+        let (token, kid) = self.seal_counted_framed(state, binding, options, Frame::NONE);
+        let token = String::from_utf8(token).expect("a token is its prefix and base64url");
+        (token, kid)
+    }
+
+    /// [`StateSealer::seal_counted`], the token written between `frame`'s bytes in one
+    /// buffer of exactly their size (an answer's splice, without a copy of the token).
+    pub fn seal_counted_framed(
+        &self,
+        state: StateText<'_>,
+        binding: &RequestBinding,
+        options: &SealOptions<'_>,
+        frame: Frame<'_>,
+    ) -> (Vec<u8>, KeyId) {
         let ring = self.ring.load();
-        let token = self.seal_with(&ring, now(), state, binding, options);
+        let token = self.seal_with(&ring, now(), state, binding, options, frame);
         (token, KeyId::minting(&ring))
     }
 
@@ -203,7 +218,9 @@ impl StateSealer {
         binding: &RequestBinding,
         options: &SealOptions<'_>,
     ) -> String {
-        self.seal_with(&self.ring.load(), now, state.into(), binding, options)
+        let ring = self.ring.load();
+        let token = self.seal_with(&ring, now, state.into(), binding, options, Frame::NONE);
+        String::from_utf8(token).expect("a token is its prefix and base64url")
     }
 
     fn seal_with(
@@ -213,7 +230,8 @@ impl StateSealer {
         state: StateText<'_>,
         binding: &RequestBinding,
         options: &SealOptions<'_>,
-    ) -> String {
+        frame: Frame<'_>,
+    ) -> Vec<u8> {
         let claims = self.mint_claims(
             now,
             state,
@@ -221,9 +239,13 @@ impl StateSealer {
             options,
             keyring::fast_random_bytes::<8>(),
         );
-        ring.seal_text(keyring::fast_random_bytes(), claims.len_hint(), |out| {
-            claims.encode_into(out)
-        })
+        let nonce = keyring::fast_random_bytes();
+        ring.seal_text_framed(
+            nonce,
+            claims.len_hint(),
+            |out| claims.encode_into(out),
+            frame,
+        )
     }
 
     /// Reference-vector hook: fixed salt and nonce give byte-identical tokens.
@@ -306,15 +328,15 @@ impl StateSealer {
         if !unexpired {
             return Err(reject(Reject::Expired, "expired"));
         }
-        if claims.m.as_deref() != Some(&binding.method)
-            || claims.t.as_deref() != Some(&binding.target)
-            || claims.a.as_deref() != Some(&binding.args_digest)
+        if claims.m.as_deref() != Some(binding.method())
+            || claims.t.as_deref() != Some(binding.target())
+            || claims.a.as_deref() != Some(binding.args_digest())
         {
             return Err(reject(Reject::Binding, "minted for another request"));
         }
         // No claim: minted without a path (the reference, or an older version of ours);
         // see `RequestBinding::path` for why that still opens.
-        match (claims.u.as_deref(), binding.path.as_deref()) {
+        match (claims.u.as_deref(), binding.path()) {
             (None, _) => {}
             (Some(minted), Some(here)) if minted == here => {}
             (Some(_), Some(_)) => return Err(reject(Reject::Binding, "minted for another path")),

@@ -222,7 +222,7 @@ fn detail(result: Result<Opened, Rejection>) -> (Reject, &'static str) {
 fn path_round_trip() {
     let s = sealer(Some("svc"));
     let at_a = provision().at_path("/mcp/a");
-    assert_eq!(at_a.path.as_deref(), Some("/mcp/a"));
+    assert_eq!(at_a.path(), Some("/mcp/a"));
     let token = s.seal_at(NOW, "state", &at_a, &SealOptions::default());
     let opened = s.open_at(NOW, &token, &at_a, None).unwrap();
     assert_eq!(opened.state(), "state");
@@ -319,7 +319,7 @@ fn path_claim_of_the_wrong_type_is_malformed() {
         format!(
             r#"{{"v":1,"iat":{NOW:.1},"exp":{:.1},"m":"tools/call","t":"provision","a":"{}","s":"x"{u}}}"#,
             NOW + 600.0,
-            b.args_digest
+            b.args_digest()
         )
     };
     // The hand-written claims are right: with a string path they open.
@@ -494,8 +494,8 @@ proptest! {
         path in proptest::option::of(".{0,40}"),
     ) {
         let s = sealer(Some("svc"));
-        let mut b = binding("tools/call", json!({"name": name, "arguments": args}));
-        b.path = path;
+        let b = binding("tools/call", json!({"name": name, "arguments": args}))
+            .with_path(path.as_deref());
         let options = SealOptions { principal: principal.as_deref(), single_use, ..Default::default() };
         let token = s.seal_at(NOW, &state, &b, &options);
         let opened = s.open_at(NOW, &token, &b, principal.as_deref()).unwrap();
@@ -526,7 +526,7 @@ proptest! {
         let b = binding("tools/call", json!({"name": "t", "arguments": args}));
         // Falsy arguments all digest as `{}`: only truly different arguments must fail.
         let changed_args = binding("tools/call", json!({"name": "t", "arguments": other}));
-        prop_assume!(b.args_digest != changed_args.args_digest);
+        prop_assume!(b.args_digest() != changed_args.args_digest());
         let token = s.seal_at(NOW, "x", &b, &SealOptions { principal: Some(&principal), ..Default::default() });
         let changed = [
             changed_args,

@@ -47,10 +47,12 @@ pub fn check(data: &[u8]) {
         principal.xor(Some("mallory")),
         "another caller",
     );
-    let other = RequestBinding {
-        target: format!("{}x", binding.target),
-        ..binding.clone()
-    };
+    let other = RequestBinding::new(
+        binding.method(),
+        &format!("{}x", binding.target()),
+        binding.args_digest(),
+        binding.path(),
+    );
     refused(&sealer, &token, &other, principal, "another target");
     let elsewhere = binding.clone().at_path("/other");
     refused(&sealer, &token, &elsewhere, principal, "another path");

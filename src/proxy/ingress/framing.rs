@@ -36,11 +36,14 @@ const READ_HEADERS: [&str; 7] = [
     "idempotency-key",
 ];
 
-pub(crate) fn check_framing(parts: &http::request::Parts) -> Result<(), ProxyError> {
+pub(crate) fn check_framing(
+    parts: &http::request::Parts,
+    facts: &ConnectionFacts,
+) -> Result<(), ProxyError> {
     if !parts.uri.path().starts_with('/') {
         return Err(ProxyError::Framing("request target is not a path"));
     }
-    if ConnectionFacts::of(&parts.extensions).is_some_and(|facts| facts.framing.seen()) {
+    if facts.framing.seen() {
         return Err(ProxyError::Framing("Content-Length with Transfer-Encoding"));
     }
     let look_alike = |name: &HeaderName| {
@@ -68,47 +71,49 @@ mod tests {
 
     #[test]
     fn transfer_codings_other_than_one_chunked_are_refused() {
-        let parts = |codings: &[&str], mixed: bool| {
-            let mut builder = http::Request::builder().uri("/mcp");
-            for coding in codings {
-                builder = builder.header(header::TRANSFER_ENCODING, *coding);
-            }
+        let facts = |mixed: bool| {
             let seen = crate::server::framing::MixedFraming::default();
             if mixed {
                 seen.mark();
             }
-            let facts = ConnectionFacts {
+            ConnectionFacts {
                 peer: crate::server::Peer("127.0.0.1:1".parse().unwrap()),
                 framing: seen,
                 identity: None,
-            };
-            builder.extension(facts).body(()).unwrap().into_parts().0
+            }
         };
-        assert!(check_framing(&parts(&[], false)).is_ok());
-        let mut asterisk = parts(&[], false);
+        let parts = |codings: &[&str]| {
+            let mut builder = http::Request::builder().uri("/mcp");
+            for coding in codings {
+                builder = builder.header(header::TRANSFER_ENCODING, *coding);
+            }
+            builder.body(()).unwrap().into_parts().0
+        };
+        let (framed_once, mixed) = (facts(false), facts(true));
+        let check_framing =
+            |parts: &http::request::Parts| super::check_framing(parts, &framed_once);
+        assert!(check_framing(&parts(&[])).is_ok());
+        let mut asterisk = parts(&[]);
         asterisk.uri = http::Uri::from_static("*");
         assert!(check_framing(&asterisk).is_err());
-        assert!(check_framing(&parts(&["chunked"], false)).is_ok());
-        assert!(check_framing(&parts(&["Chunked "], false)).is_ok());
+        assert!(check_framing(&parts(&["chunked"])).is_ok());
+        assert!(check_framing(&parts(&["Chunked "])).is_ok());
         for codings in [
             &["gzip, chunked"][..],
             &["chunked, chunked"],
             &["chunked", "chunked"],
         ] {
-            assert!(
-                check_framing(&parts(codings, false)).is_err(),
-                "{codings:?}"
-            );
+            assert!(check_framing(&parts(codings)).is_err(), "{codings:?}");
         }
-        assert!(check_framing(&parts(&["chunked"], true)).is_err());
-        let mut look_alike = parts(&["chunked"], false);
+        assert!(super::check_framing(&parts(&["chunked"]), &mixed).is_err());
+        let mut look_alike = parts(&["chunked"]);
         look_alike
             .headers
             .insert("content_length", HeaderValue::from_static("4"));
         assert!(check_framing(&look_alike).is_err());
         // Every header the sidecar reads, in its `_` spelling, alone.
         for name in READ_HEADERS {
-            let mut look_alike = parts(&[], false);
+            let mut look_alike = parts(&[]);
             let spelled = name.replace('-', "_");
             look_alike.headers.insert(
                 HeaderName::from_bytes(spelled.as_bytes()).unwrap(),
@@ -116,11 +121,11 @@ mod tests {
             );
             assert!(check_framing(&look_alike).is_err(), "{spelled}");
         }
-        let mut unrelated = parts(&[], false);
+        let mut unrelated = parts(&[]);
         unrelated
             .headers
             .insert("x_custom_thing", HeaderValue::from_static("x"));
         assert!(check_framing(&unrelated).is_ok());
-        assert!(check_framing(&parts(&[], true)).is_err());
+        assert!(super::check_framing(&parts(&[]), &mixed).is_err());
     }
 }
