@@ -8,6 +8,7 @@
 
 use crate::error::ProxyError;
 use http::{HeaderMap, HeaderName};
+use std::sync::Arc;
 
 /// The principal string of this request (design §3: the header value exactly as
 /// received), or `None` when the request carries no identity. `from_trusted_peer`: the
@@ -17,7 +18,7 @@ pub(crate) fn identify(
     name: &HeaderName,
     headers: &HeaderMap,
     from_trusted_peer: bool,
-) -> Result<Option<String>, ProxyError> {
+) -> Result<Option<Arc<str>>, ProxyError> {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
         return Ok(None);
@@ -35,7 +36,7 @@ pub(crate) fn identify(
     if text.is_empty() {
         return Err(ProxyError::PrincipalHeader("identity header is empty"));
     }
-    Ok(Some(text.to_owned()))
+    Ok(Some(Arc::from(text)))
 }
 
 /// Remove what the upstream must not see: the identity header unless it is to be
@@ -87,7 +88,7 @@ mod tests {
     const NAME: HeaderName = HeaderName::from_static("x-forwarded-user");
 
     impl HeaderSource {
-        fn identify(&self, h: &HeaderMap, trusted: bool) -> Result<Option<String>, ProxyError> {
+        fn identify(&self, h: &HeaderMap, trusted: bool) -> Result<Option<Arc<str>>, ProxyError> {
             identify(&NAME, h, trusted)
         }
 

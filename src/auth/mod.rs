@@ -114,7 +114,6 @@ impl Identifier {
             Identifier::None => Ok(None),
             Identifier::Header { name, .. } => {
                 header::identify(name, &parts.headers, from_trusted_peer)
-                    .map(|identity| identity.map(Arc::from))
             }
             Identifier::Jwt(verifier) => match verifier.principal(&parts.headers).await {
                 Ok(principal) => Ok(Some(principal)),

@@ -122,7 +122,15 @@ impl ScannedBody {
     /// between them and the edits spliced in. A compact body nobody edited is that
     /// already, and is forwarded without a copy.
     pub fn into_forwarded(self) -> Bytes {
-        let mut cuts: Vec<(Range<usize>, Cut<'_>)> = Vec::new();
+        let edited = ParamsField::ALL
+            .iter()
+            .filter(|f| self.slots[**f as usize].edit != Edit::Kept);
+        let edited = edited.count();
+        if edited == 0 && self.index.gaps().next().is_none() {
+            return self.body;
+        }
+        let mut cuts: Vec<(Range<usize>, Cut<'_>)> =
+            Vec::with_capacity(edited + self.index.gaps().count());
         for field in ParamsField::ALL {
             let slot = &self.slots[field as usize];
             let value = self.index.param(field);

@@ -95,17 +95,19 @@ impl Proxy {
         exchange: &mut Exchange,
     ) -> Result<(), Failure> {
         let caller = &exchange.caller;
+        // One arena for all that is read of the body here (a retry's arguments, answers
+        // and questions, the declared capabilities, a first call's arguments), kept as
+        // flags and bindings, never as views: a call without params reads nothing.
+        let mut arena = match params.is_present() {
+            true => LiteArena::with_capacity(LITE_ARENA_BYTES),
+            false => LiteArena::new(),
+        };
         let opened = if params.is_present() {
-            self.opener.open(method, params, caller).await?
+            self.opener.open(method, params, caller, &mut arena).await?
         } else {
             None
         };
-        // One arena for what is read of the body here, when anything is: the declared
-        // capabilities (kept as flags), then a first call's arguments.
-        let arena = (opened.is_none() || params.declared_capabilities().is_some())
-            .then(|| LiteArena::with_capacity(LITE_ARENA_BYTES));
-        let arena = arena.as_ref();
-        exchange.capabilities = arena.and_then(|arena| capabilities::declared(params, arena));
+        exchange.capabilities = capabilities::declared(params, &arena);
         exchange.binding = match opened {
             Some(opened) => {
                 exchange.spent = opened.claim;
@@ -114,9 +116,7 @@ impl Proxy {
             }
             // Computed now, for the response: only the binding outlives the request's
             // phases, never the parsed body.
-            None => arena.and_then(|arena| {
-                RequestBinding::of_params_in(method, params, arena, Some(caller.path())).ok()
-            }),
+            None => RequestBinding::of_params_in(method, params, &arena, Some(caller.path())).ok(),
         };
         Ok(())
     }

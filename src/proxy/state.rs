@@ -12,8 +12,7 @@ use super::metrics::{Meters, VerifyResult};
 use crate::auth::Caller;
 use crate::error::{ProxyError, Resource, Share};
 use crate::jsonrpc::{
-    JsonView, LITE_ARENA_BYTES, LiteArena, NotAnObject, ParamRead, ParamView, Params, ParamsField,
-    ParseError,
+    JsonView, LiteArena, NotAnObject, ParamRead, ParamView, Params, ParamsField, ParseError,
 };
 use crate::policy::MrtrRefusal;
 use crate::policy::answers;
@@ -49,12 +48,15 @@ pub(crate) struct OpenedRetry {
 
 impl StateOpener {
     /// Verify, consume when single-use (held by `owner`), and unwrap
-    /// `params.requestState` in place. `None`: the request carried no state.
+    /// `params.requestState` in place. `None`: the request carried no state. What is read
+    /// of the body (the arguments, the answers and the questions) goes to `arena`, the
+    /// request's one (a `&mut`: a shared borrow of an arena cannot cross an `await`).
     pub(crate) async fn open(
         &self,
         method: &str,
         params: &mut Params<'_>,
         caller: &Caller,
+        arena: &mut LiteArena,
     ) -> Result<Option<OpenedRetry>, ProxyError> {
         let (path, principal) = (caller.path(), caller.principal());
         // Read as the body holds it: the token is not copied into a value.
@@ -80,8 +82,7 @@ impl StateOpener {
                 "token longer than any this sidecar mints",
             ));
         }
-        let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
-        let binding = RequestBinding::of_params_in(method, params, &arena, Some(path))
+        let binding = RequestBinding::of_params_in(method, params, arena, Some(path))
             .map_err(|_| ProxyError::Parse(ParseError::Params))?;
         let kid = KeyId::of_token(&token);
         let opened = self
@@ -89,7 +90,7 @@ impl StateOpener {
             .open(&token, &binding, principal)
             .map_err(|rejection| self.refuse(method, rejection.reason, rejection.detail))?;
         self.still_good(method, &opened, principal).await?;
-        self.check_answers(method, params, &opened)?;
+        self.check_answers(method, params, &opened, arena)?;
         // Last, after every other check passed and right before forwarding: a request
         // refused for another reason must not spend the state. A replay is found here, on
         // any replica sharing the store.
@@ -160,16 +161,15 @@ impl StateOpener {
         method: &str,
         params: &mut Params<'_>,
         opened: &Opened,
+        arena: &LiteArena,
     ) -> Result<(), ProxyError> {
         if !params.is_there(ParamsField::InputResponses) {
             return Ok(());
         }
-        // The answers and the questions are read into one arena.
-        let arena = LiteArena::with_capacity(LITE_ARENA_BYTES);
-        let (unasked, verdict) = match params.view(ParamsField::InputResponses, &arena) {
+        let (unasked, verdict) = match params.view(ParamsField::InputResponses, arena) {
             None => return Ok(()),
-            Some(ParamView::Text(answers)) => self.answered(method, opened, &answers, &arena),
-            Some(ParamView::Value(answers)) => self.answered(method, opened, answers, &arena),
+            Some(ParamView::Text(answers)) => self.answered(method, opened, &answers, arena),
+            Some(ParamView::Value(answers)) => self.answered(method, opened, answers, arena),
         };
         // Dropped (and counted) whatever the verdict, as they always were.
         if let Some(asked) = &opened.asked

@@ -32,6 +32,9 @@ pub enum CanonicalError {
     NotFinite,
 }
 
+/// How many members of an object are ordered on the stack.
+const FEW_MEMBERS: usize = 16;
+
 /// Append the Python encoding of `value` to `out`.
 pub fn write_python_json<V: JsonView>(
     value: &V,
@@ -51,14 +54,30 @@ pub fn write_python_json<V: JsonView>(
             write_python_json(item, sort_keys, out)?;
         }
         out.push(']');
-    } else if let Some(entries) = value.entries() {
+    } else if let Some(mut entries) = value.entries() {
         out.push('{');
-        let mut entries: Vec<(&str, &V)> = entries.collect();
+        // An object's members are put in order on the stack when they are few (as nearly
+        // every arguments object's are), in a vector when not. `value` fills the free
+        // places and is never read from them.
+        let mut few = [("", value); FEW_MEMBERS];
+        let mut len = 0;
+        for (slot, entry) in few.iter_mut().zip(entries.by_ref()) {
+            *slot = entry;
+            len += 1;
+        }
+        let mut many: Vec<(&str, &V)>;
+        let entries: &mut [(&str, &V)] = match entries.next() {
+            None => &mut few[..len],
+            Some(more) => {
+                many = few.into_iter().chain([more]).chain(entries).collect();
+                &mut many
+            }
+        };
         if sort_keys {
             // Rust orders `str` by UTF-8 bytes, which is code point order: Python's.
             entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         }
-        for (i, (key, item)) in entries.into_iter().enumerate() {
+        for (i, &mut (key, item)) in entries.iter_mut().enumerate() {
             if i > 0 {
                 out.push(',');
             }
@@ -374,6 +393,34 @@ mod tests {
         let mut out = String::new();
         write_python_json(&value, true, &mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn objects_of_any_size_are_written_in_key_order() {
+        // Around the number ordered on the stack: one short of it, it, one past, many.
+        for n in [
+            0,
+            1,
+            FEW_MEMBERS - 1,
+            FEW_MEMBERS,
+            FEW_MEMBERS + 1,
+            3 * FEW_MEMBERS,
+        ] {
+            // Keys given in reverse order, each member's value its own small object.
+            let members: Vec<String> = (0..n)
+                .rev()
+                .map(|i| format!("\"k{i:03}\": {{\"z\": {i}, \"a\": [{i}]}}"))
+                .collect();
+            let written = canon(&format!("{{{}}}", members.join(", ")));
+            let expected: Vec<String> = (0..n)
+                .map(|i| format!("\"k{i:03}\":{{\"a\":[{i}],\"z\":{i}}}"))
+                .collect();
+            assert_eq!(
+                written,
+                format!("{{{}}}", expected.join(",")),
+                "{n} members"
+            );
+        }
     }
 
     #[test]
