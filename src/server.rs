@@ -13,6 +13,7 @@
 //! never in the accept loop, so a slow client cannot stall others; every request of a
 //! TLS connection carries the client's verified identity, if any.
 
+mod address;
 pub(crate) mod deadline;
 pub(crate) mod framing;
 mod metrics;
@@ -56,6 +57,23 @@ pub(crate) struct ConnectionFacts {
     pub(crate) framing: MixedFraming,
     /// The verified client certificate's identity, on an mTLS listener.
     pub(crate) identity: Option<PeerIdentity>,
+    /// The peer's address as `X-Forwarded-For` spells it, written once per connection.
+    pub(crate) address: http::HeaderValue,
+}
+
+impl ConnectionFacts {
+    pub(crate) fn new(
+        peer: SocketAddr,
+        framing: MixedFraming,
+        identity: Option<PeerIdentity>,
+    ) -> Self {
+        Self {
+            peer: Peer(peer),
+            framing,
+            identity,
+            address: address::header_value(peer.ip()),
+        }
+    }
 }
 
 /// How a listener treats its connections.
@@ -290,12 +308,9 @@ where
         let mixed_framing = MixedFraming::default();
         let framing = FramingScan::new(mixed_framing.clone());
         let service = move |identity: Option<PeerIdentity>| {
+            let facts = ConnectionFacts::new(peer, mixed_framing, identity);
             service_fn(move |request: Request<Incoming>| {
-                let facts = ConnectionFacts {
-                    peer: Peer(peer),
-                    framing: mixed_framing.clone(),
-                    identity: identity.clone(),
-                };
+                let facts = facts.clone();
                 // In progress until the response body is dropped: after its last byte,
                 // or when the client went away.
                 let in_request = in_requests.request();

@@ -50,7 +50,7 @@ impl Proxy {
         self.principal.strip(&mut parts.headers);
         self.trusted_proxies.rewrite(
             &mut parts.headers,
-            peer,
+            facts,
             self.scheme,
             self.principal.header(),
         );

@@ -18,13 +18,13 @@ use crate::config::hosts::{EntryError, HostPattern, host_pattern, split_authorit
 use crate::error::ProxyError;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 mod client;
 mod framing;
 pub(crate) use framing::check_framing;
 
-use crate::server::Peer;
+use crate::server::{ConnectionFacts, Peer};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -192,11 +192,11 @@ impl TrustedProxies {
     pub(crate) fn rewrite(
         &self,
         headers: &mut HeaderMap,
-        peer: Option<Peer>,
+        peer: &ConnectionFacts,
         scheme: &'static str,
         keep: Option<&HeaderName>,
     ) {
-        let trusted = self.trusts(peer);
+        let trusted = self.trusts(Some(peer.peer));
         let doomed: Vec<HeaderName> = headers
             .keys()
             .filter(|name| Some(*name) != keep && is_forwarding(name))
@@ -208,22 +208,18 @@ impl TrustedProxies {
         for name in doomed {
             headers.remove(name);
         }
-        let Some(Peer(addr)) = peer else {
-            return;
-        };
-        let mut spelled = AddressText::new();
-        let ip = spelled.of(addr.ip().to_canonical());
         // Every line of a trusted chain, in order: HAProxy's `option forwardfor` adds a
         // line rather than extending the last one.
-        let previous: Vec<&str> = headers
-            .get_all(X_FORWARDED_FOR)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect();
-        let value = if trusted && !previous.is_empty() {
-            HeaderValue::from_str(&format!("{}, {ip}", previous.join(", ")))
-        } else {
-            HeaderValue::from_str(ip)
+        let previous: Vec<&str> = match trusted {
+            true => (headers.get_all(X_FORWARDED_FOR).iter())
+                .filter_map(|v| v.to_str().ok())
+                .collect(),
+            false => Vec::new(),
+        };
+        let value = match (previous.is_empty(), peer.address.to_str()) {
+            (false, Ok(ip)) => HeaderValue::from_str(&format!("{}, {ip}", previous.join(", "))),
+            // The peer's own, spelled when its connection was accepted.
+            _ => Ok(peer.address.clone()),
         };
         headers.remove(X_FORWARDED_FOR);
         if let Ok(value) = value {
@@ -232,45 +228,6 @@ impl TrustedProxies {
         if !trusted || !headers.contains_key(X_FORWARDED_PROTO) {
             headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(scheme));
         }
-    }
-}
-
-/// An address written as `Display` writes it, into a buffer of its own: an IPv4
-/// address (nearly every peer) octet by octet (`itoa`), without the formatting
-/// machinery, per request.
-struct AddressText {
-    buffer: [u8; 48],
-}
-
-impl AddressText {
-    fn new() -> Self {
-        Self { buffer: [0; 48] }
-    }
-
-    fn of(&mut self, ip: IpAddr) -> &str {
-        let written = match ip {
-            IpAddr::V4(v4) => {
-                let mut at = 0;
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        self.buffer[at] = b'.';
-                        at += 1;
-                    }
-                    let mut digits = itoa::Buffer::new();
-                    let digits = digits.format(octet).as_bytes();
-                    self.buffer[at..at + digits.len()].copy_from_slice(digits);
-                    at += digits.len();
-                }
-                at
-            }
-            IpAddr::V6(v6) => {
-                let mut cursor = std::io::Cursor::new(&mut self.buffer[..]);
-                std::io::Write::write_fmt(&mut cursor, format_args!("{v6}"))
-                    .expect("an IPv6 address is at most 45 characters");
-                cursor.position() as usize
-            }
-        };
-        std::str::from_utf8(&self.buffer[..written]).expect("digits, dots and colons")
     }
 }
 
@@ -428,35 +385,13 @@ mod tests {
         );
     }
 
-    /// `bytes` fed in pieces of `step` bytes.
     fn peer(addr: &str) -> Option<Peer> {
         Some(Peer(addr.parse().unwrap()))
     }
 
-    #[test]
-    fn addresses_are_written_as_display_writes_them() {
-        let mut text = AddressText::new();
-        let mut checked = 0;
-        for a in [0u8, 1, 9, 10, 99, 100, 199, 255] {
-            for b in [0u8, 7, 80, 255] {
-                let ip = IpAddr::from([a, b, 255 - b, a ^ b]);
-                assert_eq!(text.of(ip), ip.to_string());
-                checked += 1;
-            }
-        }
-        for ip in [
-            "::",
-            "::1",
-            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
-            "::ffff:255.255.255.255",
-            "2001:db8::8a2e:370:7334",
-            "fe80::1:2:3:4",
-        ] {
-            let ip: IpAddr = ip.parse().unwrap();
-            assert_eq!(text.of(ip), ip.to_string());
-            checked += 1;
-        }
-        assert_eq!(checked, 38);
+    fn facts(addr: &str) -> ConnectionFacts {
+        let framing = crate::server::framing::MixedFraming::default();
+        ConnectionFacts::new(addr.parse().unwrap(), framing, None)
     }
 
     #[test]
@@ -484,7 +419,7 @@ mod tests {
         };
         let keep = HeaderName::from_static("x-forwarded-user");
         let mut h = spoofed();
-        proxies.rewrite(&mut h, peer("203.0.113.9:5000"), "http", Some(&keep));
+        proxies.rewrite(&mut h, &facts("203.0.113.9:5000"), "http", Some(&keep));
         assert_eq!(h.get("x-forwarded-for").unwrap(), "203.0.113.9");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
         assert_eq!(h.get("x-forwarded-user").unwrap(), "alice");
@@ -498,7 +433,7 @@ mod tests {
         }
         let mut h = spoofed();
         h.append("x-forwarded-for", HeaderValue::from_static("203.0.113.7"));
-        proxies.rewrite(&mut h, peer("10.1.2.3:5000"), "http", None);
+        proxies.rewrite(&mut h, &facts("10.1.2.3:5000"), "http", None);
         assert_eq!(
             h.get("x-forwarded-for").unwrap(),
             "1.2.3.4, 203.0.113.7, 10.1.2.3"

@@ -76,11 +76,7 @@ mod tests {
             if mixed {
                 seen.mark();
             }
-            ConnectionFacts {
-                peer: crate::server::Peer("127.0.0.1:1".parse().unwrap()),
-                framing: seen,
-                identity: None,
-            }
+            ConnectionFacts::new("127.0.0.1:1".parse().unwrap(), seen, None)
         };
         let parts = |codings: &[&str]| {
             let mut builder = http::Request::builder().uri("/mcp");
