@@ -121,15 +121,8 @@ impl<'a> Lexer<'a> {
         let bytes = self.text.as_bytes();
         let mut escaped = false;
         loop {
-            // Past the bytes that need no second look: eight at a time while none of them
-            // is special (a token, a long text), then one table lookup each.
-            self.at = plain_words(bytes, self.at);
-            while bytes
-                .get(self.at)
-                .is_some_and(|&b| !SPECIAL[usize::from(b)])
-            {
-                self.at += 1;
-            }
+            // Past the bytes that need no second look, eight at a time.
+            self.at = first_special(bytes, self.at);
             let byte = *bytes.get(self.at).ok_or(NotJson)?;
             self.at += 1;
             match byte {
@@ -224,24 +217,25 @@ impl<'a> Lexer<'a> {
     }
 }
 
-/// The first position at or after `at` from which the next eight bytes are not all
-/// plain string bytes (neither `"`, `\` nor a control character), or from which fewer
-/// than eight are left: the words before it need no byte-by-byte look. A word holds a
-/// special byte exactly when one of the three tests below finds one (each is exact for
-/// "some byte is": the classic has-zero-byte test, and has-byte-less-than for 0x20).
-fn plain_words(bytes: &[u8], at: usize) -> usize {
+/// The position of the first byte at or after `at` that a string token cannot simply
+/// hold (`"`, `\` or a control character), or the length when there is none: eight bytes
+/// a step ([`string_specials`]), the last few one at a time.
+fn first_special(bytes: &[u8], at: usize) -> usize {
     let Some(rest) = bytes.get(at..) else {
         return at;
     };
-    let plain = rest
-        .chunks_exact(8)
-        .take_while(|chunk| {
-            !has_string_special(u64::from_ne_bytes(
-                (*chunk).try_into().expect("eight bytes"),
-            ))
-        })
-        .count();
-    at + 8 * plain
+    let mut words = rest.chunks_exact(8);
+    let mut word_at = at;
+    for word in words.by_ref() {
+        let specials = string_specials(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+        if specials != 0 {
+            // Little-endian: byte `i` of the word is bits `8i..8i + 8`.
+            return word_at + (specials.trailing_zeros() / 8) as usize;
+        }
+        word_at += 8;
+    }
+    let tail = words.remainder();
+    word_at + (tail.iter().position(|&b| SPECIAL[usize::from(b)])).unwrap_or(tail.len())
 }
 
 /// Whether a byte of `word` is one a string token cannot simply hold: a quote, a
@@ -250,6 +244,13 @@ fn plain_words(bytes: &[u8], at: usize) -> usize {
 /// byte was the quote, or the backslash): exact for "some byte is", which is all a word
 /// is asked.
 pub(crate) fn has_string_special(word: u64) -> bool {
+    string_specials(word) != 0
+}
+
+/// The high bits [`has_string_special`] finds in `word`. A test sets a byte's high bit
+/// wrongly only above a byte it rightly sets it for (a borrow carries upward from a byte
+/// that is below 0x20, or zero), so the lowest bit set marks the first special byte.
+fn string_specials(word: u64) -> u64 {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     const QUOTES: u64 = ONES * b'"' as u64;
@@ -258,7 +259,7 @@ pub(crate) fn has_string_special(word: u64) -> bool {
     let special = (word.wrapping_sub(ONES * 0x20) & !word)
         | (quote.wrapping_sub(ONES) & !quote)
         | (backslash.wrapping_sub(ONES) & !backslash);
-    special & HIGHS != 0
+    special & HIGHS
 }
 
 fn hex4(digits: &[u8]) -> Option<u32> {
@@ -320,23 +321,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_words_stop_at_the_word_of_every_special_byte_and_pass_the_rest() {
-        let plain = |b: u8| !SPECIAL[usize::from(b)];
-        for byte in 0..=u8::MAX {
-            for at in 0..16 {
-                let mut bytes = vec![b'a'; 16];
-                bytes[at] = byte;
-                let stop = plain_words(&bytes, 0);
-                if plain(byte) {
-                    assert_eq!(stop, 16, "byte {byte:#04x} at {at} is plain");
-                } else {
-                    assert_eq!(stop, at / 8 * 8, "byte {byte:#04x} at {at} is special");
+    fn first_special_finds_every_special_byte_wherever_it_stands() {
+        let special = |b: u8| SPECIAL[usize::from(b)];
+        let first = |bytes: &[u8], from: usize| {
+            (from
+                + bytes[from..]
+                    .iter()
+                    .position(|&b| special(b))
+                    .unwrap_or(bytes.len() - from))
+            .min(bytes.len())
+        };
+        // Every byte at every place of two words and a tail, after plain bytes and after
+        // the bytes that come closest to special ones (0x20, 0x21, 0x23, 0x5b, 0x5d,
+        // 0x80 and up), from every starting place.
+        for filler in [b'a', 0x20, b'!', b'#', b'[', b']', 0x80, 0xc3, 0xff] {
+            for byte in 0..=u8::MAX {
+                for at in 0..19 {
+                    let mut bytes = vec![filler; 19];
+                    bytes[at] = byte;
+                    for from in [0, 1, 7, 8, 11] {
+                        let expected = first(&bytes, from);
+                        assert_eq!(
+                            first_special(&bytes, from),
+                            expected,
+                            "byte {byte:#04x} at {at} in {filler:#04x}s, from {from}"
+                        );
+                    }
                 }
             }
         }
-        // A tail shorter than a word is left to the byte loop.
-        assert_eq!(plain_words(b"abcdefghij", 0), 8);
-        assert_eq!(plain_words(b"abcdefghij", 3), 3);
-        assert_eq!(plain_words("ééééé\\".as_bytes(), 0), 8);
+        // Two special bytes in one word: the first is found, whichever test finds it.
+        for (a, b) in [(b'"', b'\\'), (b'\\', 0x00), (0x1f, b'"'), (0x00, 0x1f)] {
+            for i in 0..8 {
+                for j in i + 1..8 {
+                    let mut bytes = [b'x'; 8];
+                    (bytes[i], bytes[j]) = (a, b);
+                    assert_eq!(
+                        first_special(&bytes, 0),
+                        i,
+                        "{a:#04x} at {i}, {b:#04x} at {j}"
+                    );
+                }
+            }
+        }
+        assert_eq!(first_special(b"abc", 3), 3);
+        assert_eq!(first_special(b"abc", 4), 4);
+        assert_eq!(first_special("ééééé\\".as_bytes(), 0), 10);
     }
 }
