@@ -132,6 +132,9 @@ impl Proxy {
         headers: &mut http::HeaderMap,
         exchange: &mut Exchange,
     ) -> Result<Option<Replay>, Failure> {
+        if !self.tools.configured() {
+            return Ok(None);
+        }
         let Some(tool) = tools::called_tool(method, params) else {
             return Ok(None);
         };

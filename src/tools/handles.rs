@@ -160,6 +160,11 @@ impl Handles {
         ProxyError::InvalidHandle(reason)
     }
 
+    /// Whether any handle kind is configured.
+    pub(crate) fn configured(&self) -> bool {
+        !self.kinds.is_empty()
+    }
+
     /// What the response to a call of `tool` on `path` must seal, if anything.
     pub(crate) fn issue(&self, tool: &str, caller: &Caller) -> Option<Issue> {
         let kinds: Vec<_> = self

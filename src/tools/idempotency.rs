@@ -240,6 +240,11 @@ impl Idempotency {
         self.answer_held(&held, &digest)
     }
 
+    /// Whether any tool is listed (`tools` or `require_key`).
+    pub(crate) fn configured(&self) -> bool {
+        !(self.config.tools.is_empty() && self.config.require_key.is_empty())
+    }
+
     /// The call's idempotency key, checked: `None` if the call is not tracked (a tool
     /// not listed, or no key where none is required). The key may come in the header or
     /// in `params.idempotencyKey`, or in both if they agree.

@@ -116,6 +116,12 @@ pub(crate) fn called_tool(method: &str, params: &Params<'_>) -> Option<String> {
 }
 
 impl ToolFeatures {
+    /// Whether a feature is configured for any tool: when none is, every call passes
+    /// the tool steps untouched, and they are not taken.
+    pub(crate) fn configured(&self) -> bool {
+        self.handles.configured() || self.idempotency.configured()
+    }
+
     /// The first tool step: each accepted handle argument of a call of `tool` is
     /// unwrapped to the upstream's raw handle (or the call refused). Whether the
     /// arguments changed: a digest computed over them before no longer holds.
