@@ -98,9 +98,10 @@ impl Proxy {
         // One arena for all that is read of the body here (a retry's arguments, answers
         // and questions, the declared capabilities, a first call's arguments), kept as
         // flags and bindings, never as views: a call without params reads nothing.
-        let mut arena = match params.is_present() {
-            true => LiteArena::with_capacity(LITE_ARENA_BYTES),
-            false => LiteArena::new(),
+        let mut arena = if params.is_present() {
+            LiteArena::with_capacity(LITE_ARENA_BYTES)
+        } else {
+            LiteArena::new()
         };
         let opened = if params.is_present() {
             self.opener.open(method, params, caller, &mut arena).await?

@@ -192,11 +192,11 @@ impl TrustedProxies {
     pub(crate) fn rewrite(
         &self,
         headers: &mut HeaderMap,
-        peer: &ConnectionFacts,
+        facts: &ConnectionFacts,
         scheme: &'static str,
         keep: Option<&HeaderName>,
     ) {
-        let trusted = self.trusts(Some(peer.peer));
+        let trusted = self.trusts(Some(facts.peer));
         let doomed: Vec<HeaderName> = headers
             .keys()
             .filter(|name| Some(*name) != keep && is_forwarding(name))
@@ -216,10 +216,10 @@ impl TrustedProxies {
                 .collect(),
             false => Vec::new(),
         };
-        let value = match (previous.is_empty(), peer.address.to_str()) {
+        let value = match (previous.is_empty(), facts.address.to_str()) {
             (false, Ok(ip)) => HeaderValue::from_str(&format!("{}, {ip}", previous.join(", "))),
             // The peer's own, spelled when its connection was accepted.
-            _ => Ok(peer.address.clone()),
+            _ => Ok(facts.address.clone()),
         };
         headers.remove(X_FORWARDED_FOR);
         if let Ok(value) = value {

@@ -52,19 +52,36 @@ pub struct RequestBinding {
 impl RequestBinding {
     /// A binding of the given parts, as they are.
     pub fn new(method: &str, target: &str, args_digest: &str, path: Option<&str>) -> Self {
-        let size = method.len() + target.len() + args_digest.len() + path.map_or(0, str::len);
+        let digest = |text: &mut String| {
+            text.push_str(args_digest);
+            Ok::<_, std::convert::Infallible>(())
+        };
+        let Ok(binding) = Self::assemble(method, target, args_digest.len(), digest, path);
+        binding
+    }
+
+    /// The one text: `method`, `target`, what `digest` writes (given `room` for it, which
+    /// it may use as scratch) and `path`.
+    fn assemble<E>(
+        method: &str,
+        target: &str,
+        room: usize,
+        digest: impl FnOnce(&mut String) -> Result<(), E>,
+        path: Option<&str>,
+    ) -> Result<Self, E> {
+        let size = method.len() + target.len() + room + path.map_or(0, str::len);
         let mut text = String::with_capacity(size);
         text.push_str(method);
         text.push_str(target);
         let digest_at = text.len();
-        text.push_str(args_digest);
-        Self {
+        digest(&mut text)?;
+        Ok(Self {
             target_at: method.len(),
             digest_at,
             path_at: None,
             text,
         }
-        .with_path(path)
+        .with_path(path))
     }
 
     pub fn method(&self) -> &str {
@@ -154,19 +171,14 @@ impl RequestBinding {
         // Room for the arguments' canonical text too: it is written where the digest goes,
         // digested, and replaced by the digest. (A canonical text longer than the one that
         // came, with escapes, grows the buffer once.)
-        let room = room.max(DIGEST_CHARS) + path.map_or(0, str::len);
-        let mut text = String::with_capacity(method.len() + target.len() + room);
-        text.push_str(method);
-        text.push_str(target);
-        let digest_at = text.len();
-        push_args_digest(arguments, &mut text)?;
-        Ok(Self {
-            target_at: method.len(),
-            digest_at,
-            path_at: None,
-            text,
-        }
-        .with_path(path))
+        let digest = |text: &mut String| push_args_digest(arguments, text);
+        Ok(Self::assemble(
+            method,
+            target,
+            room.max(DIGEST_CHARS),
+            digest,
+            path,
+        )?)
     }
 
     /// The binding's digest when it is [`args_digest`] of `arguments` as they are (the
