@@ -44,7 +44,7 @@ pub(crate) use facts::JsonKind;
 pub(crate) use lexer::has_string_special;
 pub(crate) use lite::LITE_ARENA_BYTES;
 pub use lite::{LiteArena, LiteJson};
-pub(crate) use members::{ObjectMember, members};
+pub(crate) use members::{Cursor, each_member, members};
 
 use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, StrictRefusal, parse_bounded};
 use facts::{Facts, Member, Role};

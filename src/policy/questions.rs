@@ -10,7 +10,7 @@
 //! on the sealer's path, written canonically into the token without a tree; the same
 //! bytes as the tree's, which the `answers` fuzz check and the unit tests hold).
 
-use crate::jsonrpc::{self, JsonKind, ObjectMember};
+use crate::jsonrpc::{self, Cursor, JsonKind};
 #[cfg(any(test, feature = "oracle"))]
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -69,13 +69,14 @@ impl<'a> Round<'a> {
     }
 
     /// The round of the `inputRequests` object at `span` of `text`, an answer the scanner
-    /// accepted. Nothing is parsed: a schema is kept as its text.
+    /// accepted. Nothing is parsed: a schema is kept as its text, and the bytes are walked
+    /// once (each request's `params` read in place, what is not read skipped).
     pub fn scanned(text: &'a str, span: Range<usize>) -> Self {
         let mut round = Round::default();
-        for member in jsonrpc::members(text, span) {
-            round.questions.push(Question::scanned(text, &member));
-            round.asked.push(member.key.into_owned());
-        }
+        jsonrpc::each_member(&mut Cursor::new(text, span), |cursor, key, kind| {
+            round.questions.push(Question::scanned(cursor, kind));
+            round.asked.push(key.into_owned());
+        });
         round
     }
 }
@@ -96,42 +97,34 @@ impl<'a> Question<'a> {
         }
     }
 
-    /// The question of the input request `member` of `text`, read in place.
-    fn scanned(text: &'a str, member: &ObjectMember<'a>) -> Self {
+    /// The question of the input request of `kind` at the cursor, read in place (the
+    /// cursor past what was read: the walk skips the rest).
+    fn scanned(cursor: &mut Cursor<'a>, kind: JsonKind) -> Self {
         let mut question = Question {
             method: Cow::Borrowed(""),
             mode: None,
             schema: None,
             wants_tools: false,
         };
-        if member.kind != JsonKind::Object {
+        if kind != JsonKind::Object {
             return question;
         }
-        let string = |m: &ObjectMember<'a>| {
-            (m.kind == JsonKind::String)
-                .then(|| jsonrpc::string_at(text.as_bytes(), m.value.clone()))
-                .flatten()
-        };
-        for field in jsonrpc::members(text, member.value.clone()) {
-            match &*field.key {
-                "method" => question.method = string(&field).unwrap_or_default(),
-                "params" if field.kind == JsonKind::Object => {
-                    for param in jsonrpc::members(text, field.value.clone()) {
-                        match &*param.key {
-                            "mode" => question.mode = string(&param),
-                            "requestedSchema" => {
-                                question.schema = Some(Schema::Text(&text[param.value.clone()]));
-                            }
-                            "tools" | "toolChoice" if param.kind != JsonKind::Null => {
-                                question.wants_tools = true;
-                            }
-                            _ => {}
-                        }
+        jsonrpc::each_member(cursor, |cursor, key, kind| match &*key {
+            "method" => question.method = cursor.string().unwrap_or_default(),
+            "params" if kind == JsonKind::Object => {
+                jsonrpc::each_member(cursor, |cursor, key, kind| match &*key {
+                    "mode" => question.mode = cursor.string(),
+                    "requestedSchema" => {
+                        question.schema = cursor.text().map(Schema::Text);
                     }
-                }
-                _ => {}
+                    "tools" | "toolChoice" if kind != JsonKind::Null => {
+                        question.wants_tools = true;
+                    }
+                    _ => {}
+                });
             }
-        }
+            _ => {}
+        });
         question
     }
 }

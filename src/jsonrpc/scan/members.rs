@@ -1,5 +1,8 @@
 //! The members of an object in text the scanner has already accepted, read in place: the
 //! sealer reads a round's `inputRequests` this way instead of building a tree of it.
+//! [`members`] gives an object's members with their values' spans; [`each_member`] walks
+//! nested objects in one pass, descending into the values its reader wants and skipping
+//! the others once (a round's questions were walked once per level of nesting).
 //!
 //! Invariant: only spans the scanner accepted are walked (an [`Answer`](super::Answer)'s
 //! member spans), so every token here is known to be valid JSON with no duplicate key;
@@ -52,14 +55,11 @@ impl<'a> Iterator for Members<'a> {
             self.at = self.end;
             return None;
         }
-        let key_end = string_end(bytes, self.at)?;
-        let key = string_at(bytes, self.at..key_end)?;
-        self.at = skip_whitespace(bytes, key_end);
-        if bytes.get(self.at) != Some(&b':') {
+        let (key, value) = key_and_value(self.text, self.at, self.end);
+        let Some((key, start)) = key.zip(value) else {
             self.at = self.end;
             return None;
-        }
-        let start = skip_whitespace(bytes, self.at + 1);
+        };
         let (kind, value_end) = value_end(bytes, start, self.end)?;
         self.at = value_end;
         Some(ObjectMember {
@@ -67,6 +67,113 @@ impl<'a> Iterator for Members<'a> {
             value: start..value_end,
             kind,
         })
+    }
+}
+
+/// The key of the member whose key opens at `at`, and where its value starts (`None`
+/// for either at a byte that is not where it should be, or past `limit`).
+fn key_and_value(text: &str, at: usize, limit: usize) -> (Option<Cow<'_, str>>, Option<usize>) {
+    let bytes = text.as_bytes();
+    let Some((key_end, escaped)) = string_end_escaped(bytes, at).filter(|(end, _)| *end <= limit)
+    else {
+        return (None, None);
+    };
+    // A key without a backslash is the bytes between its quotes (UTF-8, and the scanner
+    // refused raw control characters); an escaped one is decoded with its checks.
+    let key = if escaped {
+        string_at(bytes, at..key_end)
+    } else {
+        Some(Cow::Borrowed(&text[at + 1..key_end - 1]))
+    };
+    let colon = skip_whitespace(bytes, key_end);
+    let value = (bytes.get(colon) == Some(&b':')).then(|| skip_whitespace(bytes, colon + 1));
+    (key, value)
+}
+
+/// A place in text the scanner accepted, for [`each_member`]: at a value, its reader may
+/// read it ([`Cursor::string`], [`Cursor::text`], a nested [`each_member`]) or leave it,
+/// and the walk skips it.
+pub(crate) struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+    /// Nothing at or past this is read: the end of the span walked.
+    limit: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the start of `span` of `text` (its value: an object for [`each_member`]).
+    pub(crate) fn new(text: &'a str, span: Range<usize>) -> Self {
+        let limit = span.end.min(text.len());
+        Cursor {
+            text,
+            at: span.start.min(limit),
+            limit,
+        }
+    }
+
+    /// The value here, passed: its JSON text.
+    pub(crate) fn text(&mut self) -> Option<&'a str> {
+        let start = self.at;
+        let (_, end) = value_end(self.text.as_bytes(), start, self.limit)?;
+        self.at = end;
+        Some(&self.text[start..end])
+    }
+
+    /// The string value here, unescaped (`None`, and nothing read, when it is no string).
+    pub(crate) fn string(&mut self) -> Option<Cow<'a, str>> {
+        let bytes = self.text.as_bytes();
+        if bytes.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        let (end, _) = string_end_escaped(bytes, self.at).filter(|(end, _)| *end <= self.limit)?;
+        let start = std::mem::replace(&mut self.at, end);
+        string_at(bytes, start..end)
+    }
+}
+
+/// The members of the object at the cursor, in order, read in one pass: `read` gets each
+/// key and its value's kind with the cursor at the value; a value it leaves unread is
+/// skipped. The cursor ends past the object (or where the walk stopped at a byte it did
+/// not expect: the members before it were read).
+pub(crate) fn each_member<'a>(
+    cursor: &mut Cursor<'a>,
+    mut read: impl FnMut(&mut Cursor<'a>, Cow<'a, str>, JsonKind),
+) {
+    let bytes = cursor.text.as_bytes();
+    if bytes.get(cursor.at) != Some(&b'{') {
+        return;
+    }
+    let mut at = skip_whitespace(bytes, cursor.at + 1);
+    loop {
+        match bytes.get(at) {
+            Some(b'"') if at < cursor.limit => {}
+            Some(b'}') => {
+                cursor.at = at + 1;
+                return;
+            }
+            _ => {
+                cursor.at = cursor.limit;
+                return;
+            }
+        }
+        let (Some(key), Some(start)) = key_and_value(cursor.text, at, cursor.limit) else {
+            cursor.at = cursor.limit;
+            return;
+        };
+        let Some(kind) = kind_of(bytes, start) else {
+            cursor.at = cursor.limit;
+            return;
+        };
+        cursor.at = start;
+        read(cursor, key, kind);
+        if cursor.at == start && cursor.text().is_none() {
+            cursor.at = cursor.limit;
+            return;
+        }
+        at = skip_whitespace(bytes, cursor.at);
+        if bytes.get(at) == Some(&b',') {
+            at = skip_whitespace(bytes, at + 1);
+        }
     }
 }
 
@@ -80,14 +187,36 @@ fn skip_whitespace(bytes: &[u8], mut at: usize) -> usize {
 /// The end of the string token opening at `start` (past its closing quote): from one
 /// quote or backslash to the next by a vectorised search.
 fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
+    string_end_escaped(bytes, start).map(|(end, _)| end)
+}
+
+/// [`string_end`], and whether the token holds a backslash.
+fn string_end_escaped(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
     let mut at = start + 1;
+    let mut escaped = false;
     loop {
         at += memchr::memchr2(b'"', b'\\', bytes.get(at..)?)?;
         match bytes[at] {
-            b'"' => return Some(at + 1),
-            _ => at += 2,
+            b'"' => return Some((at + 1, escaped)),
+            _ => {
+                escaped = true;
+                at += 2;
+            }
         }
     }
+}
+
+/// The kind of the value whose first byte is at `start`.
+fn kind_of(bytes: &[u8], start: usize) -> Option<JsonKind> {
+    Some(match bytes.get(start)? {
+        b'"' => JsonKind::String,
+        b'{' => JsonKind::Object,
+        b'[' => JsonKind::Array,
+        b't' | b'f' => JsonKind::Bool,
+        b'n' => JsonKind::Null,
+        b'-' | b'0'..=b'9' => JsonKind::Number,
+        _ => return None,
+    })
 }
 
 /// The bytes the walk of a container stops at: a string's quote and the brackets.
@@ -103,15 +232,10 @@ const STRUCTURAL: [bool; 256] = {
 
 /// The kind of the value starting at `start` and its end, not past `limit`.
 fn value_end(bytes: &[u8], start: usize, limit: usize) -> Option<(JsonKind, usize)> {
-    let kind = match bytes.get(start)? {
-        b'"' => return Some((JsonKind::String, string_end(bytes, start)?)),
-        b'{' => JsonKind::Object,
-        b'[' => JsonKind::Array,
-        b't' | b'f' => JsonKind::Bool,
-        b'n' => JsonKind::Null,
-        b'-' | b'0'..=b'9' => JsonKind::Number,
-        _ => return None,
-    };
+    let kind = kind_of(bytes, start)?;
+    if kind == JsonKind::String {
+        return Some((kind, string_end(bytes, start)?));
+    }
     if !matches!(kind, JsonKind::Object | JsonKind::Array) {
         let end = bytes
             .get(start..limit)?
@@ -200,6 +324,73 @@ mod tests {
         // Cut short: stops instead of reading past the span.
         assert_eq!(read(r#"{"a":[1,2"#).len(), 0);
         assert_eq!(read(r#"{"a":"#).len(), 0);
+    }
+
+    /// `each_member` reads what its reader reads, in place, skips the rest once, and
+    /// leaves the cursor past the object: the same members, keys and values as
+    /// [`members`] gives.
+    #[test]
+    fn each_member_descends_where_asked_and_skips_the_rest() {
+        let text =
+            r#" {"a" : {"b":"x\"}","c":{"d":[1,{"}":"]"}]},"e":"\u00e9"} , "f":7, "g":"h\n"}  "#;
+        let mut cursor = Cursor::new(text, 1..text.len());
+        let mut seen = Vec::new();
+        each_member(&mut cursor, |cursor, key, kind| {
+            seen.push((key.clone().into_owned(), kind, None));
+            match &*key {
+                // `a`: into it, reading `b` and `e` as strings, `c` as text.
+                "a" => each_member(cursor, |cursor, key, kind| {
+                    let read = match &*key {
+                        "c" => cursor.text().map(str::to_owned),
+                        _ => cursor.string().map(Cow::into_owned),
+                    };
+                    seen.push((key.into_owned(), kind, read));
+                }),
+                // `f` left unread (skipped); `g` read.
+                "g" => seen.last_mut().unwrap().2 = cursor.string().map(Cow::into_owned),
+                _ => {}
+            }
+        });
+        let expect =
+            |key: &str, kind, read: Option<&str>| (key.to_owned(), kind, read.map(str::to_owned));
+        assert_eq!(
+            seen,
+            vec![
+                expect("a", JsonKind::Object, None),
+                expect("b", JsonKind::String, Some("x\"}")),
+                expect("c", JsonKind::Object, Some(r#"{"d":[1,{"}":"]"}]}"#)),
+                expect("e", JsonKind::String, Some("\u{e9}")),
+                expect("f", JsonKind::Number, None),
+                expect("g", JsonKind::String, Some("h\n")),
+            ]
+        );
+        assert_eq!(&text[cursor.at..], "  ", "past the object");
+        // A string read where none is: nothing read, the value skipped.
+        let mut cursor = Cursor::new(r#"{"a":[1,"x"],"b":2}"#, 0..19);
+        let mut strings = Vec::new();
+        each_member(&mut cursor, |cursor, _, _| strings.push(cursor.string()));
+        assert_eq!(strings, [None, None]);
+        assert_eq!(cursor.at, 19);
+    }
+
+    #[test]
+    fn each_member_stops_at_what_is_no_object() {
+        let keys = |text: &str| {
+            let mut keys = Vec::new();
+            let mut cursor = Cursor::new(text, 0..text.len());
+            each_member(&mut cursor, |_, key, _| keys.push(key.into_owned()));
+            (keys, cursor.at)
+        };
+        assert_eq!(keys("[1]"), (vec![], 0));
+        assert_eq!(keys("{}"), (vec![], 2));
+        assert_eq!(keys("{ }"), (vec![], 3));
+        // Cut short or broken: the members before are read, the walk ends at the span's end.
+        assert_eq!(
+            keys(r#"{"a":1,"b":[1,2"#),
+            (vec!["a".to_owned(), "b".to_owned()], 15)
+        );
+        assert_eq!(keys(r#"{"a":1,"b" 2}"#), (vec!["a".to_owned()], 13));
+        assert_eq!(keys(r#"{"a":"#), (vec![], 5));
     }
 
     #[test]
