@@ -24,6 +24,13 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The hasher of the consumed ids and of their owners' counts (foldhash, seeded per
+/// process): the ids are random token ids, the owners authenticated principals.
+type Fast = foldhash::fast::RandomState;
+
+/// Live consumed ids per owner.
+type Owners = Mutex<HashMap<Arc<str>, usize, Fast>>;
+
 mod records;
 pub use records::RECORD_OVERHEAD_BYTES;
 pub use records::RecordBounds;
@@ -125,7 +132,7 @@ impl Usage {
 }
 
 pub struct MemoryStore {
-    ids: Cache<Arc<str>, ConsumedId>,
+    ids: Cache<Arc<str>, ConsumedId, Fast>,
     /// Principal digest → (not before, Unix seconds; kept until the deadline).
     revocations: Cache<Arc<str>, (f64, Instant)>,
     /// Idempotency records: key → value, deadline, owner and charge. Bounded by
@@ -137,7 +144,7 @@ pub struct MemoryStore {
     /// Live ids (inserted and not yet removed by expiry or release).
     live: Arc<AtomicUsize>,
     /// Live ids per owner (an owner leaves the map with its last id).
-    id_owners: Arc<Mutex<HashMap<Arc<str>, usize>>>,
+    id_owners: Arc<Owners>,
     max_entries: usize,
     entries_per_owner: usize,
 }
@@ -182,7 +189,7 @@ impl MemoryStore {
             .build();
         let live = Arc::new(AtomicUsize::new(0));
         let removed = live.clone();
-        let id_owners: Arc<Mutex<HashMap<Arc<str>, usize>>> = Arc::default();
+        let id_owners: Arc<Owners> = Arc::default();
         let owners = id_owners.clone();
         let ids = Cache::builder()
             .expire_after(AtDeadline)
@@ -194,7 +201,7 @@ impl MemoryStore {
                     give_id(&owners, &spent.owner);
                 }
             })
-            .build();
+            .build_with_hasher(Fast::default());
         Self {
             ids,
             revocations: Cache::builder().expire_after(AtDeadline).build(),
@@ -226,32 +233,19 @@ impl MemoryStore {
 
     /// Record `id` for `ttl`, counted against `owner`'s share.
     pub fn consume(&self, id: &str, ttl: Duration, owner: &str) -> Result<Consumed, StoreError> {
-        if self.ids.contains_key(id) {
-            return Ok(Consumed::Replayed);
-        }
-        if self.live.load(Ordering::Acquire) >= self.max_entries
-            || self.owner_entries(owner) >= self.entries_per_owner
-        {
-            // Expired ids leave the counts only when moka runs its maintenance.
-            self.ids.run_pending_tasks();
-            if self.live.load(Ordering::Acquire) >= self.max_entries {
-                return Err(StoreError::Full);
-            }
-        }
         // The owner's share is taken before the id is written, and given back if the id
-        // turns out to be there already (a concurrent consumption won). Its name is
-        // kept once, shared by its ids.
-        let owner: Arc<str> = {
-            let mut owners = self.id_owners.lock().expect("not poisoned");
-            let owner = match owners.get_key_value(owner) {
-                Some((_, held)) if *held >= self.entries_per_owner => {
-                    return Err(StoreError::OwnerFull);
+        // turns out to be there already (a replay, or a concurrent consumption won).
+        let owner = match self.take_share(owner) {
+            Ok(owner) => owner,
+            Err(_) => {
+                // A replay is told as one, full store or not.
+                if self.ids.contains_key(id) {
+                    return Ok(Consumed::Replayed);
                 }
-                Some((name, _)) => name.clone(),
-                None => Arc::from(owner),
-            };
-            *owners.entry(owner.clone()).or_insert(0) += 1;
-            owner
+                // Expired ids leave the counts only when moka runs its maintenance.
+                self.ids.run_pending_tasks();
+                self.take_share(owner)?
+            }
         };
         // `or_insert_with`, not `or_insert`: only the former coalesces concurrent inserts
         // of one key into a single fresh entry (with `or_insert`, two of sixteen racing
@@ -269,7 +263,28 @@ impl MemoryStore {
         }
     }
 
+    /// One more id for `owner`, when the store and the owner's share have room: the
+    /// owner's name, kept once and shared by its ids.
+    fn take_share(&self, owner: &str) -> Result<Arc<str>, StoreError> {
+        if self.live.load(Ordering::Acquire) >= self.max_entries {
+            return Err(StoreError::Full);
+        }
+        let mut owners = self.id_owners.lock().expect("not poisoned");
+        if let Some((name, held)) = owners.get_key_value(owner) {
+            if *held >= self.entries_per_owner {
+                return Err(StoreError::OwnerFull);
+            }
+            let name = name.clone();
+            *owners.get_mut(owner).expect("just found") += 1;
+            return Ok(name);
+        }
+        let name: Arc<str> = Arc::from(owner);
+        owners.insert(name.clone(), 1);
+        Ok(name)
+    }
+
     /// Consumed ids `owner` holds now.
+    #[cfg(test)]
     pub(crate) fn owner_entries(&self, owner: &str) -> usize {
         let owners = self.id_owners.lock().expect("not poisoned");
         owners.get(owner).copied().unwrap_or(0)
@@ -424,7 +439,7 @@ impl MemoryStore {
 }
 
 /// Give back one id of `owner`'s share.
-fn give_id(owners: &Mutex<HashMap<Arc<str>, usize>>, owner: &Arc<str>) {
+fn give_id(owners: &Owners, owner: &Arc<str>) {
     let mut owners = owners.lock().expect("not poisoned");
     if let Some(held) = owners.get_mut(owner) {
         *held = held.saturating_sub(1);

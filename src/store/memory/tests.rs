@@ -82,6 +82,9 @@ fn one_owner_cannot_fill_the_consumed_ids_of_every_other() {
         Ok(Consumed::Replayed)
     );
     assert_eq!(store.consume("b1", minute, "alice"), Ok(Consumed::Fresh));
+    // A replay with room to spare takes no share: hers is still one id.
+    assert_eq!(store.consume("b1", minute, "alice"), Ok(Consumed::Replayed));
+    assert_eq!(store.owner_entries("alice"), 1);
     assert_eq!(store.consume("c1", minute, "bob"), Ok(Consumed::Fresh));
     // Four owners' worth: the store itself is full now, for a newcomer too.
     assert_eq!(store.consume("d1", minute, "carol"), Err(StoreError::Full));
