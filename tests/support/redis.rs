@@ -14,14 +14,56 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut server = Self { port, child: None };
-        server.restart();
-        server
+        Self::launch(|port| {
+            let mut command = Command::new("redis-server");
+            command
+                .args(["--port", &port.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--protected-mode", "yes", "--daemonize", "no"]);
+            command
+        })
+    }
+
+    /// `command(port)` started on a free loopback port and answering. A port free when
+    /// it was picked can be taken before the server binds it (an outgoing connection of
+    /// a test running beside this one gets it as its source port): the server then exits
+    /// at once, and it is started again on another port (five tries).
+    fn launch(command: impl Fn(u16) -> Command) -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            let child = command(port)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server is installed (tests/run.sh installs it with apt)");
+            let mut server = Self {
+                port,
+                child: Some(child),
+            };
+            if server.answering_or_exited() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start on five free ports");
+    }
+
+    /// Wait until it answers `PING` (`true`) or its process exited (`false`); fail
+    /// after 10 s.
+    fn answering_or_exited(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if self.answers() {
+                return true;
+            }
+            let child = self.child.as_mut().expect("started");
+            if child.try_wait().ok().flatten().is_some() {
+                self.child = None;
+                return false;
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub fn url(&self) -> String {
@@ -76,53 +118,30 @@ impl RedisServer {
     /// A server on a free loopback port, run in `dir` with `args` after the usual ones,
     /// answering before this returns.
     pub fn spawn(dir: &std::path::Path, args: &[&str]) -> Self {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .current_dir(dir)
-            .args(["--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (tests/run.sh installs it with apt)");
-        let server = Self {
-            port,
-            child: Some(child),
-        };
-        server.wait_answering();
-        server
+        Self::launch(|port| {
+            let mut command = Command::new("redis-server");
+            command
+                .current_dir(dir)
+                .args(["--port", &port.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(args);
+            command
+        })
     }
 
     /// A sentinel (`redis-sentinel`, Debian's package) run in `dir` from `config`, on a
     /// free loopback port.
     pub fn sentinel(dir: &std::path::Path, config: &std::path::Path) -> Self {
-        let port = free_port();
-        let child = Command::new("redis-sentinel")
-            .current_dir(dir)
-            .arg(config)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-sentinel is installed (tests/run.sh installs it with apt)");
-        let server = Self {
-            port,
-            child: Some(child),
-        };
-        server.wait_answering();
-        server
-    }
-
-    /// Wait until it answers `PING` (10 s at most).
-    pub fn wait_answering(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.answers() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        Self::launch(|port| {
+            let mut command = Command::new("redis-sentinel");
+            command.current_dir(dir).arg(config).args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ]);
+            command
+        })
     }
 
     /// Its process id, while it runs.
