@@ -8,13 +8,6 @@
 //! (it just opened, or the first bytes of a new HTTP/1.1 request arrived), the idle
 //! deadline (no request in progress and nothing read since the last one ended), or none
 //! (a request in progress: its body and its response have their own limits).
-//!
-//! The connection's task is not told of a change of phase (three per request): its timer
-//! is always armed no later than any deadline a change can bring. A deadline that appears
-//! at `t` is at least `t + min(header_read, idle)` away, so a timer armed at most that far
-//! ahead of its arming fires before it, finds the deadline in force and is armed again;
-//! only a reclaim, which moves a deadline into the past, wakes the task. A request costs
-//! the clock a lock per change and no timer or wake-up.
 
 use super::framing::FramingScan;
 use std::io;
@@ -64,7 +57,6 @@ struct ClockState {
 #[derive(Debug)]
 pub(crate) struct Clock {
     state: Mutex<ClockState>,
-    /// Told of a reclaim, the one change that moves a deadline earlier than the timer.
     changed: Notify,
     header_read: Duration,
     idle: Duration,
@@ -91,10 +83,13 @@ impl Clock {
         let mut state = self.state.lock().expect("not poisoned");
         let before = state.phase;
         change(&mut state);
-        // A reclaim is for the idle spell it found, not for the next one. (No wake-up:
-        // the timer is armed before any deadline a change brings; see the module.)
-        if state.phase != before && !matches!(state.phase, Awaiting::Idle(_)) {
-            state.reclaimed = false;
+        if state.phase != before {
+            // A reclaim is for the idle spell it found, not for the next one.
+            if !matches!(state.phase, Awaiting::Idle(_)) {
+                state.reclaimed = false;
+            }
+            drop(state);
+            self.changed.notify_waiters();
         }
     }
 
@@ -184,30 +179,23 @@ impl Clock {
         true
     }
 
-    /// Resolves when the deadline in force passes (the deadline of the phase the
-    /// connection is in when the timer fires).
+    /// Resolves when the deadline in force passes without the phase changing.
     pub(crate) async fn expired(&self) -> Expired {
-        // The soonest a deadline that appears later can be (module invariant).
-        let horizon = self.header_read.min(self.idle);
-        let timer = tokio::time::sleep(horizon);
-        tokio::pin!(timer);
         loop {
-            let reclaimed = self.changed.notified();
-            tokio::pin!(reclaimed);
-            // Registered before the deadline is read, so no reclaim slips in between.
-            reclaimed.as_mut().enable();
-            let now = Instant::now();
-            let due = self.deadline();
-            if let Some((at, expired)) = due
-                && at <= now
-            {
-                return expired;
-            }
-            let arm = due.map_or(now + horizon, |(at, _)| at.min(now + horizon));
-            timer.as_mut().reset(arm);
-            tokio::select! {
-                _ = timer.as_mut() => {}
-                _ = &mut reclaimed => {}
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the deadline is read, so no change slips in between.
+            changed.as_mut().enable();
+            match self.deadline() {
+                Some((at, expired)) => tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {
+                        if self.deadline() == Some((at, expired)) {
+                            return expired;
+                        }
+                    }
+                    _ = &mut changed => {}
+                },
+                None => changed.await,
             }
         }
     }
@@ -309,7 +297,7 @@ mod tests {
     const HEAD: Duration = Duration::from_millis(150);
     const IDLE: Duration = Duration::from_millis(400);
 
-    /// `expired` within a few seconds (a timer armed too far would wait an hour).
+    /// `expired` within a few seconds (a deadline missed would wait an hour).
     async fn within(expired: impl Future<Output = Expired>) -> Expired {
         tokio::time::timeout(Duration::from_secs(5), expired)
             .await
@@ -383,8 +371,8 @@ mod tests {
     }
 
     /// The task already waits on a far idle deadline when a request's first bytes bring
-    /// a nearer head deadline, without telling it: the head deadline holds to the
-    /// millisecond all the same (the timer is armed at most `min(head, idle)` ahead).
+    /// a nearer head deadline: the head deadline holds all the same; and a deadline that
+    /// appears while the task waits (a request's end) is the one that fires.
     #[tokio::test]
     async fn a_head_deadline_nearer_than_the_idle_one_in_wait_holds() {
         let clock = Clock::new(HEAD, Duration::from_secs(3600));
