@@ -132,9 +132,7 @@ pub fn run(counts: &Counts) -> Result<String, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let dir = dir.path();
     let mut children = Children::default();
-    let upstream_port = children.spawn_upstream(dir)?;
-    std::fs::write(dir.join("keys"), format!("{}\n", "5e".repeat(32)))
-        .map_err(|e| format!("keys: {e}"))?;
+    let upstream_port = children.upstream_and_keys(dir)?;
     let (port, admin) = (procs::free_port(), procs::free_port());
     let config = dir.join("sidecar.toml");
     std::fs::write(

@@ -19,17 +19,20 @@
 //! - allocations per request in the sidecar, counted in-process.
 //!
 //! `-- --instructions` measures only instructions per request instead: B and D under
-//! callgrind, one worker thread each (`instructions.rs`).
+//! callgrind, one worker thread each (`instructions.rs`). `-- --ab OTHER` compares this
+//! build with another on the CPU (`ab.rs`).
 //!
 //! The generator (this process, and wrk) runs on core 0; upstream, proxy and redis share
 //! core 1 (`taskset`), as the servers of a sidecar pod would share its CPU. Every process
 //! started is killed on exit, on error or on panic. Prints Markdown tables.
 //!
-//! `cargo bench --bench harness [-- --quick] [-- --rate N] [-- --instructions]`;
+//! `cargo bench --bench harness [-- --quick] [-- --rate N] [-- --instructions]
+//! [-- --ab OTHER [--rounds N]]`;
 //! `HARNESS_SIDECAR_BIN=path` measures another build of the sidecar as B.
 //! Linux, 2+ cores; installs nginx, wrk and redis-server (or, for `--instructions`,
 //! valgrind) with apt when missing (root).
 
+mod ab;
 mod allocs;
 mod bare;
 mod generator;
@@ -83,6 +86,25 @@ fn main() -> ExitCode {
     let quick = args.iter().any(|a| a == "--quick");
     if args.iter().any(|a| a == "--instructions") {
         return count_instructions(quick);
+    }
+    if let Some(i) = args.iter().position(|a| a == "--ab") {
+        let Some(other) = args.get(i + 1) else {
+            eprintln!("harness: --ab needs the path of the other build's binary");
+            return ExitCode::FAILURE;
+        };
+        let rounds = (args.iter().position(|a| a == "--rounds"))
+            .and_then(|i| args.get(i + 1)?.parse().ok())
+            .unwrap_or(10);
+        return match ab::run(other.into(), rounds) {
+            Ok(table) => {
+                println!("{table}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("harness: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let rate = args
         .iter()
@@ -176,12 +198,10 @@ fn run(settings: &Settings) -> Result<String, String> {
 
 fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
     let sidecar_bin = procs::sidecar_bin("HARNESS_SIDECAR_BIN");
-    let upstream_port = children.spawn_upstream(dir)?;
+    let upstream_port = children.upstream_and_keys(dir)?;
     let redis_port = children.spawn_redis(dir, None)?;
     let primary_port = children.spawn_redis(dir, None)?;
     children.spawn_redis(dir, Some(primary_port))?;
-    std::fs::write(dir.join("keys"), format!("{}\n", "5e".repeat(32)))
-        .map_err(|e| format!("keys: {e}"))?;
     let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let jwt_principal = jwt::setup(dir)?;
     let mut start_sidecar = |name: &'static str, extra: &str| {

@@ -85,6 +85,15 @@ impl Children {
         Ok(port)
     }
 
+    /// The harness's upstream ([`Children::spawn_upstream`]) and the sidecars' key file
+    /// (`dir/keys`) beside it.
+    pub fn upstream_and_keys(&mut self, dir: &Path) -> Result<u16, String> {
+        let port = self.spawn_upstream(dir)?;
+        std::fs::write(dir.join("keys"), format!("{}\n", "5e".repeat(32)))
+            .map_err(|e| format!("keys: {e}"))?;
+        Ok(port)
+    }
+
     /// A throwaway `redis-server` (nothing saved) on a free loopback port, returned;
     /// with `replica_of`, a replica of the server on that port.
     pub fn spawn_redis(&mut self, dir: &Path, replica_of: Option<u16>) -> Result<u16, String> {
