@@ -55,8 +55,7 @@ impl<'a> Iterator for Members<'a> {
             self.at = self.end;
             return None;
         }
-        let (key, value) = key_and_value(self.text, self.at, self.end);
-        let Some((key, start)) = key.zip(value) else {
+        let Some((key, start)) = key_and_value(self.text, self.at, self.end) else {
             self.at = self.end;
             return None;
         };
@@ -70,24 +69,26 @@ impl<'a> Iterator for Members<'a> {
     }
 }
 
-/// The key of the member whose key opens at `at`, and where its value starts (`None`
-/// for either at a byte that is not where it should be, or past `limit`).
-fn key_and_value(text: &str, at: usize, limit: usize) -> (Option<Cow<'_, str>>, Option<usize>) {
+/// The key of the member whose key opens at `at`, and where its value starts; `None` at
+/// a byte that is not where it should be, or past `limit`.
+fn key_and_value(text: &str, at: usize, limit: usize) -> Option<(Cow<'_, str>, usize)> {
+    let (key, key_end) = string_token(text, at, limit)?;
     let bytes = text.as_bytes();
-    let Some((key_end, escaped)) = string_end_escaped(bytes, at).filter(|(end, _)| *end <= limit)
-    else {
-        return (None, None);
-    };
-    // A key without a backslash is the bytes between its quotes (UTF-8, and the scanner
-    // refused raw control characters); an escaped one is decoded with its checks.
-    let key = if escaped {
-        string_at(bytes, at..key_end)
-    } else {
-        Some(Cow::Borrowed(&text[at + 1..key_end - 1]))
-    };
     let colon = skip_whitespace(bytes, key_end);
-    let value = (bytes.get(colon) == Some(&b':')).then(|| skip_whitespace(bytes, colon + 1));
-    (key, value)
+    (bytes.get(colon) == Some(&b':')).then(|| (key, skip_whitespace(bytes, colon + 1)))
+}
+
+/// The string token opening at `at` (not past `limit`), unescaped, and its end. One
+/// without a backslash is the bytes between its quotes (UTF-8, and the scanner refused
+/// raw control characters); an escaped one is decoded with its checks.
+fn string_token(text: &str, at: usize, limit: usize) -> Option<(Cow<'_, str>, usize)> {
+    let bytes = text.as_bytes();
+    let (end, escaped) = string_end_escaped(bytes, at).filter(|(end, _)| *end <= limit)?;
+    let string = match escaped {
+        true => string_at(bytes, at..end)?,
+        false => Cow::Borrowed(&text[at + 1..end - 1]),
+    };
+    Some((string, end))
 }
 
 /// A place in text the scanner accepted, for [`each_member`]: at a value, its reader may
@@ -121,13 +122,12 @@ impl<'a> Cursor<'a> {
 
     /// The string value here, unescaped (`None`, and nothing read, when it is no string).
     pub(crate) fn string(&mut self) -> Option<Cow<'a, str>> {
-        let bytes = self.text.as_bytes();
-        if bytes.get(self.at) != Some(&b'"') {
+        if self.text.as_bytes().get(self.at) != Some(&b'"') {
             return None;
         }
-        let (end, _) = string_end_escaped(bytes, self.at).filter(|(end, _)| *end <= self.limit)?;
-        let start = std::mem::replace(&mut self.at, end);
-        string_at(bytes, start..end)
+        let (string, end) = string_token(self.text, self.at, self.limit)?;
+        self.at = end;
+        Some(string)
     }
 }
 
@@ -137,38 +137,38 @@ impl<'a> Cursor<'a> {
 /// not expect: the members before it were read).
 pub(crate) fn each_member<'a>(
     cursor: &mut Cursor<'a>,
-    mut read: impl FnMut(&mut Cursor<'a>, Cow<'a, str>, JsonKind),
+    read: impl FnMut(&mut Cursor<'a>, Cow<'a, str>, JsonKind),
 ) {
-    let bytes = cursor.text.as_bytes();
-    if bytes.get(cursor.at) != Some(&b'{') {
+    if cursor.text.as_bytes().get(cursor.at) != Some(&b'{') {
         return;
     }
+    if walk_object(cursor, read).is_none() {
+        cursor.at = cursor.limit;
+    }
+}
+
+/// [`each_member`] past the object's `{`: `None` at a byte it does not expect.
+fn walk_object<'a>(
+    cursor: &mut Cursor<'a>,
+    mut read: impl FnMut(&mut Cursor<'a>, Cow<'a, str>, JsonKind),
+) -> Option<()> {
+    let bytes = cursor.text.as_bytes();
     let mut at = skip_whitespace(bytes, cursor.at + 1);
     loop {
-        match bytes.get(at) {
-            Some(b'"') if at < cursor.limit => {}
-            Some(b'}') => {
+        match bytes.get(at)? {
+            b'"' if at < cursor.limit => {}
+            b'}' => {
                 cursor.at = at + 1;
-                return;
+                return Some(());
             }
-            _ => {
-                cursor.at = cursor.limit;
-                return;
-            }
+            _ => return None,
         }
-        let (Some(key), Some(start)) = key_and_value(cursor.text, at, cursor.limit) else {
-            cursor.at = cursor.limit;
-            return;
-        };
-        let Some(kind) = kind_of(bytes, start) else {
-            cursor.at = cursor.limit;
-            return;
-        };
+        let (key, start) = key_and_value(cursor.text, at, cursor.limit)?;
+        let kind = kind_of(bytes, start)?;
         cursor.at = start;
         read(cursor, key, kind);
-        if cursor.at == start && cursor.text().is_none() {
-            cursor.at = cursor.limit;
-            return;
+        if cursor.at == start {
+            cursor.text()?;
         }
         at = skip_whitespace(bytes, cursor.at);
         if bytes.get(at) == Some(&b',') {
