@@ -14,14 +14,17 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> Self {
-        Self::launch(|port| {
-            let mut command = Command::new("redis-server");
-            command
-                .args(["--port", &port.to_string()])
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--protected-mode", "yes", "--daemonize", "no"]);
-            command
-        })
+        Self::launch(Self::plain)
+    }
+
+    /// The command of a plain server on `port` (nothing persisted).
+    fn plain(port: u16) -> Command {
+        let mut command = Command::new("redis-server");
+        command
+            .args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--protected-mode", "yes", "--daemonize", "no"]);
+        command
     }
 
     /// `command(port)` started on a free loopback port and answering. A port free when
@@ -81,10 +84,7 @@ impl RedisServer {
     /// Start it (again) on the same port and wait until it answers.
     pub fn restart(&mut self) {
         self.stop();
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--protected-mode", "yes", "--daemonize", "no"])
+        let child = Self::plain(self.port)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
