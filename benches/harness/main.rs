@@ -64,7 +64,10 @@ const OPEN_LOOP_CONNECTIONS: usize = 16;
 
 struct Settings {
     warmup: Duration,
+    /// The open loop's measured span.
     measure: Duration,
+    /// wrk's interleaved rounds for throughput.
+    rounds: wrk::Rounds,
     rate: u32,
     streams: usize,
 }
@@ -114,6 +117,11 @@ fn main() -> ExitCode {
     let settings = Settings {
         warmup: Duration::from_secs(1),
         measure: Duration::from_secs(if quick { 2 } else { 5 }),
+        rounds: wrk::Rounds {
+            warmup: Duration::from_secs(1),
+            count: if quick { 2 } else { 6 },
+            each: Duration::from_secs(1),
+        },
         rate,
         // Two sockets per stream in the proxy (client and upstream), within its limit of
         // open files with room to spare (the pools, the listeners, the logs).
@@ -418,6 +426,8 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
                 rps: [None, None, None, None],
                 latency: [None, None, None, None],
             };
+            let what = |e| format!("{workload} {}: {e}", phase.label());
+            let (mut contenders, mut bodies) = (Vec::new(), Vec::new());
             for (i, addr) in [setup.direct, setup.sidecar, setup.nginx, setup.bare]
                 .into_iter()
                 .enumerate()
@@ -434,9 +444,18 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
                     Phase::Retry if i == 1 => minted_retry(&target).await?,
                     Phase::Retry => request_body(Some(upstream::STATE)),
                 };
-                let (rps, latency) = measured(settings, &target, body, dir)
+                contenders.push(
+                    checked(target, &body, dir, &i.to_string())
+                        .await
+                        .map_err(what)?,
+                );
+                bodies.push(body);
+            }
+            let rps = wrk::interleaved(&contenders, settings.rounds).map_err(what)?;
+            for (i, (rps, body)) in rps.into_iter().zip(bodies).enumerate() {
+                let latency = latency(settings, &contenders[i].target, &Bodies::Same(body))
                     .await
-                    .map_err(|e| format!("{workload} {}: {e}", phase.label()))?;
+                    .map_err(what)?;
                 row.rps[i] = Some(rps);
                 row.latency[i] = Some(latency);
             }
@@ -447,19 +466,22 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
         .iter()
         .find(|r| r.workload == "JSON" && r.phase == Phase::Retry)
         .and_then(|r| r.rps[1].as_ref())
-        .map_or(10_000.0, |t| t.rps);
-    // Rows with a sidecar column only: single use, and the stdio upstream.
+        .map_or(10_000.0, |t| {
+            t.rps.max(t.rounds.iter().copied().fold(0.0, f64::max))
+        });
+    // Rows with a sidecar column only: single use, the stdio upstream, a JWT principal;
+    // each taken in turn with the floor's JSON row of its phase.
     let mut single_use = Vec::new();
     for (name, addr) in [
         ("memory", setup.memory),
         ("Redis", setup.redis),
         ("Redis + replica, WAIT", setup.redis_replicated),
     ] {
-        let row = single_use_row(settings, addr, retry_rps, dir).await?;
-        single_use.push((format!("retry, single-use ({name})"), Phase::Retry, row));
+        let label = format!("retry, single-use ({name})");
+        single_use.push(single_use_row(settings, setup, addr, label, retry_rps, dir).await?);
     }
-    single_use.extend(sidecar_rows(settings, setup.stdio, "stdio upstream (E)", dir).await?);
-    single_use.extend(sidecar_rows(settings, setup.jwt, "JWT principal", dir).await?);
+    single_use.extend(sidecar_rows(settings, setup, setup.stdio, "stdio upstream (E)", dir).await?);
+    single_use.extend(sidecar_rows(settings, setup, setup.jwt, "JWT principal", dir).await?);
     let after_load_rss = procs::rss(setup.sidecar_pid)?;
     // A failure here (a proxy out of sockets) is reported with the tables, not instead.
     let streams = hold_streams(settings, setup).await;
@@ -473,16 +495,48 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
     ))
 }
 
+/// A row with a sidecar column only (single use, a stdio upstream, a JWT principal): its
+/// throughput taken in turn with the floor's on the JSON workload of the same phase.
+struct SidecarRow {
+    label: String,
+    phase: Phase,
+    rps: wrk::Throughput,
+    floor: wrk::Throughput,
+    latency: Outcome,
+}
+
+/// The floor (D) on the JSON workload in `phase`, checked, as a contender beside a row.
+async fn floor_contender(
+    setup: &Setup,
+    phase: Phase,
+    dir: &Path,
+) -> Result<wrk::Contender, String> {
+    let target = Target {
+        addr: setup.bare,
+        path: WORKLOADS[0].1,
+        expect: phase.expect(),
+        forbid: None,
+    };
+    let body = match phase {
+        Phase::First => request_body(None),
+        Phase::Retry => request_body(Some(upstream::STATE)),
+    };
+    checked(target, &body, dir, "floor").await
+}
+
 /// The JSON workload's first call and retry through the sidecar at `addr` (the retry with
 /// a token it minted), labelled `<phase>, <what>` for the report.
 async fn sidecar_rows(
     settings: &Settings,
+    setup: &Setup,
     addr: SocketAddr,
     what: &str,
     dir: &Path,
-) -> Result<Vec<(String, Phase, (wrk::Throughput, Outcome))>, String> {
+) -> Result<Vec<SidecarRow>, String> {
     let mut rows = Vec::new();
     for phase in [Phase::First, Phase::Retry] {
+        let label = format!("{}, {what}", phase.label());
+        let what = |e| format!("{what} {}: {e}", phase.label());
         let target = Target {
             addr,
             path: WORKLOADS[0].1,
@@ -493,10 +547,23 @@ async fn sidecar_rows(
             Phase::First => request_body(None),
             Phase::Retry => minted_retry(&target).await?,
         };
-        let row = measured(settings, &target, body, dir)
+        let contenders = [
+            checked(target, &body, dir, "row").await.map_err(what)?,
+            floor_contender(setup, phase, dir).await.map_err(what)?,
+        ];
+        let [rps, floor] =
+            <[_; 2]>::try_from(wrk::interleaved(&contenders, settings.rounds).map_err(what)?)
+                .map_err(|_| "two contenders, two figures".to_owned())?;
+        let latency = latency(settings, &contenders[0].target, &Bodies::Same(body))
             .await
-            .map_err(|e| format!("{what} {}: {e}", phase.label()))?;
-        rows.push((format!("{}, {what}", phase.label()), phase, row));
+            .map_err(what)?;
+        rows.push(SidecarRow {
+            label,
+            phase,
+            rps,
+            floor,
+            latency,
+        });
     }
     Ok(rows)
 }
@@ -524,34 +591,28 @@ async fn minted_retry(target: &Target) -> Result<Bytes, String> {
     Ok(request_body(Some(&state_of(&answers[0])?)))
 }
 
-/// One body sent again and again to `target`: wrk's throughput and the open loop's
-/// latency, after one checked exchange (a wrong answer fails the run, not a row).
-async fn measured(
-    settings: &Settings,
-    target: &Target,
-    body: Bytes,
+/// `target` as a contender sending `body` again and again, after one checked exchange (a
+/// wrong answer fails the run, not a row).
+async fn checked(
+    target: Target,
+    body: &Bytes,
     dir: &Path,
-) -> Result<(wrk::Throughput, Outcome), String> {
-    generator::closed_loop(target, body.clone(), 1, 1).await?;
-    let file = dir.join("body.json");
-    std::fs::write(&file, &body).map_err(|e| format!("body file: {e}"))?;
-    let script = dir.join("wrk.lua");
-    wrk::run(target, wrk::WrkBody::Same(&file), settings.warmup, &script)?;
-    let throughput = wrk::run(target, wrk::WrkBody::Same(&file), settings.measure, &script)?;
-    Ok((
-        throughput,
-        latency(settings, target, &Bodies::Same(body)).await?,
-    ))
+    tag: &str,
+) -> Result<wrk::Contender, String> {
+    generator::closed_loop(&target, body.clone(), 1, 1).await?;
+    wrk::Contender::same(target, body, dir, tag)
 }
 
 /// A single-use sidecar's retries, each with a token of its own minted through it just
 /// before: wrk's throughput and the open loop's latency.
 async fn single_use_row(
     settings: &Settings,
+    setup: &Setup,
     addr: SocketAddr,
+    label: String,
     retry_rps: f64,
     dir: &Path,
-) -> Result<(wrk::Throughput, Outcome), String> {
+) -> Result<SidecarRow, String> {
     let (_, path) = WORKLOADS[0];
     let first = Target {
         addr,
@@ -574,31 +635,43 @@ async fn single_use_row(
                 .collect::<Result<Vec<_>, String>>()
         }
     };
-    // wrk: enough tokens for 1.5× the reusable retry's rate; one line each.
-    let needed = (retry_rps * 1.5 * settings.measure.as_secs_f64()) as usize + 1000;
-    let bodies = mint(needed).await?;
-    let file = dir.join("tokens.jsonl");
-    let mut lines = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum());
-    for body in &bodies {
-        lines.extend_from_slice(body);
-        lines.push(b'\n');
+    // wrk: a file of tokens for each round, each enough for 1.5× the fastest round of
+    // the reusable retry; one line each.
+    let rounds = settings.rounds;
+    let per_round = (retry_rps * 1.5 * rounds.each.as_secs_f64()) as usize + 1000;
+    let bodies = mint(per_round * rounds.count).await?;
+    let mut files = Vec::new();
+    for (round, chunk) in bodies.chunks(per_round).enumerate() {
+        let file = dir.join(format!("tokens-{round}.jsonl"));
+        let mut lines = Vec::with_capacity(chunk.iter().map(|b| b.len() + 1).sum());
+        for body in chunk {
+            lines.extend_from_slice(body);
+            lines.push(b'\n');
+        }
+        std::fs::write(&file, lines).map_err(|e| format!("token file: {e}"))?;
+        files.push(file);
     }
-    std::fs::write(&file, lines).map_err(|e| format!("token file: {e}"))?;
-    let mut throughput = wrk::run(
-        &retry,
-        wrk::WrkBody::Each(&file),
-        settings.measure,
-        &dir.join("wrk.lua"),
-    )?;
-    if throughput.requests > bodies.len() as u64 {
-        // The script ran out of tokens: what it sent after that was refused.
-        throughput.errors += throughput.requests - bodies.len() as u64;
-    }
+    let contenders = [
+        wrk::Contender {
+            target: retry.clone(),
+            feed: wrk::Feed::EachRound(files),
+            script: dir.join("wrk-row.lua"),
+        },
+        floor_contender(setup, Phase::Retry, dir).await?,
+    ];
+    let [rps, floor] = <[_; 2]>::try_from(wrk::interleaved(&contenders, rounds)?)
+        .map_err(|_| "two contenders, two figures".to_owned())?;
     let count = (f64::from(settings.rate) * (settings.warmup + settings.measure).as_secs_f64())
         as usize
         + 1;
     let bodies = Bodies::Each(Arc::new(mint(count).await?));
-    Ok((throughput, latency(settings, &retry, &bodies).await?))
+    Ok(SidecarRow {
+        label,
+        phase: Phase::Retry,
+        rps,
+        floor,
+        latency: latency(settings, &retry, &bodies).await?,
+    })
 }
 
 /// One proxy's memory with idle SSE streams held through it.

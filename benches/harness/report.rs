@@ -2,7 +2,7 @@
 //! followed by every error a measurement met (a run with errors says so at its end).
 
 use super::generator::Outcome;
-use super::{OPEN_LOOP_CONNECTIONS, Phase, Row, Settings, Setup, Streams, wrk};
+use super::{OPEN_LOOP_CONNECTIONS, Phase, Row, Settings, Setup, SidecarRow, Streams, wrk};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -11,7 +11,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 pub(super) fn markdown(
     settings: &Settings,
     rows: &mut [Row],
-    single_use: &mut [(String, Phase, (wrk::Throughput, Outcome))],
+    single_use: &mut [SidecarRow],
     setup: &Setup,
     after_load_rss: u64,
     streams: &Result<[Streams; 3], String>,
@@ -24,20 +24,28 @@ pub(super) fn markdown(
             errors.push(format!("{what}: {n} failed ({})", first.unwrap_or("wrk")));
         }
     };
+    let rounds = settings.rounds;
     let _ = writeln!(
         out,
-        "### Throughput (wrk, 1 thread, {} connections, {} s)\n",
+        "### Throughput (wrk, 1 thread, {} connections; the median of {} rounds of {} s, the \
+         servers of a row taken in turn, the order reversed every other round)\n",
         wrk::CONNECTIONS,
-        settings.measure.as_secs()
+        rounds.count,
+        rounds.each.as_secs()
     );
     let _ = writeln!(
         out,
-        "| answer | phase | A direct req/s | B sidecar req/s | C nginx req/s | D hyper floor req/s | B/C | D/C | B/D |"
+        "| answer | phase | A direct req/s | B sidecar req/s | C nginx req/s | D hyper floor req/s | B/C | D/C | B/D | B/D by round (lowest – highest) |"
     );
     let _ = writeln!(
         out,
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
+    let spread = |b: Option<&wrk::Throughput>, d: Option<&wrk::Throughput>| {
+        b.zip(d)
+            .and_then(|(b, d)| b.ratio_spread(d))
+            .map_or_else(String::new, |(lo, hi)| format!("{lo:.2} – {hi:.2}"))
+    };
     for row in rows.iter() {
         let rps = row
             .rps
@@ -45,7 +53,7 @@ pub(super) fn markdown(
             .map(|t| t.as_ref().map_or(f64::NAN, |t| t.rps));
         let _ = writeln!(
             out,
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} |",
             row.workload,
             row.phase.label(),
             rps[0],
@@ -54,7 +62,8 @@ pub(super) fn markdown(
             rps[3],
             rps[1] / rps[2],
             rps[3] / rps[2],
-            rps[1] / rps[3]
+            rps[1] / rps[3],
+            spread(row.rps[1].as_ref(), row.rps[3].as_ref()),
         );
         for (name, t) in ["direct", "sidecar", "nginx", "hyper floor"]
             .iter()
@@ -70,14 +79,25 @@ pub(super) fn markdown(
             }
         }
     }
-    // B/D against the floor's JSON row of the same phase (the floor has no such rows).
-    for (label, phase, (t, _)) in single_use.iter() {
-        let floor = (rows.iter())
-            .find(|r| r.workload == "JSON" && r.phase == *phase)
-            .and_then(|r| r.rps[3].as_ref());
-        let b_d = floor.map_or_else(String::new, |d| format!("{:.2}", t.rps / d.rps));
-        let _ = writeln!(out, "| JSON | {label} | | {:.0} | | | | | {b_d} |", t.rps);
-        note(&mut errors, format!("wrk {label}"), t.errors, None);
+    // D: the floor's JSON row of the same phase, taken in turn with this row's sidecar.
+    for row in single_use.iter() {
+        let (b, d) = (&row.rps, &row.floor);
+        let _ = writeln!(
+            out,
+            "| JSON | {} | | {:.0} | | {:.0} | | | {:.2} | {} |",
+            row.label,
+            b.rps,
+            d.rps,
+            b.rps / d.rps,
+            spread(Some(b), Some(d)),
+        );
+        note(&mut errors, format!("wrk {}", row.label), b.errors, None);
+        note(
+            &mut errors,
+            format!("wrk {} floor", row.label),
+            d.errors,
+            None,
+        );
     }
     let _ = writeln!(
         out,
@@ -142,7 +162,13 @@ pub(super) fn markdown(
                 Some((a.quantile_us(0.50), a.quantile_us(0.99)));
         }
     }
-    for (label, phase, (_, o)) in single_use.iter_mut() {
+    for SidecarRow {
+        label,
+        phase,
+        latency: o,
+        ..
+    } in single_use.iter_mut()
+    {
         let direct = direct_json[usize::from(*phase == Phase::Retry)];
         let (a50, a99) = direct.unwrap_or((f64::NAN, f64::NAN));
         let _ = writeln!(

@@ -1,9 +1,10 @@
 //! Throughput at a fixed concurrency: wrk (one thread, 64 connections) on the generator
-//! core, driven by a Lua script that sends the harness's request.
+//! core, driven by a Lua script that sends the harness's request; the servers a table
+//! compares are measured in interleaved rounds ([`interleaved`]).
 
 use crate::generator::{PRINCIPAL, PRINCIPAL_HEADER, Target};
 use crate::procs::GENERATOR_CORE;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ pub struct Throughput {
     pub requests: u64,
     /// Non-2xx answers, socket errors and timeouts.
     pub errors: u64,
+    /// Each round's requests per second ([`interleaved`]; a single run's is its own).
+    pub rounds: Vec<f64>,
 }
 
 /// The request body for wrk: one file sent every time, or (`each`) a file of one body a
@@ -103,5 +106,115 @@ pub fn run(
         rps,
         requests,
         errors: non_2xx + socket,
+        rounds: vec![rps],
     })
+}
+
+/// What a contender of [`interleaved`] sends.
+pub enum Feed {
+    /// One body file, sent again and again in every round (and in the warm-up).
+    Same(PathBuf),
+    /// A file of bodies for each round, one line each and each sent once (single-use
+    /// tokens: a round must not send another's again); no warm-up.
+    EachRound(Vec<PathBuf>),
+}
+
+/// One of the servers [`interleaved`] measures in turn.
+pub struct Contender {
+    pub target: Target,
+    pub feed: Feed,
+    /// Where its wrk script is written.
+    pub script: PathBuf,
+}
+
+impl Contender {
+    /// A contender sending `body` every time (written to `dir/body-{tag}.json`).
+    pub fn same(target: Target, body: &[u8], dir: &Path, tag: &str) -> Result<Self, String> {
+        let file = dir.join(format!("body-{tag}.json"));
+        std::fs::write(&file, body).map_err(|e| format!("body file: {e}"))?;
+        Ok(Contender {
+            target,
+            feed: Feed::Same(file),
+            script: dir.join(format!("wrk-{tag}.lua")),
+        })
+    }
+}
+
+/// The rounds of an interleaved measurement.
+#[derive(Clone, Copy)]
+pub struct Rounds {
+    pub warmup: Duration,
+    pub count: usize,
+    pub each: Duration,
+}
+
+/// Every contender measured in `rounds.count` rounds of `rounds.each`, taken in turn and
+/// in the reverse order every other round (A B C D, D C B A, ...), so that a drift of
+/// the machine (its speed moves by more than half within minutes on this VM) falls on
+/// all of them alike. A contender's figure is the median of its rounds' requests per
+/// second, its requests and errors summed; the rounds are kept for their spread.
+pub fn interleaved(contenders: &[Contender], rounds: Rounds) -> Result<Vec<Throughput>, String> {
+    for c in contenders {
+        if let Feed::Same(file) = &c.feed {
+            run(&c.target, WrkBody::Same(file), rounds.warmup, &c.script)?;
+        }
+    }
+    let mut measured: Vec<Vec<Throughput>> = contenders.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds.count {
+        let mut order: Vec<usize> = (0..contenders.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let c = &contenders[i];
+            let taken = match &c.feed {
+                Feed::Same(file) => run(&c.target, WrkBody::Same(file), rounds.each, &c.script)?,
+                Feed::EachRound(files) => {
+                    let file = (files.get(round))
+                        .ok_or_else(|| format!("no body file for round {round}"))?;
+                    let mut taken = run(&c.target, WrkBody::Each(file), rounds.each, &c.script)?;
+                    // Past the file's last line the script sends an empty body, refused:
+                    // the round ran out of bodies, and what it sent after is an error.
+                    let lines = std::fs::read(file)
+                        .map_err(|e| format!("{}: {e}", file.display()))?
+                        .iter()
+                        .filter(|&&b| b == b'\n')
+                        .count() as u64;
+                    taken.errors += taken.requests.saturating_sub(lines);
+                    taken
+                }
+            };
+            measured[i].push(taken);
+        }
+    }
+    Ok(measured.into_iter().map(Throughput::median_of).collect())
+}
+
+impl Throughput {
+    /// The median round's rate, the requests and errors of all.
+    fn median_of(rounds: Vec<Throughput>) -> Throughput {
+        let mut rates: Vec<f64> = rounds.iter().map(|t| t.rps).collect();
+        rates.sort_by(f64::total_cmp);
+        let rps = match rates.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => rates[n / 2],
+            n => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
+        };
+        Throughput {
+            rps,
+            requests: rounds.iter().map(|t| t.requests).sum(),
+            errors: rounds.iter().map(|t| t.errors).sum(),
+            rounds: rounds.iter().map(|t| t.rps).collect(),
+        }
+    }
+
+    /// The lowest and highest of this contender's per-round ratio to `other`'s (rounds
+    /// paired as they were taken, side by side).
+    pub fn ratio_spread(&self, other: &Throughput) -> Option<(f64, f64)> {
+        let ratios = self.rounds.iter().zip(&other.rounds).map(|(a, b)| a / b);
+        ratios.fold(None, |acc, r| match acc {
+            None => Some((r, r)),
+            Some((lo, hi)) => Some((f64::min(lo, r), f64::max(hi, r))),
+        })
+    }
 }
