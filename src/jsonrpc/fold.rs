@@ -23,7 +23,24 @@ pub fn fold(key: &str) -> String {
 /// else skipped, which is what [`fold`] does to ASCII, so two different names (nearly
 /// every comparison) part at their first kept byte; from the first non-ASCII character
 /// of either, the rest of both go through [`folded`].
+///
+/// Inlined where it is asked, the first bytes answer most comparisons (a key against
+/// the fields of its level, which it is not): an ASCII letter or digit is the first
+/// character of its name's fold, so two of them that differ but for case part the folds.
+#[inline]
 pub(crate) fn folds_equal(a: &str, b: &str) -> bool {
+    if let (Some(p), Some(q)) = (a.as_bytes().first(), b.as_bytes().first())
+        && p.is_ascii_alphanumeric()
+        && q.is_ascii_alphanumeric()
+        && !p.eq_ignore_ascii_case(q)
+    {
+        return false;
+    }
+    folds_equal_past_first(a, b)
+}
+
+/// [`folds_equal`] once the first bytes did not part the names.
+fn folds_equal_past_first(a: &str, b: &str) -> bool {
     /// The next byte at or after `at` that is not skipped ASCII (or the end).
     fn next_kept(s: &[u8], mut at: usize) -> usize {
         while at < s.len() && s[at].is_ascii() && !s[at].is_ascii_alphanumeric() {
