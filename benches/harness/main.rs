@@ -5,7 +5,9 @@
 //! upstream keep-alive and (D) through a bare hyper proxy built like the sidecar but
 //! only forwarding (the floor of its stack, `bare.rs`), in one run, JSON and SSE answers:
 //!
-//! - throughput: wrk, one thread, 64 connections, 5 s after a 1 s warm-up;
+//! - throughput: wrk, one thread, 64 connections, the servers of a row in interleaved
+//!   rounds (1 s each after a 1 s warm-up, six, or two with `--quick`; `wrk.rs`), the
+//!   median of each server's;
 //! - latency: the harness's own open-loop generator at a fixed rate (2 000 req/s by
 //!   default, 16 connections, 5 s after 1 s), each request timed from when it was due,
 //!   p50 / p99 / p99.9;
@@ -659,8 +661,9 @@ async fn single_use_row(
         },
         floor_contender(setup, Phase::Retry, dir).await?,
     ];
-    let [rps, floor] = <[_; 2]>::try_from(wrk::interleaved(&contenders, rounds)?)
-        .map_err(|_| "two contenders, two figures".to_owned())?;
+    let taken = wrk::interleaved(&contenders, rounds).map_err(|e| format!("{label}: {e}"))?;
+    let [rps, floor] =
+        <[_; 2]>::try_from(taken).map_err(|_| "two contenders, two figures".to_owned())?;
     let count = (f64::from(settings.rate) * (settings.warmup + settings.measure).as_secs_f64())
         as usize
         + 1;

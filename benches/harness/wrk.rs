@@ -173,14 +173,15 @@ pub fn interleaved(contenders: &[Contender], rounds: Rounds) -> Result<Vec<Throu
                     let file = (files.get(round))
                         .ok_or_else(|| format!("no body file for round {round}"))?;
                     let mut taken = run(&c.target, WrkBody::Each(file), rounds.each, &c.script)?;
-                    // Past the file's last line the script sends an empty body, refused:
-                    // the round ran out of bodies, and what it sent after is an error.
+                    // Past the file's last line the script sends an empty body, refused
+                    // (a 400 wrk counts already): the round ran out of bodies, and each
+                    // request past them is an error, counted once.
                     let lines = std::fs::read(file)
                         .map_err(|e| format!("{}: {e}", file.display()))?
                         .iter()
                         .filter(|&&b| b == b'\n')
                         .count() as u64;
-                    taken.errors += taken.requests.saturating_sub(lines);
+                    taken.errors = taken.errors.max(taken.requests.saturating_sub(lines));
                     taken
                 }
             };
