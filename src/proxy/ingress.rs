@@ -16,9 +16,11 @@
 use crate::auth::header::{spelled_as, spelled_with_prefix};
 use crate::config::hosts::{EntryError, HostPattern, host_pattern, split_authority};
 use crate::error::ProxyError;
+use arc_swap::ArcSwapOption;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 mod client;
 mod framing;
@@ -30,13 +32,19 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// Which `Host` values are accepted.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct HostPolicy {
     /// `None`: any host.
     patterns: Option<Vec<HostPattern>>,
     /// Any IP-literal host is accepted too (the admin listener: see
     /// [`HostPolicy::for_admin`]).
     ip_literals: bool,
+    /// The last authority this policy accepted, compared byte for byte before any parse:
+    /// a deployment's clients name the sidecar one way, so nearly every request's `Host`
+    /// is the one before's (parsing it costs an allocation and a thousand instructions).
+    /// Only an accepted value is kept, and a reloaded `allowed_hosts` is a new policy,
+    /// which starts without one. A client alternating names costs a copy per request.
+    accepted: ArcSwapOption<Box<[u8]>>,
 }
 
 /// The names a loopback listener answers to, as the MCP SDKs allow them by default.
@@ -83,6 +91,7 @@ impl HostPolicy {
         Self {
             patterns: None,
             ip_literals: false,
+            accepted: ArcSwapOption::empty(),
         }
     }
 
@@ -97,6 +106,7 @@ impl HostPolicy {
         Ok(Self {
             patterns: Some(patterns),
             ip_literals,
+            accepted: ArcSwapOption::empty(),
         })
     }
 
@@ -123,6 +133,9 @@ impl HostPolicy {
             .chain(hosts.map(HeaderValue::as_bytes))
         {
             named += 1;
+            if (self.accepted.load().as_deref()).is_some_and(|accepted| **accepted == *value) {
+                continue;
+            }
             let (host, port) = std::str::from_utf8(value)
                 .ok()
                 .and_then(split_authority)
@@ -131,6 +144,7 @@ impl HostPolicy {
             if !ip_literal && !patterns.iter().any(|p| p.matches(host, port)) {
                 return Err(ProxyError::MisdirectedRequest);
             }
+            self.accepted.store(Some(Arc::new(value.into())));
         }
         if named == 0 {
             return Err(ProxyError::MisdirectedRequest);
@@ -309,6 +323,40 @@ mod tests {
                 .check(&request("http://localhost:8080/mcp", &[]))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn the_remembered_host_passes_alone_and_a_refused_one_is_never_remembered() {
+        let policy = loopback();
+        let remembered =
+            |policy: &HostPolicy| policy.accepted.load().as_deref().map(|b| b.to_vec());
+        assert_eq!(remembered(&policy), None);
+        for _ in 0..2 {
+            assert!(policy.check(&request("/mcp", &["localhost:8080"])).is_ok());
+            assert_eq!(remembered(&policy).as_deref(), Some(&b"localhost:8080"[..]));
+            // Refused after the memo as before it, and the memo stays the accepted one.
+            for bad in [
+                "evil.example",
+                "localhost:8080.evil.example",
+                "localhost:8080 ",
+            ] {
+                let refused = policy.check(&request("/mcp", &[bad]));
+                assert!(
+                    matches!(refused, Err(ProxyError::MisdirectedRequest)),
+                    "{bad:?}"
+                );
+            }
+            assert_eq!(remembered(&policy).as_deref(), Some(&b"localhost:8080"[..]));
+            // Every value is looked at: the remembered one beside a foreign one is refused.
+            let both = request("/mcp", &["localhost:8080", "evil.example"]);
+            assert!(policy.check(&both).is_err());
+            let target = request("http://evil.example/mcp", &["localhost:8080"]);
+            assert!(policy.check(&target).is_err());
+        }
+        // Another accepted name takes the memo's place; the first still passes, parsed.
+        assert!(policy.check(&request("/mcp", &["127.0.0.1:8080"])).is_ok());
+        assert_eq!(remembered(&policy).as_deref(), Some(&b"127.0.0.1:8080"[..]));
+        assert!(policy.check(&request("/mcp", &["localhost:8080"])).is_ok());
     }
 
     #[test]
