@@ -26,7 +26,7 @@ pub(crate) mod status;
 mod view;
 pub use fold::fold;
 pub(crate) use fold::folds_equal;
-pub(crate) use names::{CAPABILITIES_META, Lookup, check_capabilities, lookup};
+pub(crate) use names::{CAPABILITIES_META, DECLARED_PATHS, Lookup, check_capabilities, lookup};
 pub use params::NotAnObject;
 pub use params::Params;
 pub use params::ScannedBody;

@@ -17,6 +17,18 @@ use serde_json::Value;
 /// Where a 2026 request declares its client's capabilities (`params._meta[...]`).
 pub(crate) const CAPABILITIES_META: &str = "io.modelcontextprotocol/clientCapabilities";
 
+/// What [`crate::policy::capabilities`] asks of a declaration (each: every step there,
+/// spelled exactly, and the value at its end not null), in the order of the bits
+/// [`super::Index::declared_paths`] answers with.
+pub(crate) const DECLARED_PATHS: [&[&str]; 6] = [
+    &["elicitation"],
+    &["elicitation", "form"],
+    &["elicitation", "url"],
+    &["sampling"],
+    &["sampling", "tools"],
+    &["roots"],
+];
+
 /// The names [`crate::policy::capabilities`] reads below [`CAPABILITIES_META`], as paths:
 /// each level of each is checked at the gate.
 pub(super) const CAPABILITY_PATHS: &[&[&str]] = &[

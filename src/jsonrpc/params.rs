@@ -314,9 +314,16 @@ impl Params<'_> {
     /// The text of the client capabilities the call declared
     /// (`_meta["io.modelcontextprotocol/clientCapabilities"]`), as the body holds it:
     /// the rest of `_meta` is never read.
+    #[cfg(test)]
     pub(crate) fn declared_capabilities(&self) -> Option<&str> {
         let parts = self.0.as_ref()?;
         std::str::from_utf8(&parts.body[parts.index.declared()?]).ok()
+    }
+
+    /// What the declared capabilities hold, as the scan read them
+    /// ([`Index::declared_paths`](super::Index::declared_paths)).
+    pub(crate) fn declared_paths(&self) -> Option<u8> {
+        self.0.as_ref()?.index.declared_paths()
     }
 
     /// A member that is a string. Read from the body's string token (borrowed unless

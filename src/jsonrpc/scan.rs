@@ -104,6 +104,7 @@ pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, Refused> {
             params_keys: facts.params.key_spans(),
             result: facts.result.spans(),
             declared: facts.declared(),
+            declared_paths: facts.declared_paths(),
             gaps: walk.lexer.into_gaps(),
         },
     })
@@ -142,6 +143,8 @@ pub struct Index {
     result: [Option<Span>; facts::MAX_FIELDS],
     /// `params._meta[CAPABILITIES_META]`: what the client declared it can answer.
     declared: Option<Span>,
+    /// What the declaration holds of `DECLARED_PATHS` (see [`Index::declared_paths`]).
+    declared_paths: Option<u8>,
     gaps: Vec<Span>,
 }
 
@@ -171,6 +174,14 @@ impl Index {
     /// (`params._meta["io.modelcontextprotocol/clientCapabilities"]`).
     pub fn declared(&self) -> Option<Range<usize>> {
         self.declared.map(|s| s.start..s.end)
+    }
+
+    /// What the declared capabilities hold, read during the scan: bit `i` set when the
+    /// `i`-th path of [`DECLARED_PATHS`](super::DECLARED_PATHS) leads, spelled exactly,
+    /// to a value that is not null; `None` when nothing is declared or the declaration
+    /// is no object.
+    pub(crate) fn declared_paths(&self) -> Option<u8> {
+        self.declared_paths
     }
 
     /// The whitespace runs between tokens, in order.

@@ -12,7 +12,7 @@
 //! {"URL": {}}}` must not read as "form, since no url").
 
 use super::questions::Question;
-use crate::jsonrpc::{self, JsonView, LiteArena, LiteJson, Lookup, Params};
+use crate::jsonrpc::{self, DECLARED_PATHS, JsonView, Lookup, Params};
 use serde_json::{Map, Value, json};
 
 /// What the client lacks for one round.
@@ -46,23 +46,34 @@ impl Declared {
         // Declared when every step is there and none is null (a null on the way is a
         // scalar, below which nothing is found).
         let has = |path: &[&str]| matches!(jsonrpc::lookup(declared, path), Ok(Lookup::Found(v)) if !v.is_null());
-        Some(Declared {
-            elicitation: has(&["elicitation"]),
-            form: has(&["elicitation", "form"]),
-            url: has(&["elicitation", "url"]),
-            sampling: has(&["sampling"]),
-            tools: has(&["sampling", "tools"]),
-            roots: has(&["roots"]),
-        })
+        let mut paths = 0;
+        for (i, path) in DECLARED_PATHS.into_iter().enumerate() {
+            if has(path) {
+                paths |= 1 << i;
+            }
+        }
+        Some(Self::of_paths(paths))
+    }
+
+    /// From the bits of [`DECLARED_PATHS`] a declaration holds (bit `i`: the `i`-th).
+    fn of_paths(paths: u8) -> Declared {
+        let has = |i: usize| paths & (1 << i) != 0;
+        Declared {
+            elicitation: has(0),
+            form: has(1),
+            url: has(2),
+            sampling: has(3),
+            tools: has(4),
+            roots: has(5),
+        }
     }
 }
 
-/// The client capabilities a request declared (`params._meta[...]`), if any: read over
-/// the body's text. (Should the scan's span not read, nothing is declared: no round is
-/// sealed that the client may not answer.)
-pub(crate) fn declared(params: &Params<'_>, arena: &LiteArena) -> Option<Declared> {
-    let text = params.declared_capabilities()?;
-    Declared::of(&LiteJson::read(text, arena)?)
+/// The client capabilities a request declared (`params._meta[...]`), if any: as the
+/// gate's scan read them on its way, not read again (the tests hold this to
+/// [`Declared::of`] the declaration's text). Nothing declared, or no object: `None`.
+pub(crate) fn declared(params: &Params<'_>) -> Option<Declared> {
+    params.declared_paths().map(Declared::of_paths)
 }
 
 /// Check every input request of a round against what the client declared.
@@ -135,12 +146,107 @@ fn merge(into: &mut Map<String, Value>, extra: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jsonrpc::CAPABILITIES_META;
+    use crate::jsonrpc::{CAPABILITIES_META, LiteArena, LiteJson};
 
-    /// What `params` declares (nothing, when the gate refuses it).
+    /// What `params` declares (nothing, when the gate refuses it), as the scan read it,
+    /// held to [`Declared::of`] over the declaration's text and over its tree.
     fn of(params: Value) -> Option<Declared> {
         let mut body = crate::jsonrpc::ScannedBody::call("tools/call", &params).ok()?;
-        declared(&body.call_mut().unwrap().1, &LiteArena::new())
+        let params_view = body.call_mut().unwrap().1;
+        let scanned = declared(&params_view);
+        let arena = LiteArena::new();
+        let text = params_view.declared_capabilities();
+        let by_text = text.and_then(|t| Declared::of(&LiteJson::read(t, &arena)?));
+        assert_eq!(
+            scanned, by_text,
+            "the scan's reading and the text's: {params}"
+        );
+        let tree = (params.get("_meta")).and_then(|meta| meta.get(CAPABILITIES_META));
+        assert_eq!(
+            scanned,
+            tree.and_then(Declared::of),
+            "the scan's and the tree's: {params}"
+        );
+        scanned
+    }
+
+    /// The scan's reading of a declaration is the tree's, whatever it holds: names the
+    /// policy asks about and others, nulls, scalars and arrays where objects are read,
+    /// nested deeper than asked, escaped spellings.
+    #[test]
+    fn the_scan_reads_a_declaration_as_the_tree_does() {
+        let declarations = [
+            json!({}),
+            json!({"elicitation": {}}),
+            json!({"elicitation": {"form": {}, "url": {}}}),
+            json!({"elicitation": {"form": null, "url": 1}}),
+            json!({"elicitation": null, "sampling": {"tools": null}}),
+            json!({"elicitation": [{"form": {}}], "sampling": "yes", "roots": false}),
+            json!({"elicitation": {"form": {"url": {}}}, "sampling": {"tools": []}}),
+            json!({"roots": {"listChanged": true}, "experimental": {"elicitation": {}}}),
+            json!({"sampling": {"tools": {}, "context": {}}, "roots": null}),
+            json!({"elicitation": "form"}),
+            json!(null),
+            json!([{"roots": {}}]),
+            json!("roots"),
+        ];
+        for declaration in declarations {
+            of(json!({"_meta": {CAPABILITIES_META: declaration}}));
+            of(json!({"name": "t", "_meta": {"other": {}, CAPABILITIES_META: declaration}}));
+        }
+        of(json!({"_meta": null}));
+        of(json!({"_meta": {"roots": {}}}));
+        // Escaped spellings of the names read are the names.
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","_meta":{{"{CAPABILITIES_META}":{{"\u0065licitation":{{"f\u006frm":{{}}}},"roots":{{}}}}}}}}}}"#
+        );
+        let mut body = crate::jsonrpc::ScannedBody::scan(body.into(), 1000).unwrap();
+        let params = body.call_mut().unwrap().1;
+        let expected = Declared {
+            elicitation: true,
+            form: true,
+            roots: true,
+            ..Declared::default()
+        };
+        assert_eq!(declared(&params), Some(expected));
+    }
+
+    proptest::proptest! {
+        /// Any declaration built of the names read and one other, of objects, nulls and
+        /// scalars, three levels deep: the scan's reading is the tree's.
+        #[test]
+        fn the_scan_reads_any_declaration_as_the_tree_does(declaration in declaration_tree()) {
+            of(json!({"_meta": {CAPABILITIES_META: declaration}}));
+        }
+    }
+
+    fn declaration_tree() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(json!(null)),
+            Just(json!({})),
+            Just(json!(1)),
+            Just(json!([]))
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            let name = prop_oneof![
+                Just("elicitation"),
+                Just("form"),
+                Just("url"),
+                Just("sampling"),
+                Just("tools"),
+                Just("roots"),
+                Just("other"),
+            ];
+            proptest::collection::btree_map(name, inner, 0..4).prop_map(|members| {
+                Value::Object(
+                    members
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v))
+                        .collect(),
+                )
+            })
+        })
     }
 
     fn questions(list: &[Value]) -> Vec<Question<'_>> {
@@ -212,7 +318,7 @@ mod tests {
         };
         assert_eq!(of(params), Some(roots));
         assert_eq!(of(json!({"_meta": {}})), None);
-        assert_eq!(declared(&Params::absent(), &LiteArena::new()), None);
+        assert_eq!(declared(&Params::absent()), None);
     }
 
     /// The gate refuses these first ([`crate::jsonrpc::classify`]); here they declare

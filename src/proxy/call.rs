@@ -96,8 +96,9 @@ impl Proxy {
     ) -> Result<(), Failure> {
         let caller = &exchange.caller;
         // One arena for all that is read of the body here (a retry's arguments, answers
-        // and questions, the declared capabilities, a first call's arguments), kept as
-        // flags and bindings, never as views: a call without params reads nothing.
+        // and questions, a first call's arguments), kept as flags and bindings, never as
+        // views: a call without params reads nothing. The declared capabilities were
+        // read by the gate's scan.
         let mut arena = if params.is_present() {
             LiteArena::with_capacity(LITE_ARENA_BYTES)
         } else {
@@ -108,7 +109,7 @@ impl Proxy {
         } else {
             None
         };
-        exchange.capabilities = capabilities::declared(params, &arena);
+        exchange.capabilities = capabilities::declared(params);
         exchange.binding = match opened {
             Some(opened) => {
                 exchange.spent = opened.claim;

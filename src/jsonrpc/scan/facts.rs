@@ -10,7 +10,7 @@
 
 use super::lexer::{Span, unescape};
 use super::member_value;
-use crate::jsonrpc::names::CAPABILITY_PATHS;
+use crate::jsonrpc::names::{CAPABILITY_PATHS, DECLARED_PATHS};
 use crate::jsonrpc::{
     CAPABILITIES_META, ENVELOPE_FIELDS, ERROR_FIELDS, MISPLACED_FIELDS, Message, PARAMS_FIELDS,
     ParseError, RESULT_FIELDS, folds_equal, printable,
@@ -287,6 +287,10 @@ impl Facts {
     /// Where the declared capabilities (`params._meta[CAPABILITIES_META]`) are, read by
     /// exact names (a body that gets this far has no look-alike beside them).
     pub(crate) fn declared(&self) -> Option<Span> {
+        self.declared_member().map(|m| m.span)
+    }
+
+    fn declared_member(&self) -> Option<Member> {
         let meta = self
             .reads
             .iter()
@@ -296,7 +300,35 @@ impl Facts {
             .reads
             .iter()
             .find(|r| r.at == ReadAt::Meta && r.name == CAPABILITIES_META)?;
-        declared.found.map(|m| m.span)
+        declared.found
+    }
+
+    /// What the declaration holds of [`DECLARED_PATHS`], bit `i` for the `i`-th path:
+    /// its last name read, spelled exactly, where its steps lead, and its value not
+    /// null. A name below a step is read only when the walk descended into that step's
+    /// value, which it does for an object only (so the step is there, and no null), as
+    /// a lookup goes. `None` when nothing is declared or the declaration is no object.
+    /// Of a body whose classification passed only: that refused a look-alike of any of
+    /// these names (and a duplicate key anywhere), which the policy's reading of a tree
+    /// (`Declared::of`, the oracle a test holds this to) would count against the whole
+    /// declaration.
+    pub(crate) fn declared_paths(&self) -> Option<u8> {
+        if self.declared_member()?.kind != JsonKind::Object {
+            return None;
+        }
+        let mut bits = 0;
+        for (i, path) in DECLARED_PATHS.into_iter().enumerate() {
+            let (name, steps) = path.split_last().expect("a path names something");
+            let at = ReadAt::Declared(steps);
+            let found = (self.reads.iter())
+                .find(|r| r.at == at && r.name == *name)
+                .and_then(|r| r.found)
+                .is_some_and(|m| m.kind != JsonKind::Null);
+            if found {
+                bits |= 1 << i;
+            }
+        }
+        Some(bits)
     }
 
     /// `classify`, check for check, on the facts of a body whose root is `root`.
