@@ -12,7 +12,7 @@
 //! {"URL": {}}}` must not read as "form, since no url").
 
 use super::questions::Question;
-use crate::jsonrpc::{self, DECLARED_PATHS, JsonView, Lookup, Params};
+use crate::jsonrpc::{self, DECLARED_PATHS, Index, JsonView, Lookup, Params};
 use serde_json::{Map, Value, json};
 
 /// What the client lacks for one round.
@@ -53,6 +53,12 @@ impl Declared {
             }
         }
         Some(Self::of_paths(paths))
+    }
+
+    /// What the gate's scan read of a body's declaration: what [`declared`] answers for
+    /// the call (for the differential checks, which hold it to [`Declared::of`]).
+    pub fn of_index(index: &Index) -> Option<Declared> {
+        index.declared_paths().map(Self::of_paths)
     }
 
     /// From the bits of [`DECLARED_PATHS`] a declaration holds (bit `i`: the `i`-th).

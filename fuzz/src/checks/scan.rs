@@ -132,6 +132,12 @@ fn same_spans(value: &Value, scanned: &Scanned<'_>) {
         scanned.index().declared(),
         "declared capabilities",
     );
+    // What the scan read of the declaration on its way is the policy's reading of the tree.
+    assert_eq!(
+        Declared::of_index(scanned.index()),
+        declared.and_then(Declared::of),
+        "declared capabilities, as the scan read them"
+    );
     let result = value.get("result").filter(|r| r.is_object());
     for field in ResultField::ALL {
         let member = result.and_then(|r| r.get(field.name()));
