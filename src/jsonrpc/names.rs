@@ -127,6 +127,21 @@ mod tests {
     use crate::jsonrpc::{LiteArena, LiteJson};
     use serde_json::json;
 
+    /// The paths the policy asks about are the leaf paths the gate checks and every step
+    /// on the way to them, and nothing else: the two lists cannot drift apart.
+    #[test]
+    fn the_declared_paths_are_the_checked_paths_and_their_steps() {
+        let mut steps: Vec<&[&str]> = CAPABILITY_PATHS
+            .iter()
+            .flat_map(|path| (1..=path.len()).map(move |n| &path[..n]))
+            .collect();
+        steps.sort();
+        steps.dedup();
+        let mut declared = DECLARED_PATHS.to_vec();
+        declared.sort();
+        assert_eq!(declared, steps);
+    }
+
     fn ambiguous(key: &str) -> ParseError {
         ParseError::AmbiguousKey(key.into())
     }

@@ -2,9 +2,9 @@
 //! an escape, numbers as their literal, an object's members in a list, every list in one
 //! arena ([`LiteArena`]: one allocation for a document, not one per object and array).
 //! What a retry's answers, a token's recorded questions and a call's arguments are read
-//! into (the declared capabilities are the gate's scan's, `Index::declared_paths`): the tree `serde_json` builds with `preserve_order` (an
-//! `IndexMap`, SipHash, an owned key per member) costs several times as much for the few
-//! members the rules look at.
+//! into (the declared capabilities are the gate's scan's, `Index::declared_paths`): the
+//! tree `serde_json` builds with `preserve_order` (an `IndexMap`, SipHash, an owned key
+//! per member) costs several times as much for the few members the rules look at.
 //!
 //! Invariant: [`LiteJson::read`] accepts a text only where the strict scan accepts it
 //! (a key twice, `__proto__` and serde_json's number stand-in key are refused, as there,
