@@ -38,6 +38,84 @@ pub(super) const CAPABILITY_PATHS: &[&[&str]] = &[
     &["roots"],
 ];
 
+/// The longest path of [`CAPABILITY_PATHS`], in names.
+pub(super) const MAX_CAPABILITY_STEPS: usize = 2;
+
+/// For each path of [`DECLARED_PATHS`], the index of the path one name shorter (`None`
+/// for a path of one name): the paths as a tree, which the scan walks by index. Built at
+/// compile time, which fails should a path's shorter path be missing from the list.
+pub(super) const DECLARED_PARENTS: [Option<usize>; DECLARED_PATHS.len()] = {
+    let mut parents = [None; DECLARED_PATHS.len()];
+    let mut i = 0;
+    while i < DECLARED_PATHS.len() {
+        let len = DECLARED_PATHS[i].len();
+        if len > 1 {
+            parents[i] = Some(declared_index(DECLARED_PATHS[i], len - 1));
+        }
+        i += 1;
+    }
+    parents
+};
+
+/// Each path of [`CAPABILITY_PATHS`] as the indices in [`DECLARED_PATHS`] of its steps,
+/// from its first name (`None` past its end). Built at compile time, which fails should
+/// a step be missing from [`DECLARED_PATHS`] or a path be longer than
+/// [`MAX_CAPABILITY_STEPS`].
+pub(super) const CAPABILITY_STEPS: [[Option<usize>; MAX_CAPABILITY_STEPS]; CAPABILITY_PATHS.len()] = {
+    let mut steps = [[None; MAX_CAPABILITY_STEPS]; CAPABILITY_PATHS.len()];
+    let mut i = 0;
+    while i < CAPABILITY_PATHS.len() {
+        let path = CAPABILITY_PATHS[i];
+        assert!(
+            path.len() <= MAX_CAPABILITY_STEPS,
+            "a longer capability path"
+        );
+        let mut len = 1;
+        while len <= path.len() {
+            steps[i][len - 1] = Some(declared_index(path, len));
+            len += 1;
+        }
+        i += 1;
+    }
+    steps
+};
+
+/// The index in [`DECLARED_PATHS`] of the first `len` names of `path`.
+const fn declared_index(path: &[&str], len: usize) -> usize {
+    let mut j = 0;
+    'paths: while j < DECLARED_PATHS.len() {
+        let candidate = DECLARED_PATHS[j];
+        if candidate.len() == len {
+            let mut k = 0;
+            while k < len {
+                if !same_name(candidate[k], path[k]) {
+                    j += 1;
+                    continue 'paths;
+                }
+                k += 1;
+            }
+            return j;
+        }
+        j += 1;
+    }
+    panic!("a step of a capability path is missing from DECLARED_PATHS")
+}
+
+const fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Where a path of names leads (see [`lookup`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Lookup<'v, V = Value> {
@@ -140,6 +218,27 @@ mod tests {
         let mut declared = DECLARED_PATHS.to_vec();
         declared.sort();
         assert_eq!(declared, steps);
+    }
+
+    /// The tables the scan walks the paths by say what the paths say: each path's parent
+    /// is the path one name shorter, and each capability path's steps are its prefixes.
+    #[test]
+    fn the_path_tables_are_the_paths() {
+        for (path, parent) in DECLARED_PATHS.iter().zip(DECLARED_PARENTS) {
+            let shorter = &path[..path.len() - 1];
+            match parent {
+                Some(parent) => assert_eq!(DECLARED_PATHS[parent], shorter),
+                None => assert!(shorter.is_empty(), "{path:?}"),
+            }
+        }
+        for (path, steps) in CAPABILITY_PATHS.iter().zip(CAPABILITY_STEPS) {
+            for (len, step) in (1..=MAX_CAPABILITY_STEPS).zip(steps) {
+                match step {
+                    Some(step) => assert_eq!(DECLARED_PATHS[step], &path[..len]),
+                    None => assert!(len > path.len(), "{path:?}"),
+                }
+            }
+        }
     }
 
     fn ambiguous(key: &str) -> ParseError {

@@ -4,13 +4,13 @@
 //!
 //! Every rule is the tree path's, read from the same lists ([`ENVELOPE_FIELDS`],
 //! [`PARAMS_FIELDS`], [`RESULT_FIELDS`], [`ERROR_FIELDS`], [`MISPLACED_FIELDS`],
-//! [`CAPABILITY_PATHS`]) and the same fold ([`folds_equal`]): `check_reserved` is the first
+//! [`CAPABILITY_STEPS`]) and the same fold ([`folds_equal`]): `check_reserved` is the first
 //! key of a level that a reserved field's fold matches or that is not ASCII;
 //! `names::member` is the first key other than the name that folds to it.
 
 use super::lexer::{Span, unescape};
 use super::member_value;
-use crate::jsonrpc::names::{CAPABILITY_PATHS, DECLARED_PATHS};
+use crate::jsonrpc::names::{CAPABILITY_STEPS, DECLARED_PARENTS, DECLARED_PATHS};
 use crate::jsonrpc::{
     CAPABILITIES_META, ENVELOPE_FIELDS, ERROR_FIELDS, MISPLACED_FIELDS, Message, PARAMS_FIELDS,
     ParseError, RESULT_FIELDS, folds_equal, printable,
@@ -56,9 +56,9 @@ pub(super) enum Role {
     ErrorData,
     /// `params._meta`.
     Meta,
-    /// The declared capabilities (`params._meta[CAPABILITIES_META]`), or the object at
-    /// these steps below them.
-    Declared(&'static [&'static str]),
+    /// The declared capabilities (`params._meta[CAPABILITIES_META]`) (`None`), or the
+    /// object at the `i`-th path of [`DECLARED_PATHS`] below them.
+    Declared(Option<usize>),
 }
 
 impl Role {
@@ -72,18 +72,32 @@ impl Role {
             (Role::Params, "inputResponses") => Role::Answers,
             (Role::Params, "_meta") => Role::Meta,
             (Role::Error, "data") => Role::ErrorData,
-            (Role::Meta, CAPABILITIES_META) => Role::Declared(&[]),
-            (Role::Declared(steps), _) => CAPABILITY_PATHS
-                .iter()
-                .find(|path| {
-                    path.len() > steps.len() + 1
-                        && path.starts_with(steps)
-                        && path[steps.len()] == key
-                })
-                .map_or(Role::Other, |path| Role::Declared(&path[..=steps.len()])),
+            (Role::Meta, CAPABILITIES_META) => Role::Declared(None),
+            (Role::Declared(at), _) => declared_child(at, key),
             _ => Role::Other,
         }
     }
+}
+
+/// The role of an object under `key` in the declaration's object at `at`: out of the
+/// hot path, which meets it a few times a request at most.
+#[inline(never)]
+fn declared_child(at: Option<usize>, key: &str) -> Role {
+    declared_below(at)
+        .find(|&i| last_name(i) == key)
+        .map_or(Role::Other, |i| Role::Declared(Some(i)))
+}
+
+/// The paths of [`DECLARED_PATHS`] one name below the one at `at` (`None`: the
+/// declaration itself).
+#[inline]
+fn declared_below(at: Option<usize>) -> impl Iterator<Item = usize> {
+    (0..DECLARED_PATHS.len()).filter(move |&i| DECLARED_PARENTS[i] == at)
+}
+
+/// The name the `i`-th path of [`DECLARED_PATHS`] ends with.
+fn last_name(i: usize) -> &'static str {
+    DECLARED_PATHS[i].last().expect("a path names something")
 }
 
 /// A key `check_reserved` refuses.
@@ -118,6 +132,10 @@ pub(super) struct Level {
 }
 
 impl Level {
+    /// Record the member `key` of this level, whose fields are `fields`. Always inlined:
+    /// at each call the fields are a constant list, so the search compares the key with
+    /// known names (a length first) rather than walking a list it is handed.
+    #[inline(always)]
     fn note(&mut self, fields: &[&str], key: &str, key_span: Span, member: Member) {
         match fields.iter().position(|field| *field == key) {
             Some(at) => {
@@ -141,6 +159,8 @@ impl Level {
         }
     }
 
+    /// The member under `name`, one of `fields` (inlined as [`Level::note`]).
+    #[inline(always)]
     pub(crate) fn get(&self, fields: &[&str], name: &str) -> Option<Member> {
         self.members[fields.iter().position(|field| *field == name)?]
     }
@@ -163,19 +183,18 @@ impl Level {
     }
 }
 
-/// An object `names::member` reads a name of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReadAt {
-    Params,
-    Meta,
-    Declared(&'static [&'static str]),
+/// The names `names::member` reads, one slot of [`Facts::reads`] each: `params._meta`,
+/// then `_meta[CAPABILITIES_META]`, then the paths of [`DECLARED_PATHS`] below it.
+const META: usize = 0;
+const DECLARATION: usize = 1;
+const fn declared_slot(i: usize) -> usize {
+    2 + i
 }
+const READS: usize = declared_slot(DECLARED_PATHS.len());
 
 /// One name read at one object: what is there under it, and its first look-alike.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Read {
-    at: ReadAt,
-    name: &'static str,
     found: Option<Member>,
     look_alike: Option<Span>,
 }
@@ -195,8 +214,9 @@ pub(super) struct Facts {
     pub(crate) result: Level,
     pub(crate) error: Level,
     pub(crate) data: Level,
-    /// Only the few names below `params._meta` (empty, unallocated, without one).
-    reads: Vec<Read>,
+    /// The names below `params` that `names::member` reads, by slot ([`META`],
+    /// [`DECLARATION`], [`declared_slot`]).
+    reads: [Read; READS],
 }
 
 impl Facts {
@@ -225,7 +245,7 @@ impl Facts {
             }
             Role::Params => {
                 self.params.note(PARAMS_FIELDS, key, key_span, member);
-                self.read(ReadAt::Params, "_meta", key, key_span, member);
+                self.read(META, "_meta", key, key_span, member);
             }
             Role::Answers => {
                 if self.answers.is_none() && !key.is_ascii() {
@@ -235,36 +255,29 @@ impl Facts {
             Role::Result => self.result.note(RESULT_FIELDS, key, key_span, member),
             Role::Error => self.error.note(ERROR_FIELDS, key, key_span, member),
             Role::ErrorData => self.data.note(RESULT_FIELDS, key, key_span, member),
-            Role::Meta => self.read(ReadAt::Meta, CAPABILITIES_META, key, key_span, member),
-            Role::Declared(steps) => {
-                for path in CAPABILITY_PATHS {
-                    if path.len() > steps.len() && path.starts_with(steps) {
-                        let at = ReadAt::Declared(steps);
-                        self.read(at, path[steps.len()], key, key_span, member);
-                    }
-                }
-            }
+            Role::Meta => self.read(DECLARATION, CAPABILITIES_META, key, key_span, member),
+            Role::Declared(at) => self.note_declared(at, key, key_span, member),
         }
     }
 
-    fn read(&mut self, at: ReadAt, name: &'static str, key: &str, key_span: Span, member: Member) {
+    /// A key of the declaration's object at `at` (out of the hot path, as
+    /// [`declared_child`]).
+    #[inline(never)]
+    fn note_declared(&mut self, at: Option<usize>, key: &str, key_span: Span, member: Member) {
+        for i in declared_below(at) {
+            self.read(declared_slot(i), last_name(i), key, key_span, member);
+        }
+    }
+
+    /// Record `key` at the object of `slot` when it is `name` or a look-alike of it
+    /// (inlined as [`Level::note`]: `name` is a constant at each call).
+    #[inline(always)]
+    fn read(&mut self, slot: usize, name: &str, key: &str, key_span: Span, member: Member) {
         let exact = key == name;
         if !exact && !folds_equal(key, name) {
             return;
         }
-        let i = match self.reads.iter().position(|r| r.at == at && r.name == name) {
-            Some(i) => i,
-            None => {
-                self.reads.push(Read {
-                    at,
-                    name,
-                    found: None,
-                    look_alike: None,
-                });
-                self.reads.len() - 1
-            }
-        };
-        let read = &mut self.reads[i];
+        let read = &mut self.reads[slot];
         if exact {
             read.found = Some(member);
         } else if read.look_alike.is_none() {
@@ -272,15 +285,15 @@ impl Facts {
         }
     }
 
-    /// `names::member` from the facts: what is under `name`, refused if a look-alike is.
-    fn member(&self, text: &str, at: ReadAt, name: &str) -> Result<Option<JsonKind>, ParseError> {
-        match self.reads.iter().find(|r| r.at == at && r.name == name) {
-            None => Ok(None),
-            Some(Read {
+    /// `names::member` from the facts: what is under the name of `slot`, refused if a
+    /// look-alike is.
+    fn member(&self, text: &str, slot: usize) -> Result<Option<JsonKind>, ParseError> {
+        match self.reads[slot] {
+            Read {
                 look_alike: Some(key),
                 ..
-            }) => Err(ParseError::AmbiguousKey(printable_key(text, *key))),
-            Some(read) => Ok(read.found.map(|m| m.kind)),
+            } => Err(ParseError::AmbiguousKey(printable_key(text, key))),
+            read => Ok(read.found.map(|m| m.kind)),
         }
     }
 
@@ -291,16 +304,10 @@ impl Facts {
     }
 
     fn declared_member(&self) -> Option<Member> {
-        let meta = self
-            .reads
-            .iter()
-            .find(|r| r.at == ReadAt::Params && r.name == "_meta")?;
-        meta.found.filter(|m| m.kind == JsonKind::Object)?;
-        let declared = self
-            .reads
-            .iter()
-            .find(|r| r.at == ReadAt::Meta && r.name == CAPABILITIES_META)?;
-        declared.found
+        self.reads[META]
+            .found
+            .filter(|m| m.kind == JsonKind::Object)?;
+        self.reads[DECLARATION].found
     }
 
     /// What the declaration holds of [`DECLARED_PATHS`], bit `i` for the `i`-th path:
@@ -317,14 +324,9 @@ impl Facts {
             return None;
         }
         let mut bits = 0;
-        for (i, path) in DECLARED_PATHS.into_iter().enumerate() {
-            let (name, steps) = path.split_last().expect("a path names something");
-            let at = ReadAt::Declared(steps);
-            let found = (self.reads.iter())
-                .find(|r| r.at == at && r.name == *name)
-                .and_then(|r| r.found)
-                .is_some_and(|m| m.kind != JsonKind::Null);
-            if found {
+        for i in 0..DECLARED_PATHS.len() {
+            let found = self.reads[declared_slot(i)].found;
+            if found.is_some_and(|m| m.kind != JsonKind::Null) {
                 bits |= 1 << i;
             }
         }
@@ -408,19 +410,19 @@ impl Facts {
     /// `names::check_capability_names`: `lookup` stops (absent or blocked) at anything
     /// but an object, since no step of a capability path is an array index.
     fn check_capability_names(&self, text: &str) -> Result<(), ParseError> {
-        if self.member(text, ReadAt::Params, "_meta")? != Some(JsonKind::Object) {
+        if self.member(text, META)? != Some(JsonKind::Object) {
             return Ok(());
         }
-        let Some(declared) = self.member(text, ReadAt::Meta, CAPABILITIES_META)? else {
+        let Some(declared) = self.member(text, DECLARATION)? else {
             return Ok(());
         };
-        for path in CAPABILITY_PATHS {
+        for steps in CAPABILITY_STEPS {
             let mut kind = declared;
-            for (taken, step) in path.iter().enumerate() {
+            for step in steps.into_iter().flatten() {
                 if kind != JsonKind::Object {
                     break;
                 }
-                match self.member(text, ReadAt::Declared(&path[..taken]), step)? {
+                match self.member(text, declared_slot(step))? {
                     Some(next) => kind = next,
                     None => break,
                 }
