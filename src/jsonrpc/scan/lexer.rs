@@ -117,30 +117,33 @@ impl<'a> Lexer<'a> {
     /// holds an escape (without one, its text is the bytes between the quotes).
     pub(crate) fn string(&mut self) -> Result<(Span, bool), NotJson> {
         let start = self.at;
-        self.expect(b'"')?;
         let bytes = self.text.as_bytes();
+        if bytes.get(start) != Some(&b'"') {
+            return Err(NotJson);
+        }
         let mut escaped = false;
+        let mut at = start + 1;
         loop {
             // Past the bytes that need no second look, eight at a time.
-            self.at = first_special(bytes, self.at);
-            let byte = *bytes.get(self.at).ok_or(NotJson)?;
-            self.at += 1;
-            match byte {
-                b'"' => break,
-                b'\\' => {
+            at = first_special(bytes, at);
+            match bytes.get(at) {
+                Some(b'"') => {
+                    self.at = at + 1;
+                    let span = Span {
+                        start,
+                        end: self.at,
+                    };
+                    return Ok((span, escaped));
+                }
+                Some(b'\\') => {
                     escaped = true;
+                    self.at = at + 1;
                     self.escape()?;
+                    at = self.at;
                 }
                 _ => return Err(NotJson),
             }
         }
-        Ok((
-            Span {
-                start,
-                end: self.at,
-            },
-            escaped,
-        ))
     }
 
     /// The escape after a backslash.
@@ -220,22 +223,20 @@ impl<'a> Lexer<'a> {
 /// The position of the first byte at or after `at` that a string token cannot simply
 /// hold (`"`, `\` or a control character), or the length when there is none: eight bytes
 /// a step ([`string_specials`]), the last few one at a time.
-fn first_special(bytes: &[u8], at: usize) -> usize {
-    let Some(rest) = bytes.get(at..) else {
-        return at;
-    };
-    let mut words = rest.chunks_exact(8);
-    let mut word_at = at;
-    for word in words.by_ref() {
+#[inline]
+fn first_special(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(word) = bytes.get(at..at + 8) {
         let specials = string_specials(u64::from_le_bytes(word.try_into().expect("eight bytes")));
         if specials != 0 {
             // Little-endian: byte `i` of the word is bits `8i..8i + 8`.
-            return word_at + (specials.trailing_zeros() / 8) as usize;
+            return at + (specials.trailing_zeros() / 8) as usize;
         }
-        word_at += 8;
+        at += 8;
     }
-    let tail = words.remainder();
-    word_at + (tail.iter().position(|&b| SPECIAL[usize::from(b)])).unwrap_or(tail.len())
+    while bytes.get(at).is_some_and(|&b| !SPECIAL[usize::from(b)]) {
+        at += 1;
+    }
+    at
 }
 
 /// Whether a byte of `word` is one a string token cannot simply hold: a quote, a
