@@ -1,9 +1,9 @@
-//! The embedded store: consumed ids, revocations and idempotency records in process
-//! memory (moka), for one replica.
+//! The embedded store: consumed ids (a sharded map of their own, [`ids`]), revocations
+//! and idempotency records (moka) in process memory, for one replica.
 //!
 //! Invariant: an id or an idempotency record is never forgotten before its time to live
 //! ends. moka would evict entries to stay under a capacity, so the store keeps no moka
-//! capacity at all and counts itself: at `max_entries` live ids it refuses new
+//! capacity at all and counts itself (the ids' map never evicts): at `max_entries` live ids it refuses new
 //! consumptions ([`StoreError::Full`]) instead of evicting one whose token could then be
 //! replayed, and one owner (a [`crate::store::Owner`]) holds at most its share of them
 //! ([`Bounds::entries_per_owner`], past it [`StoreError::OwnerFull`]), so no caller can
@@ -17,10 +17,9 @@
 
 use super::{Consumed, StoreError};
 use moka::Expiry;
-use moka::notification::RemovalCause;
 use moka::sync::Cache;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,7 +30,9 @@ type Fast = foldhash::fast::RandomState;
 /// Live consumed ids per owner.
 type Owners = Mutex<HashMap<Arc<str>, usize, Fast>>;
 
+mod ids;
 mod records;
+use ids::ConsumedIds;
 pub use records::RECORD_OVERHEAD_BYTES;
 pub use records::RecordBounds;
 use records::{Charges, StoredRecord, record_weight};
@@ -53,19 +54,6 @@ impl Deadline for Instant {
 impl Deadline for (f64, Instant) {
     fn deadline(&self) -> Instant {
         self.1
-    }
-}
-
-/// A consumed id: until when it is remembered, and whose share it counts against.
-#[derive(Clone)]
-struct ConsumedId {
-    deadline: Instant,
-    owner: Arc<str>,
-}
-
-impl Deadline for ConsumedId {
-    fn deadline(&self) -> Instant {
-        self.deadline
     }
 }
 
@@ -132,7 +120,8 @@ impl Usage {
 }
 
 pub struct MemoryStore {
-    ids: Cache<Arc<str>, ConsumedId, Fast>,
+    /// Consumed ids, counted ([`ids`]).
+    ids: ConsumedIds,
     /// Principal digest → (not before, Unix seconds; kept until the deadline).
     revocations: Cache<Arc<str>, (f64, Instant)>,
     /// Idempotency records: key → value, deadline, owner and charge. Bounded by
@@ -141,8 +130,6 @@ pub struct MemoryStore {
     /// then be applied twice.
     records: Cache<Arc<str>, StoredRecord>,
     charges: Arc<Charges>,
-    /// Live ids (inserted and not yet removed by expiry or release).
-    live: Arc<AtomicUsize>,
     /// Live ids per owner (an owner leaves the map with its last id).
     id_owners: Arc<Owners>,
     max_entries: usize,
@@ -187,27 +174,12 @@ impl MemoryStore {
                 given.give(record.weight, Some(&record.owner));
             })
             .build();
-        let live = Arc::new(AtomicUsize::new(0));
-        let removed = live.clone();
         let id_owners: Arc<Owners> = Arc::default();
-        let owners = id_owners.clone();
-        let ids = Cache::builder()
-            .expire_after(AtDeadline)
-            .eviction_listener(move |_key, spent: ConsumedId, cause: RemovalCause| {
-                // Every removal of an inserted id: expiry, release, or (never, without a
-                // capacity) size eviction. Replacement never happens: ids are only inserted.
-                if cause != RemovalCause::Replaced {
-                    removed.fetch_sub(1, Ordering::AcqRel);
-                    give_id(&owners, &spent.owner);
-                }
-            })
-            .build_with_hasher(Fast::default());
         Self {
-            ids,
+            ids: ConsumedIds::new(id_owners.clone()),
             revocations: Cache::builder().expire_after(AtDeadline).build(),
             records,
             charges,
-            live,
             id_owners,
             max_entries,
             entries_per_owner,
@@ -233,29 +205,22 @@ impl MemoryStore {
 
     /// Record `id` for `ttl`, counted against `owner`'s share.
     pub fn consume(&self, id: &str, ttl: Duration, owner: &str) -> Result<Consumed, StoreError> {
+        let now = Instant::now();
         // The owner's share is taken before the id is written, and given back if the id
         // turns out to be there already (a replay, or a concurrent consumption won).
         let owner = match self.take_share(owner) {
             Ok(owner) => owner,
             Err(_) => {
                 // A replay is told as one, full store or not.
-                if self.ids.contains_key(id) {
+                if self.ids.contains(id, now) {
                     return Ok(Consumed::Replayed);
                 }
-                // Expired ids leave the counts only when moka runs its maintenance.
-                self.ids.run_pending_tasks();
+                // Expired ids leave the counts a few at a time: all of them, then ask again.
+                self.ids.sweep_all(now);
                 self.take_share(owner)?
             }
         };
-        // `or_insert_with`, not `or_insert`: only the former coalesces concurrent inserts
-        // of one key into a single fresh entry (with `or_insert`, two of sixteen racing
-        // threads were seen to both get a fresh entry, 27 runs in 200).
-        let entry = self.ids.entry(Arc::from(id)).or_insert_with(|| ConsumedId {
-            deadline: Instant::now() + ttl,
-            owner: owner.clone(),
-        });
-        if entry.is_fresh() {
-            self.live.fetch_add(1, Ordering::AcqRel);
+        if self.ids.insert(id, now + ttl, &owner, now) {
             Ok(Consumed::Fresh)
         } else {
             give_id(&self.id_owners, &owner);
@@ -266,7 +231,7 @@ impl MemoryStore {
     /// One more id for `owner`, when the store and the owner's share have room: the
     /// owner's name, kept once and shared by its ids.
     fn take_share(&self, owner: &str) -> Result<Arc<str>, StoreError> {
-        if self.live.load(Ordering::Acquire) >= self.max_entries {
+        if self.ids.live() >= self.max_entries {
             return Err(StoreError::Full);
         }
         let mut owners = self.id_owners.lock().expect("not poisoned");
@@ -423,13 +388,13 @@ impl MemoryStore {
     }
 
     pub fn release(&self, id: &str) {
-        self.ids.invalidate(id);
+        self.ids.release(id);
     }
 
-    /// Live ids (for tests and the sizing measurement).
+    /// Live ids (for tests and the sizing measurement), expired ones swept first.
     pub fn len(&self) -> usize {
-        self.ids.run_pending_tasks();
-        self.live.load(Ordering::Acquire)
+        self.ids.sweep_all(Instant::now());
+        self.ids.live()
     }
 
     /// Whether no id is live.
