@@ -93,6 +93,9 @@ impl Revocations {
         let Some(principal) = principal else {
             return Ok(());
         };
+        if !self.store.may_hold_revocations() {
+            return Ok(());
+        }
         match self.revoked(principal, issued_at).await {
             Ok(false) => Ok(()),
             Ok(true) => Err(NotCleared::Revoked),

@@ -19,7 +19,7 @@ use super::{Consumed, StoreError};
 use moka::Expiry;
 use moka::sync::Cache;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -124,6 +124,9 @@ pub struct MemoryStore {
     ids: ConsumedIds,
     /// Principal digest → (not before, Unix seconds; kept until the deadline).
     revocations: Cache<Arc<str>, (f64, Instant)>,
+    /// Whether a revocation was ever recorded here: until one is, a token's check looks
+    /// nothing up (nearly every process never records one).
+    revoked_any: AtomicBool,
     /// Idempotency records: key → value, deadline, owner and charge. Bounded by
     /// [`RecordBounds`], counted by the store itself (moka has no capacity here): a
     /// full store refuses new reservations, it never evicts a record whose write could
@@ -178,6 +181,7 @@ impl MemoryStore {
         Self {
             ids: ConsumedIds::new(id_owners.clone()),
             revocations: Cache::builder().expire_after(AtDeadline).build(),
+            revoked_any: AtomicBool::new(false),
             records,
             charges,
             id_owners,
@@ -188,6 +192,9 @@ impl MemoryStore {
 
     pub(crate) fn revoke(&self, digest: &str, not_before: f64, keep: Duration) {
         let deadline = Instant::now() + keep;
+        // Set before the record is written: a check that reads it unset would not have
+        // found the record either.
+        self.revoked_any.store(true, Ordering::Release);
         // A later revocation wins; an earlier one never shortens a record in force.
         self.revocations
             .entry(Arc::from(digest))
@@ -198,9 +205,17 @@ impl MemoryStore {
     }
 
     pub(crate) fn revoked_since(&self, digest: &str) -> Option<f64> {
+        if !self.may_hold_revocations() {
+            return None;
+        }
         self.revocations
             .get(digest)
             .map(|(not_before, _)| not_before)
+    }
+
+    /// Whether a revocation may be in force: `false` until the first is recorded.
+    pub(crate) fn may_hold_revocations(&self) -> bool {
+        self.revoked_any.load(Ordering::Acquire)
     }
 
     /// Record `id` for `ttl`, counted against `owner`'s share.

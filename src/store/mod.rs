@@ -202,6 +202,15 @@ impl Store {
         }
     }
 
+    /// Whether a revocation may be in force: the memory store knows none is until it
+    /// records one (so a check need not name the principal); Redis is shared, and asked.
+    pub(crate) fn may_hold_revocations(&self) -> bool {
+        match self {
+            Store::Memory(store) => store.may_hold_revocations(),
+            Store::Redis(_) => true,
+        }
+    }
+
     /// The latest revocation of the principal named `digest`, if one is in force.
     pub(crate) async fn revoked_since(&self, digest: &str) -> Result<Option<f64>, StoreError> {
         match self {

@@ -161,8 +161,10 @@ fn one_owner_cannot_spend_the_record_budget_of_every_other() {
 #[test]
 fn revocations_keep_the_latest_time_until_their_deadline() {
     let store = MemoryStore::new(1);
+    assert!(!store.may_hold_revocations());
     assert_eq!(store.revoked_since("p"), None);
     store.revoke("p", 100.0, Duration::from_secs(60));
+    assert!(store.may_hold_revocations());
     store.revoke("p", 50.0, Duration::from_secs(60));
     assert_eq!(store.revoked_since("p"), Some(100.0));
     store.revoke("p", 200.0, Duration::from_millis(10));
