@@ -109,23 +109,29 @@ impl EventFramer {
         let mut i = self.scan;
         let mut line_start = self.line_start;
         let found = loop {
-            let Some(&byte) = buf.get(i) else {
+            // Every byte but a terminator only ends a line's start: jump to the next
+            // terminator (a vectorised search, as a data line is most of an event).
+            let Some(next) = buf.get(i..).and_then(|rest| memchr::memchr2(b'\n', b'\r', rest))
+            else {
+                if i < buf.len() {
+                    line_start = false;
+                    i = buf.len();
+                }
                 break None;
             };
-            let terminator_len = match byte {
+            if next > 0 {
+                line_start = false;
+                i += next;
+            }
+            let terminator_len = match buf[i] {
                 b'\n' => 1,
-                b'\r' => match buf.get(i + 1) {
+                _ => match buf.get(i + 1) {
                     Some(b'\n') => 2,
                     Some(_) => 1,
                     None if self.eof => 1,
                     // Maybe the first half of "\r\n": decide when the next byte arrives.
                     None => break None,
                 },
-                _ => {
-                    line_start = false;
-                    i += 1;
-                    continue;
-                }
             };
             if line_start {
                 break Some(i + terminator_len);
@@ -214,7 +220,7 @@ pub fn split_lines(mut bytes: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
         if bytes.is_empty() {
             return None;
         }
-        let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') else {
+        let Some(end) = memchr::memchr2(b'\n', b'\r', bytes) else {
             let line = bytes;
             bytes = &[];
             return Some((line, &[][..]));
