@@ -111,7 +111,9 @@ impl EventFramer {
         let found = loop {
             // Every byte but a terminator only ends a line's start: jump to the next
             // terminator (a vectorised search, as a data line is most of an event).
-            let Some(next) = buf.get(i..).and_then(|rest| memchr::memchr2(b'\n', b'\r', rest))
+            let Some(next) = buf
+                .get(i..)
+                .and_then(|rest| memchr::memchr2(b'\n', b'\r', rest))
             else {
                 if i < buf.len() {
                     line_start = false;

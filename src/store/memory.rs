@@ -3,11 +3,11 @@
 //!
 //! Invariant: an id or an idempotency record is never forgotten before its time to live
 //! ends. moka would evict entries to stay under a capacity, so the store keeps no moka
-//! capacity at all and counts itself (the ids' map never evicts): at `max_entries` live ids it refuses new
-//! consumptions ([`StoreError::Full`]) instead of evicting one whose token could then be
-//! replayed, and one owner (a [`crate::store::Owner`]) holds at most its share of them
-//! ([`Bounds::entries_per_owner`], past it [`StoreError::OwnerFull`]), so no caller can
-//! fill the store for every other; records are charged their bytes
+//! capacity at all (and the ids' own map never evicts) and counts itself: at
+//! `max_entries` live ids it refuses new consumptions ([`StoreError::Full`]) instead of
+//! evicting one whose token could then be replayed, and one owner (a
+//! [`crate::store::Owner`]) holds at most its share of them ([`Bounds::entries_per_owner`],
+//! past it [`StoreError::OwnerFull`]), so no caller can fill the store for every other; records are charged their bytes
 //! ([`RecordBounds::max_bytes`], a reservation its largest answer ahead) and counted and
 //! charged per owner ([`RecordBounds::per_owner`], [`RecordBounds::per_owner_bytes`]),
 //! and a reservation past any bound is refused ([`StoreError::Full`],
