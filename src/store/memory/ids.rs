@@ -41,8 +41,8 @@ pub(super) struct ConsumedIds {
 /// One shard: its ids, and the same ids by deadline.
 #[derive(Default)]
 struct Shard {
-    ids: HashMap<Arc<str>, Held, Fast>,
-    /// The ids by deadline, ties in the order they came (`Held::seq`).
+    ids: HashMap<Arc<str>, HeldId, Fast>,
+    /// The ids by deadline, ties in the order they came (`HeldId::seq`).
     deadlines: BTreeMap<(Instant, u64), Arc<str>>,
     /// The next insertion's place among ties.
     seq: u64,
@@ -50,7 +50,7 @@ struct Shard {
 
 /// An id held: until when, its place in the deadline order, and whose share it counts
 /// against.
-struct Held {
+struct HeldId {
     deadline: Instant,
     seq: u64,
     owner: Arc<str>,
@@ -93,7 +93,7 @@ impl ConsumedIds {
         let seq = shard.seq;
         shard.seq += 1;
         shard.deadlines.insert((deadline, seq), key.clone());
-        let held = Held {
+        let held = HeldId {
             deadline,
             seq,
             owner: owner.clone(),
@@ -153,7 +153,7 @@ impl ConsumedIds {
     }
 
     /// An id left: one fewer held, and its owner's share given back.
-    fn left(&self, held: &Held) {
+    fn left(&self, held: &HeldId) {
         self.live.fetch_sub(1, Ordering::AcqRel);
         give_id(&self.owners, &held.owner);
     }
