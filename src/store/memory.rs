@@ -124,8 +124,8 @@ pub struct MemoryStore {
     ids: ConsumedIds,
     /// Principal digest → (not before, Unix seconds; kept until the deadline).
     revocations: Cache<Arc<str>, (f64, Instant)>,
-    /// Whether a revocation was ever recorded here: until one is, a token's check looks
-    /// nothing up (nearly every process never records one).
+    /// Whether a revocation was ever recorded here: until one is, the revocation check
+    /// (`policy::revocation`) looks nothing up (nearly every process never records one).
     revoked_any: AtomicBool,
     /// Idempotency records: key → value, deadline, owner and charge. Bounded by
     /// [`RecordBounds`], counted by the store itself (moka has no capacity here): a
@@ -205,9 +205,6 @@ impl MemoryStore {
     }
 
     pub(crate) fn revoked_since(&self, digest: &str) -> Option<f64> {
-        if !self.may_hold_revocations() {
-            return None;
-        }
         self.revocations
             .get(digest)
             .map(|(not_before, _)| not_before)
