@@ -12,9 +12,13 @@
 //! removed member cut out with its comma: the client's bytes are never forwarded as
 //! they came unless they are exactly that.
 
-use super::scan::{Index, LiteArena, LiteJson, ParamsField, Refused, scan, scanned_string};
+use super::ParseError;
+use super::scan::{
+    Index, LiteArena, LiteJson, ParamsField, Refused, refuse_bom, scan_text, scanned_string,
+};
 use super::{Id, Message, parse_bounded};
 use bytes::Bytes;
+use bytestring::ByteString;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -22,7 +26,8 @@ use std::ops::Range;
 
 /// One scanned call and the edits its phases made: what the gate lets in.
 pub struct ScannedBody {
-    body: Bytes,
+    /// The client's bytes, as the UTF-8 text the scan checked once.
+    body: ByteString,
     message: Message,
     index: Index,
     slots: FieldSlots,
@@ -56,7 +61,10 @@ enum Edit {
 impl ScannedBody {
     /// Scan `body` ([`scan`]): the accepted call, or why not.
     pub(crate) fn scan(body: Bytes, max_values: usize) -> Result<Self, Refused> {
-        let (message, index) = scan(&body, max_values)?.into_parts();
+        // [`scan`](super::scan)'s order: the byte order mark, then UTF-8.
+        refuse_bom(&body)?;
+        let body = ByteString::try_from(body).map_err(|_| ParseError::Syntax)?;
+        let (message, index) = scan_text(&body, max_values)?.into_parts();
         Ok(Self {
             body,
             message,
@@ -93,7 +101,7 @@ impl ScannedBody {
 
     /// The client's bytes, as scanned.
     pub(crate) fn bytes(&self) -> &[u8] {
-        &self.body
+        self.body.as_bytes()
     }
 
     pub fn index(&self) -> &Index {
@@ -109,7 +117,7 @@ impl ScannedBody {
         let params = self
             .index
             .envelope(super::EnvelopeField::Params)
-            .filter(|span| self.body[span.start] == b'{')
+            .filter(|span| self.body.as_bytes()[span.start] == b'{')
             .map(|_| Parts {
                 body: &self.body,
                 index: &self.index,
@@ -146,11 +154,11 @@ impl ScannedBody {
             }
         }
         if cuts.is_empty() && gaps == 0 {
-            return self.body;
+            return self.body.into_bytes();
         }
         cuts.extend(self.index.gaps().map(|gap| (gap, Cut::Gap)));
         cuts.sort_by_key(|(range, _)| (range.start, range.end));
-        Bytes::from(splice(&self.body, &cuts))
+        Bytes::from(splice(self.body.as_bytes(), &cuts))
     }
 }
 
@@ -231,7 +239,7 @@ pub(crate) enum ParamView<'a> {
 pub struct Params<'a>(Option<Parts<'a>>);
 
 struct Parts<'a> {
-    body: &'a [u8],
+    body: &'a str,
     index: &'a Index,
     slots: &'a mut FieldSlots,
 }
@@ -253,7 +261,10 @@ impl Parts<'_> {
             );
         }
         let span = self.index.param(field)?;
-        Some(slot.value.get_or_init(|| member(self.body, span)))
+        Some(
+            slot.value
+                .get_or_init(|| member(self.body.as_bytes(), span)),
+        )
     }
 
     /// The value of `field` as the body holds it, when nobody read it into a value or
@@ -317,7 +328,7 @@ impl Params<'_> {
     #[cfg(test)]
     pub(crate) fn declared_capabilities(&self) -> Option<&str> {
         let parts = self.0.as_ref()?;
-        std::str::from_utf8(&parts.body[parts.index.declared()?]).ok()
+        parts.body.get(parts.index.declared()?)
     }
 
     /// What the declared capabilities hold, as the scan read them
@@ -344,7 +355,7 @@ impl Params<'_> {
         let Some(span) = parts.untouched(field) else {
             return parts.value(field).map(ParamRead::Value);
         };
-        Some(match parts.body[span.start] {
+        Some(match parts.body.as_bytes()[span.start] {
             b'"' => ParamRead::Text(scanned_string(parts.body, span)),
             b'n' => ParamRead::Null,
             _ => ParamRead::Other,
@@ -367,10 +378,9 @@ impl Params<'_> {
         arena: &'v LiteArena,
     ) -> Option<ParamView<'v>> {
         let parts = self.0.as_ref()?;
-        let read = parts.untouched(field).and_then(|span| {
-            let text = std::str::from_utf8(&parts.body[span]).ok()?;
-            LiteJson::read(text, arena)
-        });
+        let read = parts
+            .untouched(field)
+            .and_then(|span| LiteJson::read(&parts.body[span], arena));
         match read {
             Some(lite) => Some(ParamView::Text(lite)),
             // Not untouched (or, against the scan's word, not read over its text): the

@@ -65,12 +65,24 @@ const SMALL_OBJECT: usize = 16;
 /// over the bytes (see the module's invariant), except that serde_json's number stand-in
 /// key is refused (see [`NUMBER_TOKEN`]).
 pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, Refused> {
-    if bytes.starts_with(b"\xef\xbb\xbf") {
-        return Err(ParseError::Bom.into());
-    }
+    refuse_bom(bytes)?;
     // Every byte of a JSON text is either ASCII grammar or inside a string, whose UTF-8
     // serde_json checks: the whole body being UTF-8 is the same condition, checked fast.
     let text = std::str::from_utf8(bytes).map_err(|_| ParseError::Syntax)?;
+    scan_text(text, max_values)
+}
+
+/// serde_json refuses a body that starts with a byte order mark before anything else.
+pub(crate) fn refuse_bom(bytes: &[u8]) -> Result<(), ParseError> {
+    match bytes.starts_with(b"\xef\xbb\xbf") {
+        true => Err(ParseError::Bom),
+        false => Ok(()),
+    }
+}
+
+/// [`scan`] over a body already known to be UTF-8 with no byte order mark (checked by
+/// [`refuse_bom`] first, then the conversion, in that order).
+pub(crate) fn scan_text(text: &str, max_values: usize) -> Result<Scanned<'_>, Refused> {
     let mut walk = Walk {
         lexer: Lexer::new(text),
         text,
@@ -249,8 +261,8 @@ pub(crate) fn is_string_token(text: &str) -> bool {
 /// The text of the string token at `span` of a body [`scan`] accepted, a span its
 /// [`Index`] gave: the scan checked the token, so only an escape is looked for (one
 /// vectorised search), and it is borrowed when there is none.
-pub(crate) fn scanned_string(body: &[u8], span: Range<usize>) -> Cow<'_, str> {
-    let token = std::str::from_utf8(&body[span]).expect("a scanned body is UTF-8");
+pub(crate) fn scanned_string(body: &str, span: Range<usize>) -> Cow<'_, str> {
+    let token = &body[span];
     debug_assert!(token.len() >= 2 && token.starts_with('"') && token.ends_with('"'));
     unescape(token)
 }
@@ -562,13 +574,45 @@ impl<'a> Walk<'a> {
     }
 }
 
-/// The value of a member the classification returns (an id): parsed on its own by the
-/// tree path's parser, so it is the very `Value` that path would hold. A few bytes.
+/// The value of a member the classification returns (an id): the very `Value` the tree
+/// path would hold. The two spellings ids take in practice are built directly: a string
+/// without escapes (the lexer checked its bytes) and an integer in canonical form, whose
+/// text `Number::from` writes back byte for byte (so even with `arbitrary_precision`
+/// the two are equal). Anything else (an escape, `-0`, a fraction, an exponent, twenty
+/// digits) is parsed on its own by the tree path's parser. A few bytes either way.
 fn member_value(text: &str, member: Member) -> Result<serde_json::Value, ParseError> {
-    parse_bounded(
-        &text.as_bytes()[member.span.start..member.span.end],
-        usize::MAX,
-    )
+    let token = &text[member.span.start..member.span.end];
+    let direct = match member.kind {
+        JsonKind::String => token
+            .get(1..token.len() - 1)
+            .filter(|inner| !inner.contains('\\'))
+            .map(|inner| serde_json::Value::String(inner.to_owned())),
+        JsonKind::Number => canonical_integer(token),
+        _ => None,
+    };
+    match direct {
+        Some(value) => Ok(value),
+        None => parse_bounded(token.as_bytes(), usize::MAX),
+    }
+}
+
+/// An integer token written as `Number::from` writes it: no sign but a `-` before a
+/// nonzero, no leading zero, at most eighteen digits (so it fits either way).
+fn canonical_integer(token: &str) -> Option<serde_json::Value> {
+    let digits = token.strip_prefix('-').unwrap_or(token);
+    let canonical = (1..=18).contains(&digits.len())
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && !(digits == "0" && token.starts_with('-'));
+    if !canonical {
+        return None;
+    }
+    let number = if token.starts_with('-') {
+        serde_json::Number::from(token.parse::<i64>().ok()?)
+    } else {
+        serde_json::Number::from(token.parse::<u64>().ok()?)
+    };
+    Some(serde_json::Value::Number(number))
 }
 
 #[cfg(test)]

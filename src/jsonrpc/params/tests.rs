@@ -250,3 +250,33 @@ fn answers_that_are_not_an_object_are_told_apart_from_none() {
     let (_, params) = body.call_mut().unwrap();
     assert!(!params.is_present());
 }
+
+/// The body is checked as text once, in the scan's order: a byte order mark first (even
+/// before bytes that are not UTF-8), then UTF-8, each refused as the scan refuses it.
+#[test]
+fn the_body_is_text_checked_in_the_scans_order() {
+    let call = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let cases: [(Vec<u8>, Option<ParseError>); 5] = [
+        (call.to_vec(), None),
+        ([&b"\xef\xbb\xbf"[..], call].concat(), Some(ParseError::Bom)),
+        (
+            [&b"\xef\xbb\xbf\xff"[..], call].concat(),
+            Some(ParseError::Bom),
+        ),
+        (
+            [&call[..30], b"\xff", &call[30..]].concat(),
+            Some(ParseError::Syntax),
+        ),
+        (b"\xef\xbb{}".to_vec(), Some(ParseError::Syntax)),
+    ];
+    for (body, refusal) in cases {
+        let tree = super::super::scan(&body, usize::MAX).map(|s| s.message().clone());
+        let held = ScannedBody::scan(Bytes::from(body.clone()), usize::MAX);
+        assert_eq!(
+            held.as_ref().err().map(|r| r.error.clone()),
+            refusal,
+            "{body:?}"
+        );
+        assert_eq!(held.map(|s| s.message().clone()), tree, "{body:?}");
+    }
+}

@@ -171,6 +171,49 @@ fn numbers_follow_the_grammar_and_keep_any_size() {
     assert!(verdict(&body).is_ok());
 }
 
+/// Ids are built directly in their common spellings and parsed otherwise: either way the
+/// very value the tree holds, in a call, a response, and a refusal's answer.
+#[test]
+fn ids_are_the_trees_values_in_every_spelling() {
+    let ids = [
+        "0",
+        "-0",
+        "7",
+        "-7",
+        "123456789012345678",
+        "-123456789012345678",
+        "1234567890123456789",
+        "18446744073709551615",
+        "18446744073709551616",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "1.0",
+        "1e3",
+        "-0.0",
+        "12345678901234567890123",
+        r#""""#,
+        r#""a""#,
+        r#""é 𝄞""#,
+        r#""a\nb""#,
+        r#""\u00e9""#,
+        r#""\ud834\udd1e""#,
+    ];
+    for id in ids {
+        let call = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+        let Ok(Message::Call { id: Some(got), .. }) = verdict(&call) else {
+            panic!("{call}");
+        };
+        assert_eq!(Ok(got), parse_bounded(id.as_bytes(), usize::MAX), "{id}");
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+        assert!(
+            matches!(verdict(&answer), Ok(Message::Response { .. })),
+            "{id}"
+        );
+        let refusal = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":1}}"#);
+        assert_eq!(refused(&refusal), ParseError::Method, "{id}");
+    }
+}
+
 #[test]
 fn surrogate_escapes_come_in_pairs() {
     assert_eq!(refused(r#"["\ud834\udd1e"]"#), ParseError::Batch);
