@@ -223,20 +223,52 @@ impl<'a> Lexer<'a> {
 /// The position of the first byte at or after `at` that a string token cannot simply
 /// hold (`"`, `\` or a control character), or the length when there is none: eight bytes
 /// a step ([`string_specials`]), the last few one at a time.
+/// Past [`SHORT_STRING`] bytes, the rest of a long string (a token, a document carried
+/// as text) is searched by [`long_special`] instead.
 #[inline]
 fn first_special(bytes: &[u8], mut at: usize) -> usize {
-    while let Some(word) = bytes.get(at..at + 8) {
-        let specials = string_specials(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+    let words_end = bytes.len().min(at + SHORT_STRING);
+    while at + 8 <= words_end {
+        let word = bytes[at..at + 8].try_into().expect("eight bytes");
+        let specials = string_specials(u64::from_le_bytes(word));
         if specials != 0 {
             // Little-endian: byte `i` of the word is bits `8i..8i + 8`.
             return at + (specials.trailing_zeros() / 8) as usize;
         }
         at += 8;
     }
+    if at + 8 <= bytes.len() {
+        return long_special(bytes, at);
+    }
     while bytes.get(at).is_some_and(|&b| !SPECIAL[usize::from(b)]) {
         at += 1;
     }
     at
+}
+
+/// How far into a string the word loop looks before [`long_special`] takes over: most
+/// strings (keys, names, short values) end well before.
+const SHORT_STRING: usize = 64;
+
+/// The first special byte at or after `at`, for a long string: the first quote or
+/// backslash by a vectorised search, then the bytes before it checked for a control byte
+/// in one pass that has no early exit (so it is vectorised too). The same answer as the
+/// word loop: a control byte before the quote or backslash is the first special one.
+#[inline(never)]
+fn long_special(bytes: &[u8], at: usize) -> usize {
+    let rest = &bytes[at..];
+    let stop = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+    let before = &rest[..stop];
+    let controls = before
+        .iter()
+        .fold(0u8, |seen, &b| seen | u8::from(b < 0x20));
+    if controls == 0 {
+        return at + stop;
+    }
+    at + before
+        .iter()
+        .position(|&b| b < 0x20)
+        .expect("a control byte was seen")
 }
 
 /// Whether a byte of `word` is one a string token cannot simply hold: a quote, a
@@ -367,6 +399,29 @@ mod tests {
         }
         assert_eq!(first_special(b"abc", 3), 3);
         assert_eq!(first_special(b"abc", 4), 4);
+        // Past the short part of a string (the long search): every special byte and its
+        // neighbours at every place of 200 bytes, alone and with a second special byte
+        // before or after it, from places on either side of the switch.
+        for filler in [b'a', 0x20, b'#', b']', 0xc3] {
+            for byte in [b'"', b'\\', 0x00, 0x1f, 0x20, 0x21, 0x5b, 0x5d, 0x80] {
+                for at in 0..200 {
+                    for second in [None, Some((at / 2, 0x01)), Some(((at + 150) % 200, 0x0a))] {
+                        let mut bytes = vec![filler; 200];
+                        bytes[at] = byte;
+                        if let Some((place, other)) = second {
+                            bytes[place] = other;
+                        }
+                        for from in [0, 5, 63, 64, 130] {
+                            assert_eq!(
+                                first_special(&bytes, from),
+                                first(&bytes, from),
+                                "byte {byte:#04x} at {at}, {second:?}, in {filler:#04x}s, from {from}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
         assert_eq!(first_special("ééééé\\".as_bytes(), 0), 10);
     }
 }
