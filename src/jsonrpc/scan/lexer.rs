@@ -121,10 +121,24 @@ impl<'a> Lexer<'a> {
         if bytes.get(start) != Some(&b'"') {
             return Err(NotJson);
         }
+        // Most strings end, unescaped, within their first bytes: read here, with no
+        // call on the way (so none of a call's setup either).
+        let at = short_special(bytes, start + 1);
+        if bytes.get(at) == Some(&b'"') {
+            self.at = at + 1;
+            return Ok((Span { start, end: at + 1 }, false));
+        }
+        self.string_rest(start, at)
+    }
+
+    /// The rest of a string whose first bytes held an escape or did not end it (or
+    /// something that is no string), from `at`.
+    #[inline(never)]
+    fn string_rest(&mut self, start: usize, mut at: usize) -> Result<(Span, bool), NotJson> {
+        let bytes = self.text.as_bytes();
         let mut escaped = false;
-        let mut at = start + 1;
         loop {
-            // Past the bytes that need no second look, eight at a time.
+            // Past the bytes that need no second look.
             at = first_special(bytes, at);
             match bytes.get(at) {
                 Some(b'"') => {
@@ -225,23 +239,32 @@ impl<'a> Lexer<'a> {
 /// a step ([`string_specials`]), the last few one at a time.
 /// Past [`SHORT_STRING`] bytes, the rest of a long string (a token, a document carried
 /// as text) is searched by [`long_special`] instead.
-#[inline]
-fn first_special(bytes: &[u8], mut at: usize) -> usize {
+fn first_special(bytes: &[u8], at: usize) -> usize {
+    let at = short_special(bytes, at);
+    match bytes.get(at) {
+        Some(&b) if !SPECIAL[usize::from(b)] => long_special(bytes, at),
+        _ => at,
+    }
+}
+
+/// The first special byte within [`SHORT_STRING`] bytes of `at` (eight bytes a step,
+/// the text's last few one at a time), or where that search stopped: the end of the
+/// text, or a byte that is not special past the short part.
+#[inline(always)]
+fn short_special(bytes: &[u8], mut at: usize) -> usize {
     let words_end = bytes.len().min(at + SHORT_STRING);
-    while at + 8 <= words_end {
-        let word = bytes[at..at + 8].try_into().expect("eight bytes");
-        let specials = string_specials(u64::from_le_bytes(word));
+    while let Some(word) = bytes.get(at..at + 8).filter(|_| at < words_end) {
+        let specials = string_specials(u64::from_le_bytes(word.try_into().expect("eight bytes")));
         if specials != 0 {
             // Little-endian: byte `i` of the word is bits `8i..8i + 8`.
             return at + (specials.trailing_zeros() / 8) as usize;
         }
         at += 8;
     }
-    if at + 8 <= bytes.len() {
-        return long_special(bytes, at);
-    }
-    while bytes.get(at).is_some_and(|&b| !SPECIAL[usize::from(b)]) {
-        at += 1;
+    if at < words_end {
+        while bytes.get(at).is_some_and(|&b| !SPECIAL[usize::from(b)]) {
+            at += 1;
+        }
     }
     at
 }
@@ -254,7 +277,6 @@ const SHORT_STRING: usize = 64;
 /// backslash by a vectorised search, then the bytes before it checked for a control byte
 /// in one pass that has no early exit (so it is vectorised too). The same answer as the
 /// word loop: a control byte before the quote or backslash is the first special one.
-#[inline(never)]
 fn long_special(bytes: &[u8], at: usize) -> usize {
     let rest = &bytes[at..];
     let stop = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
