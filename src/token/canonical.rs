@@ -136,21 +136,22 @@ pub(crate) fn python_spelled_len(token: &str) -> Option<usize> {
     let inner = token.strip_prefix('"')?.strip_suffix('"')?.as_bytes();
     let mut escapes = 0;
     let mut at = 0;
-    while let Some(&byte) = inner.get(at) {
-        match byte {
-            b'\\' => match inner.get(at + 1) {
+    loop {
+        // Past the printable ASCII that is neither a quote nor a backslash, a word at a
+        // time: what is left is an escape, or a byte spelled otherwise.
+        at += verbatim_prefix_len(&inner[at..]);
+        match inner.get(at) {
+            None => return Some(inner.len() - escapes),
+            Some(b'\\') => match inner.get(at + 1) {
                 Some(b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f') => {
                     escapes += 1;
                     at += 2;
                 }
                 _ => return None,
             },
-            b'"' => return None,
-            b' '..=b'~' => at += 1,
-            _ => return None,
+            Some(_) => return None,
         }
     }
-    Some(inner.len() - escapes)
 }
 
 fn needs_escape(b: u8) -> bool {
@@ -541,6 +542,37 @@ mod tests {
             "\"",
         ] {
             assert_eq!(python_spelled_len(token), None, "{token}");
+        }
+    }
+
+    /// The word-at-a-time reading against a byte-at-a-time one: every byte that matters,
+    /// alone or as an escape's second byte, at every place of a long token.
+    #[test]
+    fn python_spelled_len_reads_long_tokens_byte_for_byte() {
+        let bytewise = |token: &str| -> Option<usize> {
+            let inner = token.strip_prefix('"')?.strip_suffix('"')?.as_bytes();
+            let (mut escapes, mut at) = (0, 0);
+            while let Some(&byte) = inner.get(at) {
+                match (byte, inner.get(at + 1)) {
+                    (b'\\', Some(b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f')) => {
+                        escapes += 1;
+                        at += 2;
+                    }
+                    (b'\\' | b'"', _) => return None,
+                    (b' '..=b'~', _) => at += 1,
+                    _ => return None,
+                }
+            }
+            Some(inner.len() - escapes)
+        };
+        let pieces = [
+            "\\\"", "\\\\", "\\n", "\\/", "\\u0041", "\"", "\\", "é", "\u{7f}", "\u{1f}", "~", " ",
+        ];
+        for piece in pieces {
+            for at in 0..90 {
+                let token = format!("\"{}{piece}{}\"", "a".repeat(at), "b".repeat(90 - at));
+                assert_eq!(python_spelled_len(&token), bytewise(&token), "{token:?}");
+            }
         }
     }
 
