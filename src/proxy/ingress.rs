@@ -17,6 +17,7 @@ use crate::auth::header::{spelled_as, spelled_with_prefix};
 use crate::config::hosts::{EntryError, HostPattern, host_pattern, split_authority};
 use crate::error::ProxyError;
 use arc_swap::ArcSwapOption;
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
 use std::net::SocketAddr;
@@ -224,21 +225,28 @@ impl TrustedProxies {
         }
         // Every line of a trusted chain, in order: HAProxy's `option forwardfor` adds a
         // line rather than extending the last one.
-        let previous: Vec<&str> = match trusted {
-            true => (headers.get_all(X_FORWARDED_FOR).iter())
-                .filter_map(|v| v.to_str().ok())
-                .collect(),
-            false => Vec::new(),
-        };
-        let value = match (previous.is_empty(), facts.address.to_str()) {
-            (false, Ok(ip)) => HeaderValue::from_str(&format!("{}, {ip}", previous.join(", "))),
+        let mut chain = String::new();
+        if trusted {
+            for line in headers.get_all(X_FORWARDED_FOR).iter() {
+                if let Ok(line) = line.to_str() {
+                    chain.push_str(line);
+                    chain.push_str(", ");
+                }
+            }
+        }
+        let value = match (chain.is_empty(), facts.address.to_str()) {
+            (false, Ok(ip)) => {
+                chain.push_str(ip);
+                HeaderValue::from_maybe_shared(Bytes::from(chain))
+            }
             // The peer's own, spelled when its connection was accepted.
             _ => Ok(facts.address.clone()),
         };
-        headers.remove(X_FORWARDED_FOR);
-        if let Ok(value) = value {
-            headers.insert(X_FORWARDED_FOR, value);
-        }
+        // Inserting drops every line there was; a chain that is no value drops them too.
+        match value {
+            Ok(value) => headers.insert(X_FORWARDED_FOR, value),
+            Err(_) => headers.remove(X_FORWARDED_FOR),
+        };
         if !trusted || !headers.contains_key(X_FORWARDED_PROTO) {
             headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(scheme));
         }
@@ -481,11 +489,14 @@ mod tests {
         }
         let mut h = spoofed();
         h.append("x-forwarded-for", HeaderValue::from_static("203.0.113.7"));
+        // A line that is no text is left out of the chain.
+        h.append("x-forwarded-for", HeaderValue::from_bytes(b"\xff").unwrap());
         proxies.rewrite(&mut h, &facts("10.1.2.3:5000"), "http", None);
         assert_eq!(
             h.get("x-forwarded-for").unwrap(),
             "1.2.3.4, 203.0.113.7, 10.1.2.3"
         );
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1, "one line");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
         assert_eq!(h.get("x-forwarded-host").unwrap(), "admin.internal");
         assert!(h.get("x_forwarded_for").is_none());

@@ -299,7 +299,9 @@ pub(crate) fn principal_digest(principal: &str) -> String {
 /// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), when there is
 /// exactly one well-formed header; nothing else of it is kept.
 pub(crate) fn trace_id(headers: &HeaderMap) -> Option<String> {
-    let mut values = headers.get_all("traceparent").iter();
+    // A name built once: a `&str` would be parsed and checked on every request.
+    const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    let mut values = headers.get_all(TRACEPARENT).iter();
     let (value, None) = (values.next()?, values.next()) else {
         return None;
     };
