@@ -53,6 +53,9 @@ pub(crate) struct FramingScan {
     kept: usize,
     /// Whether the current line has a byte other than `\r` (a blank line ends a head).
     content: bool,
+    /// The current line's first byte starts none of the names: nothing of it is kept
+    /// (it matches nothing; `kept` stays 0).
+    passed: bool,
     first_line: bool,
     content_length: bool,
     transfer_encoding: bool,
@@ -66,6 +69,7 @@ impl FramingScan {
             line: [0; SCAN_LINE],
             kept: 0,
             content: false,
+            passed: false,
             first_line: true,
             content_length: false,
             transfer_encoding: false,
@@ -95,6 +99,9 @@ impl FramingScan {
     /// A piece of the current line (no `\n` in it): its first bytes kept lowercased,
     /// `\r` left out.
     fn take(&mut self, piece: &[u8]) {
+        if self.passed {
+            return;
+        }
         let room = SCAN_LINE - self.kept;
         // A line's `\r` is its last byte as a rule: left out first (it is never kept),
         // so the bytes before it are the common piece below.
@@ -102,6 +109,17 @@ impl FramingScan {
         let head = &body[..body.len().min(room)];
         // The common piece: no `\r` among the bytes that fit, all of them kept.
         if !head.contains(&b'\r') {
+            // A line whose first byte starts none of the three names (most header lines,
+            // and a body's) is a line with content and nothing more: not copied.
+            if self.kept == 0
+                && head
+                    .first()
+                    .is_some_and(|b| !matches!(b.to_ascii_lowercase(), b'c' | b't' | b'p'))
+            {
+                self.passed = true;
+                self.content = true;
+                return;
+            }
             for (kept, byte) in self.line[self.kept..].iter_mut().zip(head) {
                 *kept = byte.to_ascii_lowercase();
             }
@@ -138,6 +156,7 @@ impl FramingScan {
         }
         self.kept = 0;
         self.content = false;
+        self.passed = false;
     }
 }
 
