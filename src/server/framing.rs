@@ -102,6 +102,17 @@ impl FramingScan {
         if self.passed {
             return;
         }
+        // A line whose first kept byte starts none of the three names (most header
+        // lines, and a body's) is a line with content and nothing more: not copied.
+        if self.kept == 0
+            && piece
+                .first()
+                .is_some_and(|&b| b != b'\r' && !matches!(b | 0x20, b'c' | b't' | b'p'))
+        {
+            self.passed = true;
+            self.content = true;
+            return;
+        }
         let room = SCAN_LINE - self.kept;
         // A line's `\r` is its last byte as a rule: left out first (it is never kept),
         // so the bytes before it are the common piece below.
@@ -109,17 +120,6 @@ impl FramingScan {
         let head = &body[..body.len().min(room)];
         // The common piece: no `\r` among the bytes that fit, all of them kept.
         if !head.contains(&b'\r') {
-            // A line whose first byte starts none of the three names (most header lines,
-            // and a body's) is a line with content and nothing more: not copied.
-            if self.kept == 0
-                && head
-                    .first()
-                    .is_some_and(|b| !matches!(b.to_ascii_lowercase(), b'c' | b't' | b'p'))
-            {
-                self.passed = true;
-                self.content = true;
-                return;
-            }
             for (kept, byte) in self.line[self.kept..].iter_mut().zip(head) {
                 *kept = byte.to_ascii_lowercase();
             }
