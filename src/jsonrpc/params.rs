@@ -59,9 +59,9 @@ enum Edit {
 }
 
 impl ScannedBody {
-    /// Scan `body` ([`scan`]): the accepted call, or why not.
+    /// Scan `body` ([`scan`](fn@super::scan)): the accepted call, or why not.
     pub(crate) fn scan(body: Bytes, max_values: usize) -> Result<Self, Refused> {
-        // [`scan`](super::scan)'s order: the byte order mark, then UTF-8.
+        // `scan`'s order: the byte order mark, then UTF-8.
         refuse_bom(&body)?;
         let body = ByteString::try_from(body).map_err(|_| ParseError::Syntax)?;
         let (message, index) = scan_text(&body, max_values)?.into_parts();

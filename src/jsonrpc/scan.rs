@@ -238,7 +238,8 @@ impl<'a> Scanned<'a> {
 /// no escape); `None` when `span` is no string token.
 pub(crate) fn string_at(body: &[u8], span: Range<usize>) -> Option<Cow<'_, str>> {
     let token = std::str::from_utf8(body.get(span)?).ok()?;
-    // The lexer passes plain bytes eight at a time (a token is ~1.7 kB of them).
+    // Past its first 64 bytes the lexer jumps to the next quote or backslash (a token
+    // is ~1.7 kB of plain bytes).
     let mut lexer = Lexer::new(token);
     let (_, escaped) = lexer.string().ok()?;
     if !lexer.is_done() {
@@ -578,8 +579,8 @@ impl<'a> Walk<'a> {
 /// path would hold. The two spellings ids take in practice are built directly: a string
 /// without escapes (the lexer checked its bytes) and an integer in canonical form, whose
 /// text `Number::from` writes back byte for byte (so even with `arbitrary_precision`
-/// the two are equal). Anything else (an escape, `-0`, a fraction, an exponent, twenty
-/// digits) is parsed on its own by the tree path's parser. A few bytes either way.
+/// the two are equal). Anything else (an escape, `-0`, a fraction, an exponent,
+/// nineteen digits or more) is parsed on its own by the tree path's parser. A few bytes either way.
 fn member_value(text: &str, member: Member) -> Result<serde_json::Value, ParseError> {
     let token = &text[member.span.start..member.span.end];
     let direct = match member.kind {

@@ -53,8 +53,8 @@ pub(crate) struct FramingScan {
     kept: usize,
     /// Whether the current line has a byte other than `\r` (a blank line ends a head).
     content: bool,
-    /// The current line's first byte starts none of the names: nothing of it is kept
-    /// (it matches nothing; `kept` stays 0).
+    /// The current line's first kept byte starts none of the names: nothing of it is
+    /// kept (it matches nothing; `kept` stays 0).
     passed: bool,
     first_line: bool,
     content_length: bool,
@@ -97,7 +97,8 @@ impl FramingScan {
     }
 
     /// A piece of the current line (no `\n` in it): its first bytes kept lowercased,
-    /// `\r` left out.
+    /// `\r` left out; a line whose first kept byte starts none of the names is passed
+    /// over.
     fn take(&mut self, piece: &[u8]) {
         if self.passed {
             return;

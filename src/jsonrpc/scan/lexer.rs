@@ -249,7 +249,8 @@ fn first_special(bytes: &[u8], at: usize) -> usize {
 
 /// The first special byte within [`SHORT_STRING`] bytes of `at` (eight bytes a step,
 /// the text's last few one at a time), or where that search stopped: the end of the
-/// text, or a byte that is not special past the short part.
+/// text, or the first byte past the short part, which it did not look at (special or not:
+/// the callers look).
 #[inline(always)]
 fn short_special(bytes: &[u8], mut at: usize) -> usize {
     let words_end = bytes.len().min(at + SHORT_STRING);
