@@ -1,0 +1,219 @@
+use super::*;
+
+fn canon(json: &str) -> String {
+    let value: Value = serde_json::from_str(json).unwrap();
+    let mut out = String::new();
+    write_python_json(&value, true, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn objects_of_any_size_are_written_in_key_order() {
+    // Around the number ordered on the stack: one short of it, it, one past, many.
+    for n in [
+        0,
+        1,
+        FEW_MEMBERS - 1,
+        FEW_MEMBERS,
+        FEW_MEMBERS + 1,
+        3 * FEW_MEMBERS,
+    ] {
+        // Keys given in reverse order, each member's value its own small object.
+        let members: Vec<String> = (0..n)
+            .rev()
+            .map(|i| format!("\"k{i:03}\": {{\"z\": {i}, \"a\": [{i}]}}"))
+            .collect();
+        let written = canon(&format!("{{{}}}", members.join(", ")));
+        let expected: Vec<String> = (0..n)
+            .map(|i| format!("\"k{i:03}\":{{\"a\":[{i}],\"z\":{i}}}"))
+            .collect();
+        assert_eq!(
+            written,
+            format!("{{{}}}", expected.join(",")),
+            "{n} members"
+        );
+    }
+}
+
+#[test]
+fn floats_follow_python_repr() {
+    // Expected strings are `json.dumps(json.loads(x))` from CPython 3.11.
+    let cases = [
+        ("1E2", "100.0"),
+        ("1e16", "1e+16"),
+        ("1e15", "1000000000000000.0"),
+        ("1e-5", "1e-05"),
+        ("0.0001", "0.0001"),
+        ("-0.0", "-0.0"),
+        ("0.0", "0.0"),
+        ("1.5e-7", "1.5e-07"),
+        ("123456789012345678.0", "1.2345678901234568e+17"),
+        ("0.1", "0.1"),
+        ("2.5", "2.5"),
+        ("1e400", "Infinity"),
+        ("-1e400", "-Infinity"),
+        ("1e-400", "0.0"),
+        ("1.7976931348623157e308", "1.7976931348623157e+308"),
+        ("5e-324", "5e-324"),
+        ("12345.678e3", "12345678.0"),
+        ("1e100", "1e+100"),
+        // A tie between two shortest spellings: CPython picks the even digit.
+        ("-7.052182864350623E+14", "-705218286435062.2"),
+    ];
+    for (input, expected) in cases {
+        assert_eq!(canon(input), expected, "input {input}");
+    }
+}
+
+#[test]
+fn integers_are_verbatim_at_any_size() {
+    assert_eq!(canon("-0"), "0");
+    assert_eq!(
+        canon("123456789012345678901234567890"),
+        "123456789012345678901234567890"
+    );
+    assert_eq!(canon("-18446744073709551617"), "-18446744073709551617");
+}
+
+#[test]
+fn integers_python_refuses_are_errors() {
+    let huge: Value = serde_json::from_str(&"9".repeat(4301)).unwrap();
+    let mut out = String::new();
+    assert_eq!(
+        write_python_json(&huge, true, &mut out),
+        Err(CanonicalError::IntegerTooLong)
+    );
+    let fits: Value = serde_json::from_str(&"9".repeat(4300)).unwrap();
+    assert!(write_python_json(&fits, true, &mut String::new()).is_ok());
+}
+
+#[test]
+fn strings_escape_like_ensure_ascii() {
+    assert_eq!(canon(r#""é""#), r#""\u00e9""#);
+    assert_eq!(canon(r#""😀""#), r#""\ud83d\ude00""#);
+    assert_eq!(
+        canon("\"\\u0000\\u001f\\u007f\""),
+        r#""\u0000\u001f\u007f""#
+    );
+    assert_eq!(canon(r#""\b\f\n\r\t\"\\/""#), r#""\b\f\n\r\t\"\\/""#);
+    assert_eq!(canon(r#""\u2028""#), r#""\u2028""#);
+}
+
+#[test]
+fn verbatim_runs_stop_at_every_byte_that_needs_escaping() {
+    for special in [0x00u8, 0x1f, b'"', b'\\', 0x7f, 0x80, 0xc3, 0xff] {
+        for at in 0..20 {
+            let mut bytes = vec![b'a'; 20];
+            bytes[at] = special;
+            assert_eq!(verbatim_prefix_len(&bytes), at, "byte {special:#x} at {at}");
+        }
+    }
+    assert_eq!(verbatim_prefix_len(b" !~}0123456789abcdef"), 20);
+    assert_eq!(verbatim_prefix_len(b""), 0);
+}
+
+#[test]
+fn objects_sort_by_code_point_and_nest() {
+    assert_eq!(
+        canon(r#"{"b":1,"a":{"z":[1,{"y":null,"x":true}],"é":false,"Z":0}}"#),
+        r#"{"a":{"Z":0,"z":[1,{"x":true,"y":null}],"\u00e9":false},"b":1}"#
+    );
+    assert_eq!(
+        canon(r#"{"😀":1,"\uffff":2}"#),
+        r#"{"\uffff":2,"\ud83d\ude00":1}"#
+    );
+}
+
+#[test]
+fn lone_surrogates_do_not_parse() {
+    // The reference would digest the escaped surrogate; we refuse the text instead.
+    assert!(serde_json::from_str::<Value>(r#""\ud800""#).is_err());
+}
+
+#[test]
+fn a_token_is_spelled_as_python_spells_it_only_when_written_so() {
+    let spelled = [
+        (r#""""#, 0),
+        (r#""plain""#, 5),
+        (r#""{\"k\":\"v\"}""#, 9),
+        (r#""a\\b\n\r\t\b\f""#, 8),
+    ];
+    for (token, len) in spelled {
+        assert_eq!(python_spelled_len(token), Some(len), "{token}");
+    }
+    // Escapes `write_string` does not write, or bytes it escapes.
+    for token in [
+        r#""\/""#,
+        r#""\u0041""#,
+        r#""\u00e9""#,
+        "\"é\"",
+        "\"\u{7f}\"",
+        r#""\""#,
+        "x",
+        "\"",
+    ] {
+        assert_eq!(python_spelled_len(token), None, "{token}");
+    }
+}
+
+/// Long tokens against the definition: a token said to be spelled so is what
+/// `write_string` writes for the value serde_json reads from it, and that value's
+/// length; a token without a `\u` escape (which `python_spelled_len` never takes as
+/// is) is said so exactly then. Every byte that matters, alone or as an escape's
+/// second byte, at every place between 90 plain bytes.
+#[test]
+fn python_spelled_len_reads_long_tokens_as_write_string_writes_them() {
+    let written_so = |token: &str| -> Option<usize> {
+        let value: String = serde_json::from_str(token).ok()?;
+        let mut written = String::new();
+        write_string(&value, &mut written);
+        (written == token).then_some(value.len())
+    };
+    let pieces = [
+        "\\\"", "\\\\", "\\n", "\\b", "\\/", "\\u0041", "\\u0001", "\"", "\\", "é", "\u{7f}",
+        "\u{1f}", "~", " ",
+    ];
+    for piece in pieces {
+        for at in 0..=90 {
+            let token = format!("\"{}{piece}{}\"", "a".repeat(at), "b".repeat(90 - at));
+            let spelled = python_spelled_len(&token);
+            match piece.contains("\\u") {
+                false => assert_eq!(spelled, written_so(&token), "{token:?}"),
+                true => assert_eq!(spelled, None, "{token:?}"),
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    /// What `write_string` writes is spelled so, with the value's length; and a token
+    /// said to be spelled so is what `write_string` writes for its value, whatever
+    /// spelling it came in (serde_json's, or escapes chosen at random).
+    #[test]
+    fn python_spelled_len_holds_to_write_string(
+        value in "[ -~\t\n\r\u{8}\u{c}\u{1}\u{7f}é\u{1F600}\"\\\\/]{0,40}",
+        escape_slash in proptest::bool::ANY,
+    ) {
+        let mut written = String::new();
+        write_string(&value, &mut written);
+        // Spelled so unless `write_string` wrote a `\u` escape (not taken as is).
+        let two_char_escapes_only = value
+            .chars()
+            .all(|c| matches!(c, ' '..='~' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}'));
+        proptest::prop_assert_eq!(
+            python_spelled_len(&written),
+            two_char_escapes_only.then_some(value.len())
+        );
+        let mut token = serde_json::to_string(&value).unwrap();
+        if escape_slash {
+            token = token.replace('/', "\\/");
+        }
+        if let Some(len) = python_spelled_len(&token) {
+            let read: String = serde_json::from_str(&token).unwrap();
+            let mut rewritten = String::new();
+            write_string(&read, &mut rewritten);
+            proptest::prop_assert_eq!(&rewritten, &token);
+            proptest::prop_assert_eq!(len, read.len());
+        }
+    }
+}
