@@ -179,9 +179,7 @@ pub fn serialize(value: &Value, capacity: usize) -> Vec<u8> {
 /// Values are counted as they start, so building stops at the first one over the cap;
 /// the rest is only read by a syntax pass that builds nothing (below).
 pub fn parse_bounded(bytes: &[u8], max_values: usize) -> Result<Value, ParseError> {
-    if bytes.starts_with(b"\xef\xbb\xbf") {
-        return Err(ParseError::Bom);
-    }
+    scan::refuse_bom(bytes)?;
     let strict = Strict {
         left: Cell::new(max_values),
         refusal: Cell::new(None),

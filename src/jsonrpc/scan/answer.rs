@@ -21,9 +21,7 @@ use std::ops::Range;
 /// Scan an upstream's answer: the facts the sealer acts on, or why it is no JSON a
 /// client may be handed (the strict parse's verdict, numbers' stand-in key refused).
 pub fn scan_answer(bytes: &[u8]) -> Result<Answer<'_>, ParseError> {
-    if bytes.starts_with(b"\xef\xbb\xbf") {
-        return Err(ParseError::Bom);
-    }
+    super::refuse_bom(bytes)?;
     let text = std::str::from_utf8(bytes).map_err(|_| ParseError::Syntax)?;
     let mut walk = Walk {
         lexer: Lexer::new(text),
