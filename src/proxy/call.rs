@@ -61,13 +61,16 @@ impl Proxy {
             Some((method, mut params)) => {
                 exchange.named(id, Some((method, &params)));
                 self.open_state(method, &mut params, exchange).await?;
-                let replay = self
-                    .apply_tools(method, &mut params, &mut parts.headers, exchange)
-                    .await?;
-                if let Some(answer) = replay {
-                    // A repeat of a completed write: the stored answer under this
-                    // request's id, and the upstream is not called.
-                    return Ok(replay::replayed(exchange.id.as_deref(), answer));
+                if self.tools.configured() {
+                    // Boxed, and only when a tool feature is configured: every request's
+                    // future would otherwise carry this step's size, and move it at each
+                    // phase.
+                    let step = self.apply_tools(method, &mut params, &mut parts.headers, exchange);
+                    if let Some(answer) = Box::pin(step).await? {
+                        // A repeat of a completed write: the stored answer under this
+                        // request's id, and the upstream is not called.
+                        return Ok(replay::replayed(exchange.id.as_deref(), answer));
+                    }
                 }
             }
             None => exchange.named(id, None),
@@ -123,10 +126,10 @@ impl Proxy {
         Ok(())
     }
 
-    /// Step 6 for a `tools/call`: its handle arguments unwrapped (after the binding: a
-    /// state binds the arguments as the client sent them, sealed handles and all, and
-    /// the upstream gets its own raw handles), then its idempotency key reserved; or the
-    /// stored answer of a completed repeat.
+    /// Step 6 for a `tools/call`, when a tool feature is configured: its handle
+    /// arguments unwrapped (after the binding: a state binds the arguments as the client
+    /// sent them, sealed handles and all, and the upstream gets its own raw handles),
+    /// then its idempotency key reserved; or the stored answer of a completed repeat.
     async fn apply_tools(
         &self,
         method: &str,
@@ -134,9 +137,6 @@ impl Proxy {
         headers: &mut http::HeaderMap,
         exchange: &mut Exchange,
     ) -> Result<Option<Replay>, Failure> {
-        if !self.tools.configured() {
-            return Ok(None);
-        }
         let Some(tool) = tools::called_tool(method, params) else {
             return Ok(None);
         };

@@ -152,9 +152,11 @@ impl Outbound {
             // We asked for identity; a compressed body cannot be inspected.
             return Err(refuse(&sealer, parts, SealFailure::UnsupportedEncoding));
         }
+        // A whole body's sealing is boxed where it starts: its state is the largest of a
+        // request's, and every future above it would carry it and move it once more.
         match label(&parts.headers) {
             BodyLabel::Unreadable => Err(refuse(&sealer, parts, SealFailure::UnknownContentType)),
-            BodyLabel::Json => self.seal_whole(parts, body, sealer).await,
+            BodyLabel::Json => Box::pin(self.seal_whole(parts, body, sealer)).await,
             // Not sniffed: a GET stream may stay silent for minutes, and its head must not
             // wait for a first byte. The sealer refuses a stream that opens like JSON.
             BodyLabel::EventStream => Ok(self.rewrite_events(parts, body, sealer)),
@@ -165,7 +167,7 @@ impl Outbound {
                 };
                 let success = parts.status.is_success();
                 match (peeked.json_like, asked) {
-                    (Some(true), _) => self.seal_whole(parts, peeked.body, sealer).await,
+                    (Some(true), _) => Box::pin(self.seal_whole(parts, peeked.body, sealer)).await,
                     // Whitespace only: no message, no state.
                     (None, _) => Ok(Response::from_parts(parts, peeked.body.boxed())),
                     (Some(false), Asked::Call) if success => {
