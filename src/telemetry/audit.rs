@@ -10,7 +10,9 @@
 //!
 //! What only the written line needs (the caller's digest, the client address as text,
 //! the key id in hex) is computed when the line is written, and not at all when the log
-//! level leaves it out: most requests' access lines are at `debug`.
+//! level leaves it out: most requests' access lines are at `debug`. With `info` off for
+//! the target, no line is written at all, and what only a line shows (the call's target
+//! and key id, the trace id) is not even read ([`written`]; the level is set at start).
 
 use crate::error::{Category, ProxyError};
 use crate::jsonrpc::{Params, ParamsField};
@@ -99,7 +101,7 @@ impl Record {
             principal: None,
             client,
             forwarded_client: None,
-            trace_id: trace_id(headers),
+            trace_id: written().then(|| trace_id(headers)).flatten(),
             upstream_wait: Duration::ZERO,
             upstream_status: None,
             outcome: Outcome::Ok,
@@ -133,6 +135,9 @@ impl Record {
         self.class = MethodClass::of_method(method);
         self.method = Some(logged);
         self.request_id = id;
+        if !written() {
+            return;
+        }
         self.target = params
             .get_str(ParamsField::target(method))
             .map(|t| printable(&t, MAX_LOGGED_BYTES));
@@ -247,6 +252,12 @@ impl Drop for Record {
             ),
         }
     }
+}
+
+/// Whether a record can be written at the log level in force: a refusal's line is at
+/// `info`, an access line at `debug`, so with `info` off for [`TARGET`] neither is.
+fn written() -> bool {
+    tracing::enabled!(target: TARGET, tracing::Level::INFO)
 }
 
 /// A method as every log line shows it: escaped and bounded ([`printable`]).
@@ -386,6 +397,48 @@ mod tests {
             headers.append("traceparent", HeaderValue::from_str(v).unwrap());
         }
         headers
+    }
+
+    /// What only a written line shows is read only when a line can be written: with no
+    /// subscriber (or `info` off for the target) the record keeps no trace id, target
+    /// or key id; with `info` on it keeps all three.
+    #[test]
+    fn what_only_a_line_shows_is_read_only_when_lines_are_written() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        // Only its head is read: the key id in its first six bytes.
+        let token = "v1.AQIDBAUGsealed-bytes-that-are-never-opened";
+        let mut body = crate::jsonrpc::ScannedBody::call(
+            "tools/call",
+            &serde_json::json!({"name": "provision", "requestState": token}),
+        )
+        .unwrap();
+        let mut record = || {
+            let mut record = Record::begin(None, &headers(&[good]));
+            let (method, params) = body.call_mut().unwrap();
+            record.set_call(method, logged_method(method), None, &params);
+            (record.trace_id.clone(), record.target.clone(), record.kid)
+        };
+        let quiet = || {
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::WARN)
+                .finish()
+        };
+        let (trace, target, kid) = tracing::subscriber::with_default(quiet(), &mut record);
+        assert_eq!(
+            (trace, target, kid),
+            (None, None, None),
+            "nothing read at warn"
+        );
+        let audit = || {
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::INFO)
+                .finish()
+        };
+        let (trace, target, kid) = tracing::subscriber::with_default(audit(), &mut record);
+        assert_eq!(trace.as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        assert_eq!(target.as_deref(), Some("provision"));
+        assert_eq!(kid, KeyId::of_token(token), "the key id its token names");
+        assert!(kid.is_some());
     }
 
     #[test]
