@@ -124,7 +124,8 @@ impl Record {
 
     /// The JSON-RPC call: its method (which also sets the class) as sent and as logs
     /// show it (escaped and bounded: [`logged_method`]), its id and target, and the key id
-    /// its token names.
+    /// its token names (the target and the key id only when a line can be written:
+    /// [`written`]).
     pub(crate) fn set_call(
         &mut self,
         method: &str,
@@ -255,9 +256,12 @@ impl Drop for Record {
 }
 
 /// Whether a record can be written at the log level in force: a refusal's line is at
-/// `info`, an access line at `debug`, so with `info` off for [`TARGET`] neither is.
+/// `info`, an access line at `debug`. Both are asked, so that a filter of the embedding
+/// program's own that lets `debug` through and not `info` still gets whole access lines
+/// (the binary's `EnvFilter` nests levels: the second question is then never reached).
 fn written() -> bool {
     tracing::enabled!(target: TARGET, tracing::Level::INFO)
+        || tracing::enabled!(target: TARGET, tracing::Level::DEBUG)
 }
 
 /// A method as every log line shows it: escaped and bounded ([`printable`]).
@@ -413,6 +417,9 @@ mod tests {
         )
         .unwrap();
         let mut record = || {
+            // The callsites' interest is cached per process: asked afresh under each
+            // subscriber.
+            tracing::callsite::rebuild_interest_cache();
             let mut record = Record::begin(None, &headers(&[good]));
             let (method, params) = body.call_mut().unwrap();
             record.set_call(method, logged_method(method), None, &params);
@@ -439,6 +446,21 @@ mod tests {
         assert_eq!(target.as_deref(), Some("provision"));
         assert_eq!(kid, KeyId::of_token(token), "the key id its token names");
         assert!(kid.is_some());
+        // A filter that lets `debug` through and not `info` still gets whole access lines.
+        use tracing_subscriber::Layer;
+        use tracing_subscriber::layer::SubscriberExt;
+        let only_debug = || {
+            let debug = |meta: &tracing::Metadata<'_>| *meta.level() == tracing::Level::DEBUG;
+            let layer = tracing_subscriber::fmt::layer()
+                .with_filter(tracing_subscriber::filter::filter_fn(debug));
+            tracing_subscriber::registry().with(layer)
+        };
+        let (_, target, _) = tracing::subscriber::with_default(only_debug(), &mut record);
+        assert_eq!(
+            target.as_deref(),
+            Some("provision"),
+            "read for a debug-only filter"
+        );
     }
 
     #[test]
