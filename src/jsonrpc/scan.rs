@@ -475,7 +475,7 @@ impl<'a> Walk<'a> {
 /// without escapes (the lexer checked its bytes) and an integer in canonical form, whose
 /// text `Number::from` writes back byte for byte (so even with `arbitrary_precision`
 /// the two are equal). Anything else (an escape, `-0`, a fraction, an exponent,
-/// nineteen digits or more) is parsed on its own by the tree path's parser. A few bytes either way.
+/// nineteen digits or more) is parsed on its own by the tree path's parser.
 fn member_value(text: &str, member: Member) -> Result<serde_json::Value, ParseError> {
     let token = &text[member.span.start..member.span.end];
     let direct = match member.kind {
