@@ -258,6 +258,22 @@ impl Store {
         }
     }
 
+    /// Withdraw the reservation of `value` under `key` whose reply never came: delete it
+    /// if it was made, and make sure it cannot be made later (Redis: a fence for `lease`,
+    /// [`redis::RedisStore::withdraw_record`]; in memory a reservation is made or not
+    /// before its call returns). Returns whether a reservation was removed.
+    pub(crate) async fn withdraw_record(
+        &self,
+        key: &str,
+        value: &str,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        match self {
+            Store::Memory(store) => Ok(store.swap_record(key, value, None, lease)),
+            Store::Redis(store) => store.withdraw_record(key, value, lease).await,
+        }
+    }
+
     /// Extend the record `key`'s lease to `lease` from now, only while it holds
     /// `expected` (its owner's reservation). Returns whether it did.
     pub(crate) async fn renew_record(

@@ -4,8 +4,9 @@
 //! Invariant: a consumption is one atomic `SET <prefix>c:<id> <mark> NX PX <ttl>`: exactly
 //! one caller anywhere gets `OK`, and only the holder of the random mark releases it.
 //! Revocations live beside them under `<prefix>r:<digest>`, idempotency records under
-//! `<prefix>i:<key>` (reserved, renewed and swapped by Lua scripts, each conditional on the
-//! value it expects). A write that claims something (a consumption, a reservation, a
+//! `<prefix>i:<key>` (reserved, renewed, swapped and withdrawn by Lua scripts, each
+//! conditional on the value it expects; a reservation that timed out is fenced, so that
+//! it cannot land after its withdrawal). A write that claims something (a consumption, a reservation, a
 //! revocation, a recorded answer) counts only once the replicas [`Replicas`] asks for
 //! confirmed it: `WAIT` follows it in the same pipeline; unconfirmed, a claim is released
 //! again and the caller told ([`StoreError::Unconfirmed`]), since a primary that fails
@@ -32,6 +33,10 @@ pub(crate) struct Wait {
     pub(crate) replicas: WaitReplicas,
     pub(crate) timeout: Duration,
 }
+
+/// What a [withdrawn](RedisStore::withdraw_record) reservation's fence starts with: no
+/// reserved value or record may.
+pub(crate) const WITHDRAWN: &str = "withdrawn:";
 
 /// How long confirmations must have kept failing before readiness says so.
 const UNCONFIRMED_NOT_READY: Duration = Duration::from_secs(1);
@@ -160,7 +165,12 @@ impl RedisStore {
     /// was already set: one Lua script, so the check and the write are one step on the
     /// server (every replica sees exactly one reservation win). A reservation of ours no
     /// replica confirmed is given back.
-    pub(crate) async fn reserve_record(
+    ///
+    /// A [withdrawal](Self::withdraw_record) fence is not a holder: another value's
+    /// reservation replaces it, and the very value it fences finds it, removes it and
+    /// reserves nothing ([`StoreError::Unavailable`]: this reservation was withdrawn before
+    /// it landed). `value` must not start with `withdrawn:`.
+    pub async fn reserve_record(
         &self,
         key: &str,
         value: &str,
@@ -168,7 +178,11 @@ impl RedisStore {
     ) -> Result<Option<String>, StoreError> {
         const RESERVE: &str = r"
             local current = redis.call('GET', KEYS[1])
-            if current then return current end
+            if current == ARGV[3] .. ARGV[1] then
+              redis.call('DEL', KEYS[1])
+              return current
+            end
+            if current and string.sub(current, 1, #ARGV[3]) ~= ARGV[3] then return current end
             redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
             return false";
         let name = format!("{}i:{key}", self.prefix);
@@ -177,9 +191,16 @@ impl RedisStore {
             .arg(1)
             .arg(&name)
             .arg(value)
-            .arg(lease.as_millis().max(1) as u64);
+            .arg(lease.as_millis().max(1) as u64)
+            .arg(WITHDRAWN);
         let written: Written<Option<String>> = self.write(eval, &name).await?;
         match written.reply {
+            Some(held) if held.starts_with(WITHDRAWN) => {
+                // Only a reservation that arrives after its own withdrawal meets its
+                // fence; its caller has long been told the store did not answer.
+                tracing::debug!("idempotency reservation arrived after its withdrawal: not made");
+                Err(StoreError::Unavailable)
+            }
             Some(held) => Ok(Some(held)),
             None if written.confirmed => Ok(None),
             None => {
@@ -193,9 +214,38 @@ impl RedisStore {
         }
     }
 
+    /// Withdraw a reservation of `value` whose reply never came (it timed out): delete it
+    /// if it landed (`true`); if the key is free, leave a fence in its place for `lease`
+    /// so that the reservation, still on its way (behind a paused server, or on another
+    /// of the pool's connections than this command), cannot land after all and hold the
+    /// key for a whole lease with nobody to release it (`false`). A key another value
+    /// holds is left alone (`false`). Not waited for, like a release: a failover that
+    /// loses the fence only lets a late reservation hold the key until its lease ends.
+    pub async fn withdraw_record(
+        &self,
+        key: &str,
+        value: &str,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        const WITHDRAW: &str = r"
+            local current = redis.call('GET', KEYS[1])
+            if current == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+            if not current then redis.call('SET', KEYS[1], ARGV[3] .. ARGV[1], 'PX', ARGV[2]) end
+            return 0";
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(WITHDRAW)
+            .arg(1)
+            .arg(format!("{}i:{key}", self.prefix))
+            .arg(value)
+            .arg(lease.as_millis().max(1) as u64)
+            .arg(WITHDRAWN);
+        let removed: i64 = self.run(eval).await?;
+        Ok(removed > 0)
+    }
+
     /// Replace (or, with `None`, delete) `<prefix>i:<key>` only while it holds `expected`
     /// (or holds `value` already: a record written again after it went unconfirmed).
-    pub(crate) async fn swap_record(
+    pub async fn swap_record(
         &self,
         key: &str,
         expected: &str,

@@ -47,7 +47,7 @@ use tokio::task::AbortHandle;
 mod lease;
 mod ticket;
 
-use lease::{release_phantom, renew};
+use lease::{renew, withdraw};
 
 /// The header a client may carry the key in instead of `params.idempotencyKey`.
 pub(crate) const HEADER: &str = "idempotency-key";
@@ -310,12 +310,12 @@ impl Idempotency {
         {
             Ok(held) => Ok(held),
             Err(error @ (StoreError::Timeout | StoreError::Unavailable)) => {
-                // The command may have reached Redis and been applied all the same: a
-                // key reserved by nobody until its lease ends. Ours is the only value
-                // that can be there.
+                // The command may have reached Redis and been applied all the same, or
+                // still be on its way: a key reserved by nobody until its lease ends.
+                // Withdrawn (ours is the only value it can hold).
                 self.metrics
                     .idempotency(IdempotencyResult::ReserveUnconfirmed);
-                tokio::spawn(release_phantom(
+                tokio::spawn(withdraw(
                     self.store.clone(),
                     record.to_owned(),
                     reserved.to_owned(),

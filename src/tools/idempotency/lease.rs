@@ -1,5 +1,5 @@
 //! A reservation's lease in the store: renewed while its call is in progress, and
-//! released when reserving it timed out but the store may have applied it all the same.
+//! withdrawn when reserving it timed out but the store may apply it all the same.
 //! Only the value this replica reserved (its random nonce) is ever renewed or deleted.
 
 use crate::store::{Store, StoreError};
@@ -36,24 +36,21 @@ pub(super) async fn renew(store: Arc<Store>, record: String, reserved: String, l
     }
 }
 
-/// After a reservation timed out: delete it if the store applied it after all (only
-/// while it holds our value), trying until the store answers or the lease would have
-/// freed the key anyway. A delete that itself timed out may still be applied (Redis
-/// runs one connection's commands in order), so `removed = false` at the end can also
-/// mean an earlier attempt removed it.
-pub(super) async fn release_phantom(
-    store: Arc<Store>,
-    record: String,
-    reserved: String,
-    lease: Duration,
-) {
+/// After a reservation timed out: withdraw it ([`Store::withdraw_record`]: deleted if
+/// the store applied it after all, fenced if it has not landed yet, so that it cannot
+/// land later, on another connection than this command's, and hold the key for a lease
+/// with nobody to release it), trying until the store answers or the lease would have
+/// freed the key anyway. Only our value (its random nonce) is deleted or fenced. A
+/// withdrawal that itself timed out may still be applied, so `removed = false` at the
+/// end can also mean an earlier attempt removed it.
+pub(super) async fn withdraw(store: Arc<Store>, record: String, reserved: String, lease: Duration) {
     let give_up = tokio::time::Instant::now() + lease;
     while tokio::time::Instant::now() < give_up {
-        match store.swap_record(&record, &reserved, None, lease).await {
+        match store.withdraw_record(&record, &reserved, lease).await {
             Ok(removed) => {
                 tracing::info!(
                     removed,
-                    "idempotency reservation that timed out cleaned up (removed: the store had applied it)"
+                    "idempotency reservation that timed out withdrawn (removed: the store had applied it)"
                 );
                 return;
             }
@@ -61,7 +58,7 @@ pub(super) async fn release_phantom(
         }
     }
     tracing::warn!(
-        "idempotency reservation that timed out could not be cleaned up: it ends with its lease"
+        "idempotency reservation that timed out could not be withdrawn: if the store applies it, it ends with its lease"
     );
 }
 

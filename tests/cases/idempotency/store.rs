@@ -1,6 +1,7 @@
 //! How long an idempotency key is held, and where: a record expires after
 //! `ttl_seconds`; a call longer than its lease keeps its key (memory and Redis); a
-//! reservation Redis applied after its deadline is deleted by its owner; the memory
+//! reservation Redis applied after its deadline is deleted by its owner, and one that
+//! had not landed when it was withdrawn cannot land after; the memory
 //! store's records are bounded per caller and in bytes without evicting one.
 
 use super::{append, append_slow, idempotent_config, replayed, result_of, rows, settled};
@@ -10,6 +11,7 @@ use crate::support::legacy::Mode;
 use crate::support::redis::RedisServer;
 use crate::support::sidecar::Sidecar;
 use mcp_state_guard::facade::config::SingleUseStore;
+use mcp_state_guard::facade::store::{Store, StoreError};
 use mcp_state_guard::facade::tools::IdempotencyResult;
 use serde_json::json;
 use std::time::Duration;
@@ -129,6 +131,60 @@ async fn a_reservation_that_timed_out_is_deleted_when_redis_resumes() {
     assert!(!replayed(&retry));
     assert_eq!(rows(&upstream, &import), (json!(1), json!(1)));
     sidecar.stop().await;
+}
+
+/// A reservation whose reply never came is withdrawn, and the withdrawal may reach Redis
+/// first (the reservation waits behind a paused server, or travels on another of the
+/// pool's connections): it then leaves a fence, so the reservation that lands late makes
+/// nothing and the key is free at once, instead of held for a lease by nobody. Another
+/// value's reservation replaces a fence; a reservation that landed is deleted; another
+/// value's is not touched; a fence lasts a lease.
+#[tokio::test]
+async fn a_withdrawn_reservation_cannot_land_after_its_withdrawal() {
+    let redis = RedisServer::start();
+    let mut config = idempotent_config("http://127.0.0.1:9");
+    config.single_use.store = SingleUseStore::Redis;
+    config.single_use.redis_url = Some(redis.url());
+    let Ok(Store::Redis(store)) = Store::from_config(&config) else {
+        panic!("a Redis store");
+    };
+    let lease = Duration::from_secs(30);
+
+    assert_eq!(
+        store.withdraw_record("k1", "p:late", lease).await,
+        Ok(false)
+    );
+    assert_eq!(
+        store.reserve_record("k1", "p:late", lease).await,
+        Err(StoreError::Unavailable),
+        "the late reservation meets its fence"
+    );
+    assert_eq!(
+        store.reserve_record("k1", "p:next", lease).await,
+        Ok(None),
+        "the key is free at once"
+    );
+
+    assert_eq!(store.withdraw_record("k2", "p:a", lease).await, Ok(false));
+    assert_eq!(store.reserve_record("k2", "p:b", lease).await, Ok(None));
+    assert_eq!(
+        store.reserve_record("k2", "p:a", lease).await,
+        Ok(Some("p:b".to_owned()))
+    );
+
+    assert_eq!(store.reserve_record("k3", "p:c", lease).await, Ok(None));
+    assert_eq!(store.withdraw_record("k3", "p:c", lease).await, Ok(true));
+    assert_eq!(store.reserve_record("k3", "p:d", lease).await, Ok(None));
+    assert_eq!(store.withdraw_record("k3", "p:c", lease).await, Ok(false));
+    assert_eq!(
+        store.reserve_record("k3", "p:e", lease).await,
+        Ok(Some("p:d".to_owned()))
+    );
+
+    let short = Duration::from_millis(200);
+    assert_eq!(store.withdraw_record("k4", "p:f", short).await, Ok(false));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(store.reserve_record("k4", "p:f", lease).await, Ok(None));
 }
 
 /// The memory store's records are bounded per caller and in bytes: past either bound a
