@@ -16,7 +16,9 @@ use hyper_util::server::conn::auto;
 use std::convert::Infallible;
 use tokio::net::TcpListener;
 
-/// Serve on 127.0.0.1:`port` in front of 127.0.0.1:`upstream` until killed.
+/// Serve on 127.0.0.1:`port` in front of 127.0.0.1:`upstream` until killed, or until
+/// SIGTERM, on which it returns (as the sidecar exits on it: an instrumented build
+/// writes its profile only on a normal exit, `train.rs`).
 pub fn run(port: u16, upstream: u16) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -33,8 +35,15 @@ pub fn run(port: u16, upstream: u16) {
             .build(connector);
         let mut server = auto::Builder::new(TokioExecutor::new());
         server.http1().timer(TokioTimer::new());
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("a SIGTERM handler");
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = terminate.recv() => return,
+            };
+            let Ok((stream, _)) = accepted else {
                 continue;
             };
             let _ = stream.set_nodelay(true);

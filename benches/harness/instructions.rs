@@ -176,7 +176,7 @@ pub fn run(counts: &Counts) -> Result<String, String> {
         dir,
         "bare-proxy",
         loopback(bare_port),
-        &me,
+        &procs::bare_bin()?,
         &[
             "--role-bare-proxy",
             &bare_port.to_string(),

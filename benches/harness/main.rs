@@ -22,15 +22,18 @@
 //!
 //! `-- --instructions` measures only instructions per request instead: B and D under
 //! callgrind, one worker thread each (`instructions.rs`). `-- --ab OTHER` compares this
-//! build with another on the CPU (`ab.rs`).
+//! build with another on the CPU (`ab.rs`). `-- --train SIDECAR` runs the workload a
+//! profile-guided build learns from through that binary, `-- --train-floor` the floor's
+//! (`train.rs`).
 //!
 //! The generator (this process, and wrk) runs on core 0; upstream, proxy and redis share
 //! core 1 (`taskset`), as the servers of a sidecar pod would share its CPU. Every process
 //! started is killed on exit, on error or on panic. Prints Markdown tables.
 //!
 //! `cargo bench --bench harness [-- --quick] [-- --rate N] [-- --instructions]
-//! [-- --ab OTHER [--rounds N]]`;
-//! `HARNESS_SIDECAR_BIN=path` measures another build of the sidecar as B.
+//! [-- --ab OTHER [--rounds N]] [-- --train SIDECAR | --train-floor [--requests N] [--profiles DIR]]`;
+//! `HARNESS_SIDECAR_BIN=path` measures another build of the sidecar as B,
+//! `HARNESS_BARE_BIN=path` another build of this harness as D.
 //! Linux, 2+ cores; installs nginx, wrk and redis-server (or, for `--instructions`,
 //! valgrind) with apt when missing (root).
 
@@ -43,6 +46,7 @@ mod jwt;
 mod procs;
 mod report;
 mod stdio;
+mod train;
 mod upstream;
 mod wrk;
 
@@ -87,6 +91,28 @@ fn main() -> ExitCode {
         };
         bare::run(port(1), port(2));
         return ExitCode::SUCCESS;
+    }
+    if args.iter().any(|a| a == "--train-floor") {
+        let requests = (args.iter().position(|a| a == "--requests"))
+            .and_then(|i| args.get(i + 1)?.parse().ok())
+            .unwrap_or(train::REQUESTS);
+        let profiles = (args.iter().position(|a| a == "--profiles"))
+            .and_then(|i| args.get(i + 1))
+            .map(Path::new);
+        return report_or_fail(train::floor(requests, profiles));
+    }
+    if let Some(i) = args.iter().position(|a| a == "--train") {
+        let Some(binary) = args.get(i + 1) else {
+            eprintln!("harness: --train needs the path of the sidecar binary to train");
+            return ExitCode::FAILURE;
+        };
+        let requests = (args.iter().position(|a| a == "--requests"))
+            .and_then(|i| args.get(i + 1)?.parse().ok())
+            .unwrap_or(train::REQUESTS);
+        let profiles = (args.iter().position(|a| a == "--profiles"))
+            .and_then(|i| args.get(i + 1))
+            .map(Path::new);
+        return report_or_fail(train::run(Path::new(binary), requests, profiles));
     }
     let quick = args.iter().any(|a| a == "--quick");
     if args.iter().any(|a| a == "--instructions") {
@@ -140,6 +166,20 @@ fn main() -> ExitCode {
                 eprintln!("harness: some requests failed (see the tables)");
                 return ExitCode::FAILURE;
             }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("harness: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Print a training run's report, or its error.
+fn report_or_fail(trained: Result<String, String>) -> ExitCode {
+    match trained {
+        Ok(report) => {
+            print!("{report}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -212,25 +252,11 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
     let redis_port = children.spawn_redis(dir, None)?;
     let primary_port = children.spawn_redis(dir, None)?;
     children.spawn_redis(dir, Some(primary_port))?;
-    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let jwt_principal = jwt::setup(dir)?;
     let mut start_sidecar = |name: &'static str, extra: &str| {
         let (port, admin) = (procs::free_port(), procs::free_port());
-        let mut config = sidecar_config(dir, port, admin, upstream_port, extra);
-        if name == "sidecar-jwt" {
-            config = config.replace(&header_principal(), "");
-        }
-        if name == "sidecar-stdio" {
-            config = stdio::config(&config, &me);
-        }
-        let file = dir.join(format!("{name}.toml"));
-        std::fs::write(&file, config).map_err(|e| format!("{name}: {e}"))?;
-        let pid = children.spawn(
-            name,
-            &sidecar_bin,
-            &["run", "--config", file.to_str().expect("a UTF-8 temp path")],
-            &dir.join(format!("{name}.log")),
-        )?;
+        let config = sidecar_config(dir, port, admin, upstream_port, extra);
+        let pid = spawn_sidecar(children, dir, &sidecar_bin, name, config, &[])?;
         Ok::<_, String>((loopback(port), loopback(admin), pid))
     };
     let (sidecar, sidecar_admin, sidecar_pid) = start_sidecar("sidecar", "")?;
@@ -285,7 +311,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
     let bare_port = procs::free_port();
     let bare_pid = children.spawn(
         "bare-proxy",
-        &me,
+        &procs::bare_bin()?,
         &[
             "--role-bare-proxy",
             &bare_port.to_string(),
@@ -326,6 +352,36 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
 
 fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Start the sidecar `binary` as `name` on `config` (written to `dir/<name>.toml`, its
+/// log to `dir/<name>.log`), adjusted by name: `sidecar-jwt` reads its caller from the
+/// access token instead of the header, `sidecar-stdio` runs the stdio upstream; `env`
+/// added to its environment; its pid.
+fn spawn_sidecar(
+    children: &mut Children,
+    dir: &Path,
+    binary: &Path,
+    name: &'static str,
+    mut config: String,
+    env: &[(&str, &str)],
+) -> Result<u32, String> {
+    if name == "sidecar-jwt" {
+        config = config.replace(&header_principal(), "");
+    }
+    if name == "sidecar-stdio" {
+        let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+        config = stdio::config(&config, &me);
+    }
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, config).map_err(|e| format!("{name}: {e}"))?;
+    children.spawn_with_env(
+        name,
+        binary,
+        &["run", "--config", file.to_str().expect("a UTF-8 temp path")],
+        env,
+        &dir.join(format!("{name}.log")),
+    )
 }
 
 /// A sidecar as a deployment would run it: keys, an audience, a header principal from

@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The core the load generator (this process, and wrk) runs on.
@@ -55,9 +55,13 @@ impl Children {
         log: &Path,
     ) -> Result<u32, String> {
         let log = std::fs::File::create(log).map_err(|e| format!("{name}: log file: {e}"))?;
-        let child = Command::new("prlimit")
-            .arg(format!("--nofile={0}:{0}", nofile()))
-            .args(["taskset", "-c", SERVER_CORE])
+        let mut command = Command::new("prlimit");
+        command.arg(format!("--nofile={0}:{0}", nofile()));
+        // One core (a build machine running `--train`): nothing to pin apart.
+        if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+            command.args(["taskset", "-c", SERVER_CORE]);
+        }
+        let child = command
             .arg(program)
             .args(args)
             .envs(env.iter().copied())
@@ -128,6 +132,31 @@ impl Children {
         Ok(port)
     }
 
+    /// Stop the child `pid` with SIGTERM and wait for it to exit, within `within` (else
+    /// it is killed and that is the error): a sidecar drains and exits 0, and only then
+    /// does an instrumented build write its profile.
+    pub fn terminate(&mut self, pid: u32, within: Duration) -> Result<ExitStatus, String> {
+        let i = (self.children.iter())
+            .position(|(_, child)| child.id() == pid)
+            .ok_or_else(|| format!("no child {pid}"))?;
+        let (name, mut child) = self.children.remove(i);
+        let target = rustix::process::Pid::from_raw(pid as i32).ok_or("pid 0")?;
+        rustix::process::kill_process(target, rustix::process::Signal::TERM)
+            .map_err(|e| format!("{name}: SIGTERM: {e}"))?;
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().map_err(|e| format!("{name}: {e}"))? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{name} did not exit within {within:?} of SIGTERM"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Fail when one of them already exited (a port taken, a bad config).
     pub fn check_alive(&mut self) -> Result<(), String> {
         for (name, child) in &mut self.children {
@@ -157,6 +186,16 @@ pub fn sidecar_bin(var: &str) -> std::path::PathBuf {
         || std::path::PathBuf::from(env!("CARGO_BIN_EXE_mcp-state-guard")),
         std::path::PathBuf::from,
     )
+}
+
+/// The floor's binary (D, `--role-bare-proxy`): this executable, or the one
+/// `HARNESS_BARE_BIN` names (the harness built another way: profile-guided, as the
+/// shipped sidecar is, `benches/harness/floor-pgo.sh`).
+pub fn bare_bin() -> Result<std::path::PathBuf, String> {
+    match std::env::var_os("HARNESS_BARE_BIN") {
+        Some(path) => Ok(path.into()),
+        None => std::env::current_exe().map_err(|e| format!("own path: {e}")),
+    }
 }
 
 /// A loopback port free right now.
