@@ -19,6 +19,12 @@
 #     --build-arg VERSION="$version" --build-arg SOURCE="$source" \
 #     -f Dockerfile -t mcp-state-guard:0.1.0 target/image
 #
+# The build is profile-guided (.ci/build-release.sh: an instrumented build, the
+# performance harness's training workload through it on loopback, then the shipped
+# build with the merged profile; rustup's llvm-tools component is added for
+# llvm-profdata). `--build-arg STATE_GUARD_PGO=off` builds without a profile, for a
+# builder that cannot fetch the component.
+#
 # VERSION, STATE_GUARD_COMMIT and SOURCE (where the code came from) become the image's
 # OCI labels. VERSION is checked: .ci/build-release.sh fails unless the built
 # binary's `--version` prints exactly it (the build stage passes it; so does the second
@@ -35,13 +41,14 @@ ARG BINARY_FROM=build
 FROM ${BUILD_IMAGE} AS build
 ARG STATE_GUARD_COMMIT
 ARG VERSION
+ARG STATE_GUARD_PGO=on
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY benches ./benches
 COPY .ci/build-release.sh ./.ci/build-release.sh
 # No .git in the context: the commit comes from the build argument.
-ENV STATE_GUARD_COMMIT=${STATE_GUARD_COMMIT}
+ENV STATE_GUARD_COMMIT=${STATE_GUARD_COMMIT} STATE_GUARD_PGO=${STATE_GUARD_PGO}
 RUN test -n "${VERSION}" || { echo "--build-arg VERSION is required (see the top of this file)" >&2; exit 1; }
 RUN .ci/build-release.sh /out "${VERSION}"
 

@@ -14,7 +14,8 @@
 #     checks and unit-tests the shipped alerting rules;
 #   - a second venv (target/helmvenv) with the real Helm engine (helm-python-sdk) and
 #     kubernetes-validate (tests/py/helm-requirements.txt) for the chart tests;
-#   - the release binary, built by .ci/build-release.sh as the Dockerfile builds it;
+#   - the release binary, built by .ci/build-release.sh as the Dockerfile builds it
+#     (profile-guided: it adds rustup's llvm-tools component for llvm-profdata);
 #   - buildah and debootstrap (Debian's packages, through apt-get) for the image tests,
 #     and the two bases they build on, made from Debian's packages and stored under
 #     target/buildah by a key of what made them (tests/image/runtime-base.sh: in place of

@@ -92,27 +92,8 @@ fn main() -> ExitCode {
         bare::run(port(1), port(2));
         return ExitCode::SUCCESS;
     }
-    if args.iter().any(|a| a == "--train-floor") {
-        let requests = (args.iter().position(|a| a == "--requests"))
-            .and_then(|i| args.get(i + 1)?.parse().ok())
-            .unwrap_or(train::REQUESTS);
-        let profiles = (args.iter().position(|a| a == "--profiles"))
-            .and_then(|i| args.get(i + 1))
-            .map(Path::new);
-        return report_or_fail(train::floor(requests, profiles));
-    }
-    if let Some(i) = args.iter().position(|a| a == "--train") {
-        let Some(binary) = args.get(i + 1) else {
-            eprintln!("harness: --train needs the path of the sidecar binary to train");
-            return ExitCode::FAILURE;
-        };
-        let requests = (args.iter().position(|a| a == "--requests"))
-            .and_then(|i| args.get(i + 1)?.parse().ok())
-            .unwrap_or(train::REQUESTS);
-        let profiles = (args.iter().position(|a| a == "--profiles"))
-            .and_then(|i| args.get(i + 1))
-            .map(Path::new);
-        return report_or_fail(train::run(Path::new(binary), requests, profiles));
+    if let Some(trained) = train::run_if_asked(&args) {
+        return trained;
     }
     let quick = args.iter().any(|a| a == "--quick");
     if args.iter().any(|a| a == "--instructions") {
@@ -166,20 +147,6 @@ fn main() -> ExitCode {
                 eprintln!("harness: some requests failed (see the tables)");
                 return ExitCode::FAILURE;
             }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("harness: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Print a training run's report, or its error.
-fn report_or_fail(trained: Result<String, String>) -> ExitCode {
-    match trained {
-        Ok(report) => {
-            print!("{report}");
             ExitCode::SUCCESS
         }
         Err(e) => {

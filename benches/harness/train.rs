@@ -26,6 +26,7 @@ use bytes::Bytes;
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -41,6 +42,36 @@ const EXIT_WITHIN: Duration = Duration::from_secs(20);
 /// sets it).
 const SINGLE_USE: &str = "[single_use]\ntools = [\"provision\"]\nstore = \"memory\"\n\
                           memory_max_entries = 1000000\nmax_entries_per_principal = 1000000\n";
+
+/// When `args` ask for training (`--train SIDECAR` or `--train-floor`, with
+/// `--requests N` and `--profiles DIR`), run it and say how it went; `None` otherwise.
+pub fn run_if_asked(args: &[String]) -> Option<ExitCode> {
+    let value = |flag: &str| {
+        let i = args.iter().position(|a| a == flag)?;
+        Some(args.get(i + 1).map(String::as_str))
+    };
+    let requests = value("--requests")
+        .flatten()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(REQUESTS);
+    let profiles = value("--profiles").flatten().map(Path::new);
+    let trained = match (value("--train"), args.iter().any(|a| a == "--train-floor")) {
+        (Some(Some(binary)), _) => run(Path::new(binary), requests, profiles),
+        (Some(None), _) => Err("--train needs the path of the sidecar binary to train".into()),
+        (None, true) => floor(requests, profiles),
+        (None, false) => return None,
+    };
+    Some(match trained {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("harness: {e}");
+            ExitCode::FAILURE
+        }
+    })
+}
 
 /// Run the workload through the sidecar `binary`, `requests` requests each, its profiles
 /// written into `profiles` when given; what was sent, as lines of text.

@@ -335,6 +335,13 @@ fn the_release_binary_the_image_ships_accepts_every_rendered_config() {
     let bin_dir = tempfile::tempdir().unwrap();
     let (ok, said) = build_release(bin_dir.path(), None);
     assert!(ok, "{said}");
+    // Profile-guided: built with the profile its training workload left, which exists.
+    let profile = said
+        .lines()
+        .find_map(|l| l.strip_prefix("build-release: 4/4 the shipped binary, with the profile "))
+        .unwrap_or_else(|| panic!("not built with a profile: {said}"));
+    let size = std::fs::metadata(profile).map_or(0, |m| m.len());
+    assert!(size > 100_000, "{profile}: {size} bytes");
     let binary = bin_dir.path().join("mcp-state-guard");
     let (ok, version) = output(Command::new(&binary).arg("--version"));
     assert!(ok, "{version}");
