@@ -35,11 +35,17 @@ log() { printf 'build-release: %s\n' "$*" >&2; }
 
 pgo=${STATE_GUARD_PGO:-on}
 target_dir=target/pgo/use
-rustflags=
+# The caller's own flags (a target CPU, say) go into every build, and into the key.
+rustflags=${RUSTFLAGS:-}
 if [ "$pgo" = on ]; then
+  # One build at a time: the tests may call this script from two threads at once.
+  mkdir -p target/pgo
+  exec 9>target/pgo/.lock
+  flock 9
   host=$(rustc -vV | sed -n 's/^host: //p')
   profdata="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata"
-  key=$( (rustc -vV; find Cargo.toml Cargo.lock src benches/harness .ci/build-release.sh -type f | LC_ALL=C sort |
+  key=$( (rustc -vV; echo "$rustflags"
+    find Cargo.toml Cargo.lock src benches/harness .ci/build-release.sh -type f | LC_ALL=C sort |
     xargs sha256sum) | sha256sum | cut -c1-16)
   profile="$PWD/target/pgo/profiles/$key.profdata"
   if [ ! -s "$profile" ]; then
@@ -48,13 +54,14 @@ if [ "$pgo" = on ]; then
       rustup component add llvm-tools >&2
     fi
     generate="$PWD/target/pgo/generate"
-    runs="$generate/runs/$key"
+    runs="$generate/runs"
     rm -rf "$runs"
-    mkdir -p "$runs/build" "$runs/sidecar"
+    mkdir -p "$runs/sidecar"
     log "1/4 the sidecar, instrumented"
-    # Build scripts and proc macros run instrumented too: their profiles go apart.
-    RUSTFLAGS="-Cprofile-generate=$runs/build" cargo build --release --locked \
-      --bin mcp-state-guard --target-dir "$generate" >&2
+    # Build scripts and proc macros run instrumented too: their profiles go apart, to a
+    # directory that stays the same (the flags are part of what cargo keeps built).
+    RUSTFLAGS="$rustflags -Cprofile-generate=$generate/build-profiles" cargo build \
+      --release --locked --bin mcp-state-guard --target-dir "$generate" >&2
     log "2/4 the harness, and its training workload through the instrumented sidecar"
     harness=$(cargo build --locked --bench harness --message-format=json-render-diagnostics |
       sed -n 's/.*"executable":"\([^"]*\/harness-[^"]*\)".*/\1/p' | tail -1)
@@ -67,7 +74,7 @@ if [ "$pgo" = on ]; then
     mv "$profile.partial" "$profile"
     rm -rf "$runs"
   fi
-  rustflags="-Cprofile-use=$profile"
+  rustflags="$rustflags -Cprofile-use=$profile"
   log "4/4 the shipped binary, with the profile $profile"
 fi
 RUSTFLAGS="$rustflags" cargo build --release --locked --bin mcp-state-guard --target-dir "$target_dir"

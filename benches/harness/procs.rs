@@ -31,9 +31,20 @@ pub fn nofile() -> u64 {
 #[derive(Default)]
 pub struct Children {
     children: Vec<(&'static str, Child)>,
+    /// Not pinned to [`SERVER_CORE`] (training, on a builder whose CPUs are its own).
+    unpinned: bool,
 }
 
 impl Children {
+    /// Children that run wherever the scheduler puts them: a training run measures
+    /// nothing, and a build machine's allowed CPUs need not include [`SERVER_CORE`].
+    pub fn unpinned() -> Self {
+        Self {
+            children: Vec::new(),
+            unpinned: true,
+        }
+    }
+
     /// Start `program args` on the server core; `log` receives its stderr.
     pub fn spawn(
         &mut self,
@@ -57,8 +68,7 @@ impl Children {
         let log = std::fs::File::create(log).map_err(|e| format!("{name}: log file: {e}"))?;
         let mut command = Command::new("prlimit");
         command.arg(format!("--nofile={0}:{0}", nofile()));
-        // One core (a build machine running `--train`): nothing to pin apart.
-        if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+        if !self.unpinned {
             command.args(["taskset", "-c", SERVER_CORE]);
         }
         let child = command
@@ -140,21 +150,12 @@ impl Children {
             .position(|(_, child)| child.id() == pid)
             .ok_or_else(|| format!("no child {pid}"))?;
         let (name, mut child) = self.children.remove(i);
-        let target = rustix::process::Pid::from_raw(pid as i32).ok_or("pid 0")?;
-        rustix::process::kill_process(target, rustix::process::Signal::TERM)
-            .map_err(|e| format!("{name}: SIGTERM: {e}"))?;
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = child.try_wait().map_err(|e| format!("{name}: {e}"))? {
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{name} did not exit within {within:?} of SIGTERM"));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let exited = stop(&mut child, within).map_err(|e| format!("{name}: {e}"));
+        if exited.is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
+        exited
     }
 
     /// Fail when one of them already exited (a port taken, a bad config).
@@ -165,6 +166,24 @@ impl Children {
             }
         }
         Ok(())
+    }
+}
+
+/// SIGTERM to `child`, and its exit status once it exited, within `within`.
+fn stop(child: &mut Child, within: Duration) -> Result<ExitStatus, String> {
+    let pid = i32::try_from(child.id()).map_err(|_| "a pid out of range".to_owned())?;
+    let target = rustix::process::Pid::from_raw(pid).ok_or("pid 0")?;
+    rustix::process::kill_process(target, rustix::process::Signal::TERM)
+        .map_err(|e| format!("SIGTERM: {e}"))?;
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Ok(status);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("did not exit within {within:?} of SIGTERM"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

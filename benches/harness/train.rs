@@ -8,7 +8,8 @@
 //! few connections, through sidecars configured as the harness configures them: the
 //! JSON and SSE first calls and retries (a header principal); the retry with single use
 //! on the memory store, a fresh token each; the first call and the retry with a JWT
-//! principal, and through the stdio upstream. Every answer is checked as the harness
+//! principal, and through the stdio upstream (unpinned: a build machine's CPUs are its
+//! own, and nothing is measured). Every answer is checked as the harness
 //! checks it (the plaintext state never comes back). Then each sidecar is stopped with
 //! SIGTERM and waited for: it drains and exits 0, and only then does an instrumented
 //! binary write its profile: into `DIR` with `--profiles` (`LLVM_PROFILE_FILE` set for
@@ -37,6 +38,9 @@ pub const REQUESTS: usize = 10_000;
 const CONNECTIONS: usize = 8;
 /// How long a sidecar may take to drain and exit after SIGTERM.
 const EXIT_WITHIN: Duration = Duration::from_secs(20);
+/// How long one sidecar's (or the floor's) workload may take: a server that stops
+/// answering fails the build instead of hanging it.
+const WORKLOAD_WITHIN: Duration = Duration::from_secs(300);
 
 /// Single use on the memory store, one caller's share the whole store (as the harness
 /// sets it).
@@ -78,8 +82,9 @@ pub fn run_if_asked(args: &[String]) -> Option<ExitCode> {
 pub fn run(binary: &Path, requests: usize, profiles: Option<&Path>) -> Result<String, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let dir = dir.path();
-    let mut children = Children::default();
+    let mut children = Children::unpinned();
     let upstream_port = children.upstream_and_keys(dir)?;
+    procs::wait_ready(&mut children, loopback(upstream_port), "/")?;
     let jwt_principal = crate::jwt::setup(dir)?;
     // The access token rides on every request; only `sidecar-jwt` reads it.
     let drain = "[timeouts]\ndrain_ms = 2000\n";
@@ -109,7 +114,9 @@ pub fn run(binary: &Path, requests: usize, profiles: Option<&Path>) -> Result<St
     let mut report = String::new();
     for &(name, addr, _, _) in &sidecars {
         let started = Instant::now();
-        let sent = runtime.block_on(workload(name, addr, requests))?;
+        let sent = runtime
+            .block_on(within(workload(name, addr, requests)))
+            .map_err(|e| format!("{name}: {e}"))?;
         writeln!(
             report,
             "{name}: {sent} requests in {:.1} s",
@@ -135,8 +142,9 @@ pub fn run(binary: &Path, requests: usize, profiles: Option<&Path>) -> Result<St
 pub fn floor(requests: usize, profiles: Option<&Path>) -> Result<String, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let dir = dir.path();
-    let mut children = Children::default();
+    let mut children = Children::unpinned();
     let upstream_port = children.spawn_upstream(dir)?;
+    procs::wait_ready(&mut children, loopback(upstream_port), "/")?;
     let profile_file = profiles.map(|dir| dir.join("floor-%p-%m.profraw"));
     let env: Vec<(&str, &str)> = (profile_file.iter())
         .map(|file| ("LLVM_PROFILE_FILE", file.to_str().expect("a UTF-8 path")))
@@ -159,7 +167,7 @@ pub fn floor(requests: usize, profiles: Option<&Path>) -> Result<String, String>
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
     let started = Instant::now();
-    runtime.block_on(async {
+    runtime.block_on(within(async {
         for (_, path) in WORKLOADS {
             for (phase, body) in [
                 (Phase::First, request_body(None)),
@@ -175,7 +183,7 @@ pub fn floor(requests: usize, profiles: Option<&Path>) -> Result<String, String>
             }
         }
         Ok::<_, String>(())
-    })?;
+    }))?;
     let elapsed = started.elapsed().as_secs_f64();
     let status = children.terminate(pid, EXIT_WITHIN)?;
     if !status.success() {
@@ -222,6 +230,13 @@ async fn workload(name: &str, addr: SocketAddr, requests: usize) -> Result<usize
         generator::closed_loop(&retry, body, requests, CONNECTIONS).await?;
     }
     Ok(2 * requests * paths.len())
+}
+
+/// `work`, failed after [`WORKLOAD_WITHIN`].
+async fn within<T>(work: impl Future<Output = Result<T, String>>) -> Result<T, String> {
+    tokio::time::timeout(WORKLOAD_WITHIN, work)
+        .await
+        .map_err(|_| format!("no end within {WORKLOAD_WITHIN:?}"))?
 }
 
 /// Send each of `bodies` once to `target`, over [`CONNECTIONS`] connections.

@@ -258,7 +258,7 @@ impl Store {
         }
     }
 
-    /// Withdraw the reservation of `value` under `key` whose reply never came: delete it
+    /// Withdraw the reservation of `value` under `key` whose reply never came: remove it
     /// if it was made, and make sure it cannot be made later (Redis: a fence for `lease`,
     /// [`redis::RedisStore::withdraw_record`]; in memory a reservation is made or not
     /// before its call returns). Returns whether a reservation was removed.

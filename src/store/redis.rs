@@ -34,9 +34,12 @@ pub(crate) struct Wait {
     pub(crate) timeout: Duration,
 }
 
-/// What a [withdrawn](RedisStore::withdraw_record) reservation's fence starts with: no
-/// reserved value or record may.
-pub(crate) const WITHDRAWN: &str = "withdrawn:";
+/// What a [withdrawn](RedisStore::withdraw_record) reservation's fence is: its value with
+/// this after it, which no reserved value or record ends with. A suffix, so that a
+/// replica of the version before fences, which returns whatever a key holds, reads the
+/// fence as the reservation it fences (its digest, still in progress) and not as a
+/// conflict.
+pub(crate) const WITHDRAWN: &str = ":withdrawn";
 
 /// How long confirmations must have kept failing before readiness says so.
 const UNCONFIRMED_NOT_READY: Duration = Duration::from_secs(1);
@@ -169,7 +172,7 @@ impl RedisStore {
     /// A [withdrawal](Self::withdraw_record) fence is not a holder: another value's
     /// reservation replaces it, and the very value it fences finds it, removes it and
     /// reserves nothing ([`StoreError::Unavailable`]: this reservation was withdrawn before
-    /// it landed). `value` must not start with `withdrawn:`.
+    /// it landed). `value` must not end with `:withdrawn`.
     pub async fn reserve_record(
         &self,
         key: &str,
@@ -178,11 +181,11 @@ impl RedisStore {
     ) -> Result<Option<String>, StoreError> {
         const RESERVE: &str = r"
             local current = redis.call('GET', KEYS[1])
-            if current == ARGV[3] .. ARGV[1] then
+            if current == ARGV[1] .. ARGV[3] then
               redis.call('DEL', KEYS[1])
               return current
             end
-            if current and string.sub(current, 1, #ARGV[3]) ~= ARGV[3] then return current end
+            if current and string.sub(current, -#ARGV[3]) ~= ARGV[3] then return current end
             redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
             return false";
         let name = format!("{}i:{key}", self.prefix);
@@ -195,7 +198,7 @@ impl RedisStore {
             .arg(WITHDRAWN);
         let written: Written<Option<String>> = self.write(eval, &name).await?;
         match written.reply {
-            Some(held) if held.starts_with(WITHDRAWN) => {
+            Some(held) if held.ends_with(WITHDRAWN) => {
                 // Only a reservation that arrives after its own withdrawal meets its
                 // fence; its caller has long been told the store did not answer.
                 tracing::debug!("idempotency reservation arrived after its withdrawal: not made");
@@ -214,13 +217,15 @@ impl RedisStore {
         }
     }
 
-    /// Withdraw a reservation of `value` whose reply never came (it timed out): delete it
-    /// if it landed (`true`); if the key is free, leave a fence in its place for `lease`
-    /// so that the reservation, still on its way (behind a paused server, or on another
-    /// of the pool's connections than this command), cannot land after all and hold the
-    /// key for a whole lease with nobody to release it (`false`). A key another value
-    /// holds is left alone (`false`). Not waited for, like a release: a failover that
-    /// loses the fence only lets a late reservation hold the key until its lease ends.
+    /// Withdraw a reservation of `value` whose reply never came (it timed out): leave a
+    /// fence in its place for `lease`, replacing the reservation if it landed (`true`) or
+    /// on the free key (`false`), so that the reservation, still on its way (behind a
+    /// paused server, on another of the pool's connections than this command, or sent
+    /// twice), cannot land after all and hold the key for a whole lease with nobody to
+    /// release it. A key another value holds is left alone (`false`); if that value is
+    /// then released before the late reservation lands, the reservation holds the key
+    /// until its lease ends. Not waited for, like a release: a failover that loses the
+    /// fence has the same effect.
     pub async fn withdraw_record(
         &self,
         key: &str,
@@ -229,8 +234,9 @@ impl RedisStore {
     ) -> Result<bool, StoreError> {
         const WITHDRAW: &str = r"
             local current = redis.call('GET', KEYS[1])
-            if current == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-            if not current then redis.call('SET', KEYS[1], ARGV[3] .. ARGV[1], 'PX', ARGV[2]) end
+            if current and current ~= ARGV[1] then return 0 end
+            redis.call('SET', KEYS[1], ARGV[1] .. ARGV[3], 'PX', ARGV[2])
+            if current then return 1 end
             return 0";
         let mut eval = redis::cmd("EVAL");
         eval.arg(WITHDRAW)

@@ -36,11 +36,11 @@ pub(super) async fn renew(store: Arc<Store>, record: String, reserved: String, l
     }
 }
 
-/// After a reservation timed out: withdraw it ([`Store::withdraw_record`]: deleted if
-/// the store applied it after all, fenced if it has not landed yet, so that it cannot
-/// land later, on another connection than this command's, and hold the key for a lease
-/// with nobody to release it), trying until the store answers or the lease would have
-/// freed the key anyway. Only our value (its random nonce) is deleted or fenced. A
+/// After a reservation timed out: withdraw it ([`Store::withdraw_record`]: removed if
+/// the store applied it after all, and fenced either way, so that it cannot land later,
+/// on another connection than this command's, and hold the key for a lease with nobody
+/// to release it), trying until the store answers or the lease would have freed the key
+/// anyway. Only our value (its random nonce) is deleted or fenced. A
 /// withdrawal that itself timed out may still be applied, so `removed = false` at the
 /// end can also mean an earlier attempt removed it.
 pub(super) async fn withdraw(store: Arc<Store>, record: String, reserved: String, lease: Duration) {

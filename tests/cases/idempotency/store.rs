@@ -137,14 +137,17 @@ async fn a_reservation_that_timed_out_is_deleted_when_redis_resumes() {
 /// first (the reservation waits behind a paused server, or travels on another of the
 /// pool's connections): it then leaves a fence, so the reservation that lands late makes
 /// nothing and the key is free at once, instead of held for a lease by nobody. Another
-/// value's reservation replaces a fence; a reservation that landed is deleted; another
-/// value's is not touched; a fence lasts a lease.
+/// value's reservation replaces a fence; a reservation that landed is replaced by its
+/// fence (a copy of it sent twice lands on it too); another value's is not touched; a
+/// fence lasts a lease.
 #[tokio::test]
 async fn a_withdrawn_reservation_cannot_land_after_its_withdrawal() {
     let redis = RedisServer::start();
     let mut config = idempotent_config("http://127.0.0.1:9");
     config.single_use.store = SingleUseStore::Redis;
     config.single_use.redis_url = Some(redis.url());
+    // Every command answered, however loaded the machine: this test is about order.
+    config.single_use.redis_timeout_ms = 5000;
     let Ok(Store::Redis(store)) = Store::from_config(&config) else {
         panic!("a Redis store");
     };
@@ -174,6 +177,11 @@ async fn a_withdrawn_reservation_cannot_land_after_its_withdrawal() {
 
     assert_eq!(store.reserve_record("k3", "p:c", lease).await, Ok(None));
     assert_eq!(store.withdraw_record("k3", "p:c", lease).await, Ok(true));
+    assert_eq!(
+        store.reserve_record("k3", "p:c", lease).await,
+        Err(StoreError::Unavailable),
+        "the same reservation sent twice lands on its fence too"
+    );
     assert_eq!(store.reserve_record("k3", "p:d", lease).await, Ok(None));
     assert_eq!(store.withdraw_record("k3", "p:c", lease).await, Ok(false));
     assert_eq!(
