@@ -6,11 +6,12 @@
 //! Revocations live beside them under `<prefix>r:<digest>`, idempotency records under
 //! `<prefix>i:<key>` (reserved, renewed, swapped and withdrawn by Lua scripts, each
 //! conditional on the value it expects; a reservation that timed out is fenced, so that
-//! it cannot land after its withdrawal). A write that claims something (a consumption, a reservation, a
-//! revocation, a recorded answer) counts only once the replicas [`Replicas`] asks for
-//! confirmed it: `WAIT` follows it in the same pipeline; unconfirmed, a claim is released
-//! again and the caller told ([`StoreError::Unconfirmed`]), since a primary that fails
-//! before its replicas have a write is replaced by one without it. Every command has a
+//! it cannot land after its withdrawal). A write that claims something (a consumption, a
+//! reservation, a revocation, a recorded answer) counts only once the replicas
+//! [`Replicas`] asks for confirmed it: `WAIT` follows it in the same pipeline;
+//! unconfirmed, a claim is released again and the caller told
+//! ([`StoreError::Unconfirmed`]), since a primary that fails before its replicas have a
+//! write is replaced by one without it. Every command has a
 //! deadline; a store that does not answer in time is unavailable, never "fresh". The URL
 //! (it may carry a password) is never logged or echoed: errors name their kind only.
 
@@ -251,7 +252,7 @@ impl RedisStore {
 
     /// Replace (or, with `None`, delete) `<prefix>i:<key>` only while it holds `expected`
     /// (or holds `value` already: a record written again after it went unconfirmed).
-    pub async fn swap_record(
+    pub(crate) async fn swap_record(
         &self,
         key: &str,
         expected: &str,

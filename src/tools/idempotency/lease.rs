@@ -40,9 +40,9 @@ pub(super) async fn renew(store: Arc<Store>, record: String, reserved: String, l
 /// the store applied it after all, and fenced either way, so that it cannot land later,
 /// on another connection than this command's, and hold the key for a lease with nobody
 /// to release it), trying until the store answers or the lease would have freed the key
-/// anyway. Only our value (its random nonce) is deleted or fenced. A
-/// withdrawal that itself timed out may still be applied, so `removed = false` at the
-/// end can also mean an earlier attempt removed it.
+/// anyway. Only our value (its random nonce) is deleted or fenced. A withdrawal that
+/// itself timed out may still be applied, so `removed = false` at the end can also mean
+/// an earlier attempt removed it.
 pub(super) async fn withdraw(store: Arc<Store>, record: String, reserved: String, lease: Duration) {
     let give_up = tokio::time::Instant::now() + lease;
     while tokio::time::Instant::now() < give_up {
