@@ -202,15 +202,20 @@ fn run(settings: &Settings) -> Result<String, String> {
     procs::pin_self()?;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let mut children = Children::default();
-    let setup = start(&mut children, dir.path())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
-    let report = runtime.block_on(measure(settings, &setup, dir.path()))?;
-    children.check_alive()?;
-    let allocations = runtime.block_on(allocs::per_request(dir.path()))?;
-    Ok(format!("{report}\n{allocations}"))
+    let measured = (|| {
+        let setup = start(&mut children, dir.path())?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("runtime: {e}"))?;
+        let report = runtime.block_on(measure(settings, &setup, dir.path()))?;
+        children.check_alive()?;
+        let allocations = runtime.block_on(allocs::per_request(dir.path()))?;
+        Ok(format!("{report}\n{allocations}"))
+    })();
+    // The children stop (and flush their logs) before the logs are read.
+    drop(children);
+    measured.map_err(|e| procs::kept_on_failure(dir, e))
 }
 
 fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {

@@ -218,6 +218,38 @@ pub fn bare_bin() -> Result<std::path::PathBuf, String> {
 }
 
 /// A loopback port free right now.
+/// A failed run's `error`, with its temporary directory kept (the children's logs and
+/// configs stay for a look) and each log's last warning or error lines appended: a
+/// sidecar logs why it refused (a refusal's reason and detail, never the token), and that
+/// reason is what a failure report must carry.
+pub fn kept_on_failure(dir: tempfile::TempDir, error: String) -> String {
+    let dir = dir.keep();
+    let mut report = format!(
+        "{error}
+  (the run's files are kept in {})",
+        dir.display()
+    );
+    let mut logs: Vec<_> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let flagged: Vec<&str> = (text.lines())
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .collect();
+        let name = log.file_name().unwrap_or_default().to_string_lossy();
+        for line in &flagged[flagged.len().saturating_sub(3)..] {
+            report.push_str(&format!("\n  {name}: {line}"));
+        }
+    }
+    report
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

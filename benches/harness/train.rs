@@ -81,16 +81,25 @@ pub fn run_if_asked(args: &[String]) -> Option<ExitCode> {
 /// written into `profiles` when given; what was sent, as lines of text.
 pub fn run(binary: &Path, requests: usize, profiles: Option<&Path>) -> Result<String, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let dir = dir.path();
+    run_in(dir.path(), binary, requests, profiles).map_err(|e| procs::kept_on_failure(dir, e))
+}
+
+fn run_in(
+    dir: &Path,
+    binary: &Path,
+    requests: usize,
+    profiles: Option<&Path>,
+) -> Result<String, String> {
     let mut children = Children::unpinned();
     let upstream_port = children.upstream_and_keys(dir)?;
     procs::wait_ready(&mut children, loopback(upstream_port), "/")?;
     let jwt_principal = crate::jwt::setup(dir)?;
     // The access token rides on every request; only `sidecar-jwt` reads it.
     let drain = "[timeouts]\ndrain_ms = 2000\n";
-    let profile_file = profiles.map(|dir| dir.join("sidecar-%p-%m.profraw"));
-    let env: Vec<(&str, &str)> = (profile_file.iter())
-        .map(|file| ("LLVM_PROFILE_FILE", file.to_str().expect("a UTF-8 path")))
+    let profile_file = profile_file(profiles, "sidecar");
+    let env: Vec<_> = profile_file
+        .iter()
+        .map(|f| ("LLVM_PROFILE_FILE", f.as_str()))
         .collect();
     let mut sidecars = Vec::new();
     for (name, extra) in [
@@ -134,6 +143,15 @@ pub fn run(binary: &Path, requests: usize, profiles: Option<&Path>) -> Result<St
     Ok(report)
 }
 
+/// Where an instrumented `who` writes its profile (`LLVM_PROFILE_FILE`): one file per
+/// process and binary in `profiles`, if profiles are written.
+fn profile_file(profiles: Option<&Path>, who: &str) -> Option<String> {
+    profiles.map(|dir| {
+        let file = dir.join(format!("{who}-%p-%m.profraw"));
+        file.to_str().expect("a UTF-8 path").to_owned()
+    })
+}
+
 /// `--train-floor`: the floor (D, this executable as `--role-bare-proxy`) trained the
 /// same way, so that it can be built as the shipped sidecar is and B/D stays a ratio of
 /// like builds (`benches/harness/floor-pgo.sh`): the JSON and SSE first calls and
@@ -145,9 +163,10 @@ pub fn floor(requests: usize, profiles: Option<&Path>) -> Result<String, String>
     let mut children = Children::unpinned();
     let upstream_port = children.spawn_upstream(dir)?;
     procs::wait_ready(&mut children, loopback(upstream_port), "/")?;
-    let profile_file = profiles.map(|dir| dir.join("floor-%p-%m.profraw"));
-    let env: Vec<(&str, &str)> = (profile_file.iter())
-        .map(|file| ("LLVM_PROFILE_FILE", file.to_str().expect("a UTF-8 path")))
+    let profile_file = profile_file(profiles, "floor");
+    let env: Vec<_> = profile_file
+        .iter()
+        .map(|f| ("LLVM_PROFILE_FILE", f.as_str()))
         .collect();
     let port = procs::free_port();
     let pid = children.spawn_with_env(
