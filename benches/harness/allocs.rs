@@ -16,7 +16,7 @@ const COUNTED: usize = 2000;
 /// Allocations (count and bytes) per exchange of `COUNTED` sequential ones.
 async fn count(target: &Target, body: &bytes::Bytes) -> Result<(f64, f64), String> {
     generator::closed_loop(target, body.clone(), WARMUP, 1).await?;
-    let region = stats_alloc::Region::new(ALLOCATOR);
+    let region = stats_alloc::Region::new(&ALLOCATOR);
     generator::closed_loop(target, body.clone(), COUNTED, 1).await?;
     let stats = region.change();
     Ok((

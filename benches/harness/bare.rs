@@ -1,6 +1,7 @@
 //! Row D: the floor of the sidecar's own stack. A reverse proxy built from the same parts
 //! and settings as mcp-state-guard (a multi-thread tokio runtime, hyper-util's `auto`
-//! server, hyper-util's pooled legacy client with a TCP connector) that only forwards:
+//! server, hyper-util's pooled legacy client with a TCP connector, jemalloc: the
+//! harness's allocator, `main.rs`) that only forwards:
 //! no parsing, no crypto, no headers changed, bodies streamed both ways. What it costs
 //! per request is what any hyper-based proxy costs on this machine before it does
 //! anything; the sidecar cannot be faster than this row.
