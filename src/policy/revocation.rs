@@ -152,7 +152,7 @@ impl Revocations {
             None => hash.update([0]),
         }
         hash.update(principal.as_bytes());
-        hex::encode(&hash.finalize()[..16])
+        crate::text::hex_lower(&hash.finalize()[..16])
     }
 }
 
@@ -162,7 +162,7 @@ fn legacy_digest(principal: &str) -> String {
         .chain_update(b"mcp-state-guard/revoked/v1:")
         .chain_update(principal.as_bytes())
         .finalize();
-    hex::encode(&digest[..16])
+    crate::text::hex_lower(&digest[..16])
 }
 
 #[cfg(test)]

@@ -173,7 +173,7 @@ impl SingleUse {
         let ttl = Duration::from_secs_f64(remaining.clamp(1.0, 86_400.0 * 2.0));
         // Names this consumption so that only its owner releases it: unguessable, not a
         // key, so the thread-local CSPRNG (no system call per retry).
-        let mark = hex::encode(crate::token::keyring::fast_random_bytes::<16>());
+        let mark = crate::text::hex_lower(&crate::token::keyring::fast_random_bytes::<16>());
         let started = Instant::now();
         let result = self.store.consume(&id, &mark, ttl, owner()).await;
         self.metrics

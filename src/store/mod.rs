@@ -86,7 +86,7 @@ impl Owner {
             },
             (None, None) => hash.update(b"-"),
         }
-        Owner(Arc::from(hex::encode(&hash.finalize()[..16])))
+        Owner(Arc::from(crate::text::hex_lower(&hash.finalize()[..16])))
     }
 
     pub(crate) fn as_str(&self) -> &str {

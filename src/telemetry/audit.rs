@@ -308,7 +308,7 @@ pub(crate) fn principal_digest(principal: &str) -> String {
         .chain_update(b"mcp-state-guard/audit/principal:")
         .chain_update(principal.as_bytes())
         .finalize();
-    hex::encode(&digest[..8])
+    crate::text::hex_lower(&digest[..8])
 }
 
 /// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), when there is

@@ -148,7 +148,7 @@ impl Opened {
             .chain_update(b"mcp-state-guard/consumed/v1:")
             .chain_update(self.id)
             .finalize();
-        hex::encode(&digest[..16])
+        crate::text::hex_lower(&digest[..16])
     }
 }
 

@@ -230,7 +230,7 @@ impl Idempotency {
         };
         let reserved = format!(
             "{RESERVED}{digest}:{}",
-            hex::encode(crate::token::keyring::fast_random_bytes::<16>())
+            crate::text::hex_lower(&crate::token::keyring::fast_random_bytes::<16>())
         );
         let Some(held) = self.reserve(&record, &reserved, owner).await? else {
             self.metrics.idempotency(IdempotencyResult::Reserved);
@@ -464,7 +464,7 @@ impl Idempotency {
                 None => hash.update([0]),
             }
         }
-        hex::encode(&hash.finalize()[..16])
+        crate::text::hex_lower(&hash.finalize()[..16])
     }
 }
 
