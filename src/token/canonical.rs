@@ -282,7 +282,8 @@ pub(crate) fn write_python_float(value: f64, out: &mut String) {
         if value == 0.0 && value.is_sign_negative() {
             out.push('-');
         }
-        write!(out, "{}.0", value as i64).expect("writing to a String cannot fail");
+        out.push_str(itoa::Buffer::new().format(value as i64));
+        out.push_str(".0");
         return;
     }
     let mut shortest = StackText::default();

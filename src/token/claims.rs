@@ -10,7 +10,6 @@
 use super::canonical::{write_python_float, write_string};
 use base64_simd::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
-use std::fmt::Write as _;
 use subtle::ConstantTimeEq;
 
 pub(crate) const ENVELOPE_VERSION: u8 = 1;
@@ -124,7 +123,8 @@ impl MintClaims<'_> {
 
     pub(crate) fn encode_into(&self, out: &mut String) {
         out.push_str("{\"v\":");
-        write!(out, "{ENVELOPE_VERSION}").expect("a String takes any write");
+        // Integers by `itoa` (the digits `Display` writes, without the formatter).
+        out.push_str(itoa::Buffer::new().format(ENVELOPE_VERSION));
         out.push_str(",\"iat\":");
         write_python_float(self.iat, out);
         out.push_str(",\"exp\":");
@@ -175,7 +175,7 @@ impl MintClaims<'_> {
         }
         if let Some(flow) = self.flow {
             out.push_str(",\"n\":");
-            write!(out, "{}", flow.round).expect("a String takes any write");
+            out.push_str(itoa::Buffer::new().format(flow.round));
             out.push_str(",\"fs\":");
             write_python_float(flow.started, out);
         }
