@@ -55,7 +55,10 @@ pub fn run(other: PathBuf, rounds: usize) -> Result<String, String> {
     procs::ensure_tools()?;
     procs::pin_self()?;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let dir = dir.path();
+    run_in(dir.path(), other, rounds).map_err(|e| procs::kept_on_failure(dir, e))
+}
+
+fn run_in(dir: &Path, other: PathBuf, rounds: usize) -> Result<String, String> {
     let mut children = Children::default();
     let upstream_port = children.upstream_and_keys(dir)?;
     let mut builds = Vec::new();

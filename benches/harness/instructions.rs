@@ -130,7 +130,10 @@ pub fn run(counts: &Counts) -> Result<String, String> {
     procs::ensure_valgrind()?;
     procs::pin_self()?;
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let dir = dir.path();
+    run_in(dir.path(), counts).map_err(|e| procs::kept_on_failure(dir, e))
+}
+
+fn run_in(dir: &Path, counts: &Counts) -> Result<String, String> {
     let mut children = Children::default();
     let upstream_port = children.upstream_and_keys(dir)?;
     let (port, admin) = (procs::free_port(), procs::free_port());

@@ -218,7 +218,7 @@ fn run(settings: &Settings) -> Result<String, String> {
         let allocations = runtime.block_on(allocs::per_request(dir.path()))?;
         Ok(format!("{report}\n{allocations}"))
     })();
-    // The children stop (and flush their logs) before the logs are read.
+    // The children stop writing before their logs are read.
     drop(children);
     measured.map_err(|e| procs::kept_on_failure(dir, e))
 }

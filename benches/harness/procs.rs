@@ -217,7 +217,6 @@ pub fn bare_bin() -> Result<std::path::PathBuf, String> {
     }
 }
 
-/// A loopback port free right now.
 /// A failed run's `error`, with its temporary directory kept (the children's logs and
 /// configs stay for a look) and each log's last warning or error lines appended: a
 /// sidecar logs why it refused (a refusal's reason and detail, never the token), and that
@@ -239,8 +238,12 @@ pub fn kept_on_failure(dir: tempfile::TempDir, error: String) -> String {
     logs.sort();
     for log in logs {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
+        // Any case: the sidecar's JSON lines say `WARN`, nginx's `[warn]`.
         let flagged: Vec<&str> = (text.lines())
-            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .filter(|l| {
+                let l = l.to_ascii_lowercase();
+                l.contains("warn") || l.contains("error")
+            })
             .collect();
         let name = log.file_name().unwrap_or_default().to_string_lossy();
         for line in &flagged[flagged.len().saturating_sub(3)..] {
@@ -250,6 +253,7 @@ pub fn kept_on_failure(dir: tempfile::TempDir, error: String) -> String {
     report
 }
 
+/// A loopback port free right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

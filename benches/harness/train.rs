@@ -159,7 +159,10 @@ fn profile_file(profiles: Option<&Path>, who: &str) -> Option<String> {
 /// harness sends it through D); then SIGTERM, and its profile written into `profiles`.
 pub fn floor(requests: usize, profiles: Option<&Path>) -> Result<String, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let dir = dir.path();
+    floor_in(dir.path(), requests, profiles).map_err(|e| procs::kept_on_failure(dir, e))
+}
+
+fn floor_in(dir: &Path, requests: usize, profiles: Option<&Path>) -> Result<String, String> {
     let mut children = Children::unpinned();
     let upstream_port = children.spawn_upstream(dir)?;
     procs::wait_ready(&mut children, loopback(upstream_port), "/")?;
