@@ -54,8 +54,7 @@ fn cpu_ns(pid: u32) -> Result<u64, String> {
 pub fn run(other: PathBuf, rounds: usize) -> Result<String, String> {
     procs::ensure_tools()?;
     procs::pin_self()?;
-    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    run_in(dir.path(), other, rounds).map_err(|e| procs::kept_on_failure(dir, e))
+    procs::in_temp_dir(|dir| run_in(dir, other, rounds))
 }
 
 fn run_in(dir: &Path, other: PathBuf, rounds: usize) -> Result<String, String> {

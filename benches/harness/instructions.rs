@@ -129,8 +129,7 @@ impl Proxy {
 pub fn run(counts: &Counts) -> Result<String, String> {
     procs::ensure_valgrind()?;
     procs::pin_self()?;
-    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    run_in(dir.path(), counts).map_err(|e| procs::kept_on_failure(dir, e))
+    procs::in_temp_dir(|dir| run_in(dir, counts))
 }
 
 fn run_in(dir: &Path, counts: &Counts) -> Result<String, String> {

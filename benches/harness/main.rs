@@ -205,22 +205,18 @@ struct Setup {
 fn run(settings: &Settings) -> Result<String, String> {
     procs::ensure_tools()?;
     procs::pin_self()?;
-    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let mut children = Children::default();
-    let measured = (|| {
-        let setup = start(&mut children, dir.path())?;
+    procs::in_temp_dir(|dir| {
+        let mut children = Children::default();
+        let setup = start(&mut children, dir)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("runtime: {e}"))?;
-        let report = runtime.block_on(measure(settings, &setup, dir.path()))?;
+        let report = runtime.block_on(measure(settings, &setup, dir))?;
         children.check_alive()?;
-        let allocations = runtime.block_on(allocs::per_request(dir.path()))?;
+        let allocations = runtime.block_on(allocs::per_request(dir))?;
         Ok(format!("{report}\n{allocations}"))
-    })();
-    // The children stop writing before their logs are read.
-    drop(children);
-    measured.map_err(|e| procs::kept_on_failure(dir, e))
+    })
 }
 
 fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {

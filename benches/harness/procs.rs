@@ -217,11 +217,19 @@ pub fn bare_bin() -> Result<std::path::PathBuf, String> {
     }
 }
 
+/// `work` run in a fresh temporary directory, removed when it succeeds and kept when it
+/// fails ([`kept_on_failure`]); whatever `work` started has stopped by then (its
+/// children are its own locals), so their logs are whole when they are read.
+pub fn in_temp_dir<T>(work: impl FnOnce(&Path) -> Result<T, String>) -> Result<T, String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    work(dir.path()).map_err(|e| kept_on_failure(dir, e))
+}
+
 /// A failed run's `error`, with its temporary directory kept (the children's logs and
 /// configs stay for a look) and each log's last warning or error lines appended: a
 /// sidecar logs why it refused (a refusal's reason and detail, never the token), and that
 /// reason is what a failure report must carry.
-pub fn kept_on_failure(dir: tempfile::TempDir, error: String) -> String {
+fn kept_on_failure(dir: tempfile::TempDir, error: String) -> String {
     let dir = dir.keep();
     let mut report = format!(
         "{error}

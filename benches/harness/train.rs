@@ -80,8 +80,7 @@ pub fn run_if_asked(args: &[String]) -> Option<ExitCode> {
 /// Run the workload through the sidecar `binary`, `requests` requests each, its profiles
 /// written into `profiles` when given; what was sent, as lines of text.
 pub fn run(binary: &Path, requests: usize, profiles: Option<&Path>) -> Result<String, String> {
-    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    run_in(dir.path(), binary, requests, profiles).map_err(|e| procs::kept_on_failure(dir, e))
+    procs::in_temp_dir(|dir| run_in(dir, binary, requests, profiles))
 }
 
 fn run_in(
@@ -158,8 +157,7 @@ fn profile_file(profiles: Option<&Path>, who: &str) -> Option<String> {
 /// retries, `requests` each, the upstream's own plaintext state in the retry (as the
 /// harness sends it through D); then SIGTERM, and its profile written into `profiles`.
 pub fn floor(requests: usize, profiles: Option<&Path>) -> Result<String, String> {
-    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    floor_in(dir.path(), requests, profiles).map_err(|e| procs::kept_on_failure(dir, e))
+    procs::in_temp_dir(|dir| floor_in(dir, requests, profiles))
 }
 
 fn floor_in(dir: &Path, requests: usize, profiles: Option<&Path>) -> Result<String, String> {
