@@ -168,13 +168,14 @@ pub(crate) async fn serve<H, F>(
             name,
             refusals: options.refusals.clone(),
         };
-        let (builder, stop, tls) = (builder.clone(), shutdown.clone(), tls.clone());
+        let (builder, tls) = (builder.clone(), tls.clone());
         connections.spawn(async move {
             let _held = (permit, open, slot);
-            accepted.run(tls, builder, stop).await;
+            accepted.run(tls, builder).await;
         });
     }
     drop(listener);
+    slots.stop_all();
     drain(connections, &options).await;
 }
 
@@ -294,7 +295,6 @@ where
         self,
         tls: Option<Arc<crate::tls::ServerTls>>,
         builder: auto::Builder<TokioExecutor>,
-        mut stop: watch::Receiver<bool>,
     ) {
         let Accepted {
             stream,
@@ -362,11 +362,12 @@ where
                         connection.as_mut().graceful_shutdown();
                     }
                     Expired::Idle => return,
+                    // Shutdown (`Slots::stop_all`).
+                    Expired::Stop => {
+                        closing = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
                 },
-                _ = stopped(&mut stop), if !closing => {
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
-                }
             }
         }
     }

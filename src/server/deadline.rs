@@ -47,6 +47,9 @@ pub(crate) enum Expired {
     Head,
     /// Idle for too long: close (HTTP/2: after a GOAWAY).
     Idle,
+    /// The listener is shutting down ([`Clock::stop`]): finish what is in progress
+    /// (HTTP/2: after a GOAWAY), then close.
+    Stop,
 }
 
 /// The HTTP/2 connection preface; a connection that starts with it has no HTTP/1.1 heads.
@@ -69,6 +72,8 @@ pub(crate) struct Clock {
     state: Mutex<ClockState>,
     /// Set by a reclaim, which then wakes the task waiting in [`Clock::expired`].
     reclaimed: AtomicBool,
+    /// Set once the listener shuts down; it wakes the task too.
+    stopping: AtomicBool,
     waiter: AtomicWaker,
     header_read: Duration,
     idle: Duration,
@@ -86,6 +91,7 @@ impl Clock {
                 reclaimed: false,
             }),
             reclaimed: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             waiter: AtomicWaker::new(),
             header_read,
             idle,
@@ -197,6 +203,14 @@ impl Clock {
         true
     }
 
+    /// The listener is shutting down: [`Clock::expired`] answers [`Expired::Stop`] from
+    /// now on. (One flag the connection's task already watches, rather than a second
+    /// future it would poll at each wake-up.)
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.waiter.wake();
+    }
+
     /// The deadline in force if it has passed at `now`; otherwise when to look again:
     /// at that deadline, or one period from now if that comes first.
     fn look(&self, now: Instant) -> Result<Expired, Instant> {
@@ -209,7 +223,7 @@ impl Clock {
     }
 
     /// Resolves when the deadline in force passes (the phase may have changed meanwhile;
-    /// the deadline looked at is the one in force then). A poll between looks only polls
+    /// the deadline looked at is the one in force then), or once the listener stops. A poll between looks only polls
     /// the timer and registers the waker for a reclaim.
     pub(crate) async fn expired(&self) -> Expired {
         // Looks at once, on the first poll.
@@ -218,6 +232,9 @@ impl Clock {
         std::future::poll_fn(|cx| {
             // Registered before the flag is read, so a reclaim cannot slip in between.
             self.waiter.register(cx.waker());
+            if self.stopping.load(Ordering::Acquire) {
+                return Poll::Ready(Expired::Stop);
+            }
             loop {
                 let reclaimed = self.reclaimed.swap(false, Ordering::Acquire);
                 if !reclaimed && timer.as_mut().poll(cx).is_pending() {
@@ -458,6 +475,24 @@ mod tests {
         assert!(clock.reclaim());
         assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "a reclaim wakes it");
         assert_eq!(expired.as_mut().poll(&mut cx), Poll::Ready(Expired::Idle));
+    }
+
+    /// Shutdown reaches a connection through its clock, busy or not, and at once.
+    #[tokio::test]
+    async fn a_stop_ends_the_wait_at_once_even_with_a_request_in_progress() {
+        let clock = Clock::new(Duration::from_secs(3600), Duration::from_secs(3600));
+        clock.read(b"POST /mcp HTTP/1.1\r\n");
+        let _request = clock.request();
+        let started = Instant::now();
+        let stop_later = async {
+            tokio::time::sleep(HEAD).await;
+            clock.stop();
+        };
+        let (expired, ()) = tokio::join!(within(clock.expired()), stop_later);
+        assert_eq!(expired, Expired::Stop);
+        about(started.elapsed(), HEAD);
+        // And a wait that starts after the stop ends on its first poll.
+        assert_eq!(clock.expired().await, Expired::Stop);
     }
 
     #[tokio::test]

@@ -80,6 +80,16 @@ impl Slots {
         listed.per_peer.get(&peer).copied().unwrap_or(0)
     }
 
+    /// The listener is shutting down: every connection listed finishes what it has in
+    /// progress, then closes. Every connection is listed before its task starts, and none
+    /// after the listener stopped accepting, so each one is told.
+    pub(crate) fn stop_all(&self) {
+        let listed = self.listed.lock().expect("not poisoned");
+        for (_, clock) in listed.open.values() {
+            clock.stop();
+        }
+    }
+
     /// Close the connection idle the longest (of `peer` only, when given). Returns
     /// whether one was idle.
     pub(crate) fn reclaim_idle(&self, peer: Option<IpAddr>) -> bool {
