@@ -8,18 +8,8 @@
 //! (it just opened, or the first bytes of a new HTTP/1.1 request arrived), the idle
 //! deadline (no request in progress and nothing read since the last one ended), or none
 //! (a request in progress: its body and its response have their own limits).
-//!
-//! The connection's task is not woken when the phase changes (three times a request):
-//! it looks at the deadline in force when its timer fires, and arms the timer for that
-//! deadline or one [`Clock::period`] from now, whichever comes first. That is never
-//! late, because every change but a reclaim sets a deadline at least one period after
-//! itself (a head is due `header_read` after its first bytes, an idle connection closes
-//! `idle` after it went idle, and the period is the shorter of the two). A reclaim,
-//! which moves the deadline into the past, wakes the task. The cost is one look per
-//! period on each connection, idle or not.
 
 use super::framing::FramingScan;
-use atomic_waker::AtomicWaker;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// What the connection is waiting for.
@@ -70,11 +61,9 @@ struct ClockState {
 #[derive(Debug)]
 pub(crate) struct Clock {
     state: Mutex<ClockState>,
-    /// Set by a reclaim, which then wakes the task waiting in [`Clock::expired`].
-    reclaimed: AtomicBool,
-    /// Set once the listener shuts down; it wakes the task too.
+    changed: Notify,
+    /// Set once the listener shuts down ([`Clock::stop`]).
     stopping: AtomicBool,
-    waiter: AtomicWaker,
     header_read: Duration,
     idle: Duration,
 }
@@ -90,30 +79,25 @@ impl Clock {
                 prefix: Vec::new(),
                 reclaimed: false,
             }),
-            reclaimed: AtomicBool::new(false),
+            changed: Notify::new(),
             stopping: AtomicBool::new(false),
-            waiter: AtomicWaker::new(),
             header_read,
             idle,
         })
     }
 
-    /// A change of phase. It wakes nobody: the deadline it sets is at least one period
-    /// away (see the module's invariant).
     fn update(&self, change: impl FnOnce(&mut ClockState)) {
         let mut state = self.state.lock().expect("not poisoned");
         let before = state.phase;
         change(&mut state);
-        // A reclaim is for the idle spell it found, not for the next one.
-        if state.phase != before && !matches!(state.phase, Awaiting::Idle(_)) {
-            state.reclaimed = false;
+        if state.phase != before {
+            // A reclaim is for the idle spell it found, not for the next one.
+            if !matches!(state.phase, Awaiting::Idle(_)) {
+                state.reclaimed = false;
+            }
+            drop(state);
+            self.changed.notify_waiters();
         }
-    }
-
-    /// How long the task waiting in [`Clock::expired`] may sleep without looking: no
-    /// change of phase sets a deadline nearer than this.
-    fn period(&self) -> Duration {
-        self.header_read.min(self.idle)
     }
 
     /// Bytes arrived from the client.
@@ -198,55 +182,42 @@ impl Clock {
         }
         state.reclaimed = true;
         drop(state);
-        self.reclaimed.store(true, Ordering::Release);
-        self.waiter.wake();
+        self.changed.notify_waiters();
         true
     }
 
     /// The listener is shutting down: [`Clock::expired`] answers [`Expired::Stop`] from
-    /// now on. (One flag the connection's task already watches, rather than a second
-    /// future it would poll at each wake-up.)
+    /// now on. (The wait the connection's task already has, rather than a second future
+    /// it would poll at each wake-up.)
     pub(crate) fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
-        self.waiter.wake();
+        self.changed.notify_waiters();
     }
 
-    /// The deadline in force if it has passed at `now`; otherwise when to look again:
-    /// at that deadline, or one period from now if that comes first.
-    fn look(&self, now: Instant) -> Result<Expired, Instant> {
-        let again = now + self.period();
-        match self.deadline() {
-            Some((at, expired)) if at <= now => Ok(expired),
-            Some((at, _)) => Err(at.min(again)),
-            None => Err(again),
-        }
-    }
-
-    /// Resolves when the deadline in force passes (the phase may have changed meanwhile;
-    /// the deadline looked at is the one in force then), or once the listener stops. A poll between looks only polls
-    /// the timer and registers the waker for a reclaim.
+    /// Resolves when the deadline in force passes without the phase changing, or once
+    /// the listener stops.
     pub(crate) async fn expired(&self) -> Expired {
-        // Looks at once, on the first poll.
-        let timer = tokio::time::sleep_until(Instant::now());
-        tokio::pin!(timer);
-        std::future::poll_fn(|cx| {
-            // Registered before the flag is read, so a reclaim cannot slip in between.
-            self.waiter.register(cx.waker());
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the deadline and the stop are read, so no change slips
+            // in between.
+            changed.as_mut().enable();
             if self.stopping.load(Ordering::Acquire) {
-                return Poll::Ready(Expired::Stop);
+                return Expired::Stop;
             }
-            loop {
-                let reclaimed = self.reclaimed.swap(false, Ordering::Acquire);
-                if !reclaimed && timer.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                match self.look(Instant::now()) {
-                    Ok(expired) => return Poll::Ready(expired),
-                    Err(at) => timer.as_mut().reset(at),
-                }
+            match self.deadline() {
+                Some((at, expired)) => tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {
+                        if self.deadline() == Some((at, expired)) {
+                            return expired;
+                        }
+                    }
+                    _ = &mut changed => {}
+                },
+                None => changed.await,
             }
-        })
-        .await
+        }
     }
 
     /// A guard for one request: started now, finished when dropped (with the response
@@ -447,34 +418,6 @@ mod tests {
         let (expired, idle_since) = tokio::join!(within(clock.expired()), ends_later);
         assert_eq!(expired, Expired::Idle);
         about(idle_since.elapsed(), IDLE);
-    }
-
-    /// The connection's task is not woken by the phase changes of its requests (three
-    /// each), only by a reclaim; and after a reclaim the deadline it gives is the idle one.
-    #[tokio::test]
-    async fn requests_do_not_wake_the_waiting_task_and_a_reclaim_does() {
-        struct Count(std::sync::atomic::AtomicUsize);
-        impl std::task::Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        let wakes = Arc::new(Count(Default::default()));
-        let waker = std::task::Waker::from(wakes.clone());
-        let mut cx = Context::from_waker(&waker);
-        let clock = Clock::new(HEAD, Duration::from_secs(3600));
-        let expired = clock.expired();
-        tokio::pin!(expired);
-        assert!(expired.as_mut().poll(&mut cx).is_pending());
-        for _ in 0..100 {
-            clock.read(b"POST /mcp HTTP/1.1\r\n");
-            drop(clock.request());
-        }
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 0, "no wake per request");
-        assert!(expired.as_mut().poll(&mut cx).is_pending());
-        assert!(clock.reclaim());
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "a reclaim wakes it");
-        assert_eq!(expired.as_mut().poll(&mut cx), Poll::Ready(Expired::Idle));
     }
 
     /// Shutdown reaches a connection through its clock, busy or not, and at once.
