@@ -7,9 +7,10 @@
 //! connection is closed to make room before anyone waits; one client address holds at
 //! most `max_connections_per_peer` of them (past it a new connection of that address
 //! closes one of its own idle ones, or is answered 429 and closed without taking a
-//! slot); after shutdown is signalled no new connection is accepted; connections in flight get until the drain deadline to finish
-//! (SSE streams never end on their own, so the deadline is what ends them), then they are
-//! closed. A TLS handshake runs in the connection's own task (under its own timeout),
+//! slot); after shutdown is signalled no new connection is accepted, and every open one
+//! is told through its [`deadline::Clock`] (so its task waits on one future, not two);
+//! connections in flight get until the drain deadline to finish (SSE streams never end on
+//! their own, so the deadline is what ends them), then they are closed. A TLS handshake runs in the connection's own task (under its own timeout),
 //! never in the accept loop, so a slow client cannot stall others; every request of a
 //! TLS connection carries the client's verified identity, if any.
 

@@ -1,5 +1,7 @@
 //! The shutdown signal, on the ground floor: every long-running task (the listeners, the
-//! file watchers, the JWKS refresher, the store watch) ends when it flips.
+//! file watchers, the JWKS refresher, the store watch) ends when it flips. A listener's
+//! connections learn it from the listener, through their clocks
+//! (the server's `Slots::stop_all`), not each from the channel.
 //!
 //! Invariant: [`stopped`] resolves once shutdown is signalled or its sender is gone, and
 //! holds no borrow of the channel across an await.
