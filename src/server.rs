@@ -10,9 +10,10 @@
 //! slot); after shutdown is signalled no new connection is accepted, and every open one
 //! is told through its [`deadline::Clock`] (so its task waits on one future, not two);
 //! connections in flight get until the drain deadline to finish (SSE streams never end on
-//! their own, so the deadline is what ends them), then they are closed. A TLS handshake runs in the connection's own task (under its own timeout),
-//! never in the accept loop, so a slow client cannot stall others; every request of a
-//! TLS connection carries the client's verified identity, if any.
+//! their own, so the deadline is what ends them), then they are closed. A TLS handshake
+//! runs in the connection's own task (under its own timeout), never in the accept loop,
+//! so a slow client cannot stall others; every request of a TLS connection carries the
+//! client's verified identity, if any.
 
 mod address;
 pub(crate) mod deadline;
