@@ -358,14 +358,11 @@ where
                         tracing::debug!(listener = name, %peer, "request head not received in time; closing");
                         return;
                     }
-                    // A GOAWAY tells an HTTP/2 client not to open streams on it again.
-                    Expired::Idle if clock.is_http2() => {
-                        closing = true;
-                        connection.as_mut().graceful_shutdown();
-                    }
-                    Expired::Idle => return,
-                    // Shutdown (`Slots::stop_all`).
-                    Expired::Stop => {
+                    // HTTP/1.1 with nothing in progress: close now.
+                    Expired::Idle if !clock.is_http2() => return,
+                    // Shutdown (`Slots::stop_all`): finish what is in progress. Idle
+                    // HTTP/2: a GOAWAY tells the client not to open streams on it again.
+                    Expired::Idle | Expired::Stop => {
                         closing = true;
                         connection.as_mut().graceful_shutdown();
                     }
