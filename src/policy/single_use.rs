@@ -158,7 +158,7 @@ impl SingleUse {
     /// consumed.
     pub(crate) async fn consume<'o>(
         &self,
-        opened: &Opened,
+        opened: &Opened<'_>,
         method: &str,
         target: &str,
         owner: impl FnOnce() -> &'o Owner,

@@ -87,7 +87,7 @@ impl StateOpener {
         let kid = KeyId::of_token(&token);
         let opened = self
             .sealer
-            .open(&token, &binding, principal)
+            .open_in(&token, &binding, principal, arena)
             .map_err(|rejection| self.refuse(method, rejection.reason, rejection.detail))?;
         self.still_good(method, &opened, principal).await?;
         self.check_answers(method, params, &opened, arena)?;
@@ -121,7 +121,7 @@ impl StateOpener {
     async fn still_good(
         &self,
         method: &str,
-        opened: &Opened,
+        opened: &Opened<'_>,
         principal: Option<&str>,
     ) -> Result<(), ProxyError> {
         let now = crate::token::now();
@@ -160,7 +160,7 @@ impl StateOpener {
         &self,
         method: &str,
         params: &mut Params<'_>,
-        opened: &Opened,
+        opened: &Opened<'_>,
         arena: &LiteArena,
     ) -> Result<(), ProxyError> {
         if !params.is_there(ParamsField::InputResponses) {
@@ -184,7 +184,7 @@ impl StateOpener {
     fn answered<A: JsonView>(
         &self,
         method: &str,
-        opened: &Opened,
+        opened: &Opened<'_>,
         answers: &A,
         arena: &LiteArena,
     ) -> (usize, Result<(), ProxyError>) {
@@ -202,8 +202,9 @@ impl StateOpener {
         let Some(questions) = &opened.questions else {
             return (unasked, Ok(()));
         };
-        // Read only now that there are answers to check. A token of ours recorded an
-        // object (its claims said so when it opened); anything else fails closed.
+        // Read with the claims (or now, for a token opened outside a request's arena).
+        // A token of ours recorded an object (its claims said so when it opened);
+        // anything else fails closed.
         let Some(questions) = questions.read(arena) else {
             let refusal = self.refuse(method, Reject::Malformed, "recorded questions do not read");
             return (unasked, Err(refusal));
@@ -228,7 +229,7 @@ impl StateOpener {
     async fn consume<'o>(
         &self,
         method: &str,
-        opened: &Opened,
+        opened: &Opened<'_>,
         binding: &RequestBinding,
         owner: impl FnOnce() -> &'o Owner,
     ) -> Result<Option<Claim>, ProxyError> {

@@ -67,7 +67,7 @@ impl KeyId {
 
     #[cfg(test)]
     /// The key that opened a verified token.
-    pub(crate) fn of_opened(opened: &Opened) -> KeyId {
+    pub(crate) fn of_opened(opened: &Opened<'_>) -> KeyId {
         KeyId(
             opened.id[..KID_LEN]
                 .try_into()

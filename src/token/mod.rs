@@ -18,6 +18,7 @@ pub(crate) mod keyring;
 pub(crate) mod kid;
 mod metrics;
 
+use crate::jsonrpc::LiteArena;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -86,7 +87,7 @@ pub struct Rejection {
     pub detail: &'static str,
 }
 
-fn reject(reason: Reject, detail: &'static str) -> Rejection {
+const fn reject(reason: Reject, detail: &'static str) -> Rejection {
     Rejection { reason, detail }
 }
 
@@ -111,8 +112,9 @@ pub struct SealOptions<'a> {
     pub flow: Option<Flow>,
 }
 
-/// A verified token.
-pub struct Opened {
+/// A verified token; `'a`: the arena its recorded questions were read into, if any
+/// ([`StateSealer::open_in`]).
+pub struct Opened<'a> {
     /// The upstream's plaintext state, as a JSON string token (quotes included): what
     /// the upstream receives as its `requestState`.
     pub(crate) state_json: String,
@@ -121,8 +123,8 @@ pub struct Opened {
     pub no_upstream_state: bool,
     /// The keys asked in the minting round, when the minter recorded them.
     pub asked: Option<Vec<String>>,
-    /// What each asked key asked, when the minter recorded it (read on demand).
-    pub questions: Option<Questions>,
+    /// What each asked key asked, when the minter recorded it.
+    pub questions: Option<Questions<'a>>,
     /// Where the token stands in its flow, when the minter recorded it.
     pub(crate) flow: Option<Flow>,
     /// Unix seconds when it was minted (revocations compare against it).
@@ -133,7 +135,7 @@ pub struct Opened {
     pub(crate) id: [u8; TOKEN_ID_LEN],
 }
 
-impl Opened {
+impl Opened<'_> {
     /// The upstream's plaintext state.
     pub fn state(&self) -> String {
         serde_json::from_str(&self.state_json).expect("a string token the claims checked")
@@ -300,7 +302,7 @@ impl StateSealer {
         token: &str,
         binding: &RequestBinding,
         principal: Option<&str>,
-    ) -> Result<Opened, Rejection> {
+    ) -> Result<Opened<'static>, Rejection> {
         self.open_at(now(), token, binding, principal)
     }
 
@@ -310,14 +312,48 @@ impl StateSealer {
         token: &str,
         binding: &RequestBinding,
         principal: Option<&str>,
-    ) -> Result<Opened, Rejection> {
-        let unsealed = self.ring.load().open(token).map_err(|e| match e {
+    ) -> Result<Opened<'static>, Rejection> {
+        let unsealed = self.unseal(token)?;
+        let claims = OpenedClaims::decode(unsealed.payload()).ok_or(MALFORMED_CLAIMS)?;
+        self.check(now, &claims, binding, principal)?;
+        let questions = claims.qd.map(Questions::unread);
+        Ok(Self::opened(claims, questions, &unsealed))
+    }
+
+    /// [`StateSealer::open`], the claims read out of a copy of the plaintext in `arena`
+    /// (a request's), with the questions the round recorded: read once, as the claims
+    /// are, rather than passed over then and read when the answers are checked.
+    pub fn open_in<'a>(
+        &self,
+        token: &str,
+        binding: &RequestBinding,
+        principal: Option<&str>,
+        arena: &'a LiteArena,
+    ) -> Result<Opened<'a>, Rejection> {
+        let unsealed = self.unseal(token)?;
+        let text = std::str::from_utf8(unsealed.payload()).map_err(|_| MALFORMED_CLAIMS)?;
+        let (claims, questions) =
+            OpenedClaims::decode_in(arena.alloc_str(text), arena).ok_or(MALFORMED_CLAIMS)?;
+        self.check(now(), &claims, binding, principal)?;
+        Ok(Self::opened(claims, questions, &unsealed))
+    }
+
+    fn unseal(&self, token: &str) -> Result<keyring::Unsealed, Rejection> {
+        self.ring.load().open(token).map_err(|e| match e {
             OpenError::Malformed => reject(Reject::Malformed, "not a canonical v1 token"),
             OpenError::UnknownKey => reject(Reject::UnknownKey, "key id not in the ring"),
             OpenError::Tampered => reject(Reject::Malformed, "authentication tag mismatch"),
-        })?;
-        let claims = OpenedClaims::decode(unsealed.payload())
-            .ok_or(reject(Reject::Malformed, "claims do not parse"))?;
+        })
+    }
+
+    /// Whether opened `claims` hold for this request at `now`.
+    fn check(
+        &self,
+        now: f64,
+        claims: &OpenedClaims<'_>,
+        binding: &RequestBinding,
+        principal: Option<&str>,
+    ) -> Result<(), Rejection> {
         // Accept-conditions stated positively, as the reference does, so that a NaN
         // (which JSON cannot carry, but a future parser might) fails them.
         let issued_in_time = claims.iat <= now + FUTURE_SKEW_SECONDS;
@@ -358,12 +394,20 @@ impl StateSealer {
             (Some(claim), Some(principal)) if principal_matches(claim, principal) => {}
             (Some(_), Some(_)) => return Err(reject(Reject::Principal, "principal mismatch")),
         }
-        Ok(Opened {
+        Ok(())
+    }
+
+    fn opened<'a>(
+        claims: OpenedClaims<'_>,
+        questions: Option<Questions<'a>>,
+        unsealed: &keyring::Unsealed,
+    ) -> Opened<'a> {
+        Opened {
             state_json: claims.s.to_owned(),
             single_use: claims.su,
             no_upstream_state: claims.ns,
             asked: claims.q,
-            questions: claims.qd.map(Questions::new),
+            questions,
             flow: claims
                 .n
                 .zip(claims.fs)
@@ -371,9 +415,12 @@ impl StateSealer {
             issued_at: claims.iat,
             expires_at: claims.exp,
             id: unsealed.id(),
-        })
+        }
     }
 }
+
+/// What every plaintext that holds no claims of this version is refused as.
+const MALFORMED_CLAIMS: Rejection = reject(Reject::Malformed, "claims do not parse");
 
 /// Wall-clock Unix seconds as the reference's `time.time()` gives them.
 pub fn now() -> f64 {

@@ -7,6 +7,7 @@
 //! cursor never moves past a token it did not accept.
 
 use super::lexer::{Lexer, NotJson, unescape};
+use super::lite::{LiteArena, LiteJson};
 use std::borrow::Cow;
 
 /// How many containers a value read whole may nest: well within serde_json's 128
@@ -114,6 +115,16 @@ impl<'a> Compact<'a> {
 
     /// One whole value, as its text stands (whitespace inside it allowed, as serde_json
     /// allows it in a raw value).
+    /// The value next read into a light tree in `arena` as [`LiteJson::read`] reads a
+    /// text of its own, and its text; `None` (the cursor where it was) where that read
+    /// refuses it.
+    pub(crate) fn lite(&mut self, arena: &'a LiteArena) -> Option<(LiteJson<'a>, &'a str)> {
+        let start = self.lexer.at();
+        let (value, len) = LiteJson::read_prefix(&self.text[start..], arena)?;
+        self.lexer.advance(len);
+        Some((value, &self.text[start..start + len]))
+    }
+
     pub(crate) fn value(&mut self) -> Option<&'a str> {
         let start = self.lexer.at();
         self.skip_value(0).ok()?;

@@ -23,7 +23,7 @@ pub type LiteArena = bumpalo::Bump;
 
 /// What an arena for the values of one request is created with: a request's answers,
 /// questions, capabilities or arguments fit, and a larger document takes more chunks.
-pub(crate) const LITE_ARENA_BYTES: usize = 1024;
+pub(crate) const LITE_ARENA_BYTES: usize = 2048;
 
 /// Containers nest fewer levels than this, as the strict parse reads them (`serde_json`'s
 /// recursion limit).
@@ -50,16 +50,19 @@ impl<'a> LiteJson<'a> {
     /// One JSON value (whitespace around it allowed), its lists in `arena`; `None` when
     /// the strict parse would refuse the text.
     pub fn read(text: &'a str, arena: &'a LiteArena) -> Option<Self> {
-        let mut reader = Reader {
-            text,
-            lexer: Lexer::new(text),
-            arena,
-            pending: bumpalo::collections::Vec::with_capacity_in(8, arena),
-        };
+        let mut reader = Reader::new(text, arena);
         reader.lexer.skip_whitespace();
         let value = reader.value(0).ok()?;
         reader.lexer.skip_whitespace();
         reader.lexer.is_done().then_some(value)
+    }
+
+    /// The value that starts `text` (no whitespace before it), read as [`LiteJson::read`]
+    /// reads it, and how many bytes it took; what follows is not looked at.
+    pub(crate) fn read_prefix(text: &'a str, arena: &'a LiteArena) -> Option<(Self, usize)> {
+        let mut reader = Reader::new(text, arena);
+        let value = reader.value(0).ok()?;
+        Some((value, reader.lexer.at()))
     }
 }
 
@@ -73,6 +76,15 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    fn new(text: &'a str, arena: &'a LiteArena) -> Self {
+        Reader {
+            text,
+            lexer: Lexer::new(text),
+            arena,
+            pending: bumpalo::collections::Vec::with_capacity_in(8, arena),
+        }
+    }
+
     fn value(&mut self, depth: usize) -> Result<LiteJson<'a>, NotJson> {
         Ok(match self.lexer.peek().ok_or(NotJson)? {
             b'{' => self.object(depth + 1)?,
@@ -342,5 +354,28 @@ mod tests {
             assert!(LiteJson::read(text, &arena).is_none(), "{text}");
         }
         assert!(LiteJson::read(r#"{"__proto":1,"proto__":2}"#, &arena).is_some());
+    }
+
+    #[test]
+    fn a_prefix_reads_as_the_value_alone_reads_and_says_where_it_ends() {
+        let arena = LiteArena::new();
+        for value in [
+            r#"{"a":[1,{"b":"\u00e9"}],"c":null}"#,
+            r#"[]"#,
+            r#""x""#,
+            r#"-1.5e3"#,
+            r#"true"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"__proto__":1}"#,
+            r#"{"a":01}"#,
+            r#"{"a":"#,
+        ] {
+            for rest in ["", ",\"n\":3}", "}", " x"] {
+                let text = format!("{value}{rest}");
+                let whole = LiteJson::read(value, &arena);
+                let prefix = LiteJson::read_prefix(&text, &arena);
+                assert_eq!(prefix, whole.map(|v| (v, value.len())), "{text}");
+            }
+        }
     }
 }

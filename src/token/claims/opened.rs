@@ -104,9 +104,32 @@ impl<'a> OpenedClaims<'a> {
             .ok()
             .and_then(Self::read_layout)
             .or_else(|| Self::read_general(payload))?;
-        // The recorded questions are an object, checked without building it.
-        let questions_object = claims.qd.is_none_or(|q| q.starts_with('{'));
-        (claims.v == f64::from(ENVELOPE_VERSION) && questions_object).then_some(claims)
+        claims.checked()
+    }
+
+    /// [`OpenedClaims::decode`] of a plaintext in `arena`, the recorded questions read
+    /// with it: by the layout reading, in its one pass over the claims, where the text
+    /// is laid out as minted, else after serde_json's reading.
+    pub(crate) fn decode_in(
+        text: &'a str,
+        arena: &'a LiteArena,
+    ) -> Option<(Self, Option<Questions<'a>>)> {
+        let (claims, read) = match Self::read_layout_in(text, Some(arena)) {
+            Some((claims, read)) => (claims.checked()?, read),
+            None => (Self::read_general(text.as_bytes())?.checked()?, None),
+        };
+        let questions = claims.qd.map(|text| Questions {
+            text: Cow::Borrowed(text),
+            read: Some(read.unwrap_or_else(|| read_questions(text, arena))),
+        });
+        Some((claims, questions))
+    }
+
+    /// Claims of this version, whose recorded questions are an object (checked without
+    /// building it).
+    fn checked(self) -> Option<Self> {
+        let questions_object = self.qd.is_none_or(|q| q.starts_with('{'));
+        (self.v == f64::from(ENVELOPE_VERSION) && questions_object).then_some(self)
     }
 
     /// serde_json's reading: members in any order, unknown ones ignored; the state a
@@ -122,6 +145,18 @@ impl<'a> OpenedClaims<'a> {
     /// `None` at the first thing otherwise (also for a value serde_json would accept:
     /// `null`, a member out of order); [`OpenedClaims::read_general`] then decides.
     fn read_layout(text: &'a str) -> Option<Self> {
+        Self::read_layout_in(text, None).map(|(claims, _)| claims)
+    }
+
+    /// [`OpenedClaims::read_layout`]; with an `arena`, the recorded questions are read
+    /// into it as they are passed (`Some`: what [`Questions::read`] answers), instead of
+    /// only checked. A text the strict parse refuses is then checked the layout's way,
+    /// so the claims read the same either way.
+    fn read_layout_in(
+        text: &'a str,
+        arena: Option<&'a LiteArena>,
+    ) -> Option<(Self, Option<Option<LiteJson<'a>>>)> {
+        let mut read = None;
         let mut c = Compact::new(text);
         c.byte(b'{')?;
         let v = float(c.first("v")?.number()?)?;
@@ -137,11 +172,23 @@ impl<'a> OpenedClaims<'a> {
         let ns = optional(&mut c, "ns", Compact::boolean)?;
         let q = optional(&mut c, "q", strings)?;
         let u = optional(&mut c, "u", Compact::string)?;
-        let qd = optional(&mut c, "qd", |c| c.peek_is(b'{').then(|| c.value())?)?;
+        let qd = optional(&mut c, "qd", |c| {
+            if !c.peek_is(b'{') {
+                return None;
+            }
+            // Read as a text of its own, as `Questions::read` reads it (serde_json passes
+            // over a raw value, so its depth in the claims counts for nothing).
+            if let Some((tree, text)) = arena.and_then(|arena| c.lite(arena)) {
+                read = Some(Some(tree));
+                return Some(text);
+            }
+            read = arena.map(|_| None);
+            c.value()
+        })?;
         let n = optional(&mut c, "n", round)?;
         let fs = optional(&mut c, "fs", |c| float(c.number()?))?;
         c.byte(b'}')?;
-        c.is_done().then_some(OpenedClaims {
+        let claims = OpenedClaims {
             v,
             iat,
             exp,
@@ -158,7 +205,8 @@ impl<'a> OpenedClaims<'a> {
             qd,
             n,
             fs,
-        })
+        };
+        c.is_done().then_some((claims, read))
     }
 }
 
@@ -216,27 +264,45 @@ fn strings(c: &mut Compact<'_>) -> Option<Vec<String>> {
 }
 
 /// The questions a round recorded in its token (`qd`), as the JSON text the token
-/// carries: parsed only when a retry's answers are checked against them.
+/// carries, and what the strict parse reads of it once read: a token opened in a
+/// request's arena ([`StateSealer::open_in`](crate::token::StateSealer::open_in)) has
+/// them read with its claims, any other when its answers are checked.
 #[derive(Debug, Clone)]
-pub struct Questions(String);
+pub struct Questions<'a> {
+    text: Cow<'a, str>,
+    /// `Some`: read already (`None` inside: the strict parse refuses the text).
+    read: Option<Option<LiteJson<'a>>>,
+}
 
-impl Questions {
-    pub(crate) fn new(text: &str) -> Self {
-        Questions(text.to_owned())
+impl<'a> Questions<'a> {
+    /// Questions not read yet, their text copied out of the plaintext.
+    pub(crate) fn unread(text: &str) -> Questions<'static> {
+        Questions {
+            text: Cow::Owned(text.to_owned()),
+            read: None,
+        }
     }
 
-    /// What each asked key asked, read over the claim's text; `None` if the text is
-    /// not an object (a token of ours never holds one: its claims were checked when it
-    /// opened).
+    /// What each asked key asked, read over the claim's text (into `arena` unless read
+    /// already); `None` if the text is not an object the strict parse reads (a token of
+    /// ours never holds one: its claims were checked when it opened).
     pub fn read<'v>(&'v self, arena: &'v LiteArena) -> Option<LiteJson<'v>> {
-        LiteJson::read(&self.0, arena).filter(JsonView::is_object)
+        match self.read {
+            Some(read) => read,
+            None => read_questions(&self.text, arena),
+        }
     }
 
     /// The same as a `serde_json` tree, for the oracles.
     #[cfg(any(test, feature = "oracle"))]
     pub fn tree(&self) -> Option<Map<String, Value>> {
-        serde_json::from_str(&self.0).ok()
+        serde_json::from_str(&self.text).ok()
     }
+}
+
+/// The recorded questions' text read as [`Questions::read`] answers.
+fn read_questions<'v>(text: &'v str, arena: &'v LiteArena) -> Option<LiteJson<'v>> {
+    LiteJson::read(text, arena).filter(JsonView::is_object)
 }
 
 #[cfg(test)]

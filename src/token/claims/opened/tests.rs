@@ -11,6 +11,30 @@ fn readings(text: &str) -> (Option<OpenedClaims<'_>>, Option<OpenedClaims<'_>>) 
     )
 }
 
+/// The reading with the questions (`decode_in`) against `decode` and a read of the
+/// questions afterwards (what a token opened outside an arena has): the same claims, and
+/// the same questions, tree for tree.
+fn read_in_arena_as_after(text: &str) {
+    let arena = LiteArena::new();
+    let read_in = OpenedClaims::decode_in(text, &arena);
+    let decoded = OpenedClaims::decode(text.as_bytes());
+    assert_eq!(
+        read_in.as_ref().map(|(claims, _)| claims),
+        decoded.as_ref(),
+        "{text}"
+    );
+    let (Some((_, questions)), Some(decoded)) = (read_in, decoded) else {
+        return;
+    };
+    let later = LiteArena::new();
+    let unread = decoded.qd.map(Questions::unread);
+    assert_eq!(
+        questions.as_ref().map(|q| q.read(&arena)),
+        unread.as_ref().map(|q| q.read(&later)),
+        "{text}"
+    );
+}
+
 fn binding(path: Option<&str>) -> RequestBinding {
     let params = json!({"name": "provision", "arguments": {"name": "web-1"}});
     let binding = RequestBinding::of("tools/call", params.as_object()).unwrap();
@@ -56,6 +80,7 @@ fn minted_claims_are_read_by_their_layout_as_serde_json_reads_them() {
                 assert_eq!(layout, general, "{text}");
                 let decoded = OpenedClaims::decode(text.as_bytes()).unwrap();
                 assert_eq!(serde_json::from_str::<String>(decoded.s).unwrap(), state);
+                read_in_arena_as_after(&text);
             }
         }
     }
@@ -124,5 +149,42 @@ proptest! {
         if layout.is_some() {
             prop_assert_eq!(layout, general, "{}", text);
         }
+        read_in_arena_as_after(text);
+    }
+}
+
+/// Questions the strict parse refuses but serde_json reads (a key twice, `__proto__`, a
+/// nesting past the layout's depth) open the same with the claims read in an arena:
+/// the claims read, the questions do not (their check refuses the retry).
+#[test]
+fn questions_read_with_the_claims_refuse_what_the_strict_parse_refuses() {
+    let base = minted("st", true, Some("/mcp"));
+    let with = |qd: &str| {
+        let at = base.find(r#""qd":"#).unwrap() + 5;
+        let end = base.rfind(r#","n":"#).unwrap();
+        format!("{}{qd}{}", &base[..at], &base[end..])
+    };
+    let deep = |levels: usize| format!("{{\"a\":{}1{}}}", "[".repeat(levels), "]".repeat(levels));
+    for (qd, reads) in [
+        (r#"{"region":{"m":"elicitation/create"}}"#.to_owned(), true),
+        (
+            r#"{"region":{"m":"a"},"region":{"m":"b"}}"#.to_owned(),
+            false,
+        ),
+        (r#"{"__proto__":{}}"#.to_owned(), false),
+        (
+            r#"{"r":{"$serde_json::private::Number":"1"}}"#.to_owned(),
+            false,
+        ),
+        (deep(40), true),
+        (deep(126), true),
+        // serde_json passes over a raw value at any depth; the strict parse does not.
+        (deep(127), false),
+    ] {
+        let text = with(&qd);
+        read_in_arena_as_after(&text);
+        let arena = LiteArena::new();
+        let (_, questions) = OpenedClaims::decode_in(&text, &arena).expect(&text);
+        assert_eq!(questions.unwrap().read(&arena).is_some(), reads, "{qd}");
     }
 }
