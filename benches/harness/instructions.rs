@@ -12,13 +12,19 @@
 //! child runs natively (callgrind does not follow children), so E's count is the
 //! sidecar's own work for a line out and a line in, beside B's for an HTTP hop.
 //!
+//! The single-use sidecar (memory store) is counted on the JSON retry alone, each retry
+//! with a token of its own minted through it before the counters are zeroed (a token
+//! spends once): what single use adds to a retry, beside B's.
+//!
 //! Unlike throughput and latency, an instruction count does not move with what else the
 //! machine runs, so it compares across runs and builds: issue 22's target is B ≤ 1.4× D,
 //! first call and retry.
 
 use crate::generator::{self, Target};
 use crate::procs::{self, Children};
-use crate::{PLAINTEXT_MARK, Phase, WORKLOADS, loopback, request_body, state_of, upstream};
+use crate::{
+    PLAINTEXT_MARK, Phase, SINGLE_USE_MEMORY, WORKLOADS, loopback, request_body, state_of, upstream,
+};
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -172,6 +178,31 @@ fn run_in(dir: &Path, counts: &Counts) -> Result<String, String> {
             stdio_config.to_str().expect("a UTF-8 temp path"),
         ],
     )?;
+    let (memory_port, memory_admin) = (procs::free_port(), procs::free_port());
+    let memory_config = dir.join("sidecar-memory.toml");
+    std::fs::write(
+        &memory_config,
+        crate::sidecar_config(
+            dir,
+            memory_port,
+            memory_admin,
+            upstream_port,
+            SINGLE_USE_MEMORY,
+        ),
+    )
+    .map_err(|e| format!("single-use sidecar config: {e}"))?;
+    let memory = Proxy::start(
+        &mut children,
+        dir,
+        "sidecar-memory",
+        loopback(memory_port),
+        &procs::sidecar_bin("HARNESS_SIDECAR_BIN"),
+        &[
+            "run",
+            "--config",
+            memory_config.to_str().expect("a UTF-8 temp path"),
+        ],
+    )?;
     let bare_port = procs::free_port();
     let bare = Proxy::start(
         &mut children,
@@ -191,11 +222,12 @@ fn run_in(dir: &Path, counts: &Counts) -> Result<String, String> {
     procs::wait_ready_within(&mut children, loopback(admin), "/readyz", slow)?;
     procs::wait_ready_within(&mut children, bare.addr, "/", slow)?;
     procs::wait_ready_within(&mut children, loopback(stdio_admin), "/readyz", slow)?;
+    procs::wait_ready_within(&mut children, loopback(memory_admin), "/readyz", slow)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
-    let table = runtime.block_on(measure(counts, sidecar, bare, stdio))?;
+    let table = runtime.block_on(measure(counts, sidecar, bare, stdio, memory))?;
     children.check_alive()?;
     keep_dumps(dir)?;
     // This build's allocations beside its instructions (counted in this process, on the
@@ -228,6 +260,7 @@ async fn measure(
     mut sidecar: Proxy,
     mut bare: Proxy,
     mut stdio: Proxy,
+    mut memory: Proxy,
 ) -> Result<String, String> {
     let mut out = String::new();
     let _ = writeln!(
@@ -269,6 +302,7 @@ async fn measure(
     );
     let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: |");
     let (workload, path) = WORKLOADS[0];
+    let json_retry = json_b[1];
     for (phase, b) in [Phase::First, Phase::Retry].into_iter().zip(json_b) {
         let e = per_request(counts, &mut stdio, path, phase).await;
         let e = e.map_err(|e| format!("{workload} {} stdio sidecar: {e}", phase.label()))?;
@@ -281,7 +315,54 @@ async fn measure(
             e / b
         );
     }
+    let single = spent_once(counts, &mut memory, path).await;
+    let single = single.map_err(|e| format!("{workload} single-use retry: {e}"))?;
+    let _ = writeln!(
+        out,
+        "\n| answer | phase | B single use (memory) instructions/request | B instructions/request | ratio |"
+    );
+    let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: |");
+    let _ = writeln!(
+        out,
+        "| {workload} | {} | {:.1} k | {:.1} k | {:.2} |",
+        Phase::Retry.label(),
+        single / 1000.0,
+        json_retry / 1000.0,
+        single / json_retry
+    );
     Ok(out)
+}
+
+/// A single-use sidecar's instructions per retry of `counts.measured`, after
+/// `counts.warmup`, each retry with a token of its own minted on the same connection
+/// before the counters are zeroed.
+async fn spent_once(counts: &Counts, proxy: &mut Proxy, path: &'static str) -> Result<f64, String> {
+    let first = Target {
+        addr: proxy.addr,
+        path,
+        expect: Phase::First.expect(),
+        forbid: Some(PLAINTEXT_MARK),
+    };
+    let retry = Target {
+        expect: Phase::Retry.expect(),
+        ..first.clone()
+    };
+    let mut send = generator::connect(proxy.addr).await?;
+    let mut bodies = Vec::with_capacity(counts.warmup + counts.measured);
+    for _ in 0..counts.warmup + counts.measured {
+        let answer = generator::exchange(&mut send, &first, request_body(None)).await?;
+        bodies.push(request_body(Some(&state_of(&answer)?)));
+    }
+    let (warmup, measured) = bodies.split_at(counts.warmup);
+    for body in warmup {
+        generator::exchange(&mut send, &retry, body.clone()).await?;
+    }
+    proxy.control("--zero")?;
+    for body in measured {
+        generator::exchange(&mut send, &retry, body.clone()).await?;
+    }
+    let instructions = proxy.dump()?;
+    Ok(instructions as f64 / counts.measured as f64)
 }
 
 /// One proxy's instructions per exchange of `counts.measured`, after `counts.warmup`.

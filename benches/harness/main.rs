@@ -233,15 +233,7 @@ fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         Ok::<_, String>((loopback(port), loopback(admin), pid))
     };
     let (sidecar, sidecar_admin, sidecar_pid) = start_sidecar("sidecar", "")?;
-    // The harness is one caller (one principal) spending tens of thousands of states
-    // within their lifetime: its share of the memory store is the whole store, as a
-    // single-tenant deployment would set it (the default share is a fraction, so the
-    // row would measure 429s).
-    let (memory, memory_admin, _) = start_sidecar(
-        "sidecar-memory",
-        "[single_use]\ntools = [\"provision\"]\nstore = \"memory\"\n\
-         memory_max_entries = 1000000\nmax_entries_per_principal = 1000000\n",
-    )?;
+    let (memory, memory_admin, _) = start_sidecar("sidecar-memory", SINGLE_USE_MEMORY)?;
     let (redis, redis_admin, _) = start_sidecar(
         "sidecar-redis",
         &format!(
@@ -417,6 +409,12 @@ impl Phase {
 }
 
 const WORKLOADS: [(&str, &str); 2] = [("JSON", "/mcp"), ("SSE", "/mcp/sse")];
+/// The single-use section of the memory-store sidecar. The harness is one caller (one
+/// principal) spending tens of thousands of states within their lifetime: its share of
+/// the memory store is the whole store, as a single-tenant deployment would set it (the
+/// default share is a fraction, so the row would measure 429s).
+const SINGLE_USE_MEMORY: &str = "[single_use]\ntools = [\"provision\"]\nstore = \"memory\"\n\
+     memory_max_entries = 1000000\nmax_entries_per_principal = 1000000\n";
 /// The upstream's plaintext state holds this; a sealed answer must not.
 const PLAINTEXT_MARK: &str = "team-a";
 
