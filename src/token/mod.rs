@@ -314,15 +314,14 @@ impl StateSealer {
         principal: Option<&str>,
     ) -> Result<Opened<'static>, Rejection> {
         let unsealed = self.unseal(token)?;
-        let claims = OpenedClaims::decode(unsealed.payload()).ok_or(MALFORMED_CLAIMS)?;
-        self.check(now, &claims, binding, principal)?;
-        let questions = claims.qd.map(Questions::unread);
-        Ok(Self::opened(claims, questions, &unsealed))
+        self.open_unsealed(now, &unsealed, binding, principal)
     }
 
     /// [`StateSealer::open`], the claims read out of a copy of the plaintext in `arena`
     /// (a request's), with the questions the round recorded: read once, as the claims
-    /// are, rather than passed over then and read when the answers are checked.
+    /// are, rather than passed over then and read when the answers are checked. A
+    /// plaintext over [`COPIED_PLAINTEXT_BYTES`] (a large state) is not copied: its
+    /// questions are read when the answers are checked, as `open`'s are.
     pub fn open_in<'a>(
         &self,
         token: &str,
@@ -331,11 +330,28 @@ impl StateSealer {
         arena: &'a LiteArena,
     ) -> Result<Opened<'a>, Rejection> {
         let unsealed = self.unseal(token)?;
+        if unsealed.payload().len() > COPIED_PLAINTEXT_BYTES {
+            return self.open_unsealed(now(), &unsealed, binding, principal);
+        }
         let text = std::str::from_utf8(unsealed.payload()).map_err(|_| MALFORMED_CLAIMS)?;
         let (claims, questions) =
             OpenedClaims::decode_in(arena.alloc_str(text), arena).ok_or(MALFORMED_CLAIMS)?;
         self.check(now(), &claims, binding, principal)?;
         Ok(Self::opened(claims, questions, &unsealed))
+    }
+
+    /// An unsealed token's claims checked, its questions kept as text.
+    fn open_unsealed(
+        &self,
+        now: f64,
+        unsealed: &keyring::Unsealed,
+        binding: &RequestBinding,
+        principal: Option<&str>,
+    ) -> Result<Opened<'static>, Rejection> {
+        let claims = OpenedClaims::decode(unsealed.payload()).ok_or(MALFORMED_CLAIMS)?;
+        self.check(now, &claims, binding, principal)?;
+        let questions = claims.qd.map(Questions::unread);
+        Ok(Self::opened(claims, questions, unsealed))
     }
 
     fn unseal(&self, token: &str) -> Result<keyring::Unsealed, Rejection> {
@@ -418,6 +434,11 @@ impl StateSealer {
         }
     }
 }
+
+/// The largest plaintext [`StateSealer::open_in`] copies into a request's arena: the
+/// copy lives as long as the arena (across the store's round trips), so a large state
+/// is not held twice for the sake of reading its questions once.
+pub(crate) const COPIED_PLAINTEXT_BYTES: usize = 4096;
 
 /// What every plaintext that holds no claims of this version is refused as.
 const MALFORMED_CLAIMS: Rejection = reject(Reject::Malformed, "claims do not parse");
