@@ -141,67 +141,19 @@ pub fn run(counts: &Counts) -> Result<String, String> {
 fn run_in(dir: &Path, counts: &Counts) -> Result<String, String> {
     let mut children = Children::default();
     let upstream_port = children.upstream_and_keys(dir)?;
-    let (port, admin) = (procs::free_port(), procs::free_port());
-    let config = dir.join("sidecar.toml");
-    std::fs::write(
-        &config,
-        crate::sidecar_config(dir, port, admin, upstream_port, ""),
-    )
-    .map_err(|e| format!("sidecar config: {e}"))?;
-    let sidecar = Proxy::start(
-        &mut children,
-        dir,
-        "sidecar",
-        loopback(port),
-        &procs::sidecar_bin("HARNESS_SIDECAR_BIN"),
-        &[
-            "run",
-            "--config",
-            config.to_str().expect("a UTF-8 temp path"),
-        ],
-    )?;
+    let config = |extra: &'static str| {
+        move |port, admin| crate::sidecar_config(dir, port, admin, upstream_port, extra)
+    };
+    let (sidecar, admin) = start_sidecar(&mut children, dir, "sidecar", config(""))?;
     let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
-    let (stdio_port, stdio_admin) = (procs::free_port(), procs::free_port());
-    let stdio_config = dir.join("sidecar-stdio.toml");
-    let base = crate::sidecar_config(dir, stdio_port, stdio_admin, upstream_port, "");
-    std::fs::write(&stdio_config, crate::stdio::config(&base, &me))
-        .map_err(|e| format!("stdio sidecar config: {e}"))?;
-    let stdio = Proxy::start(
-        &mut children,
-        dir,
-        "sidecar-stdio",
-        loopback(stdio_port),
-        &procs::sidecar_bin("HARNESS_SIDECAR_BIN"),
-        &[
-            "run",
-            "--config",
-            stdio_config.to_str().expect("a UTF-8 temp path"),
-        ],
-    )?;
-    let (memory_port, memory_admin) = (procs::free_port(), procs::free_port());
-    let memory_config = dir.join("sidecar-memory.toml");
-    std::fs::write(
-        &memory_config,
-        crate::sidecar_config(
-            dir,
-            memory_port,
-            memory_admin,
-            upstream_port,
-            SINGLE_USE_MEMORY,
-        ),
-    )
-    .map_err(|e| format!("single-use sidecar config: {e}"))?;
-    let memory = Proxy::start(
+    let (stdio, stdio_admin) = start_sidecar(&mut children, dir, "sidecar-stdio", |p, a| {
+        crate::stdio::config(&config("")(p, a), &me)
+    })?;
+    let (memory, memory_admin) = start_sidecar(
         &mut children,
         dir,
         "sidecar-memory",
-        loopback(memory_port),
-        &procs::sidecar_bin("HARNESS_SIDECAR_BIN"),
-        &[
-            "run",
-            "--config",
-            memory_config.to_str().expect("a UTF-8 temp path"),
-        ],
+        config(SINGLE_USE_MEMORY),
     )?;
     let bare_port = procs::free_port();
     let bare = Proxy::start(
@@ -219,10 +171,10 @@ fn run_in(dir: &Path, counts: &Counts) -> Result<String, String> {
     // Both start at once; under valgrind that takes seconds, not milliseconds.
     let slow = Duration::from_secs(120);
     procs::wait_ready_within(&mut children, loopback(upstream_port), "/", slow)?;
-    procs::wait_ready_within(&mut children, loopback(admin), "/readyz", slow)?;
+    procs::wait_ready_within(&mut children, admin, "/readyz", slow)?;
     procs::wait_ready_within(&mut children, bare.addr, "/", slow)?;
-    procs::wait_ready_within(&mut children, loopback(stdio_admin), "/readyz", slow)?;
-    procs::wait_ready_within(&mut children, loopback(memory_admin), "/readyz", slow)?;
+    procs::wait_ready_within(&mut children, stdio_admin, "/readyz", slow)?;
+    procs::wait_ready_within(&mut children, memory_admin, "/readyz", slow)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -234,6 +186,28 @@ fn run_in(dir: &Path, counts: &Counts) -> Result<String, String> {
     // harness's allocator): the two figures the per-request work is judged by.
     let allocations = runtime.block_on(crate::allocs::per_request(dir))?;
     Ok(format!("{table}\n{allocations}"))
+}
+
+/// A sidecar of this build (or `HARNESS_SIDECAR_BIN`) under callgrind as `name`, on the
+/// configuration `config` writes for its port and admin port; and its admin address.
+fn start_sidecar(
+    children: &mut Children,
+    dir: &Path,
+    name: &'static str,
+    config: impl FnOnce(u16, u16) -> String,
+) -> Result<(Proxy, SocketAddr), String> {
+    let (port, admin) = (procs::free_port(), procs::free_port());
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, config(port, admin)).map_err(|e| format!("{name} config: {e}"))?;
+    let proxy = Proxy::start(
+        children,
+        dir,
+        name,
+        loopback(port),
+        &procs::sidecar_bin("HARNESS_SIDECAR_BIN"),
+        &["run", "--config", file.to_str().expect("a UTF-8 temp path")],
+    )?;
+    Ok((proxy, loopback(admin)))
 }
 
 /// With `HARNESS_CALLGRIND_KEEP=DIR`, the dumps (`callgrind.sidecar.out.N`,
