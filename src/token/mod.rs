@@ -320,8 +320,8 @@ impl StateSealer {
     /// [`StateSealer::open`], the claims read out of a copy of the plaintext in `arena`
     /// (a request's), with the questions the round recorded: read once, as the claims
     /// are, rather than passed over then and read when the answers are checked. A
-    /// plaintext over [`COPIED_PLAINTEXT_BYTES`] (a large state) is not copied: its
-    /// questions are read when the answers are checked, as `open`'s are.
+    /// plaintext over 4 KiB (`COPIED_PLAINTEXT_BYTES`: a large state) is not copied;
+    /// its questions are read when the answers are checked, as `open`'s are.
     pub fn open_in<'a>(
         &self,
         token: &str,

@@ -113,8 +113,6 @@ impl<'a> Compact<'a> {
         }
     }
 
-    /// One whole value, as its text stands (whitespace inside it allowed, as serde_json
-    /// allows it in a raw value).
     /// The value next read into a light tree in `arena` as [`LiteJson::read`] reads a
     /// text of its own, and its text; `None` (the cursor where it was) where that read
     /// refuses it.
@@ -125,6 +123,8 @@ impl<'a> Compact<'a> {
         Some((value, &self.text[start..start + len]))
     }
 
+    /// One whole value, as its text stands (whitespace inside it allowed, as serde_json
+    /// allows it in a raw value).
     pub(crate) fn value(&mut self) -> Option<&'a str> {
         let start = self.lexer.at();
         self.skip_value(0).ok()?;
