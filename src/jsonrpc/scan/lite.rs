@@ -57,8 +57,9 @@ impl<'a> LiteJson<'a> {
         reader.lexer.is_done().then_some(value)
     }
 
-    /// The value that starts `text` (no whitespace before it), read as [`LiteJson::read`]
-    /// reads it, and how many bytes it took; what follows is not looked at.
+    /// The value that starts `text` (no whitespace before it), read as
+    /// [`LiteJson::read`] reads it, and how many bytes it took; what follows is not
+    /// looked at.
     pub(crate) fn read_prefix(text: &'a str, arena: &'a LiteArena) -> Option<(Self, usize)> {
         let mut reader = Reader::new(text, arena);
         let value = reader.value(0).ok()?;
