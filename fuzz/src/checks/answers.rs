@@ -2,7 +2,10 @@
 //! and the retry's answers checked against it ([`answers::check`]).
 //!
 //! Input: a JSON object `{"inputRequests": {...}, "inputResponses": {...}}` (parsed as
-//! strictly as the sidecar parses both sides); anything else is skipped.
+//! strictly as the sidecar parses both sides: what the gate's scan refuses, such as
+//! serde_json's number stand-in as a key anywhere, which the tree parse reads as an
+//! ordinary key past an object's first, never reaches the answers' check); anything
+//! else is skipped.
 //!
 //! Invariants: never panics; the recorded questions stay within `MAX_QUESTIONS_BYTES`,
 //! hold one entry per asked key and survive sealing into a token and opening it
@@ -28,6 +31,12 @@ pub fn check(data: &[u8]) {
     let Ok(Value::Object(input)) = jsonrpc::parse_bounded(data, 10_000) else {
         return;
     };
+    // The light reader accepts exactly what the gate's strict scan accepts.
+    let accepted = std::str::from_utf8(data)
+        .is_ok_and(|text| LiteJson::read(text, &LiteArena::new()).is_some());
+    if !accepted {
+        return;
+    }
     let (Some(Value::Object(requests)), Some(Value::Object(responses))) =
         (input.get("inputRequests"), input.get("inputResponses"))
     else {
