@@ -62,7 +62,7 @@ pub fn check(data: &[u8]) {
     let Ok((_, questions)) = recorded else {
         let mut canonical_text = String::new();
         let writes = write_python_json(&expected, false, &mut canonical_text).is_ok()
-            && serde_json::from_str::<Value>(&canonical_text).is_ok();
+            && jsonrpc::parse_bounded(canonical_text.as_bytes(), usize::MAX).is_ok();
         assert!(!fits || !writes, "questions within the cap were refused");
         return;
     };
@@ -72,7 +72,11 @@ pub fn check(data: &[u8]) {
         canonical(&expected),
         "the claim is not the rules' questions"
     );
-    let Ok(Value::Object(recorded_map)) = serde_json::from_str::<Value>(&questions) else {
+    // Read as the sidecar's strict parse reads a text: serde_json's own `Value` turns
+    // an object whose first key is its raw-value stand-in into the value that key's
+    // string spells, and nothing of the sidecar reads questions that way.
+    let Ok(Value::Object(recorded_map)) = jsonrpc::parse_bounded(questions.as_bytes(), usize::MAX)
+    else {
         panic!("questions are not an object");
     };
     assert!(
