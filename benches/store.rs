@@ -3,8 +3,8 @@
 //!
 //! Memory first, in this still small process: VmRSS (`/proc/self/status`) once the store
 //! is built, then with 100,000 and with 1,000,000 live ids (one store, filled in two
-//! steps). Ids are 32 hex characters like the real ones (the first 16 bytes of a
-//! SHA-256), remembered for 10 minutes, so none expires during the run. Then criterion
+//! steps). Ids are 16 bytes like the real ones (the first 16 bytes of a SHA-256),
+//! remembered for 10 minutes, so none expires during the run. Then criterion
 //! times `consume` on that full store: a fresh id (released again, untimed, after each
 //! sample, so the store stays at 1,000,000) and a replayed one.
 //!
@@ -17,8 +17,8 @@
 //! `cargo bench --bench store [-- --quick]`
 
 use criterion::{Criterion, Throughput};
-use mcp_state_guard::facade::store::Consumed;
 use mcp_state_guard::facade::store::memory::{MemoryStore, RECORD_OVERHEAD_BYTES, RecordBounds};
+use mcp_state_guard::facade::store::{Consumed, ConsumptionId};
 use sha2::{Digest, Sha256};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -28,15 +28,22 @@ const DEFAULT_BOUND: usize = 1_000_000;
 const TTL: Duration = Duration::from_secs(600);
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// The `n`th id: 32 hex characters, as `Opened::consumption_id` writes them.
-fn id(n: u64) -> String {
-    hex::encode(&Sha256::digest(n.to_le_bytes())[..16])
+/// The first 16 bytes of a SHA-256 of `n`.
+fn digest(n: u64) -> [u8; 16] {
+    Sha256::digest(n.to_le_bytes())[..16]
+        .try_into()
+        .expect("SHA-256 is 32 bytes")
+}
+
+/// The `n`th id: 16 bytes of a digest, as `Opened::consumption_id` makes them.
+fn id(n: u64) -> ConsumptionId {
+    ConsumptionId(digest(n))
 }
 
 /// The owner of the `n`th id: one of a thousand callers, named as
 /// `store::Owner` names them (32 hex characters).
 fn owner(n: u64) -> String {
-    id(u64::MAX / 2 - n % 1000)
+    hex::encode(digest(u64::MAX / 2 - n % 1000))
 }
 
 /// The owner of the timed consumptions.
@@ -79,7 +86,7 @@ fn fill_and_measure() -> MemoryStore {
     let mut inserted = 0u64;
     for target in [DEFAULT_BOUND / 10, DEFAULT_BOUND] {
         while inserted < target as u64 {
-            let fresh = store.consume(&id(inserted), TTL, &owner(inserted));
+            let fresh = store.consume(id(inserted), TTL, &owner(inserted));
             assert_eq!(fresh, Ok(Consumed::Fresh), "id {inserted}");
             inserted += 1;
         }
@@ -115,9 +122,9 @@ fn measure_records(store: &MemoryStore) {
     );
     let (before, _) = resident();
     for n in 0..RECORDS {
-        let key = id(u64::MAX - n);
+        let key = hex::encode(digest(u64::MAX - n));
         let reserved = format!("p:{}:{}", "d".repeat(64), "0".repeat(32));
-        let owner = id(n % 1000);
+        let owner = hex::encode(digest(n % 1000));
         assert_eq!(
             store.reserve_record(&key, &reserved, TTL, &owner, 1_048_576),
             Ok(None)
@@ -146,16 +153,16 @@ fn consume(c: &mut Criterion, store: &MemoryStore) {
     let mut next = DEFAULT_BOUND as u64;
     group.bench_function("consume/fresh, 1M live", |b| {
         b.iter_custom(|iters| {
-            let ids: Vec<String> = (0..iters).map(|i| id(next + i)).collect();
+            let ids: Vec<ConsumptionId> = (0..iters).map(|i| id(next + i)).collect();
             next += iters;
             let started = Instant::now();
             let fresh = ids
                 .iter()
-                .filter(|i| store.consume(black_box(i), TTL, OWNER) == Ok(Consumed::Fresh))
+                .filter(|&&i| store.consume(black_box(i), TTL, OWNER) == Ok(Consumed::Fresh))
                 .count();
             let elapsed = started.elapsed();
             assert_eq!(fresh as u64, iters, "every id was fresh");
-            for i in &ids {
+            for &i in &ids {
                 store.release(i);
             }
             assert_eq!(store.len(), DEFAULT_BOUND);
@@ -165,14 +172,14 @@ fn consume(c: &mut Criterion, store: &MemoryStore) {
     let mut seen = 0u64;
     group.bench_function("consume/replayed, 1M live", |b| {
         b.iter_custom(|iters| {
-            let ids: Vec<String> = (0..iters)
+            let ids: Vec<ConsumptionId> = (0..iters)
                 .map(|i| id((seen + i) % DEFAULT_BOUND as u64))
                 .collect();
             seen += iters;
             let started = Instant::now();
             let replayed = ids
                 .iter()
-                .filter(|i| store.consume(black_box(i), TTL, OWNER) == Ok(Consumed::Replayed))
+                .filter(|&&i| store.consume(black_box(i), TTL, OWNER) == Ok(Consumed::Replayed))
                 .count();
             let elapsed = started.elapsed();
             assert_eq!(replayed as u64, iters, "every id was replayed");

@@ -161,7 +161,7 @@ pub mod stdio {
 
 /// The shared store.
 pub mod store {
-    pub use crate::store::{Consumed, Owner, Store, StoreError, StoreKind};
+    pub use crate::store::{Consumed, ConsumptionId, Owner, Store, StoreError, StoreKind};
 
     /// The Redis store.
     pub mod redis {

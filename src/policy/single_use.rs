@@ -17,7 +17,7 @@
 
 use super::metrics::{Consumption, PolicyMetrics};
 use crate::config::{OnStoreError, SingleUseConfig};
-use crate::store::{Consumed, Owner, Store, StoreError};
+use crate::store::{Consumed, ConsumptionId, Mark, Owner, Store, StoreError};
 use crate::token::{FUTURE_SKEW_SECONDS, Opened, Reject};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -73,9 +73,9 @@ pub(crate) enum NotConsumed {
 
 /// A recorded consumption, released if the upstream never saw the request.
 pub(crate) struct Claim {
-    id: String,
+    id: ConsumptionId,
     /// The random value recorded with it: only this claim releases it.
-    mark: String,
+    mark: Mark,
 }
 
 /// The single-use phase: the live policy, the store, and what to do when it fails.
@@ -166,16 +166,16 @@ impl SingleUse {
         if !opened.single_use && !self.policy.load().applies(method, target) {
             return Ok(None);
         }
-        let id = opened.consumption_id();
+        let id = ConsumptionId(opened.consumption_id());
         // Remembered while the token could still open anywhere: its expiry, as a replica
         // whose clock runs behind ours by the tolerated skew sees it.
         let remaining = opened.expires_at - crate::token::now() + FUTURE_SKEW_SECONDS;
         let ttl = Duration::from_secs_f64(remaining.clamp(1.0, 86_400.0 * 2.0));
         // Names this consumption so that only its owner releases it: unguessable, not a
         // key, so the thread-local CSPRNG (no system call per retry).
-        let mark = crate::text::hex_lower(&crate::token::keyring::fast_random_bytes::<16>());
+        let mark = Mark(crate::token::keyring::fast_random_bytes::<16>());
         let started = Instant::now();
-        let result = self.store.consume(&id, &mark, ttl, owner()).await;
+        let result = self.store.consume(id, mark, ttl, owner()).await;
         self.metrics
             .observe_store(self.store.kind(), started.elapsed().as_secs_f64());
         let kind = self.store.kind();
@@ -245,7 +245,7 @@ impl SingleUse {
     /// The upstream provably never received the request: the user may try again.
     pub(crate) async fn release(&self, claim: Claim) {
         let kind = self.store.kind();
-        match self.store.release(&claim.id, &claim.mark).await {
+        match self.store.release(claim.id, claim.mark).await {
             Ok(()) => {
                 self.metrics.consumption(kind, Consumption::Released);
                 tracing::info!(

@@ -15,7 +15,7 @@
 //! applied twice. A charge is taken before an entry is written and given back when moka
 //! removes or replaces it.
 
-use super::{Consumed, StoreError};
+use super::{Consumed, ConsumptionId, StoreError};
 use moka::Expiry;
 use moka::sync::Cache;
 use std::collections::HashMap;
@@ -216,7 +216,12 @@ impl MemoryStore {
     }
 
     /// Record `id` for `ttl`, counted against `owner`'s share.
-    pub fn consume(&self, id: &str, ttl: Duration, owner: &str) -> Result<Consumed, StoreError> {
+    pub fn consume(
+        &self,
+        id: ConsumptionId,
+        ttl: Duration,
+        owner: &str,
+    ) -> Result<Consumed, StoreError> {
         let now = Instant::now();
         // The owner's share is taken before the id is written, and given back if the id
         // turns out to be there already (a replay, or a concurrent consumption won).
@@ -399,7 +404,7 @@ impl MemoryStore {
         self.charges.bytes.load(Ordering::Acquire).max(0) as u64
     }
 
-    pub fn release(&self, id: &str) {
+    pub fn release(&self, id: ConsumptionId) {
         self.ids.release(id);
     }
 

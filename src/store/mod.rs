@@ -22,6 +22,29 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The name a single-use consumption is recorded under: 16 bytes of a digest of the
+/// token's key id and nonce (the token layer computes it), so the store holds nothing
+/// from which the token could be rebuilt. Redis keys it by its hex, as every replica
+/// names it; the memory store, which no other process reads, by the bytes themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConsumptionId(pub [u8; 16]);
+
+#[cfg(test)]
+impl ConsumptionId {
+    /// A test's id named by a short label: its bytes, zero-padded (distinct labels of up
+    /// to 16 bytes are distinct ids).
+    pub(crate) fn named(label: &str) -> Self {
+        let mut bytes = [0; 16];
+        bytes[..label.len()].copy_from_slice(label.as_bytes());
+        ConsumptionId(bytes)
+    }
+}
+
+/// The random value a consumption is recorded with: only its holder releases it (Redis
+/// keeps it as the key's value; the memory store, one process, needs none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mark(pub(crate) [u8; 16]);
+
 /// What recording a consumption found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Consumed {
@@ -160,8 +183,8 @@ impl Store {
     /// [`StoreError::Unconfirmed`]: the state stays spendable.
     pub(crate) async fn consume(
         &self,
-        id: &str,
-        mark: &str,
+        id: ConsumptionId,
+        mark: Mark,
         ttl: Duration,
         owner: &Owner,
     ) -> Result<Consumed, StoreError> {
@@ -173,7 +196,7 @@ impl Store {
 
     /// Forget the consumption `mark` recorded (the request provably never reached the
     /// upstream); one recorded by anyone else is left alone.
-    pub(crate) async fn release(&self, id: &str, mark: &str) -> Result<(), StoreError> {
+    pub(crate) async fn release(&self, id: ConsumptionId, mark: Mark) -> Result<(), StoreError> {
         match self {
             Store::Memory(store) => {
                 store.release(id);

@@ -18,8 +18,9 @@
 mod link;
 mod replicas;
 
-use super::{Consumed, StoreError};
+use super::{Consumed, ConsumptionId, Mark, StoreError};
 use crate::config::WaitReplicas;
+use crate::text::hex_lower;
 use link::{Link, Request};
 use redis::{Cmd, FromRedisValue, RedisError, Value};
 use replicas::Replicas;
@@ -86,14 +87,14 @@ impl RedisStore {
 
     pub(crate) async fn consume(
         &self,
-        id: &str,
-        mark: &str,
+        id: ConsumptionId,
+        mark: Mark,
         ttl: Duration,
     ) -> Result<Consumed, StoreError> {
-        let key = format!("{}c:{id}", self.prefix);
+        let key = self.consumption_key(id);
         let mut set = redis::cmd("SET");
         set.arg(&key)
-            .arg(mark)
+            .arg(hex_lower(&mark.0))
             .arg("NX")
             .arg("PX")
             .arg(ttl.as_millis().max(1) as u64);
@@ -116,17 +117,22 @@ impl RedisStore {
 
     /// `DEL <prefix>c:<id>` while it holds `mark`: a consumption recorded by another
     /// caller (after a failover lost ours, say) is not touched.
-    pub(crate) async fn release(&self, id: &str, mark: &str) -> Result<(), StoreError> {
+    pub(crate) async fn release(&self, id: ConsumptionId, mark: Mark) -> Result<(), StoreError> {
         const RELEASE: &str = r"
             if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
             return redis.call('DEL', KEYS[1])";
         let mut eval = redis::cmd("EVAL");
         eval.arg(RELEASE)
             .arg(1)
-            .arg(format!("{}c:{id}", self.prefix))
-            .arg(mark);
+            .arg(self.consumption_key(id))
+            .arg(hex_lower(&mark.0));
         let _: i64 = self.run(eval).await?;
         Ok(())
+    }
+
+    /// `<prefix>c:<id>`, the id in lowercase hex: the name every replica gives it.
+    fn consumption_key(&self, id: ConsumptionId) -> String {
+        format!("{}c:{}", self.prefix, hex_lower(&id.0))
     }
 
     /// `SET <prefix>r:<digest> <not_before> PX <keep>` unless a later record exists: a

@@ -144,13 +144,13 @@ impl Opened<'_> {
     /// The name a single-use store records this token's consumption under: a digest of
     /// its key id and nonce, so the store (and anything that reads it) holds nothing
     /// from which the token could be rebuilt, and two tokens never share a name.
-    pub(crate) fn consumption_id(&self) -> String {
+    pub(crate) fn consumption_id(&self) -> [u8; 16] {
         use sha2::{Digest, Sha256};
         let digest = Sha256::new()
             .chain_update(b"mcp-state-guard/consumed/v1:")
             .chain_update(self.id)
             .finalize();
-        crate::text::hex_lower(&digest[..16])
+        digest[..16].try_into().expect("SHA-256 is 32 bytes")
     }
 }
 

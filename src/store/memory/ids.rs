@@ -8,12 +8,16 @@
 //! machinery (its write log, frequency sketch and timer wheel) cost a single-use retry
 //! about 7 k instructions and about 430 bytes per live id.
 //!
+//! An id is held as its 16 bytes, in the map's own slots: no allocation of its own, no
+//! text to write, and no pointer to follow when a lookup compares it.
+//!
 //! Invariant: an id is held (a consumption of it is a replay) from its insertion until
 //! its deadline or its release, and never after either; every id held is in both the
 //! shard's map and its deadline order, and leaves both at once; `live` counts the ids
 //! held, and each leaves the count exactly once, giving its owner's share back.
 
 use super::{Fast, Owners, give_id};
+use crate::store::ConsumptionId;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,11 +45,18 @@ pub(super) struct ConsumedIds {
 /// One shard: its ids, and the same ids by deadline.
 #[derive(Default)]
 struct Shard {
-    ids: HashMap<Arc<str>, HeldId, Fast>,
+    ids: HashMap<Key, HeldId, Fast>,
     /// The ids by deadline, ties in the order they came (`HeldId::seq`).
-    deadlines: BTreeMap<(Instant, u64), Arc<str>>,
+    deadlines: BTreeMap<(Instant, u64), Key>,
     /// The next insertion's place among ties.
     seq: u64,
+}
+
+/// An id as the shards hold it: its 16 bytes as one integer.
+type Key = u128;
+
+fn key(id: ConsumptionId) -> Key {
+    u128::from_ne_bytes(id.0)
 }
 
 /// An id held: until when, its place in the deadline order, and whose share it counts
@@ -76,23 +87,23 @@ impl ConsumedIds {
     /// An expired id still in the map leaves first, as it would have on its own.
     pub(super) fn insert(
         &self,
-        id: &str,
+        id: ConsumptionId,
         deadline: Instant,
         owner: &Arc<str>,
         now: Instant,
     ) -> bool {
-        let mut shard = self.shard(id);
+        let key = key(id);
+        let mut shard = self.shard(key);
         self.sweep(&mut shard, now, SWEEP_STEP);
-        if let Some(held) = shard.ids.get(id) {
+        if let Some(held) = shard.ids.get(&key) {
             if held.deadline > now {
                 return false;
             }
-            self.remove(&mut shard, id);
+            self.remove(&mut shard, key);
         }
-        let key: Arc<str> = Arc::from(id);
         let seq = shard.seq;
         shard.seq += 1;
-        shard.deadlines.insert((deadline, seq), key.clone());
+        shard.deadlines.insert((deadline, seq), key);
         let held = HeldId {
             deadline,
             seq,
@@ -104,15 +115,17 @@ impl ConsumedIds {
     }
 
     /// Whether `id` is held at `now`.
-    pub(super) fn contains(&self, id: &str, now: Instant) -> bool {
-        let shard = self.shard(id);
-        shard.ids.get(id).is_some_and(|held| held.deadline > now)
+    pub(super) fn contains(&self, id: ConsumptionId, now: Instant) -> bool {
+        let key = key(id);
+        let shard = self.shard(key);
+        shard.ids.get(&key).is_some_and(|held| held.deadline > now)
     }
 
     /// Forget `id` now (its consumption is given back).
-    pub(super) fn release(&self, id: &str) {
-        let mut shard = self.shard(id);
-        self.remove(&mut shard, id);
+    pub(super) fn release(&self, id: ConsumptionId) {
+        let key = key(id);
+        let mut shard = self.shard(key);
+        self.remove(&mut shard, key);
     }
 
     /// Remove every id expired at `now`, from every shard.
@@ -123,8 +136,8 @@ impl ConsumedIds {
         }
     }
 
-    fn shard(&self, id: &str) -> MutexGuard<'_, Shard> {
-        let at = self.hasher.hash_one(id) as usize % SHARDS;
+    fn shard(&self, key: Key) -> MutexGuard<'_, Shard> {
+        let at = self.hasher.hash_one(key) as usize % SHARDS;
         self.shards[at].lock().expect("not poisoned")
     }
 
@@ -144,9 +157,9 @@ impl ConsumedIds {
         }
     }
 
-    /// Remove `id` from both orders of `shard`, when it is there.
-    fn remove(&self, shard: &mut Shard, id: &str) {
-        if let Some(held) = shard.ids.remove(id) {
+    /// Remove `key` from both orders of `shard`, when it is there.
+    fn remove(&self, shard: &mut Shard, key: Key) {
+        if let Some(held) = shard.ids.remove(&key) {
             shard.deadlines.remove(&(held.deadline, held.seq));
             self.left(&held);
         }
@@ -171,6 +184,7 @@ impl ConsumedIds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::ConsumptionId as Id;
     use std::time::Duration;
 
     /// What the ids must answer, by a plain map: an id is held while its deadline is
@@ -218,7 +232,7 @@ mod tests {
                 0..=5 => {
                     let deadline = now + Duration::from_millis(1 + next(400));
                     take(&owners, owner);
-                    let fresh = ids.insert(&id, deadline, owner, now);
+                    let fresh = ids.insert(Id::named(&id), deadline, owner, now);
                     assert_eq!(fresh, !model.holds(&id, now), "step {step}: insert {id}");
                     if fresh {
                         model.held.insert(id, (deadline, owner.to_string()));
@@ -227,11 +241,15 @@ mod tests {
                     }
                 }
                 6 => {
-                    ids.release(&id);
+                    ids.release(Id::named(&id));
                     model.held.remove(&id);
                 }
                 7 => ids.sweep_all(now),
-                _ => assert_eq!(ids.contains(&id, now), model.holds(&id, now), "step {step}"),
+                _ => assert_eq!(
+                    ids.contains(Id::named(&id), now),
+                    model.holds(&id, now),
+                    "step {step}"
+                ),
             }
             let (in_map, in_order) = ids.counts();
             assert_eq!(in_map, in_order, "step {step}");
@@ -262,22 +280,22 @@ mod tests {
         for n in 0..200 {
             take(&owners, &owner);
             let deadline = if n % 2 == 0 { soon } else { later };
-            assert!(ids.insert(&format!("{n}"), deadline, &owner, now));
+            assert!(ids.insert(Id::named(&format!("{n}")), deadline, &owner, now));
         }
         assert_eq!(ids.live(), 200);
         let after = soon + Duration::from_millis(1);
         // The shard "one more" goes to, and its ids expired by then.
-        let at = ids.hasher.hash_one("one more") as usize % SHARDS;
+        let at = ids.hasher.hash_one(key(Id::named("one more"))) as usize % SHARDS;
         let expired = {
             let shard = ids.shards[at].lock().unwrap();
             shard.deadlines.range(..=(after, u64::MAX)).count()
         };
         take(&owners, &owner);
-        assert!(ids.insert("one more", later, &owner, after));
+        assert!(ids.insert(Id::named("one more"), later, &owner, after));
         assert_eq!(ids.live(), 201 - expired.min(SWEEP_STEP));
         // The expired ones are no longer held even before they are swept.
-        assert!(!ids.contains("0", after));
-        assert!(ids.contains("1", after));
+        assert!(!ids.contains(Id::named("0"), after));
+        assert!(ids.contains(Id::named("1"), after));
         ids.sweep_all(after);
         assert_eq!(ids.live(), 101);
         assert_eq!(ids.counts(), (101, 101));

@@ -2,6 +2,7 @@
 //! share refused rather than evicted, charges given back.
 
 use super::*;
+use crate::store::ConsumptionId as Id;
 
 fn reserve(
     store: &MemoryStore,
@@ -16,18 +17,30 @@ fn reserve(
 fn an_id_is_consumed_once_until_it_expires() {
     let store = MemoryStore::new(10);
     let minute = Duration::from_secs(60);
-    assert_eq!(store.consume("a", minute, "o"), Ok(Consumed::Fresh));
-    assert_eq!(store.consume("a", minute, "o"), Ok(Consumed::Replayed));
-    assert_eq!(store.consume("b", minute, "o"), Ok(Consumed::Fresh));
-    store.release("a");
-    assert_eq!(store.consume("a", minute, "o"), Ok(Consumed::Fresh));
     assert_eq!(
-        store.consume("c", Duration::from_millis(30), "o"),
+        store.consume(Id::named("a"), minute, "o"),
+        Ok(Consumed::Fresh)
+    );
+    assert_eq!(
+        store.consume(Id::named("a"), minute, "o"),
+        Ok(Consumed::Replayed)
+    );
+    assert_eq!(
+        store.consume(Id::named("b"), minute, "o"),
+        Ok(Consumed::Fresh)
+    );
+    store.release(Id::named("a"));
+    assert_eq!(
+        store.consume(Id::named("a"), minute, "o"),
+        Ok(Consumed::Fresh)
+    );
+    assert_eq!(
+        store.consume(Id::named("c"), Duration::from_millis(30), "o"),
         Ok(Consumed::Fresh)
     );
     std::thread::sleep(Duration::from_millis(60));
     assert_eq!(
-        store.consume("c", minute, "o"),
+        store.consume(Id::named("c"), minute, "o"),
         Ok(Consumed::Fresh),
         "expired"
     );
@@ -37,25 +50,36 @@ fn an_id_is_consumed_once_until_it_expires() {
 fn a_full_store_refuses_instead_of_forgetting() {
     let store = MemoryStore::new(2);
     let minute = Duration::from_secs(60);
-    store.consume("a", minute, "o").unwrap();
-    store.consume("b", Duration::from_millis(30), "o").unwrap();
-    assert_eq!(store.consume("c", minute, "o"), Err(StoreError::Full));
+    store.consume(Id::named("a"), minute, "o").unwrap();
+    store
+        .consume(Id::named("b"), Duration::from_millis(30), "o")
+        .unwrap();
+    assert_eq!(
+        store.consume(Id::named("c"), minute, "o"),
+        Err(StoreError::Full)
+    );
     // What it holds is still refused, not evicted.
-    assert_eq!(store.consume("a", minute, "o"), Ok(Consumed::Replayed));
+    assert_eq!(
+        store.consume(Id::named("a"), minute, "o"),
+        Ok(Consumed::Replayed)
+    );
     // A full store sweeps the expired ids before it refuses: b leaves once its
     // deadline has passed, and not before.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while store.consume("c", minute, "o") == Err(StoreError::Full) {
+    while store.consume(Id::named("c"), minute, "o") == Err(StoreError::Full) {
         assert!(Instant::now() < deadline, "b never left the store");
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(
-        store.consume("c", minute, "o"),
+        store.consume(Id::named("c"), minute, "o"),
         Ok(Consumed::Replayed),
         "c was recorded"
     );
     assert_eq!(store.len(), 2);
-    assert_eq!(store.consume("d", minute, "o"), Err(StoreError::Full));
+    assert_eq!(
+        store.consume(Id::named("d"), minute, "o"),
+        Err(StoreError::Full)
+    );
 }
 
 /// Finding 4 of the second review: one caller filled the store for everyone. Each
@@ -69,29 +93,50 @@ fn one_owner_cannot_fill_the_consumed_ids_of_every_other() {
         records: RecordBounds::default(),
     });
     let minute = Duration::from_secs(60);
-    assert_eq!(store.consume("a1", minute, "mallory"), Ok(Consumed::Fresh));
-    assert_eq!(store.consume("a2", minute, "mallory"), Ok(Consumed::Fresh));
     assert_eq!(
-        store.consume("a3", minute, "mallory"),
+        store.consume(Id::named("a1"), minute, "mallory"),
+        Ok(Consumed::Fresh)
+    );
+    assert_eq!(
+        store.consume(Id::named("a2"), minute, "mallory"),
+        Ok(Consumed::Fresh)
+    );
+    assert_eq!(
+        store.consume(Id::named("a3"), minute, "mallory"),
         Err(StoreError::OwnerFull)
     );
     assert_eq!(store.owner_entries("mallory"), 2);
     // A replay of her own is still a replay, not a quota refusal.
     assert_eq!(
-        store.consume("a1", minute, "mallory"),
+        store.consume(Id::named("a1"), minute, "mallory"),
         Ok(Consumed::Replayed)
     );
-    assert_eq!(store.consume("b1", minute, "alice"), Ok(Consumed::Fresh));
+    assert_eq!(
+        store.consume(Id::named("b1"), minute, "alice"),
+        Ok(Consumed::Fresh)
+    );
     // A replay with room to spare takes no share: hers is still one id.
-    assert_eq!(store.consume("b1", minute, "alice"), Ok(Consumed::Replayed));
+    assert_eq!(
+        store.consume(Id::named("b1"), minute, "alice"),
+        Ok(Consumed::Replayed)
+    );
     assert_eq!(store.owner_entries("alice"), 1);
-    assert_eq!(store.consume("c1", minute, "bob"), Ok(Consumed::Fresh));
+    assert_eq!(
+        store.consume(Id::named("c1"), minute, "bob"),
+        Ok(Consumed::Fresh)
+    );
     // Four owners' worth: the store itself is full now, for a newcomer too.
-    assert_eq!(store.consume("d1", minute, "carol"), Err(StoreError::Full));
+    assert_eq!(
+        store.consume(Id::named("d1"), minute, "carol"),
+        Err(StoreError::Full)
+    );
     // A release gives the share back.
-    store.release("a2");
+    store.release(Id::named("a2"));
     assert_eq!(store.owner_entries("mallory"), 1);
-    assert_eq!(store.consume("a3", minute, "mallory"), Ok(Consumed::Fresh));
+    assert_eq!(
+        store.consume(Id::named("a3"), minute, "mallory"),
+        Ok(Consumed::Fresh)
+    );
     assert_eq!(store.usage().entries, 4);
     assert_eq!(store.usage().full(), ["single_use entries"]);
 }
@@ -104,10 +149,12 @@ fn an_expired_id_gives_its_owner_share_back() {
         records: RecordBounds::default(),
     });
     store
-        .consume("a", Duration::from_millis(30), "mallory")
+        .consume(Id::named("a"), Duration::from_millis(30), "mallory")
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while store.consume("b", Duration::from_secs(60), "mallory") == Err(StoreError::OwnerFull) {
+    while store.consume(Id::named("b"), Duration::from_secs(60), "mallory")
+        == Err(StoreError::OwnerFull)
+    {
         assert!(Instant::now() < deadline, "the expired id still counts");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -173,7 +220,7 @@ fn revocations_keep_the_latest_time_until_their_deadline() {
     assert_eq!(store.revoked_since("p"), None, "expired");
     // Revocations do not count against the consumption bound.
     assert_eq!(
-        store.consume("a", Duration::from_secs(60), "o"),
+        store.consume(Id::named("a"), Duration::from_secs(60), "o"),
         Ok(Consumed::Fresh)
     );
 }
@@ -347,7 +394,8 @@ fn exactly_one_of_many_concurrent_consumptions_wins() {
             .map(|_| {
                 let store = store.clone();
                 scope.spawn(move || {
-                    store.consume("race", Duration::from_secs(60), "o") == Ok(Consumed::Fresh)
+                    store.consume(Id::named("race"), Duration::from_secs(60), "o")
+                        == Ok(Consumed::Fresh)
                 })
             })
             .collect();
