@@ -42,8 +42,8 @@ pub use scan::Scanned;
 pub use scan::scan;
 pub use scan::scan_answer;
 pub(crate) use scan::{
-    AnswerFault, Compact, Cursor, JsonKind, StateMember, each_member, has_string_special,
-    is_string_token, members, string_at,
+    AnswerFault, Compact, Cursor, JsonKind, StateMember, each_member, is_string_token, members,
+    string_at, string_specials,
 };
 pub use scan::{LiteArena, LiteJson};
 pub use view::JsonView;

@@ -43,7 +43,7 @@ pub(crate) use answer::{AnswerFault, StateMember};
 pub(crate) use compact::Compact;
 pub(crate) use facts::JsonKind;
 pub use fields::{EnvelopeField, ParamsField, ResultField};
-pub(crate) use lexer::has_string_special;
+pub(crate) use lexer::string_specials;
 pub(crate) use lite::LITE_ARENA_BYTES;
 pub use lite::{LiteArena, LiteJson};
 pub(crate) use members::{Cursor, each_member, members};

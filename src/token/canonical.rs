@@ -133,44 +133,88 @@ pub(crate) fn write_string(s: &str, out: &mut String) {
 /// the two-character ones `write_string` writes (`\"` `\\` `\n` `\r` `\t` `\b` `\f`):
 /// a `\u` escape, `\/`, a non-ASCII or a DEL byte is spelled otherwise or not at all.
 pub(crate) fn python_spelled_len(token: &str) -> Option<usize> {
-    let inner = token.strip_prefix('"')?.strip_suffix('"')?.as_bytes();
+    let bytes = token.as_bytes();
+    if bytes.first() != Some(&b'"') {
+        return None;
+    }
+    let read = read_string_rest(bytes, 1)?;
+    (read.quote == bytes.len() - 1 && read.spelled).then(|| read.quote - 1 - read.escapes)
+}
+
+/// A string token's inside read by [`read_string_rest`].
+pub(crate) struct StringRead {
+    /// Where its closing quote is.
+    pub(crate) quote: usize,
+    /// Whether it is exactly what [`write_string`] writes for its value.
+    pub(crate) spelled: bool,
+    /// Its escapes, when it is spelled so (each is one byte of the value).
+    pub(crate) escapes: usize,
+}
+
+/// The inside of the string token whose opening quote is just before `at` in `bytes`,
+/// read to its closing quote; `None` when the bytes end first. Plain runs are passed
+/// eight bytes at a time, and a word that holds anything else is passed up to that
+/// byte in one step ([`escaped_bytes`] marks the first exactly).
+pub(crate) fn read_string_rest(bytes: &[u8], mut at: usize) -> Option<StringRead> {
     let mut escapes = 0;
-    let mut at = 0;
-    while let Some(&byte) = inner.get(at) {
-        match byte {
-            b'\\' => match inner.get(at + 1) {
-                Some(b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f') => {
-                    escapes += 1;
-                    at += 2;
+    let mut spelled = true;
+    loop {
+        if let Some(word) = bytes.get(at..at + 8) {
+            let flagged = escaped_bytes(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+            if flagged == 0 {
+                at += 8;
+                continue;
+            }
+            at += (flagged.trailing_zeros() / 8) as usize;
+        }
+        match *bytes.get(at)? {
+            b'"' => {
+                return Some(StringRead {
+                    quote: at,
+                    spelled,
+                    escapes,
+                });
+            }
+            b'\\' => {
+                match bytes.get(at + 1)? {
+                    b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f' => escapes += 1,
+                    _ => spelled = false,
                 }
-                _ => return None,
-            },
-            b'"' => return None,
+                at += 2;
+            }
             b' '..=b'~' => at += 1,
-            _ => return None,
+            _ => {
+                spelled = false;
+                at += 1;
+            }
         }
     }
-    Some(inner.len() - escapes)
 }
 
 fn needs_escape(b: u8) -> bool {
     !(b' '..=b'~').contains(&b) || b == b'"' || b == b'\\'
 }
 
-/// How many leading bytes `ensure_ascii` copies verbatim. Checks eight bytes at a time
-/// (states are often kilobytes of plain ASCII): the word test may flag a clean word, never
-/// miss a dirty one, and a flagged word is rescanned byte by byte.
-fn verbatim_prefix_len(bytes: &[u8]) -> usize {
+/// The bytes of `word` (little-endian) that [`write_string`] does not copy as they are,
+/// as high bits: what a string token cannot hold (a quote, a backslash, a control byte),
+/// a byte of 0x80 or more, and DEL. Zero exactly when there is none; the lowest bit set
+/// marks the first. (0x7f gains the high bit when incremented; a carry out of 0xff, a
+/// byte already marked, can only mark a byte above it.)
+fn escaped_bytes(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
+    ((word | word.wrapping_add(ONES)) & HIGH) | crate::jsonrpc::string_specials(word)
+}
+
+/// How many leading bytes `ensure_ascii` copies verbatim. Checks eight bytes at a time
+/// (states are often kilobytes of plain ASCII), and a word that holds a byte to escape
+/// says where the first is.
+fn verbatim_prefix_len(bytes: &[u8]) -> usize {
     let mut clean = 0;
     for chunk in bytes.chunks_exact(8) {
-        let w = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
-        // What a string token cannot hold, and what `ensure_ascii` escapes besides:
-        // >= 0x80 has the high bit; 0x7f gains it when incremented.
-        let high_or_del = (w | w.wrapping_add(ONES)) & HIGH != 0;
-        if high_or_del || crate::jsonrpc::has_string_special(w) {
-            break;
+        let flagged = escaped_bytes(u64::from_le_bytes(chunk.try_into().expect("chunks of 8")));
+        if flagged != 0 {
+            return clean + (flagged.trailing_zeros() / 8) as usize;
         }
         clean += 8;
     }

@@ -294,19 +294,14 @@ fn long_special(bytes: &[u8], at: usize) -> usize {
         .expect("a control byte was seen")
 }
 
-/// Whether a byte of `word` is one a string token cannot simply hold: a quote, a
-/// backslash or a control byte (below 0x20). Each test sets the high bit of some byte
+/// The bytes of `word` a string token cannot simply hold: a quote, a backslash or a
+/// control byte (below 0x20), as high bits. Each test sets the high bit of some byte
 /// exactly when some byte is below 0x20 (the control test) or zero (after the XOR: that
-/// byte was the quote, or the backslash): exact for "some byte is", which is all a word
-/// is asked.
-pub(crate) fn has_string_special(word: u64) -> bool {
-    string_specials(word) != 0
-}
-
-/// The high bits [`has_string_special`] finds in `word`. A test sets a byte's high bit
-/// wrongly only above a byte it rightly sets it for (a borrow carries upward from a byte
-/// that is below 0x20, or zero), so the lowest bit set marks the first special byte.
-fn string_specials(word: u64) -> u64 {
+/// byte was the quote, or the backslash). A test sets a byte's high bit wrongly only
+/// above a byte it rightly sets it for (a borrow carries upward from a byte that is
+/// below 0x20, or zero), so the result is zero exactly when no byte is special, and its
+/// lowest bit set marks the first special byte.
+pub(crate) fn string_specials(word: u64) -> u64 {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     const QUOTES: u64 = ONES * b'"' as u64;

@@ -217,3 +217,57 @@ proptest::proptest! {
         }
     }
 }
+
+/// [`read_string_rest`] one byte at a time: where the closing quote is, whether the
+/// inside is as `write_string` writes it, and its escapes then.
+fn read_string_rest_bytewise(bytes: &[u8], mut at: usize) -> Option<(usize, bool, usize)> {
+    let (mut spelled, mut escapes) = (true, 0);
+    loop {
+        match *bytes.get(at)? {
+            b'"' => return Some((at, spelled, escapes)),
+            b'\\' => {
+                match bytes.get(at + 1)? {
+                    b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f' => escapes += 1,
+                    _ => spelled = false,
+                }
+                at += 2;
+            }
+            b' '..=b'~' => at += 1,
+            _ => {
+                spelled = false;
+                at += 1;
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    /// The word-at-a-time readings agree with the byte-at-a-time ones on any bytes: the
+    /// first byte `write_string` escapes, and a string token's end and spelling, wherever
+    /// the special bytes fall against the eight-byte words (controls, DEL, high bytes,
+    /// quotes, backslashes, the end of the input).
+    #[test]
+    fn the_word_readings_agree_with_the_byte_readings(
+        bytes in proptest::collection::vec(
+            proptest::prop_oneof![
+                8 => proptest::sample::select(b"ab~ /".to_vec()),
+                1 => proptest::sample::select(b"\"\\nu\x00\x1f\x7f\x80\xc3\xa9\xff".to_vec()),
+            ],
+            0..64,
+        ),
+        from in 0usize..10,
+    ) {
+        let expected = bytes.iter().position(|&b| needs_escape(b)).unwrap_or(bytes.len());
+        proptest::prop_assert_eq!(verbatim_prefix_len(&bytes), expected);
+        let read = read_string_rest(&bytes, from).map(|r| (r.quote, r.spelled, r.escapes));
+        let by_byte = read_string_rest_bytewise(&bytes, from);
+        match (read, by_byte) {
+            // The escapes are counted only for a spelled inside.
+            (Some((q, true, e)), Some((bq, true, be))) => {
+                proptest::prop_assert_eq!((q, e), (bq, be));
+            }
+            (Some((q, false, _)), Some((bq, false, _))) => proptest::prop_assert_eq!(q, bq),
+            (a, b) => proptest::prop_assert!(a.is_none() && b.is_none(), "{:?} {:?}", a, b),
+        }
+    }
+}

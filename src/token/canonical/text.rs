@@ -2,7 +2,7 @@
 //! sealer's path for a round's requested schemas), and serde_json's compact length of
 //! the same value, which the questions' size limit counts.
 
-use super::{CanonicalError, PythonNumber, python_spelled_len, write_number_literal, write_string};
+use super::{CanonicalError, PythonNumber, read_string_rest, write_number_literal, write_string};
 
 /// [`write_python_json`](super::write_python_json) (`sort_keys=false`) of the value `text` holds, read from the text
 /// itself: `text` is one JSON value a strict parse accepted (valid, no duplicate key in
@@ -134,28 +134,23 @@ impl<'a> TextValue<'a> {
     }
 
     /// A string from its opening quote, written to `out`: its serde_json length. A token
-    /// already in Python's spelling ([`python_spelled_len`]: printable ASCII, two-character
-    /// escapes only) is copied as it is, and serde_json spells such a value the same way,
-    /// so its length is the token's; any other is decoded and written again.
+    /// already in Python's spelling ([`python_spelled_len`](super::python_spelled_len):
+    /// printable ASCII, two-character escapes only) is copied as it is, and serde_json
+    /// spells such a value the same way, so its length is the token's; any other is
+    /// decoded and written again.
     fn string_written(&mut self, out: &mut String) -> Result<usize, CanonicalError> {
         let start = self.at;
         let bytes: &'a [u8] = self.text.as_bytes();
-        self.at += 1;
-        while self.at < bytes.len() && bytes[self.at] != b'"' {
-            // An escape's next byte is never the closing quote.
-            self.at += if bytes[self.at] == b'\\' { 2 } else { 1 };
-        }
-        self.at += 1;
-        let token = self
-            .text
-            .get(start..self.at.min(bytes.len()))
-            .ok_or(CanonicalError::BadNumber)?;
-        if python_spelled_len(token).is_some() {
+        // The text is valid JSON: its string tokens end (past the last byte is refused).
+        let read = read_string_rest(bytes, start + 1).ok_or(CanonicalError::BadNumber)?;
+        self.at = read.quote + 1;
+        if read.spelled {
+            let token = &self.text[start..self.at];
             out.push_str(token);
             return Ok(token.len());
         }
-        let decoded = crate::jsonrpc::string_at(bytes, start..self.at.min(bytes.len()))
-            .ok_or(CanonicalError::BadNumber)?;
+        let decoded =
+            crate::jsonrpc::string_at(bytes, start..self.at).ok_or(CanonicalError::BadNumber)?;
         write_string(&decoded, out);
         Ok(serde_string_len(&decoded))
     }
