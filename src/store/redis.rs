@@ -449,6 +449,29 @@ mod tests {
     use super::*;
     use crate::config::redis_url::Target;
 
+    /// `<prefix>c:` and the id in lowercase hex, the key every version wrote: replicas
+    /// of two versions side by side must record one consumption under one key.
+    #[tokio::test]
+    async fn a_consumption_is_keyed_by_its_id_in_hex() {
+        let wait = Wait {
+            replicas: WaitReplicas::Count(0),
+            timeout: Duration::from_millis(10),
+        };
+        // Nothing connects until a command is sent.
+        let store = RedisStore::new(
+            "redis://127.0.0.1:1",
+            "msg:",
+            Duration::from_millis(10),
+            wait,
+        )
+        .expect("a valid URL");
+        let id = ConsumptionId(std::array::from_fn(|i| (i * 17) as u8));
+        assert_eq!(
+            store.consumption_key(id),
+            "msg:c:00112233445566778899aabbccddeeff"
+        );
+    }
+
     #[test]
     fn urls() {
         assert_eq!(

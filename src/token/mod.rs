@@ -145,13 +145,20 @@ impl Opened<'_> {
     /// its key id and nonce, so the store (and anything that reads it) holds nothing
     /// from which the token could be rebuilt, and two tokens never share a name.
     pub(crate) fn consumption_id(&self) -> [u8; 16] {
-        use sha2::{Digest, Sha256};
-        let digest = Sha256::new()
-            .chain_update(b"mcp-state-guard/consumed/v1:")
-            .chain_update(self.id)
-            .finalize();
-        digest[..16].try_into().expect("SHA-256 is 32 bytes")
+        consumption_id(&self.id)
     }
+}
+
+/// [`Opened::consumption_id`] of the token named `id` (key id ‖ nonce). Every replica and
+/// every version names a consumption so (Redis keys it by this in hex): a replica that
+/// named it otherwise would let the token be spent once more there.
+fn consumption_id(id: &[u8; TOKEN_ID_LEN]) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(b"mcp-state-guard/consumed/v1:")
+        .chain_update(id)
+        .finalize();
+    digest[..16].try_into().expect("SHA-256 is 32 bytes")
 }
 
 /// Seals and opens states under a hot-swappable key ring.

@@ -554,4 +554,5 @@ fn a_counted_seal_names_the_key_that_minted_it() {
 
 mod arena;
 mod binding;
+mod consumption;
 mod plain;
