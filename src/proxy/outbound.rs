@@ -29,7 +29,7 @@ use crate::sse::{EventRewriter, SseRewriteBody};
 use crate::token::StateSealer;
 use bytes::{Bytes, BytesMut};
 use http::Response;
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -444,6 +444,17 @@ fn label(headers: &HeaderMap) -> BodyLabel {
             BodyLabel::Other
         };
     }
+    // The two types nearly every upstream writes, spelled exactly so: what the rules of
+    // `label_of` make of them, without the lowercasing and the splitting.
+    match first.as_bytes() {
+        b"application/json" => BodyLabel::Json,
+        b"text/event-stream" => BodyLabel::EventStream,
+        _ => label_of(first),
+    }
+}
+
+/// The label of the one `Content-Type` an answer has.
+fn label_of(first: &HeaderValue) -> BodyLabel {
     let Ok(value) = first.to_str() else {
         // Clients decode such bytes as Latin-1 and may still see `application/json`.
         return BodyLabel::Unreadable;

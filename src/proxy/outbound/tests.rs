@@ -39,6 +39,23 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
     h
 }
 
+/// The two exact spellings read without the rules read as the rules read them.
+#[test]
+fn the_common_types_read_as_the_rules_read_them() {
+    for (value, expected) in [
+        ("application/json", BodyLabel::Json),
+        ("text/event-stream", BodyLabel::EventStream),
+    ] {
+        let rules = label_of(&HeaderValue::from_static(value));
+        assert_eq!(rules, expected, "{value}");
+        assert_eq!(
+            label(&headers(&[("content-type", value)])),
+            rules,
+            "{value}"
+        );
+    }
+}
+
 #[test]
 fn labels() {
     let of = |pairs: &[(&str, &str)]| label(&headers(pairs));
