@@ -17,9 +17,11 @@
 //! floor: the data path and the stdio bridge hold one instance, made by the wiring.
 //!
 //! What a parse of those bytes allocates on top is bounded per client body by
-//! `limits.max_json_values` and is never held across an await (the gate's parsed form
-//! ends before the upstream is called), so at most one parse per worker thread is alive
-//! at a time.
+//! `limits.max_json_values`. The gate's parsed form ends before the upstream is called;
+//! what a retry's opening holds across the store's round trips (the request's arena:
+//! the arguments, the claims' copy, the questions and the answers read into it, and the
+//! upstream's state) is reserved here too, before each wait ([`crate::proxy`]'s
+//! `StateOpener::open`).
 
 use bytes::{Bytes, BytesMut};
 use http_body::Body;
@@ -117,6 +119,12 @@ impl Reservation {
 
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// An empty reservation against the same budget, for what a request holds beside
+    /// its body.
+    pub(crate) fn beside(&self) -> Reservation {
+        self.budget.reservation()
     }
 
     /// A whole body keeping these bytes reserved until it has been sent or dropped.

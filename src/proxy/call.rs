@@ -10,6 +10,7 @@ use super::exchange::Exchange;
 use super::failure::Failure;
 use super::{Proxy, replay};
 use crate::body::ProxyBody;
+use crate::budget::Reservation;
 use crate::jsonrpc::{LITE_ARENA_BYTES, LiteArena, Params};
 use crate::policy::capabilities;
 use crate::token::RequestBinding;
@@ -57,10 +58,12 @@ impl Proxy {
             }
         };
         let id = admitted.take_id();
+        // What opening a state holds beside the body, given back once it is open.
+        let held = admitted.reservation.beside();
         match admitted.call_mut() {
             Some((method, mut params)) => {
                 exchange.named(id, Some((method, &params)));
-                self.open_state(method, &mut params, exchange).await?;
+                self.open_state(method, &mut params, exchange, held).await?;
                 if self.tools.configured() {
                     // Boxed, and only when a tool feature is configured: every request's
                     // future would otherwise carry this step's size, and move it at each
@@ -96,6 +99,7 @@ impl Proxy {
         method: &str,
         params: &mut Params<'_>,
         exchange: &mut Exchange,
+        mut held: Reservation,
     ) -> Result<(), Failure> {
         let caller = &exchange.caller;
         // One arena for all that is read of the body here (a retry's arguments, answers
@@ -108,7 +112,8 @@ impl Proxy {
             LiteArena::new()
         };
         let opened = if params.is_present() {
-            self.opener.open(method, params, caller, &mut arena).await?
+            let request = (&mut arena, &mut held);
+            self.opener.open(method, params, caller, request).await?
         } else {
             None
         };

@@ -10,6 +10,7 @@
 
 use super::metrics::{Meters, VerifyResult};
 use crate::auth::Caller;
+use crate::budget::{OverBudget, Reservation};
 use crate::error::{ProxyError, Resource, Share};
 use crate::jsonrpc::{
     JsonView, LiteArena, NotAnObject, ParamRead, ParamView, Params, ParamsField, ParseError,
@@ -50,13 +51,15 @@ impl StateOpener {
     /// Verify, consume when single-use (held by `owner`), and unwrap
     /// `params.requestState` in place. `None`: the request carried no state. What is read
     /// of the body (the arguments, the answers and the questions) goes to `arena`, the
-    /// request's one (a `&mut`: a shared borrow of an arena cannot cross an `await`).
+    /// request's one (a `&mut`: a shared borrow of an arena cannot cross an `await`);
+    /// what that and the opened state hold is reserved in `held` before each wait for the
+    /// store, or the request is refused as overloaded before the store is asked.
     pub(crate) async fn open(
         &self,
         method: &str,
         params: &mut Params<'_>,
         caller: &Caller,
-        arena: &mut LiteArena,
+        (arena, held): (&mut LiteArena, &mut Reservation),
     ) -> Result<Option<OpenedRetry>, ProxyError> {
         let (path, principal) = (caller.path(), caller.principal());
         // Read as the body holds it: the token is not copied into a value.
@@ -89,8 +92,10 @@ impl StateOpener {
             .sealer
             .open_in(&token, &binding, principal, arena)
             .map_err(|rejection| self.refuse(method, rejection.reason, rejection.detail))?;
+        hold(held, arena, &opened)?;
         self.still_good(method, &opened, principal).await?;
         self.check_answers(method, params, &opened, arena)?;
+        hold(held, arena, &opened)?;
         // Last, after every other check passed and right before forwarding: a request
         // refused for another reason must not spend the state. A replay is found here, on
         // any replica sharing the store.
@@ -292,4 +297,19 @@ impl StateOpener {
         }
         Ok(())
     }
+}
+
+/// Reserve what an opening holds across the store's round trips, beside the body: the
+/// request's arena (its chunks, whatever was read into them) and the upstream's state
+/// as the claims spell it. Past the budget the request is refused before the store is
+/// asked, so nothing is spent or forwarded.
+fn hold(held: &mut Reservation, arena: &LiteArena, opened: &Opened<'_>) -> Result<(), ProxyError> {
+    let bytes = arena.allocated_bytes() + opened.state_json.capacity();
+    held.grow_to(bytes).map_err(|OverBudget| {
+        tracing::warn!(
+            bytes,
+            "an opened requestState would exceed limits.max_buffered_bytes"
+        );
+        ProxyError::Overloaded
+    })
 }

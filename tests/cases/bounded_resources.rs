@@ -72,6 +72,20 @@ async fn bodies_with_too_many_values_are_refused_before_anything_is_kept() {
     sidecar.stop().await;
 }
 
+/// A connection that sent a POST head announcing `declared` bytes and `sent` bytes of
+/// its body.
+async fn announce(sidecar: &Sidecar, declared: usize, sent: usize) -> TcpStream {
+    let mut stream = TcpStream::connect(sidecar.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        sidecar.addr, declared
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&vec![b' '; sent]).await.unwrap();
+    stream
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn buffered_bodies_share_one_budget() {
     let fake = FakeUpstream::always(|| Reply::json(complete(json!(5), "ok").to_string())).await;
@@ -81,19 +95,7 @@ async fn buffered_bodies_share_one_budget() {
     let sidecar = Sidecar::start(c).await;
     // Declared lengths hold nothing: eight clients that announce 60 KiB and send none of
     // it leave the budget untouched (they used to lock every POST out).
-    // A connection that sent a POST head announcing 60 KiB and `sent` bytes of its body.
-    let announce = |sent: usize| async move {
-        let mut stream = TcpStream::connect(sidecar.addr).await.unwrap();
-        let head = format!(
-            "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\n\r\n",
-            sidecar.addr,
-            60 * 1024
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(&vec![b' '; sent]).await.unwrap();
-        stream
-    };
+    let announce = |sent: usize| announce(&sidecar, 60 * 1024, sent);
     let mut idle = Vec::new();
     for _ in 0..8 {
         idle.push(announce(0).await);
@@ -141,6 +143,59 @@ async fn buffered_bodies_share_one_budget() {
     let reply = send(Method::POST, &sidecar.mcp_url(), &headers, padded, T).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     crate::support::fake::wait_until(|| budget() == 0, "the budget is returned").await;
+    sidecar.stop().await;
+}
+
+/// What a retry holds beside its body while the store is asked (its arena, the opened
+/// state) is reserved in the same budget: past it the retry is refused as overloaded
+/// before its single-use state is spent, nothing is forwarded, and every byte comes back;
+/// with room again the same token goes through, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_retry_opens_is_held_inside_the_budget() {
+    let fake = FakeUpstream::start(|request| {
+        let message = request.json();
+        let answer = match message["params"]["requestState"].is_null() {
+            true => input_required(message["id"].clone(), json!(plaintext())),
+            false => complete(message["id"].clone(), "ok"),
+        };
+        Reply::json(answer.to_string())
+    })
+    .await;
+    let sidecar = sidecar_with(&fake, |c| {
+        c.limits.max_body_bytes = 32 * 1024;
+        c.limits.max_buffered_bytes = 32 * 1024;
+        c.single_use.tools = vec!["provision".into()];
+    })
+    .await;
+    let metrics = sidecar.metrics();
+    let budget = || metrics.path.buffered_bytes().get() as usize;
+    let headers = mcp_headers("tools/call", Some("provision"));
+    let first = serde_json::to_vec(&tools_call(5, None)).unwrap();
+    let reply = send(Method::POST, &sidecar.mcp_url(), &headers, first, T).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let retry =
+        serde_json::to_vec(&tools_call(6, Some(json!(token(&reply.json()["result"]))))).unwrap();
+    // A slow client leaves room for the retry's body and 512 bytes more: less than the
+    // arena the retry reads its token into.
+    let sent = 32 * 1024 - retry.len() - 512;
+    let slow = announce(&sidecar, 32 * 1024, sent).await;
+    wait_until(|| budget() >= sent, "the slow body is reserved").await;
+    let refused = send(Method::POST, &sidecar.mcp_url(), &headers, retry.clone(), T).await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.headers.get("retry-after").unwrap(), "1");
+    assert_eq!(metrics.refusals.refused_count(ErrorKind::Overloaded), 1);
+    assert_eq!(fake.count(), 1, "the refused retry was not forwarded");
+    assert_eq!(budget(), sent, "the refused retry gave back all it held");
+    drop(slow);
+    wait_until(|| budget() == 0, "the budget is returned").await;
+    // Not spent by the refusal: the same token goes through now, and only once.
+    let reply = send(Method::POST, &sidecar.mcp_url(), &headers, retry.clone(), T).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(fake.count(), 2);
+    let replay = send(Method::POST, &sidecar.mcp_url(), &headers, retry, T).await;
+    assert_eq!(replay.status, 400, "{}", replay.text());
+    assert_eq!(fake.count(), 2, "a replay was forwarded");
+    wait_until(|| budget() == 0, "every byte is given back").await;
     sidecar.stop().await;
 }
 
