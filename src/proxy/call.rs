@@ -3,7 +3,7 @@
 //! for a repeated write without the upstream.
 //!
 //! Invariant: a single-use state this request spent is given back in one place
-//! ([`Proxy::forward_message`]), and only when nothing of the request was handed to the
+//! ([`Proxy::unsent_claim`]), and only when nothing of the request was handed to the
 //! upstream, or connecting failed before a byte of it was written.
 
 use super::exchange::Exchange;
@@ -11,8 +11,9 @@ use super::failure::Failure;
 use super::{Proxy, replay};
 use crate::body::ProxyBody;
 use crate::budget::Reservation;
-use crate::jsonrpc::{LITE_ARENA_BYTES, LiteArena, Params};
+use crate::jsonrpc::{LITE_ARENA_BYTES, LiteArena, Params, ParamsField};
 use crate::policy::capabilities;
+use crate::policy::single_use::Claim;
 use crate::token::RequestBinding;
 use crate::tools::{self, Replay};
 use http::Response;
@@ -20,31 +21,28 @@ use http::header::{self, HeaderValue};
 use hyper::body::Incoming;
 
 impl Proxy {
-    /// Steps 4 to 8 for a POSTed JSON-RPC message: the gate, the state and the tool
-    /// features for a call, then the upstream and the answer (or a stored answer for a
-    /// repeated write, without the upstream).
-    pub(super) async fn forward_message(
-        &self,
-        parts: http::request::Parts,
-        body: Incoming,
+    /// The spent single-use state to give back after `result`: the call was refused
+    /// before it was handed to the upstream, or connecting failed, so not one byte of it
+    /// was written and the user may try again. Anything later (a reset after the request
+    /// went out, an answer that could not be made safe) leaves it spent: at most once,
+    /// not exactly once. The one place this is decided; [`Proxy::forward`] awaits the
+    /// release only when there is one (so a request's future does not carry it).
+    pub(super) fn unsent_claim(
+        result: &Result<Response<ProxyBody>, Failure>,
         exchange: &mut Exchange,
-    ) -> Result<Response<ProxyBody>, Failure> {
-        let result = self.forward_call(parts, body, exchange).await;
-        // The one place a spent single-use state is given back: the call was refused
-        // before it was handed to the upstream, or connecting failed, so not one byte of
-        // it was written and the user may try again. Anything later (a reset after the
-        // request went out, an answer that could not be made safe) leaves it spent: at
-        // most once, not exactly once.
-        if let (Err(failure), Some(claim)) = (&result, exchange.spent.take())
-            && (!exchange.handed_over || failure.error.never_sent())
-        {
-            self.opener.release(claim).await;
-        }
-        result
+    ) -> Option<Claim> {
+        let Err(failure) = result else {
+            return None;
+        };
+        let claim = exchange.spent.take()?;
+        (!exchange.handed_over || failure.error.never_sent()).then_some(claim)
     }
 
-    /// [`Proxy::forward_message`]'s phases, in order.
-    async fn forward_call(
+    /// Steps 4 to 8 for a POSTed JSON-RPC message: the gate, the state and the tool
+    /// features for a call, then the upstream and the answer (or a stored answer for a
+    /// repeated write, without the upstream). A single-use state it spent and did not
+    /// send is given back by the caller ([`Proxy::unsent_claim`]).
+    pub(super) async fn forward_call(
         &self,
         mut parts: http::request::Parts,
         body: Incoming,
@@ -76,7 +74,10 @@ impl Proxy {
                     }
                 }
             }
-            None => exchange.named(id, None),
+            None => {
+                drop(held);
+                exchange.named(id, None);
+            }
         }
         self.upstream
             .mark_gated(&mut parts.headers, &exchange.caller);
@@ -111,10 +112,13 @@ impl Proxy {
         } else {
             LiteArena::new()
         };
-        let opened = if params.is_present() {
+        // A first call opens nothing: the opener's future is made (and awaited) only
+        // for a request that carries a state.
+        let opened = if params.is_there(ParamsField::RequestState) {
             let request = (&mut arena, &mut held);
             self.opener.open(method, params, caller, request).await?
         } else {
+            self.opener.without_state(params)?;
             None
         };
         exchange.capabilities = capabilities::declared(params);

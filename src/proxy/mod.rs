@@ -317,6 +317,10 @@ impl Proxy {
         if !gated {
             return self.forward_bodyless(parts, body, exchange).await;
         }
-        self.forward_message(parts, body, exchange).await
+        let result = self.forward_call(parts, body, exchange).await;
+        if let Some(claim) = Self::unsent_claim(&result, exchange) {
+            self.opener.release(claim).await;
+        }
+        result
     }
 }

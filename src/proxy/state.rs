@@ -64,9 +64,7 @@ impl StateOpener {
         let (path, principal) = (caller.path(), caller.principal());
         // Read as the body holds it: the token is not copied into a value.
         let token = match params.read(ParamsField::RequestState) {
-            // No verified round asked anything: every answer is unasked. (Rounds without
-            // upstream state carry a token of ours, so real answers always have one.)
-            None => return self.filter_input_responses(params, &[]).map(|()| None),
+            None => return self.without_state(params).map(|()| None),
             // The reference treats an explicit null as absent; so does the upstream after us.
             Some(ParamRead::Null | ParamRead::Value(Value::Null)) => {
                 params.remove(ParamsField::RequestState);
@@ -119,6 +117,13 @@ impl StateOpener {
             claim,
             flow,
         }))
+    }
+
+    /// A request that carries no state: no verified round asked anything, so every
+    /// answer is unasked and dropped. (Rounds without upstream state carry a token of
+    /// ours, so real answers always have one.)
+    pub(crate) fn without_state(&self, params: &mut Params<'_>) -> Result<(), ProxyError> {
+        self.filter_input_responses(params, &[])
     }
 
     /// The opened token still holds now: its flow is not older than allowed and its
