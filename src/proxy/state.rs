@@ -305,11 +305,12 @@ impl StateOpener {
 }
 
 /// Reserve what an opening holds across the store's round trips, beside the body: the
-/// request's arena (its chunks, whatever was read into them) and the upstream's state
-/// as the claims spell it. Past the budget the request is refused before the store is
-/// asked, so nothing is spent or forwarded.
+/// request's arena (its chunks, whatever was read into them) and what the opened token
+/// holds of its own (the upstream's state as the claims spell it, the asked keys, the
+/// questions of a plaintext too large to copy). Past the budget the request is refused
+/// before the store is asked, so nothing is spent or forwarded.
 fn hold(held: &mut Reservation, arena: &LiteArena, opened: &Opened<'_>) -> Result<(), ProxyError> {
-    let bytes = arena.allocated_bytes() + opened.state_json.capacity();
+    let bytes = arena.allocated_bytes() + opened.held_bytes();
     held.grow_to(bytes).map_err(|OverBudget| {
         tracing::warn!(
             bytes,

@@ -136,6 +136,18 @@ pub struct Opened<'a> {
 }
 
 impl Opened<'_> {
+    /// Bytes it holds on the heap of its own: the state, the asked keys and the
+    /// questions' text when it was copied out of the plaintext (what a request's arena
+    /// holds is counted with the arena).
+    pub(crate) fn held_bytes(&self) -> usize {
+        let asked = self.asked.as_ref().map_or(0, |keys| {
+            keys.capacity() * std::mem::size_of::<String>()
+                + keys.iter().map(String::capacity).sum::<usize>()
+        });
+        let questions = self.questions.as_ref().map_or(0, Questions::owned_bytes);
+        self.state_json.capacity() + asked + questions
+    }
+
     /// The upstream's plaintext state.
     pub fn state(&self) -> String {
         serde_json::from_str(&self.state_json).expect("a string token the claims checked")

@@ -293,6 +293,15 @@ impl<'a> Questions<'a> {
         }
     }
 
+    /// Bytes its text holds on the heap of its own (none when it is borrowed from the
+    /// request's arena).
+    pub(crate) fn owned_bytes(&self) -> usize {
+        match &self.text {
+            Cow::Owned(text) => text.capacity(),
+            Cow::Borrowed(_) => 0,
+        }
+    }
+
     /// The same as a `serde_json` tree, for the oracles: read by the strict parse
     /// (serde_json's own `Value` reads an object whose first key is its raw-value
     /// stand-in as the value that key's string spells).
