@@ -115,8 +115,9 @@ impl Proxy {
         // A first call opens nothing: the opener's future is made (and awaited) only
         // for a request that carries a state.
         let opened = if params.is_there(ParamsField::RequestState) {
-            let request = (&mut arena, &mut held);
-            self.opener.open(method, params, caller, request).await?
+            self.opener
+                .open(method, params, caller, &mut arena, &mut held)
+                .await?
         } else {
             self.opener.without_state(params)?;
             None

@@ -59,7 +59,8 @@ impl StateOpener {
         method: &str,
         params: &mut Params<'_>,
         caller: &Caller,
-        (arena, held): (&mut LiteArena, &mut Reservation),
+        arena: &mut LiteArena,
+        held: &mut Reservation,
     ) -> Result<Option<OpenedRetry>, ProxyError> {
         let (path, principal) = (caller.path(), caller.principal());
         // Read as the body holds it: the token is not copied into a value.
@@ -68,7 +69,7 @@ impl StateOpener {
             // The reference treats an explicit null as absent; so does the upstream after us.
             Some(ParamRead::Null | ParamRead::Value(Value::Null)) => {
                 params.remove(ParamsField::RequestState);
-                return self.filter_input_responses(params, &[]).map(|()| None);
+                return self.without_state(params).map(|()| None);
             }
             Some(ParamRead::Text(token)) => token,
             Some(ParamRead::Value(Value::String(token))) => Cow::Borrowed(token.as_str()),
