@@ -20,6 +20,10 @@
 //! included, reads an object: the sidecar would bind and check one value and forward
 //! another. The differential tests accept any tree verdict for such a body.
 //!
+//! And one bound: a text of 4 GiB or more is refused as not JSON (its places do not fit
+//! a span; see `lexer::MAX_TEXT`), where the tree path would parse it. Only limits set
+//! above 4 GiB let such a body be read whole; the scans stay closed if they do.
+//!
 //! The index also keeps the whitespace skipped between tokens, so a compact copy of the
 //! body (what the upstream receives: [`super::ScannedBody`]) is written without a second
 //! scan.
@@ -187,7 +191,7 @@ impl Index {
     /// The span of the client capabilities a call declared
     /// (`params._meta["io.modelcontextprotocol/clientCapabilities"]`).
     pub fn declared(&self) -> Option<Range<usize>> {
-        self.declared.map(|s| s.start..s.end)
+        self.declared.map(|s| s.range())
     }
 
     /// What the declared capabilities hold, read during the scan: bit `i` set when the
@@ -200,7 +204,7 @@ impl Index {
 
     /// The whitespace runs between tokens, in order.
     pub fn gaps(&self) -> impl Iterator<Item = Range<usize>> + '_ {
-        self.gaps.iter().map(|g| g.start..g.end)
+        self.gaps.iter().map(|g| g.range())
     }
 }
 
@@ -272,7 +276,7 @@ pub(crate) fn scanned_string(body: &str, span: Range<usize>) -> Cow<'_, str> {
 
 fn span(spans: &[Option<Span>], fields: &[&str], name: &str) -> Option<Range<usize>> {
     let at = fields.iter().position(|f| *f == name)?;
-    spans[at].map(|s| s.start..s.end)
+    spans[at].map(|s| s.range())
 }
 
 /// The envelope members [`Index::envelope`] locates.
@@ -339,7 +343,7 @@ impl<'a> Walk<'a> {
         };
         let end = self.lexer.at();
         Ok(Member {
-            span: Span { start, end },
+            span: Span::new(start, end),
             kind,
         })
     }
@@ -441,7 +445,7 @@ impl<'a> Walk<'a> {
 
     /// A key's text: the bytes between its quotes unless it holds an escape.
     fn key(&self, span: Span, escaped: bool) -> Cow<'a, str> {
-        let token = &self.text[span.start..span.end];
+        let token = &self.text[span.range()];
         if escaped {
             unescape(token)
         } else {
@@ -477,7 +481,7 @@ impl<'a> Walk<'a> {
 /// the two are equal). Anything else (an escape, `-0`, a fraction, an exponent,
 /// nineteen digits or more) is parsed on its own by the tree path's parser.
 fn member_value(text: &str, member: Member) -> Result<serde_json::Value, ParseError> {
-    let token = &text[member.span.start..member.span.end];
+    let token = &text[member.span.range()];
     let direct = match member.kind {
         JsonKind::String => token
             .get(1..token.len() - 1)

@@ -89,8 +89,7 @@ impl<'a> Answer<'a> {
     /// The messages of a batch, when the answer is an array: its objects, and those of
     /// the arrays in it, in order.
     pub(crate) fn batch(&self) -> Option<impl Iterator<Item = Range<usize>> + '_> {
-        (self.root.kind == JsonKind::Array)
-            .then(|| self.elements.iter().map(|span| span.start..span.end))
+        (self.root.kind == JsonKind::Array).then(|| self.elements.iter().map(|span| span.range()))
     }
 
     /// The tree sealer's checks of a message, in its order (see the module's invariant).
@@ -138,7 +137,7 @@ impl<'a> Answer<'a> {
     /// The span of an envelope member, whatever it holds.
     pub(crate) fn envelope(&self, field: EnvelopeField) -> Option<Range<usize>> {
         let member = self.facts.envelope.get(ENVELOPE_FIELDS, field.name())?;
-        Some(member.span.start..member.span.end)
+        Some(member.span.range())
     }
 
     /// The span of `result`, when it is an object.
@@ -147,14 +146,14 @@ impl<'a> Answer<'a> {
             .envelope
             .get(ENVELOPE_FIELDS, "result")
             .filter(|m| m.kind == JsonKind::Object)
-            .map(|m| m.span.start..m.span.end)
+            .map(|m| m.span.range())
     }
 
     /// A member of an object `result`: its span and what it is.
     pub(crate) fn result_member(&self, field: ResultField) -> Option<(Range<usize>, JsonKind)> {
         self.result()?;
         let member = self.facts.result.get(RESULT_FIELDS, field.name())?;
-        Some((member.span.start..member.span.end, member.kind))
+        Some((member.span.range(), member.kind))
     }
 
     /// The `requestState` of an object `result`.

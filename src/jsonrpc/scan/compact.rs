@@ -80,13 +80,13 @@ impl<'a> Compact<'a> {
     /// A string token, quotes included, as it stands.
     pub(crate) fn string_token(&mut self) -> Option<&'a str> {
         let (span, _) = self.lexer.string().ok()?;
-        Some(&self.text[span.start..span.end])
+        Some(&self.text[span.range()])
     }
 
     /// A string's text: borrowed unless it holds an escape.
     pub(crate) fn string(&mut self) -> Option<Cow<'a, str>> {
         let (span, escaped) = self.lexer.string().ok()?;
-        let token = &self.text[span.start..span.end];
+        let token = &self.text[span.range()];
         Some(if escaped {
             unescape(token)
         } else {

@@ -120,7 +120,7 @@ impl Fault {
 
 /// The key at `span`, as an error names it.
 fn printable_key(text: &str, span: Span) -> String {
-    printable(&unescape(&text[span.start..span.end]))
+    printable(&unescape(&text[span.range()]))
 }
 
 /// One guarded level: its fields' members and the first key `check_reserved` refuses.
@@ -345,7 +345,7 @@ impl Facts {
             return Err(ParseError::AmbiguousKey(printable_key(text, key)));
         }
         let field = |name| self.envelope.get(ENVELOPE_FIELDS, name);
-        let string = |member: Member| unescape(&text[member.span.start..member.span.end]);
+        let string = |member: Member| unescape(&text[member.span.range()]);
         if !field("jsonrpc").is_some_and(|v| v.kind == JsonKind::String && string(v) == "2.0") {
             return Err(ParseError::Version);
         }

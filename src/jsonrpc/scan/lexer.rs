@@ -31,11 +31,43 @@ const SPECIAL: [bool; 256] = {
     special
 };
 
-/// `start..end` into the scanned bytes.
+/// `start..end` into the scanned bytes, as two `u32`s: the scans refuse a text of
+/// 4 GiB or more ([`MAX_TEXT`]), and half the size halves what a scan's facts and index
+/// move and clear.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Span {
-    pub(crate) start: usize,
-    pub(crate) end: usize,
+    start: u32,
+    end: u32,
+}
+
+/// The longest text a scan reads: its places fit a [`Span`].
+pub(crate) const MAX_TEXT: usize = u32::MAX as usize;
+
+impl Span {
+    /// The span `start..end` of a text no longer than [`MAX_TEXT`].
+    #[inline]
+    pub(crate) fn new(start: usize, end: usize) -> Self {
+        debug_assert!(start <= end && end <= MAX_TEXT);
+        Span {
+            start: start as u32,
+            end: end as u32,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn start(self) -> usize {
+        self.start as usize
+    }
+
+    #[inline]
+    pub(crate) fn end(self) -> usize {
+        self.end as usize
+    }
+
+    #[inline]
+    pub(crate) fn range(self) -> std::ops::Range<usize> {
+        self.start()..self.end()
+    }
 }
 
 /// A cursor over one UTF-8 body.
@@ -47,9 +79,18 @@ pub(super) struct Lexer<'a> {
 }
 
 impl<'a> Lexer<'a> {
+    /// A lexer over `text`. A text longer than [`MAX_TEXT`] (whose places would not fit
+    /// a [`Span`]) is read as no text at all: every scan refuses it as not JSON, where
+    /// the tree path would parse it (only limits set above 4 GiB let such a body or
+    /// answer be read whole).
     pub(crate) fn new(text: &'a str) -> Self {
+        Self::within(text, MAX_TEXT)
+    }
+
+    /// [`Lexer::new`] with `longest` for [`MAX_TEXT`] (so the refusal can be tested).
+    fn within(text: &'a str, longest: usize) -> Self {
         Lexer {
-            text,
+            text: if text.len() <= longest { text } else { "" },
             at: 0,
             gaps: Vec::new(),
         }
@@ -78,10 +119,7 @@ impl<'a> Lexer<'a> {
             self.at += 1;
         }
         if self.at > start {
-            self.gaps.push(Span {
-                start,
-                end: self.at,
-            });
+            self.gaps.push(Span::new(start, self.at));
         }
     }
 
@@ -126,7 +164,7 @@ impl<'a> Lexer<'a> {
         let at = short_special(bytes, start + 1);
         if bytes.get(at) == Some(&b'"') {
             self.at = at + 1;
-            return Ok((Span { start, end: at + 1 }, false));
+            return Ok((Span::new(start, at + 1), false));
         }
         self.string_rest(start, at)
     }
@@ -143,11 +181,7 @@ impl<'a> Lexer<'a> {
             match bytes.get(at) {
                 Some(b'"') => {
                     self.at = at + 1;
-                    let span = Span {
-                        start,
-                        end: self.at,
-                    };
-                    return Ok((span, escaped));
+                    return Ok((Span::new(start, self.at), escaped));
                 }
                 Some(b'\\') => {
                     escaped = true;
@@ -370,6 +404,17 @@ fn unicode(escape: &str) -> (char, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_too_long_for_a_span_is_no_json() {
+        let token = "\"ab\"";
+        let mut fits = Lexer::within(token, token.len());
+        assert_eq!(fits.string(), Ok((Span::new(0, 4), false)));
+        assert!(fits.is_done());
+        let mut over = Lexer::within(token, token.len() - 1);
+        assert_eq!(over.string(), Err(NotJson));
+        assert_eq!((over.at(), over.peek()), (0, None));
+    }
 
     #[test]
     fn first_special_finds_every_special_byte_wherever_it_stands() {

@@ -108,7 +108,7 @@ impl<'a> Reader<'a> {
 
     fn string(&mut self) -> Result<&'a str, NotJson> {
         let (span, escaped) = self.lexer.string()?;
-        let token = &self.text[span.start..span.end];
+        let token = &self.text[span.range()];
         Ok(match escaped.then(|| unescape(token)) {
             Some(Cow::Owned(text)) => self.arena.alloc_str(&text),
             _ => &token[1..token.len() - 1],
