@@ -8,7 +8,7 @@
 
 use super::KeyId;
 use crate::registry::{Family, ReadResult, Registry};
-use prometheus::{Gauge, IntCounterVec, IntGaugeVec, Opts};
+use prometheus::{Gauge, IntCounter, IntCounterVec, IntGaugeVec, Opts};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -20,10 +20,12 @@ pub struct KeyMetrics {
     handles_opened: IntCounterVec,
     minting: IntGaugeVec,
     reloads: Family<IntCounterVec, ReadResult>,
-    /// The ring's key ids, minting key first. Read-locked around every per-kid
-    /// increment and write-locked around a ring change, so an increment racing a reload
-    /// can never bring back the series of a key the reload removed.
-    kids: RwLock<Vec<KeyId>>,
+    /// The ring's key ids, minting key first, each with its series of the per-kid
+    /// families resolved when the ring was loaded (so an increment is an atomic add,
+    /// not a label lookup). Read-locked around every per-kid increment and write-locked
+    /// around a ring change, so an increment racing a reload can never count into the
+    /// series of a key the reload removed.
+    kids: RwLock<Vec<KidSeries>>,
     /// When the key file was last read back valid; `None` without a key file.
     confirmed: Arc<Mutex<Option<Instant>>>,
 }
@@ -91,31 +93,32 @@ impl KeyMetrics {
 
     /// A token was minted under `kid` (counted only while `kid` is in the ring).
     pub(crate) fn token_minted(&self, kid: KeyId) {
-        self.per_kid(&self.minted, kid);
+        self.per_kid(PerKid::Minted, kid);
     }
 
     /// A token opened and verified under `kid`.
     pub(crate) fn token_opened(&self, kid: KeyId) {
-        self.per_kid(&self.opened, kid);
+        self.per_kid(PerKid::Opened, kid);
     }
 
     /// A sealed handle was minted under `kid`.
     pub(crate) fn handle_minted(&self, kid: KeyId) {
-        self.per_kid(&self.handles_minted, kid);
+        self.per_kid(PerKid::HandlesMinted, kid);
     }
 
     /// A sealed handle opened under `kid`.
     pub(crate) fn handle_opened(&self, kid: KeyId) {
-        self.per_kid(&self.handles_opened, kid);
+        self.per_kid(PerKid::HandlesOpened, kid);
     }
 
-    fn per_kid(&self, family: &IntCounterVec, kid: KeyId) {
+    fn per_kid(&self, family: PerKid, kid: KeyId) {
         let kids = self.kids.read().expect("not poisoned");
-        if kids.contains(&kid) {
-            family.with_label_values(&[kid.hex().as_str()]).inc();
+        if let Some(series) = kids.iter().find(|series| series.kid == kid) {
+            series.counters[family as usize].inc();
         }
     }
 
+    /// The per-kid families, in [`PerKid`]'s order.
     fn per_kid_families(&self) -> [&IntCounterVec; 4] {
         [
             &self.minted,
@@ -130,23 +133,27 @@ impl KeyMetrics {
     /// from the key file, whose age the ring age gauge now counts from.
     pub(crate) fn key_ring_loaded(&self, ring: &[KeyId], from_file: bool) {
         let mut kids = self.kids.write().expect("not poisoned");
-        for gone in kids.iter().filter(|kid| !ring.contains(kid)) {
-            let label = gone.hex();
+        for gone in kids.iter().filter(|series| !ring.contains(&series.kid)) {
+            let label = gone.kid.hex();
             for family in self.per_kid_families() {
                 let _ = family.remove_label_values(&[label.as_str()]);
             }
             let _ = self.minting.remove_label_values(&[label.as_str()]);
         }
-        for (position, kid) in ring.iter().enumerate() {
+        let mut series = Vec::with_capacity(ring.len());
+        for (position, &kid) in ring.iter().enumerate() {
             let label = kid.hex();
-            for family in self.per_kid_families() {
-                family.with_label_values(&[label.as_str()]);
-            }
+            series.push(KidSeries {
+                kid,
+                counters: self
+                    .per_kid_families()
+                    .map(|family| family.with_label_values(&[label.as_str()])),
+            });
             self.minting
                 .with_label_values(&[label.as_str()])
                 .set(i64::from(position == 0));
         }
-        *kids = ring.to_vec();
+        *kids = series;
         if from_file {
             self.key_file_confirmed();
         }
@@ -166,24 +173,44 @@ impl KeyMetrics {
     /// Read a per-kid handle counter back (tests).
     pub fn handles_count(&self, minted: bool, kid: KeyId) -> Option<u64> {
         let family = if minted {
-            &self.handles_minted
+            PerKid::HandlesMinted
         } else {
-            &self.handles_opened
+            PerKid::HandlesOpened
         };
         self.per_kid_count(family, kid)
     }
 
     /// Read a per-kid token counter back (tests, the runbook's arithmetic).
     pub fn tokens_count(&self, minted: bool, kid: KeyId) -> Option<u64> {
-        let family = if minted { &self.minted } else { &self.opened };
+        let family = if minted {
+            PerKid::Minted
+        } else {
+            PerKid::Opened
+        };
         self.per_kid_count(family, kid)
     }
 
-    fn per_kid_count(&self, family: &IntCounterVec, kid: KeyId) -> Option<u64> {
+    fn per_kid_count(&self, family: PerKid, kid: KeyId) -> Option<u64> {
         let kids = self.kids.read().expect("not poisoned");
-        kids.contains(&kid)
-            .then(|| family.with_label_values(&[kid.hex().as_str()]).get())
+        let series = kids.iter().find(|series| series.kid == kid)?;
+        Some(series.counters[family as usize].get())
     }
+}
+
+/// The per-kid families, in [`KeyMetrics::per_kid_families`]' order.
+#[derive(Debug, Clone, Copy)]
+enum PerKid {
+    Minted,
+    Opened,
+    HandlesMinted,
+    HandlesOpened,
+}
+
+/// One key of the ring in use and its series of the per-kid families (the same counters
+/// the families expose, resolved once), in [`PerKid`]'s order.
+struct KidSeries {
+    kid: KeyId,
+    counters: [IntCounter; 4],
 }
 
 /// Bring the age gauge up to date (before every exposition).
@@ -232,6 +259,22 @@ mod tests {
         assert!(!text.contains(&a.to_string()), "{text}");
         assert_eq!(m.tokens_count(false, a), None);
         assert_eq!(m.tokens_count(false, b), Some(0));
+        // A retired key counts nowhere; brought back, its series starts again at zero,
+        // and each family's resolved series is the one the exposition shows.
+        m.token_opened(a);
+        m.handle_minted(b);
+        m.handle_opened(b);
+        m.handle_opened(b);
+        assert!(!registry.render().contains(&a.to_string()));
+        m.key_ring_loaded(&[b, a], true);
+        m.token_minted(b);
+        let text = registry.render();
+        assert!(text.contains(&format!("tokens_opened_total{{kid=\"{a}\"}} 0")));
+        assert!(text.contains(&format!("tokens_minted_total{{kid=\"{b}\"}} 1")));
+        assert!(text.contains(&format!("handles_minted_total{{kid=\"{b}\"}} 1")));
+        assert!(text.contains(&format!("handles_opened_total{{kid=\"{b}\"}} 2")));
+        assert_eq!(m.handles_count(false, b), Some(2));
+        assert_eq!(m.tokens_count(true, b), Some(1));
     }
 
     #[test]
