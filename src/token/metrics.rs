@@ -14,10 +14,8 @@ use std::time::{Duration, Instant};
 
 /// Per-key counts, the minting key, key file reloads and age.
 pub struct KeyMetrics {
-    minted: IntCounterVec,
-    opened: IntCounterVec,
-    handles_minted: IntCounterVec,
-    handles_opened: IntCounterVec,
+    /// The per-kid counter families, in [`PerKid`]'s order.
+    per_kid: [IntCounterVec; 4],
     minting: IntGaugeVec,
     reloads: Family<IntCounterVec, ReadResult>,
     /// The ring's key ids, minting key first, each with its series of the per-kid
@@ -47,22 +45,24 @@ impl KeyMetrics {
             move || set_age(&age, &confirmed)
         });
         Self {
-            minted: per_kid(
-                "tokens_minted_total",
-                "Tokens minted, by the key id (8 hex digits) of the ring's minting key.",
-            ),
-            opened: per_kid(
-                "tokens_opened_total",
-                "Tokens that verified, by the key id that opened them; zero for an old key means it can be retired.",
-            ),
-            handles_minted: per_kid(
-                "handles_minted_total",
-                "Sealed handles minted, by the key id of the ring's minting key.",
-            ),
-            handles_opened: per_kid(
-                "handles_opened_total",
-                "Sealed handles that opened for their caller, by the key id that opened them; with tokens_opened_total, zero for an old key means it can be retired.",
-            ),
+            per_kid: [
+                per_kid(
+                    "tokens_minted_total",
+                    "Tokens minted, by the key id (8 hex digits) of the ring's minting key.",
+                ),
+                per_kid(
+                    "tokens_opened_total",
+                    "Tokens that verified, by the key id that opened them; zero for an old key means it can be retired.",
+                ),
+                per_kid(
+                    "handles_minted_total",
+                    "Sealed handles minted, by the key id of the ring's minting key.",
+                ),
+                per_kid(
+                    "handles_opened_total",
+                    "Sealed handles that opened for their caller, by the key id that opened them; with tokens_opened_total, zero for an old key means it can be retired.",
+                ),
+            ],
             minting: registry.register(
                 IntGaugeVec::new(
                     Opts::new(
@@ -118,16 +118,6 @@ impl KeyMetrics {
         }
     }
 
-    /// The per-kid families, in [`PerKid`]'s order.
-    fn per_kid_families(&self) -> [&IntCounterVec; 4] {
-        [
-            &self.minted,
-            &self.opened,
-            &self.handles_minted,
-            &self.handles_opened,
-        ]
-    }
-
     /// A key ring is in use: a series per key (new keys start at zero), the series of
     /// keys it no longer holds removed, the minting key marked. `from_file`: it was read
     /// from the key file, whose age the ring age gauge now counts from.
@@ -135,7 +125,7 @@ impl KeyMetrics {
         let mut kids = self.kids.write().expect("not poisoned");
         for gone in kids.iter().filter(|series| !ring.contains(&series.kid)) {
             let label = gone.kid.hex();
-            for family in self.per_kid_families() {
+            for family in &self.per_kid {
                 let _ = family.remove_label_values(&[label.as_str()]);
             }
             let _ = self.minting.remove_label_values(&[label.as_str()]);
@@ -145,8 +135,7 @@ impl KeyMetrics {
             let label = kid.hex();
             series.push(KidSeries {
                 kid,
-                counters: self
-                    .per_kid_families()
+                counters: (self.per_kid.each_ref())
                     .map(|family| family.with_label_values(&[label.as_str()])),
             });
             self.minting
@@ -197,7 +186,7 @@ impl KeyMetrics {
     }
 }
 
-/// The per-kid families, in [`KeyMetrics::per_kid_families`]' order.
+/// The per-kid families: their place in `KeyMetrics::per_kid` and in a key's series.
 #[derive(Debug, Clone, Copy)]
 enum PerKid {
     Minted,

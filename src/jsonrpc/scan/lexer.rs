@@ -55,18 +55,8 @@ impl Span {
     }
 
     #[inline]
-    pub(crate) fn start(self) -> usize {
-        self.start as usize
-    }
-
-    #[inline]
-    pub(crate) fn end(self) -> usize {
-        self.end as usize
-    }
-
-    #[inline]
     pub(crate) fn range(self) -> std::ops::Range<usize> {
-        self.start()..self.end()
+        self.start as usize..self.end as usize
     }
 }
 
