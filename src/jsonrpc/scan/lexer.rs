@@ -165,9 +165,10 @@ impl<'a> Lexer<'a> {
     fn string_rest(&mut self, start: usize, mut at: usize) -> Result<(Span, bool), NotJson> {
         let bytes = self.text.as_bytes();
         let mut escaped = false;
+        let mut block = SpecialBlock::NONE;
         loop {
             // Past the bytes that need no second look.
-            at = first_special(bytes, at);
+            at = block.next_special(bytes, at);
             match bytes.get(at) {
                 Some(b'"') => {
                     self.at = at + 1;
@@ -271,6 +272,53 @@ fn first_special(bytes: &[u8], at: usize) -> usize {
     }
 }
 
+/// The special bytes of the last sixteen [`specials16`] read, kept while a string's
+/// escapes are passed: a JSON text carried as a string (a state, a document) has an
+/// escape every few bytes, and the next is then most often in the same sixteen.
+#[derive(Clone, Copy)]
+struct SpecialBlock {
+    /// Where the sixteen start (`usize::MAX`, past any text: none read yet).
+    base: usize,
+    /// Bit `i`: byte `base + i` is special.
+    specials: u32,
+}
+
+impl SpecialBlock {
+    const NONE: SpecialBlock = SpecialBlock {
+        base: usize::MAX,
+        specials: 0,
+    };
+
+    /// The first special byte at or after `at`, as [`first_special`] finds it: from
+    /// the sixteen bytes read last when `at` is among them; else (or when none of them
+    /// is left) from the sixteen read next (kept); past those too, or with fewer than
+    /// sixteen left (or no SSE2), by [`first_special`].
+    #[inline(always)]
+    fn next_special(&mut self, bytes: &[u8], at: usize) -> usize {
+        let mut from = at;
+        if let Some(offset) = at.checked_sub(self.base).filter(|&offset| offset < 16) {
+            let left = self.specials >> offset;
+            if left != 0 {
+                return at + left.trailing_zeros() as usize;
+            }
+            from = self.base + 16;
+        }
+        match specials16(bytes, from) {
+            Some(specials) => {
+                *self = SpecialBlock {
+                    base: from,
+                    specials,
+                };
+                if specials != 0 {
+                    return from + specials.trailing_zeros() as usize;
+                }
+                first_special(bytes, from + 16)
+            }
+            None => first_special(bytes, from),
+        }
+    }
+}
+
 /// The first special byte within [`SHORT_STRING`] bytes of `at` (sixteen bytes a step
 /// where the target has SSE2 ([`specials16`]), then eight ([`string_specials`]), the
 /// text's last few one at a time), or where that search stopped: the end of the text, or
@@ -325,6 +373,13 @@ fn specials16(bytes: &[u8], at: usize) -> Option<u32> {
     let special = bitor_m128i(bitor_m128i(quote, backslash), control);
     // One bit a byte, the sixteen low bits: never negative.
     Some(move_mask_i8_m128i(special) as u32)
+}
+
+/// Without SSE2 no sixteen bytes are read at once: [`SpecialBlock`] leaves every search
+/// to [`first_special`].
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn specials16(_: &[u8], _: usize) -> Option<u32> {
+    None
 }
 
 /// How far into a string the word loop looks before [`long_special`] takes over: most
@@ -459,6 +514,56 @@ mod tests {
         }
         assert_eq!(specials16(&[b'a'; 16], 1), None);
         assert_eq!(specials16(&[b'"'; 15], 0), None);
+    }
+
+    /// Strings dense with escapes (a state carried as JSON text), one at every place of
+    /// the sixteen-byte blocks the escapes are read from, escapes reaching past a
+    /// block's end, and bad escapes and raw bytes among them: the lexer accepts exactly
+    /// what serde_json reads as a string, and ends the token where it ends.
+    #[test]
+    fn escape_dense_strings_read_as_serde_json_reads_them() {
+        const PIECES: [&str; 14] = [
+            "a",
+            "\\\"",
+            "\\\\",
+            "\\n",
+            "\\/",
+            "\\u00e9",
+            "\\ud83d\\ude00",
+            "é",
+            "bcdefgh",
+            "\\x",
+            "\\ud800",
+            "\\udc00x",
+            "\u{1}",
+            "\\u12",
+        ];
+        // A fixed sequence of choices (an LCG), so a failure names its case again.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) as usize % n
+        };
+        for case in 0..20_000 {
+            let mut inner = "x".repeat(next(20));
+            let good = 1 + next(24);
+            for _ in 0..good {
+                // Bad pieces (the last five) rarely, so most strings are long and good.
+                let piece = if next(12) == 0 { next(14) } else { next(9) };
+                inner.push_str(PIECES[piece]);
+            }
+            let token = format!("\"{inner}\" ");
+            let expected = serde_json::from_str::<String>(&token[..token.len() - 1]).is_ok();
+            let mut lexer = Lexer::new(&token);
+            match lexer.string() {
+                Ok((span, escaped)) => {
+                    assert!(expected, "case {case}: accepted {token}");
+                    assert_eq!(span, Span::new(0, token.len() - 1), "case {case}: {token}");
+                    assert_eq!(escaped, inner.contains('\\'), "case {case}: {token}");
+                }
+                Err(NotJson) => assert!(!expected, "case {case}: refused {token}"),
+            }
+        }
     }
 
     #[test]
