@@ -76,10 +76,13 @@ pub(crate) fn identity_encoding(headers: &http::HeaderMap) -> bool {
     headers
         .get_all(http::header::CONTENT_ENCODING)
         .iter()
-        .all(|v| {
-            v.to_str().is_ok_and(|v| {
-                v.split(',')
-                    .all(|e| e.trim().eq_ignore_ascii_case("identity"))
-            })
-        })
+        .all(lists_identity_only)
+}
+
+/// Whether one `Content-Encoding` value lists identity only.
+pub(crate) fn lists_identity_only(value: &http::HeaderValue) -> bool {
+    value.to_str().is_ok_and(|v| {
+        v.split(',')
+            .all(|e| e.trim().eq_ignore_ascii_case("identity"))
+    })
 }

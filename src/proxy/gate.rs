@@ -15,16 +15,15 @@ use crate::jsonrpc::{Id, Message, Params, ParamsField, Refused, ScannedBody};
 use crate::mcp::param_headers::{LearnedParamHeaders, ParamHeaders};
 use bytes::Bytes;
 use http::HeaderMap;
-use http::header::{self, HeaderName};
 use hyper::body::Incoming;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
-const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+mod head;
+
+use head::{Field, GateHead};
 
 /// The gate's settings.
 pub(crate) struct Gate {
@@ -90,16 +89,17 @@ impl Gate {
         body: Incoming,
     ) -> Result<AdmittedBody, Box<Refusal>> {
         let unread = |error| Box::new(Refusal { id: None, error });
-        check_content_headers(headers).map_err(unread)?;
+        let head = GateHead::read(headers);
+        check_content_headers(&head).map_err(unread)?;
         let mut reservation = self.budget.reservation();
-        let read = read_body(headers, body, self.limits.max_body_bytes, &mut reservation);
+        let read = read_body(&head, body, self.limits.max_body_bytes, &mut reservation);
         let bytes = match tokio::time::timeout(self.body_timeout, read).await {
             Ok(read) => read.map_err(unread)?,
             Err(_) => return Err(unread(ProxyError::BodyTimeout)),
         };
-        let body = check_message(headers, bytes, self.limits.max_json_values)?;
+        let body = check_read_message(&head, bytes, self.limits.max_json_values)?;
         if let Some(params) = &self.transport
-            && let Err(error) = check_transport_headers(headers, &body, &params.load())
+            && let Err(error) = check_transport_headers(&head, headers, &body, &params.load())
         {
             let id = body.id().cloned();
             return Err(Box::new(Refusal { id, error }));
@@ -128,6 +128,15 @@ pub fn check_message(
     bytes: Bytes,
     max_json_values: usize,
 ) -> Result<ScannedBody, Box<Refusal>> {
+    check_read_message(&GateHead::read(headers), bytes, max_json_values)
+}
+
+/// [`check_message`] on a head already read.
+fn check_read_message(
+    head: &GateHead<'_>,
+    bytes: Bytes,
+    max_json_values: usize,
+) -> Result<ScannedBody, Box<Refusal>> {
     let body = ScannedBody::scan(bytes, max_json_values).map_err(|Refused { error, id }| {
         Box::new(Refusal {
             id,
@@ -138,7 +147,7 @@ pub fn check_message(
         let field = ParamsField::named(field)?;
         crate::jsonrpc::string_at(body.bytes(), body.index().param(field)?)
     };
-    check_mcp_headers(headers, body.message(), target).map_err(|error| {
+    check_mcp_headers(head, body.message(), target).map_err(|error| {
         Box::new(Refusal {
             id: body.id().cloned(),
             error,
@@ -148,13 +157,11 @@ pub fn check_message(
 }
 
 /// `Content-Type` must be JSON (UTF-8), `Content-Encoding` absent or identity.
-fn check_content_headers(headers: &HeaderMap) -> Result<(), ProxyError> {
-    let mut types = headers.get_all(header::CONTENT_TYPE).iter();
-    let content_type = types
-        .next()
+fn check_content_headers(head: &GateHead<'_>) -> Result<(), ProxyError> {
+    let content_type = (head.content_type.first)
         .and_then(|v| v.to_str().ok())
         .ok_or(ProxyError::ContentType)?;
-    if types.next().is_some() {
+    if head.content_type.repeated {
         return Err(ProxyError::ContentType);
     }
     let mut parts = content_type.split(';');
@@ -170,7 +177,7 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), ProxyError> {
             return Err(ProxyError::ContentType);
         }
     }
-    if !crate::body::identity_encoding(headers) {
+    if !head.identity_encoding {
         return Err(ProxyError::ContentEncoding);
     }
     Ok(())
@@ -180,13 +187,12 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), ProxyError> {
 /// client declares its length). Bytes are reserved as they arrive, never on a client's
 /// word: a declared length that never comes must not hold the budget.
 async fn read_body(
-    headers: &HeaderMap,
+    head: &GateHead<'_>,
     body: Incoming,
     limit: usize,
     reservation: &mut Reservation,
 ) -> Result<Bytes, ProxyError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
+    let declared = (head.content_length.first)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
@@ -203,22 +209,20 @@ async fn read_body(
 
 /// The MCP 2026 routing headers must agree with the body and appear at most once, or a
 /// router in front of the upstream and the upstream itself could see different requests.
-fn check_mcp_headers<'t>(
-    headers: &HeaderMap,
+fn check_mcp_headers<'h, 't>(
+    head: &GateHead<'h>,
     message: &Message,
     target: impl FnOnce(&str) -> Option<Cow<'t, str>>,
 ) -> Result<(), ProxyError> {
-    let single = |name: &HeaderName, label: &'static str| -> Result<Option<&[u8]>, ProxyError> {
-        let mut values = headers.get_all(name).iter();
-        let first = values.next().map(|v| v.as_bytes());
-        if values.next().is_some() {
+    let single = |field: Field<'h>, label: &'static str| {
+        if field.repeated {
             return Err(ProxyError::HeaderMismatch(label));
         }
-        Ok(first)
+        Ok(field.first.map(|v| v.as_bytes()))
     };
-    single(&MCP_PROTOCOL_VERSION, "mcp-protocol-version")?;
-    let method_header = single(&MCP_METHOD, "mcp-method")?;
-    let name_header = single(&MCP_NAME, "mcp-name")?;
+    single(head.protocol_version, "mcp-protocol-version")?;
+    let method_header = single(head.method, "mcp-method")?;
+    let name_header = single(head.name, "mcp-name")?;
     let Message::Call { method, .. } = message else {
         if method_header.is_some() || name_header.is_some() {
             return Err(ProxyError::HeaderMismatch("mcp-method"));
@@ -251,6 +255,7 @@ fn check_mcp_headers<'t>(
 /// tool's schema declares (`params`). A 2025-era message (no version in `_meta`) has
 /// none of these headers.
 fn check_transport_headers(
+    head: &GateHead<'_>,
     headers: &HeaderMap,
     body: &ScannedBody,
     params: &ParamHeaders,
@@ -258,7 +263,7 @@ fn check_transport_headers(
     let Some(version) = meta_protocol_version(body) else {
         return Ok(());
     };
-    let header_version = headers.get(&MCP_PROTOCOL_VERSION).map(|v| v.as_bytes());
+    let header_version = head.protocol_version.first.map(|v| v.as_bytes());
     // RFC 9110 §5.5: the whitespace around a field value is not part of it.
     if header_version.map(<[u8]>::trim_ascii) != Some(version.as_bytes()) {
         return Err(ProxyError::HeaderMismatch("mcp-protocol-version"));
@@ -270,13 +275,13 @@ fn check_transport_headers(
     else {
         return Ok(());
     };
-    if !headers.contains_key(&MCP_METHOD) {
+    if head.method.first.is_none() {
         return Err(ProxyError::HeaderMismatch("mcp-method"));
     }
     let named = crate::mcp::header_target_field(method)
         .and_then(ParamsField::named)
         .and_then(|field| body.index().param(field));
-    if named.is_some() && !headers.contains_key(&MCP_NAME) {
+    if named.is_some() && head.name.first.is_none() {
         return Err(ProxyError::HeaderMismatch("mcp-name"));
     }
     if method != "tools/call" || params.is_empty() {
@@ -324,7 +329,7 @@ fn meta_protocol_version(body: &ScannedBody) -> Option<Cow<'_, str>> {
 mod tests {
     use super::*;
     use base64_simd::STANDARD;
-    use http::HeaderValue;
+    use http::{HeaderName, HeaderValue};
     use serde_json::json;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -340,12 +345,18 @@ mod tests {
 
     #[test]
     fn content_headers() {
-        assert!(check_content_headers(&headers(&[("content-type", "application/json")])).is_ok());
         assert!(
-            check_content_headers(&headers(&[(
+            check_content_headers(&GateHead::read(&headers(&[(
+                "content-type",
+                "application/json"
+            )])))
+            .is_ok()
+        );
+        assert!(
+            check_content_headers(&GateHead::read(&headers(&[(
                 "content-type",
                 "Application/JSON; charset=UTF-8"
-            )]))
+            )])))
             .is_ok()
         );
         for bad in [
@@ -360,7 +371,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    check_content_headers(&headers(&bad)),
+                    check_content_headers(&GateHead::read(&headers(&bad))),
                     Err(ProxyError::ContentType)
                 ),
                 "{bad:?}"
@@ -372,7 +383,10 @@ mod tests {
                 ("content-encoding", encoding),
             ]);
             assert!(
-                matches!(check_content_headers(&h), Err(ProxyError::ContentEncoding)),
+                matches!(
+                    check_content_headers(&GateHead::read(&h)),
+                    Err(ProxyError::ContentEncoding)
+                ),
                 "{encoding}"
             );
         }
@@ -380,7 +394,7 @@ mod tests {
             ("content-type", "application/json"),
             ("content-encoding", "identity"),
         ]);
-        assert!(check_content_headers(&h).is_ok());
+        assert!(check_content_headers(&GateHead::read(&h)).is_ok());
     }
 
     /// Check `headers` against a message built from `method` and `params`.
@@ -446,7 +460,12 @@ mod tests {
             let body = check_message(&headers(pairs), Bytes::from(value.to_string()), usize::MAX)
                 .map_err(|r| r.error)
                 .unwrap();
-            check_transport_headers(&headers(pairs), &body, &ParamHeaders::default())
+            check_transport_headers(
+                &GateHead::read(&headers(pairs)),
+                &headers(pairs),
+                &body,
+                &ParamHeaders::default(),
+            )
         };
         let modern = || json!({"name": "provision", "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}});
         let all = [
