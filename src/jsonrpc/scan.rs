@@ -445,11 +445,10 @@ impl<'a> Walk<'a> {
 
     /// A key's text: the bytes between its quotes unless it holds an escape.
     fn key(&self, span: Span, escaped: bool) -> Cow<'a, str> {
-        let token = &self.text[span.range()];
         if escaped {
-            unescape(token)
+            unescape(&self.text[span.range()])
         } else {
-            Cow::Borrowed(&token[1..token.len() - 1])
+            Cow::Borrowed(&self.text[span.inside()])
         }
     }
 

@@ -86,11 +86,10 @@ impl<'a> Compact<'a> {
     /// A string's text: borrowed unless it holds an escape.
     pub(crate) fn string(&mut self) -> Option<Cow<'a, str>> {
         let (span, escaped) = self.lexer.string().ok()?;
-        let token = &self.text[span.range()];
         Some(if escaped {
-            unescape(token)
+            unescape(&self.text[span.range()])
         } else {
-            Cow::Borrowed(&token[1..token.len() - 1])
+            Cow::Borrowed(&self.text[span.inside()])
         })
     }
 

@@ -58,6 +58,12 @@ impl Span {
     pub(crate) fn range(self) -> std::ops::Range<usize> {
         self.start as usize..self.end as usize
     }
+
+    /// The inside of a string token's span: the bytes between its quotes.
+    #[inline]
+    pub(crate) fn inside(self) -> std::ops::Range<usize> {
+        self.start as usize + 1..self.end as usize - 1
+    }
 }
 
 /// A cursor over one UTF-8 body.

@@ -108,10 +108,9 @@ impl<'a> Reader<'a> {
 
     fn string(&mut self) -> Result<&'a str, NotJson> {
         let (span, escaped) = self.lexer.string()?;
-        let token = &self.text[span.range()];
-        Ok(match escaped.then(|| unescape(token)) {
+        Ok(match escaped.then(|| unescape(&self.text[span.range()])) {
             Some(Cow::Owned(text)) => self.arena.alloc_str(&text),
-            _ => &token[1..token.len() - 1],
+            _ => &self.text[span.inside()],
         })
     }
 
