@@ -70,16 +70,9 @@ where
     }
 }
 
-/// Whether a message's `Content-Encoding` is absent or identity in every value and token
-/// (clients merge repeated headers and decode every coding they list).
-pub(crate) fn identity_encoding(headers: &http::HeaderMap) -> bool {
-    headers
-        .get_all(http::header::CONTENT_ENCODING)
-        .iter()
-        .all(lists_identity_only)
-}
-
-/// Whether one `Content-Encoding` value lists identity only.
+/// Whether one `Content-Encoding` value lists identity only: a message's coding is
+/// identity when every value does (clients merge repeated headers and decode every
+/// coding they list).
 pub(crate) fn lists_identity_only(value: &http::HeaderValue) -> bool {
     value.to_str().is_ok_and(|v| {
         v.split(',')

@@ -18,7 +18,6 @@ use super::failure::Failure;
 use super::metrics::{Meters, SealFailure};
 use super::response::{ResponseSealer, SealContext, with_body};
 use super::upstream;
-use crate::body::identity_encoding;
 use crate::body::{BoxError, ProxyBody};
 use crate::budget::{self, CollectError, MemoryBudget, Reservation};
 use crate::config::LimitsConfig;
@@ -29,7 +28,7 @@ use crate::sse::{EventRewriter, SseRewriteBody};
 use crate::token::StateSealer;
 use bytes::{Bytes, BytesMut};
 use http::Response;
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -37,6 +36,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+
+mod head;
+
+use head::{AnswerHead, BodyLabel};
 
 /// The response phase's settings.
 pub(crate) struct Outbound {
@@ -72,18 +75,6 @@ where
     Response::from_parts(parts, body.boxed())
 }
 
-/// How the upstream labelled its body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyLabel {
-    Json,
-    EventStream,
-    /// JSON or SSE in a charset the sealer does not read, or a label that mentions them
-    /// in a way clients disagree on: cannot be inspected.
-    Unreadable,
-    /// Anything else, or no label: sniffed.
-    Other,
-}
-
 impl Outbound {
     pub(crate) fn new(
         sealer: Arc<StateSealer>,
@@ -114,8 +105,10 @@ impl Outbound {
     ) -> Result<Response<ProxyBody>, Failure> {
         let (mut parts, body) = response.into_parts();
         context.upstream_status(parts.status);
-        let chunked_only = chunked_only(&parts.headers);
-        upstream::strip_hop_by_hop(&mut parts.headers);
+        let head = AnswerHead::read(&parts.headers);
+        if head.hop_by_hop {
+            upstream::strip_hop_by_hop(&mut parts.headers);
+        }
         // The client's connection has its own version; an HTTP/1.0 upstream's must not leak.
         parts.version = http::Version::default();
         let sealer = ResponseSealer::new(
@@ -143,18 +136,18 @@ impl Outbound {
                 body.map_err(BoxError::from).boxed(),
             ));
         }
-        if !chunked_only {
+        if !head.chunked_only {
             // hyper removes only the `chunked` layer of `gzip, chunked`: the sealer would
             // see compressed bytes the client then decodes.
             return Err(refuse(&sealer, parts, SealFailure::TransferCoding));
         }
-        if !identity_encoding(&parts.headers) {
+        if !head.identity_encoding {
             // We asked for identity; a compressed body cannot be inspected.
             return Err(refuse(&sealer, parts, SealFailure::UnsupportedEncoding));
         }
         // A whole body's sealing is boxed where it starts: its state is the largest of a
         // request's, and every future above it would carry it and move it once more.
-        match label(&parts.headers) {
+        match head.label {
             BodyLabel::Unreadable => Err(refuse(&sealer, parts, SealFailure::UnknownContentType)),
             BodyLabel::Json => Box::pin(self.seal_whole(parts, body, sealer)).await,
             // Not sniffed: a GET stream may stay silent for minutes, and its head must not
@@ -413,92 +406,6 @@ impl Body for Prefixed {
 
 fn is_json_whitespace(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
-}
-
-/// Every transfer coding listed is `chunked` (or none is listed).
-fn chunked_only(headers: &HeaderMap) -> bool {
-    headers.get_all(header::TRANSFER_ENCODING).iter().all(|v| {
-        v.to_str().is_ok_and(|v| {
-            v.split(',')
-                .all(|coding| coding.trim().eq_ignore_ascii_case("chunked"))
-        })
-    })
-}
-
-fn label(headers: &HeaderMap) -> BodyLabel {
-    let mut values = headers.get_all(header::CONTENT_TYPE).iter();
-    let (first, second) = (values.next(), values.next());
-    let Some(first) = first else {
-        return BodyLabel::Other;
-    };
-    if second.is_some() {
-        // Clients merge repeated types in different ways: if any of them could be read as
-        // JSON or SSE, nobody can say which; otherwise sniff as for any other label.
-        let mentions = headers.get_all(header::CONTENT_TYPE).iter().any(|v| {
-            let v = String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase();
-            v.contains("json") || v.contains("event-stream")
-        });
-        return if mentions {
-            BodyLabel::Unreadable
-        } else {
-            BodyLabel::Other
-        };
-    }
-    // The two types nearly every upstream writes, spelled exactly so: what the rules of
-    // `label_of` make of them, without the lowercasing and the splitting.
-    match first.as_bytes() {
-        b"application/json" => BodyLabel::Json,
-        b"text/event-stream" => BodyLabel::EventStream,
-        _ => label_of(first),
-    }
-}
-
-/// The label of the one `Content-Type` an answer has.
-fn label_of(first: &HeaderValue) -> BodyLabel {
-    let Ok(value) = first.to_str() else {
-        // Clients decode such bytes as Latin-1 and may still see `application/json`.
-        return BodyLabel::Unreadable;
-    };
-    // Clients pick their parser by prefix (the reference SDK client uses
-    // `startswith("application/json")`), so classify the way they read it; a type
-    // that mentions JSON or event streams in any other way is refused, not waved on.
-    let value = value.trim();
-    // Lowercased only when it is not already (nearly every upstream writes it so).
-    let value: std::borrow::Cow<'_, str> = if value.bytes().any(|b| b.is_ascii_uppercase()) {
-        value.to_ascii_lowercase().into()
-    } else {
-        value.into()
-    };
-    let essence = value.split([';', ',']).next().unwrap_or_default().trim();
-    let label = if value.starts_with("text/event-stream") {
-        BodyLabel::EventStream
-    } else if value.starts_with("application/json")
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
-    {
-        BodyLabel::Json
-    } else if value.contains("json") || value.contains("event-stream") {
-        BodyLabel::Unreadable
-    } else {
-        BodyLabel::Other
-    };
-    // The sealer reads UTF-8; a client told `charset=utf-16` decodes other text.
-    if matches!(label, BodyLabel::Json | BodyLabel::EventStream) && !utf8_charset(&value) {
-        return BodyLabel::Unreadable;
-    }
-    label
-}
-
-/// No `charset` parameter, or only UTF-8 ones.
-fn utf8_charset(content_type: &str) -> bool {
-    content_type
-        .split([';', ','])
-        .skip(1)
-        .all(|param| match param.split_once('=') {
-            Some((name, value)) if name.trim() == "charset" => {
-                matches!(value.trim().trim_matches('"'), "utf-8" | "utf8")
-            }
-            _ => true,
-        })
 }
 
 /// Upstream headers that survive around the internal error replacing a refused error

@@ -297,11 +297,25 @@ fn strip_fixed_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Whether `name` is one of [`HOP_BY_HOP`]: its text compared (lengths first), no
-/// `HeaderName` built.
-fn is_fixed_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(&name.as_str())
+/// Whether `name` is one of [`HOP_BY_HOP`]: its text compared, no `HeaderName` built.
+/// Most names a message carries have a length none of them has (`Host`, `Accept`,
+/// `Content-Type`), and are passed on that alone.
+pub(crate) fn is_fixed_hop_by_hop(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    HOP_BY_HOP_LENGTHS & 1u32.checked_shl(name.len() as u32).unwrap_or(0) != 0
+        && HOP_BY_HOP.contains(&name)
 }
+
+/// Bit `n`: some name of [`HOP_BY_HOP`] is `n` bytes long.
+const HOP_BY_HOP_LENGTHS: u32 = {
+    let mut bits = 0u32;
+    let mut i = 0;
+    while i < HOP_BY_HOP.len() {
+        bits |= 1 << HOP_BY_HOP[i].len();
+        i += 1;
+    }
+    bits
+};
 
 fn is_end_to_end(name: &HeaderName) -> bool {
     name == header::CONTENT_LENGTH

@@ -1,8 +1,9 @@
 //! Tests of the outbound classification: labels, first bytes, statuses.
 
+use super::head::label_of;
 use super::*;
 use crate::mcp::json_like;
-use http::HeaderValue;
+use http::{HeaderMap, HeaderValue};
 
 #[test]
 fn what_opens_like_json() {
@@ -49,7 +50,7 @@ fn the_common_types_read_as_the_rules_read_them() {
         let rules = label_of(&HeaderValue::from_static(value));
         assert_eq!(rules, expected, "{value}");
         assert_eq!(
-            label(&headers(&[("content-type", value)])),
+            AnswerHead::read(&headers(&[("content-type", value)])).label,
             rules,
             "{value}"
         );
@@ -58,7 +59,7 @@ fn the_common_types_read_as_the_rules_read_them() {
 
 #[test]
 fn labels() {
-    let of = |pairs: &[(&str, &str)]| label(&headers(pairs));
+    let of = |pairs: &[(&str, &str)]| AnswerHead::read(&headers(pairs)).label;
     assert_eq!(of(&[("content-type", "application/json")]), BodyLabel::Json);
     assert_eq!(
         of(&[("content-type", "application/problem+json")]),
@@ -109,6 +110,7 @@ fn labels() {
 
 #[test]
 fn transfer_codings() {
+    let chunked_only = |h: &HeaderMap| AnswerHead::read(h).chunked_only;
     assert!(chunked_only(&headers(&[])));
     assert!(chunked_only(&headers(&[("transfer-encoding", "Chunked")])));
     assert!(!chunked_only(&headers(&[(
