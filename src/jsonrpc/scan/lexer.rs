@@ -149,6 +149,7 @@ impl<'a> Lexer<'a> {
 
     /// A string token from its opening quote: its span (quotes included) and whether it
     /// holds an escape (without one, its text is the bytes between the quotes).
+    #[inline(always)]
     pub(crate) fn string(&mut self) -> Result<(Span, bool), NotJson> {
         let start = self.at;
         let bytes = self.text.as_bytes();
