@@ -18,7 +18,7 @@ use crate::config::hosts::{EntryError, HostPattern, host_pattern, split_authorit
 use crate::error::ProxyError;
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -223,32 +223,43 @@ impl TrustedProxies {
         for name in doomed {
             headers.remove(name);
         }
-        // Every line of a trusted chain, in order: HAProxy's `option forwardfor` adds a
-        // line rather than extending the last one.
-        let mut chain = String::new();
-        if trusted {
-            for line in headers.get_all(X_FORWARDED_FOR).iter() {
-                if let Ok(line) = line.to_str() {
-                    chain.push_str(line);
-                    chain.push_str(", ");
+        // One lookup of each name, read and written through its entry.
+        match headers.entry(X_FORWARDED_FOR) {
+            Entry::Occupied(mut lines) => {
+                // Every line of a trusted chain, in order: HAProxy's `option forwardfor`
+                // adds a line rather than extending the last one.
+                let mut chain = String::new();
+                if trusted {
+                    for line in lines.iter() {
+                        if let Ok(line) = line.to_str() {
+                            chain.push_str(line);
+                            chain.push_str(", ");
+                        }
+                    }
+                }
+                let value = match (chain.is_empty(), facts.address.to_str()) {
+                    (false, Ok(ip)) => {
+                        chain.push_str(ip);
+                        HeaderValue::from_maybe_shared(Bytes::from(chain))
+                    }
+                    // The peer's own, spelled when its connection was accepted.
+                    _ => Ok(facts.address.clone()),
+                };
+                // Inserting drops every line there was; a chain that is no value drops
+                // them too.
+                match value {
+                    Ok(value) => drop(lines.insert(value)),
+                    Err(_) => drop(lines.remove_entry_mult()),
                 }
             }
+            Entry::Vacant(none) => drop(none.insert(facts.address.clone())),
         }
-        let value = match (chain.is_empty(), facts.address.to_str()) {
-            (false, Ok(ip)) => {
-                chain.push_str(ip);
-                HeaderValue::from_maybe_shared(Bytes::from(chain))
+        match headers.entry(X_FORWARDED_PROTO) {
+            Entry::Occupied(mut kept) if !trusted => {
+                kept.insert(HeaderValue::from_static(scheme));
             }
-            // The peer's own, spelled when its connection was accepted.
-            _ => Ok(facts.address.clone()),
-        };
-        // Inserting drops every line there was; a chain that is no value drops them too.
-        match value {
-            Ok(value) => headers.insert(X_FORWARDED_FOR, value),
-            Err(_) => headers.remove(X_FORWARDED_FOR),
-        };
-        if !trusted || !headers.contains_key(X_FORWARDED_PROTO) {
-            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(scheme));
+            Entry::Occupied(_) => {}
+            Entry::Vacant(none) => drop(none.insert(HeaderValue::from_static(scheme))),
         }
     }
 }
@@ -500,6 +511,12 @@ mod tests {
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
         assert_eq!(h.get("x-forwarded-host").unwrap(), "admin.internal");
         assert!(h.get("x_forwarded_for").is_none());
+        // A trusted peer that sent neither: the sidecar's own of both.
+        let mut h = HeaderMap::new();
+        proxies.rewrite(&mut h, &facts("10.1.2.3:5000"), "https", None);
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "10.1.2.3");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
+        assert_eq!(h.len(), 2);
         // An IPv4 peer reached over a dual-stack socket is still that IPv4 peer.
         assert!(proxies.trusts(peer("[::ffff:192.0.2.7]:1")));
         assert!(!TrustedProxies::default().trusts(peer("10.1.2.3:1")));
