@@ -31,7 +31,8 @@
 //! Nothing is allocated per key in the common case: a key without escapes is compared as
 //! the bytes between its quotes, an object's keys are checked for duplicates against the
 //! ones seen so far (a hash set only once an object holds more than [`SMALL_OBJECT`]
-//! keys), and the folded spellings the classification compares are never built.
+//! keys, or an escaped one), and the folded spellings the classification compares are
+//! never built.
 
 mod answer;
 mod compact;
@@ -289,8 +290,9 @@ struct Walk<'a> {
     /// The first refusal in document order. From then on only the syntax is checked, as
     /// the tree path's second pass does (no count, no key checks, no classification).
     refusal: Option<StrictRefusal>,
-    /// The keys of the small objects open, outermost first, for duplicates.
-    keys: Vec<Cow<'a, str>>,
+    /// The keys of the small objects open, outermost first, for duplicates: the text
+    /// between their quotes (an object with an escaped key keeps its keys in a set).
+    keys: Vec<&'a str>,
     facts: Facts,
     /// The messages of a batch, when reading an answer: the objects of its root array
     /// and of the arrays in it.
@@ -462,12 +464,21 @@ impl<'a> Walk<'a> {
         if let Some(seen) = large {
             return !seen.insert(key);
         }
+        let key = match key {
+            Cow::Borrowed(key) => key,
+            // An escaped key (rare) has text of its own: its object's keys go to a set,
+            // where each is compared by its text, as any later one is.
+            Cow::Owned(_) => {
+                let seen = large.insert(self.keys.drain(base..).map(Cow::Borrowed).collect());
+                return !seen.insert(key);
+            }
+        };
         if self.keys[base..].contains(&key) {
             return true;
         }
         self.keys.push(key);
         if self.keys.len() - base > SMALL_OBJECT {
-            *large = Some(self.keys.drain(base..).collect());
+            *large = Some(self.keys.drain(base..).map(Cow::Borrowed).collect());
         }
         false
     }

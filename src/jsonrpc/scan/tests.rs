@@ -230,6 +230,23 @@ fn keys_are_compared_after_unescaping() {
         refused(r#"{"\ud834\udd1e":1,"𝄞":2}"#),
         ParseError::DuplicateKey
     );
+    assert_eq!(
+        refused(r#"{"\u0061":1,"b":2,"a":3}"#),
+        ParseError::DuplicateKey
+    );
+    assert_eq!(
+        refused(r#"{"\u0061":1,"\u0062":2,"\u0061":3}"#),
+        ParseError::DuplicateKey
+    );
+    // An escaped key moves its own object's keys to a set, not the ones around it.
+    assert_eq!(
+        refused(r#"{"x":{"\u0061":1,"b":{"a":2}},"y":1,"x":3}"#),
+        ParseError::DuplicateKey
+    );
+    assert_eq!(
+        refused(r#"{"x":{"\u0061":1,"b":{"a":2}},"y":{"x":1},"a":3}"#),
+        ParseError::Version
+    );
     assert_eq!(refused(r#"{"__pr\u006fto__":1}"#), ambiguous("__proto__"));
     // A large object finds its duplicates through a set, escaped or not.
     let keys: Vec<String> = (0..40).map(|i| format!(r#""k{i}":{i}"#)).collect();
