@@ -106,6 +106,7 @@ impl<'a> Reader<'a> {
         })
     }
 
+    #[inline(always)]
     fn string(&mut self) -> Result<&'a str, NotJson> {
         let (span, escaped) = self.lexer.string()?;
         Ok(match escaped.then(|| unescape(&self.text[span.range()])) {
@@ -127,6 +128,7 @@ impl<'a> Reader<'a> {
 
     /// After a member or an item: `true` at the closing byte (consumed), `false` after a
     /// comma (consumed, whitespace skipped).
+    #[inline(always)]
     fn next(&mut self, close: u8) -> Result<bool, NotJson> {
         self.lexer.skip_whitespace();
         if self.lexer.expect(close).is_ok() {
