@@ -344,8 +344,11 @@ fn short_special(bytes: &[u8], mut at: usize) -> usize {
         }
         at += 16;
     }
-    while let Some(word) = bytes.get(at..at + 8).filter(|_| at < words_end) {
-        let specials = string_specials(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+    while let Some(word) = (bytes.get(at..))
+        .and_then(<[u8]>::first_chunk)
+        .filter(|_| at < words_end)
+    {
+        let specials = string_specials(u64::from_le_bytes(*word));
         if specials != 0 {
             // Little-endian: byte `i` of the word is bits `8i..8i + 8`.
             return at + (specials.trailing_zeros() / 8) as usize;
@@ -371,7 +374,7 @@ fn specials16(bytes: &[u8], at: usize) -> Option<u32> {
         bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, min_u8_m128i, move_mask_i8_m128i,
         set_splat_i8_m128i,
     };
-    let block: &[u8; 16] = bytes.get(at..at + 16)?.try_into().ok()?;
+    let block: &[u8; 16] = bytes.get(at..)?.first_chunk()?;
     let v = load_unaligned_m128i(block);
     let splat = |byte: u8| set_splat_i8_m128i(byte as i8);
     let quote = cmp_eq_mask_i8_m128i(v, splat(b'"'));
