@@ -324,3 +324,18 @@ impl Proxy {
         result
     }
 }
+
+/// Every head of up to `lines` lines over `names` (a name repeated, in every order): what
+/// the one-pass readers of a request's and an answer's head are held to.
+#[cfg(test)]
+fn every_head<'n>(names: &[&'n str], lines: usize) -> Vec<Vec<&'n str>> {
+    let mut heads = vec![Vec::new()];
+    let mut longest: Vec<Vec<&str>> = heads.clone();
+    for _ in 0..lines {
+        longest = (longest.iter())
+            .flat_map(|head| names.iter().map(move |name| [&head[..], &[*name]].concat()))
+            .collect();
+        heads.extend(longest.iter().cloned());
+    }
+    heads
+}

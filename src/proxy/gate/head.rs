@@ -88,14 +88,7 @@ mod tests {
             "host",
         ];
         // Every head of up to four lines over these names, values numbered in order.
-        let mut heads: Vec<Vec<&str>> = vec![Vec::new()];
-        let mut longest = heads.clone();
-        for _ in 0..4 {
-            longest = (longest.iter())
-                .flat_map(|h| names.iter().map(move |n| [&h[..], &[*n]].concat()))
-                .collect();
-            heads.extend(longest.iter().cloned());
-        }
+        let heads = crate::proxy::every_head(&names, 4);
         assert!(heads.len() > 10_000);
         for lines in heads {
             let mut map = HeaderMap::new();

@@ -166,15 +166,7 @@ mod tests {
             "x-hop",
             "mcp-session-id",
         ];
-        let mut heads: Vec<Vec<&str>> = vec![Vec::new()];
-        let mut longest = heads.clone();
-        for _ in 0..3 {
-            longest = (longest.iter())
-                .flat_map(|h| names.iter().map(move |n| [&h[..], &[*n]].concat()))
-                .collect();
-            heads.extend(longest.iter().cloned());
-        }
-        for lines in heads {
+        for lines in crate::proxy::every_head(&names, 3) {
             let mut map = HeaderMap::new();
             for name in &lines {
                 let value = if *name == "connection" {
