@@ -268,6 +268,13 @@ const PROTO_KEY: &str = "__proto__";
 /// tree path reads an object with it as its first key as the number its string spells;
 /// the scanner refuses the key wherever it is ([`scan`](mod@scan)).
 const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+/// The key serde_json uses to carry a raw value through a map. With its `raw_value`
+/// feature (this crate's, and any Rust upstream's that enables it), a `Value` read from
+/// an object with it as its first key is the JSON its string spells, not the object:
+/// `{"$serde_json::private::RawValue":"{\"requestState\":\"..\"}"}` is a state to
+/// such a reader and an object of one odd key to every other. Refused wherever it is,
+/// by the scanner and the tree path alike (found by the `gate` fuzz target).
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
 /// What the strict visitor refused, recorded beside serde's error (which can only carry
 /// text) so the caller gets the variant without matching on messages.
@@ -277,6 +284,7 @@ enum StrictRefusal {
     Proto,
     /// Only the scanner can tell the key from a number ([`NUMBER_TOKEN`]).
     NumberToken,
+    RawValueToken,
     TooManyValues,
 }
 
@@ -286,6 +294,7 @@ impl StrictRefusal {
             StrictRefusal::DuplicateKey => ParseError::DuplicateKey,
             StrictRefusal::Proto => ParseError::AmbiguousKey(PROTO_KEY.into()),
             StrictRefusal::NumberToken => ParseError::AmbiguousKey(NUMBER_TOKEN.into()),
+            StrictRefusal::RawValueToken => ParseError::AmbiguousKey(RAW_VALUE_TOKEN.into()),
             StrictRefusal::TooManyValues => ParseError::TooManyValues,
         }
     }
@@ -385,6 +394,9 @@ impl<'de> Visitor<'de> for StrictVisitor<'_> {
             first = false;
             if key == PROTO_KEY {
                 return Err(self.0.refuse(StrictRefusal::Proto));
+            }
+            if key == RAW_VALUE_TOKEN {
+                return Err(self.0.refuse(StrictRefusal::RawValueToken));
             }
             let value = map.next_value_seed(StrictSeed(self.0))?;
             if object.insert(key, value).is_some() {

@@ -18,7 +18,8 @@
 //! `{"$serde_json::private::Number":"1"}` from the number `1` (serde_json hands it both
 //! the same way) and reads it as the number, while every other parser, the upstream's
 //! included, reads an object: the sidecar would bind and check one value and forward
-//! another. The differential tests accept any tree verdict for such a body.
+//! another. The differential tests accept any tree verdict for such a body. Its
+//! raw-value stand-in ([`RAW_VALUE_TOKEN`]) is refused by both paths alike.
 //!
 //! And one bound: a text of 4 GiB or more is refused as not JSON (its places do not fit
 //! a span; see `lexer::MAX_TEXT`), where the tree path would parse it. Only limits set
@@ -53,7 +54,9 @@ pub(crate) use lite::LITE_ARENA_BYTES;
 pub use lite::{LiteArena, LiteJson};
 pub(crate) use members::{Cursor, each_member, members};
 
-use super::{Message, NUMBER_TOKEN, PROTO_KEY, ParseError, StrictRefusal, parse_bounded};
+use super::{
+    Message, NUMBER_TOKEN, PROTO_KEY, ParseError, RAW_VALUE_TOKEN, StrictRefusal, parse_bounded,
+};
 use facts::{Facts, Member, Role};
 use lexer::{Lexer, NotJson, Span, unescape};
 use std::borrow::Cow;
@@ -428,6 +431,7 @@ impl<'a> Walk<'a> {
         let refused = match &*key {
             PROTO_KEY => Some(StrictRefusal::Proto),
             NUMBER_TOKEN => Some(StrictRefusal::NumberToken),
+            RAW_VALUE_TOKEN => Some(StrictRefusal::RawValueToken),
             _ => None,
         };
         if let Some(refusal) = refused {

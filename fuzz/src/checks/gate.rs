@@ -86,6 +86,11 @@ fn is_stand_in(error: &ProxyError) -> bool {
     matches!(error, ProxyError::Parse(ParseError::AmbiguousKey(key)) if key == "$serde_json::private::Number")
 }
 
+/// The refusal of serde_json's raw-value stand-in key.
+fn is_raw_value_key(error: &ProxyError) -> bool {
+    matches!(error, ProxyError::Parse(ParseError::AmbiguousKey(key)) if key == "$serde_json::private::RawValue")
+}
+
 /// The edits the phases make, made on both, each only where its member is there, and
 /// read back alike.
 fn edit_both(mut params: Params<'_>, mut tree: TreeParams<'_>) {
@@ -182,7 +187,10 @@ fn refused_well(error: &ProxyError, id: Option<&Value>, body: &[u8]) {
         .contains(&code),
         "refused with code {code}"
     );
-    if serde_json::from_slice::<Value>(body).is_err() {
+    // serde_json's own `Value` reads an object whose first key is its raw-value
+    // stand-in as the JSON the key's string spells, and fails where that is none: no
+    // verdict on the body's syntax (the gate refuses the key, as the tree path does).
+    if serde_json::from_slice::<Value>(body).is_err() && !is_raw_value_key(error) {
         assert_eq!(code, PARSE_ERROR, "a body that is not JSON");
     }
 }

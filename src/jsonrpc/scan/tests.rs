@@ -271,6 +271,42 @@ fn keys_are_compared_after_unescaping() {
     );
 }
 
+/// serde_json's raw-value stand-in key is refused as ambiguous wherever it stands, in
+/// any spelling, by the scanner and the tree path alike (with `raw_value`, serde_json's
+/// own `Value` reads an object with it first as the JSON its string spells): in a
+/// request's envelope or `params`, and in an answer, whose state is then withheld.
+#[test]
+fn serde_jsons_raw_value_token_is_refused_by_both_paths() {
+    let raw = || ParseError::AmbiguousKey("$serde_json::private::RawValue".into());
+    for body in [
+        r#"{"$serde_json::private::RawValue":"pin"}"#,
+        r#"{"$serde_json::private::RawValue":"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"}"#,
+        r#"{"\u0024serde_json::private::RawValue":"1"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","$serde_json::private::RawValue":"{\"requestState\":\"x\"}"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"a":{"$serde_json::private::RawValue":"1"}}}}"#,
+    ] {
+        assert_eq!(
+            parse_bounded(body.as_bytes(), usize::MAX).err(),
+            Some(raw()),
+            "{body}"
+        );
+        let scanned = scan(body.as_bytes(), usize::MAX).map(Scanned::into_message);
+        assert_eq!(scanned.err().map(|r| r.error), Some(raw()), "{body}");
+    }
+    let answer = r#"{"jsonrpc":"2.0","id":1,"result":{"$serde_json::private::RawValue":"{}","requestState":"s"}}"#;
+    assert_eq!(scan_answer(answer.as_bytes()).err(), Some(raw()));
+    // Not JSON further on: a syntax error, whatever was refused before.
+    let body = r#"{"$serde_json::private::RawValue":"1"} x"#;
+    assert_eq!(
+        parse_bounded(body.as_bytes(), usize::MAX).err(),
+        Some(ParseError::Syntax)
+    );
+    assert_eq!(
+        scan(body.as_bytes(), usize::MAX).err().map(|r| r.error),
+        Some(ParseError::Syntax)
+    );
+}
+
 /// The tree reads `{"$serde_json::private::Number":"12"}` as the number 12, every other
 /// parser as an object: the scanner refuses the key, wherever it is, as it reads it
 /// (first refusal wins, and a body not JSON further on is still a syntax error).
