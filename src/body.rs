@@ -70,12 +70,12 @@ where
     }
 }
 
-/// Whether one `Content-Encoding` value lists identity only: a message's coding is
-/// identity when every value does (clients merge repeated headers and decode every
-/// coding they list).
-pub(crate) fn lists_identity_only(value: &http::HeaderValue) -> bool {
+/// Whether one value of a coding list (`Content-Encoding`, `Transfer-Encoding`) lists
+/// `coding` only, in any case: a message's coding is that one when every value does
+/// (clients merge repeated headers and decode every coding they list).
+pub(crate) fn lists_only(value: &http::HeaderValue, coding: &str) -> bool {
     value.to_str().is_ok_and(|v| {
         v.split(',')
-            .all(|e| e.trim().eq_ignore_ascii_case("identity"))
+            .all(|listed| listed.trim().eq_ignore_ascii_case(coding))
     })
 }

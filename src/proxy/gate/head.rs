@@ -52,7 +52,7 @@ impl<'h> GateHead<'h> {
             } else if name == header::CONTENT_LENGTH {
                 head.content_length.see(value);
             } else if name == header::CONTENT_ENCODING {
-                head.identity_encoding &= crate::body::lists_identity_only(value);
+                head.identity_encoding &= crate::body::lists_only(value, "identity");
             } else if let Some(mcp) = name.as_str().strip_prefix("mcp-") {
                 match mcp {
                     "protocol-version" => head.protocol_version.see(value),

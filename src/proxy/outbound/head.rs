@@ -46,11 +46,11 @@ impl AnswerHead {
                 content_type.get_or_insert(value);
                 types += 1;
             } else if name == header::CONTENT_ENCODING {
-                head.identity_encoding &= crate::body::lists_identity_only(value);
+                head.identity_encoding &= crate::body::lists_only(value, "identity");
             } else if upstream::is_fixed_hop_by_hop(name) {
                 head.hop_by_hop = true;
                 if name == header::TRANSFER_ENCODING {
-                    head.chunked_only &= lists_chunked_only(value);
+                    head.chunked_only &= crate::body::lists_only(value, "chunked");
                 }
             }
         }
@@ -61,14 +61,6 @@ impl AnswerHead {
         };
         head
     }
-}
-
-/// Whether one `Transfer-Encoding` value lists `chunked` only.
-fn lists_chunked_only(value: &HeaderValue) -> bool {
-    value.to_str().is_ok_and(|v| {
-        v.split(',')
-            .all(|coding| coding.trim().eq_ignore_ascii_case("chunked"))
-    })
 }
 
 /// The label of an answer with one `Content-Type`. The two types nearly every upstream
