@@ -317,7 +317,9 @@ impl<'a> Walk<'a> {
     }
 
     /// One value, inside `depth` arrays and objects. Counted as it starts, before its
-    /// first byte is read, as the tree path counts.
+    /// first byte is read, as the tree path counts. A string (most values are) is read
+    /// here, inlined where a value is asked for; anything else by [`Walk::other_value`].
+    #[inline(always)]
     fn value(&mut self, role: Role, depth: usize) -> Result<Member, NotJson> {
         if self.strict() {
             match self.left.checked_sub(1) {
@@ -326,16 +328,24 @@ impl<'a> Walk<'a> {
             }
         }
         self.lexer.skip_whitespace();
+        if self.lexer.peek() == Some(b'"') {
+            let (span, _) = self.lexer.string()?;
+            return Ok(Member {
+                span,
+                kind: JsonKind::String,
+            });
+        }
+        self.other_value(role, depth)
+    }
+
+    /// A value that is no string, counted already, from its first byte.
+    fn other_value(&mut self, role: Role, depth: usize) -> Result<Member, NotJson> {
         let start = self.lexer.at();
         let kind = match self.lexer.peek().ok_or(NotJson)? {
             b'{' => self.object(role, depth + 1)?,
             b'[' => {
                 self.array(role, depth + 1)?;
                 JsonKind::Array
-            }
-            b'"' => {
-                self.lexer.string()?;
-                JsonKind::String
             }
             b'-' | b'0'..=b'9' => {
                 self.lexer.number()?;

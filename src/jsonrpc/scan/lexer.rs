@@ -109,7 +109,17 @@ impl<'a> Lexer<'a> {
         self.text.as_bytes().get(self.at).copied()
     }
 
+    /// Pass the whitespace at the cursor, if any (a compact body has none: one byte
+    /// above the space answers that, with no loop).
+    #[inline(always)]
     pub(crate) fn skip_whitespace(&mut self) {
+        if self.peek().is_some_and(|b| b > b' ') {
+            return;
+        }
+        self.skip_whitespace_run();
+    }
+
+    fn skip_whitespace_run(&mut self) {
         let start = self.at;
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
             self.at += 1;
@@ -270,8 +280,16 @@ impl<'a> Lexer<'a> {
 /// hold (`"`, `\` or a control character), or the length when there is none: sixteen or
 /// eight bytes a step ([`short_special`]), the last few one at a time.
 /// Past [`SHORT_STRING`] bytes, the rest of a long string (a token, a document carried
-/// as text) is searched by [`long_special`] instead.
+/// as text) is searched by [`long_special`] instead. Out of line: where the lexer meets
+/// it, its own first bytes were read already.
 fn first_special(bytes: &[u8], at: usize) -> usize {
+    inline_special(bytes, at)
+}
+
+/// [`first_special`], inlined where it is asked: a short string's end is found with no
+/// call (the readers of text already scanned, which start at a string's first byte).
+#[inline(always)]
+pub(super) fn inline_special(bytes: &[u8], at: usize) -> usize {
     let at = short_special(bytes, at);
     match bytes.get(at) {
         Some(&b) if !SPECIAL[usize::from(b)] => long_special(bytes, at),
@@ -446,9 +464,12 @@ fn hex4(digits: &[u8]) -> Option<u32> {
 /// when it has no escape.
 pub(super) fn unescape(token: &str) -> Cow<'_, str> {
     let inner = &token[1..token.len() - 1];
-    let Some(first) = memchr::memchr(b'\\', inner.as_bytes()) else {
+    // In an accepted token the first special byte is its first backslash (a quote in it
+    // is escaped; no control byte is left raw): a short one is read with no call.
+    let first = inline_special(inner.as_bytes(), 0);
+    if first == inner.len() {
         return Cow::Borrowed(inner);
-    };
+    }
     let mut out = String::with_capacity(inner.len());
     out.push_str(&inner[..first]);
     let mut rest = &inner[first..];

@@ -9,6 +9,7 @@
 //! the walk still stops, rather than reads past `span`, at a byte it does not expect.
 
 use super::facts::JsonKind;
+use super::lexer::inline_special;
 use super::string_at;
 use std::borrow::Cow;
 use std::ops::Range;
@@ -185,7 +186,8 @@ fn skip_whitespace(bytes: &[u8], mut at: usize) -> usize {
 }
 
 /// The end of the string token opening at `start` (past its closing quote): from one
-/// quote or backslash to the next by a vectorised search.
+/// quote or backslash to the next by the lexer's search (a short string, as most keys
+/// and values here are, is read within its first words, with no call).
 fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
     string_end_escaped(bytes, start).map(|(end, _)| end)
 }
@@ -195,13 +197,16 @@ fn string_end_escaped(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
     let mut at = start + 1;
     let mut escaped = false;
     loop {
-        at += memchr::memchr2(b'"', b'\\', bytes.get(at..)?)?;
-        match bytes[at] {
+        at = inline_special(bytes, at);
+        match bytes.get(at)? {
             b'"' => return Some((at + 1, escaped)),
-            _ => {
+            b'\\' => {
                 escaped = true;
                 at += 2;
             }
+            // A control byte: none is in a string the scanner accepted, but the walk
+            // does not stop being a walk of the bytes for it.
+            _ => at += 1,
         }
     }
 }
