@@ -24,16 +24,20 @@ pub fn fold(key: &str) -> String {
 /// every comparison) part at their first kept byte; from the first non-ASCII character
 /// of either, the rest of both go through [`folded`].
 ///
-/// Inlined where it is asked, the first bytes answer most comparisons (a key against
-/// the fields of its level, which it is not): an ASCII letter or digit is the first
-/// character of its name's fold, so two of them that differ but for case part the folds.
+/// Inlined where it is asked, the first and last bytes answer most comparisons (a key
+/// against the fields of its level, which it is not): an ASCII letter or digit is the
+/// first character of its name's fold when it starts the name, and the last when it ends
+/// it (a byte below 0x80 is a whole character in UTF-8), so two of them that differ but
+/// for case part the folds. Names of one family share their first bytes
+/// (`io.modelcontextprotocol/...`) far more often than their last.
 #[inline]
 pub(crate) fn folds_equal(a: &str, b: &str) -> bool {
-    if let (Some(p), Some(q)) = (a.as_bytes().first(), b.as_bytes().first())
-        && p.is_ascii_alphanumeric()
-        && q.is_ascii_alphanumeric()
-        && !p.eq_ignore_ascii_case(q)
-    {
+    let parted = |p: Option<&u8>, q: Option<&u8>| {
+        matches!((p, q), (Some(p), Some(q))
+            if p.is_ascii_alphanumeric() && q.is_ascii_alphanumeric() && !p.eq_ignore_ascii_case(q))
+    };
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    if parted(x.first(), y.first()) || parted(x.last(), y.last()) {
         return false;
     }
     folds_equal_past_first(a, b)

@@ -518,6 +518,10 @@ fn folds_equal_is_fold_compared() {
         "STRASSE",
         "io.modelcontextprotocol/clientCapabilities",
         "io.modelcontextprotocol/protocolVersion",
+        "io.modelcontextprotocol/clientInfo",
+        "requestStatE",
+        "requestState_",
+        "requestStateſ",
         "ﬁle",
         "FILE",
         "İd",
@@ -542,6 +546,19 @@ proptest::proptest! {
         proptest::prop_assert_eq!(folds_equal(&a, &b), fold(&a) == fold(&b), "{:?} {:?}", a, b);
         let twin = fold(&a);
         proptest::prop_assert!(folds_equal(&a, &twin), "{:?} {:?}", a, twin);
+    }
+
+    /// Names that share their ends (the first and last bytes say nothing then) and part
+    /// in their middle, in ASCII or not.
+    #[test]
+    fn folds_equal_is_fold_compared_between_shared_ends(
+        first in "[a-zA-Z0-9_éK]{0,2}",
+        a in "[éèßſK€a-zA-Z_.]{0,3}",
+        b in "[éèßſK€a-zA-Z_.]{0,3}",
+        last in "[a-zA-Z0-9_ſK]{0,2}",
+    ) {
+        let (a, b) = (format!("{first}{a}{last}"), format!("{first}{b}{last}"));
+        proptest::prop_assert_eq!(folds_equal(&a, &b), fold(&a) == fold(&b), "{:?} {:?}", a, b);
     }
 
     /// Names that share a prefix (compared as bytes and skipped): also when they part
