@@ -278,12 +278,14 @@ pub(crate) fn scanned_string(body: &str, span: Range<usize>) -> Cow<'_, str> {
     unescape(token)
 }
 
+/// The span `spans` holds for `name`, one of `fields` (inlined with its constants, as
+/// [`facts::field_index`]).
+#[inline(always)]
 fn span(spans: &[Option<Span>], fields: &[&str], name: &str) -> Option<Range<usize>> {
-    let at = fields.iter().position(|f| *f == name)?;
+    let at = facts::field_index(fields, name)?;
     spans[at].map(|s| s.range())
 }
 
-/// The envelope members [`Index::envelope`] locates.
 /// One scan in progress.
 struct Walk<'a> {
     lexer: Lexer<'a>,

@@ -123,6 +123,21 @@ fn printable_key(text: &str, span: Span) -> String {
     printable(&unescape(&text[span.range()]))
 }
 
+/// Where `key` is in `fields`. Inlined with the constant list of its caller, the loop
+/// unrolls into a comparison with each name, of a length known: a key of another length
+/// is passed with no call to compare bytes.
+#[inline(always)]
+pub(super) fn field_index(fields: &[&str], key: &str) -> Option<usize> {
+    let mut at = 0;
+    while at < fields.len() {
+        if fields[at].len() == key.len() && fields[at].as_bytes() == key.as_bytes() {
+            return Some(at);
+        }
+        at += 1;
+    }
+    None
+}
+
 /// One guarded level: its fields' members and the first key `check_reserved` refuses.
 #[derive(Debug, Default)]
 pub(super) struct Level {
@@ -137,7 +152,7 @@ impl Level {
     /// known names (a length first) rather than walking a list it is handed.
     #[inline(always)]
     fn note(&mut self, fields: &[&str], key: &str, key_span: Span, member: Member) {
-        match fields.iter().position(|field| *field == key) {
+        match field_index(fields, key) {
             Some(at) => {
                 self.members[at] = Some(member);
                 self.keys[at] = Some(key_span);
@@ -162,7 +177,7 @@ impl Level {
     /// The member under `name`, one of `fields` (inlined as [`Level::note`]).
     #[inline(always)]
     pub(crate) fn get(&self, fields: &[&str], name: &str) -> Option<Member> {
-        self.members[fields.iter().position(|field| *field == name)?]
+        self.members[field_index(fields, name)?]
     }
 
     /// Whether a key of this level is one `check_reserved` refuses.
