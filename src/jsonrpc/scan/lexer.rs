@@ -280,19 +280,26 @@ impl<'a> Lexer<'a> {
 /// hold (`"`, `\` or a control character), or the length when there is none: sixteen or
 /// eight bytes a step ([`short_special`]), the last few one at a time.
 /// Past [`SHORT_STRING`] bytes, the rest of a long string (a token, a document carried
-/// as text) is searched by [`long_special`] instead. Out of line: where the lexer meets
-/// it, its own first bytes were read already.
+/// as text) is searched by [`long_special`] instead.
 fn first_special(bytes: &[u8], at: usize) -> usize {
-    inline_special(bytes, at)
-}
-
-/// [`first_special`], inlined where it is asked: a short string's end is found with no
-/// call (the readers of text already scanned, which start at a string's first byte).
-#[inline(always)]
-pub(super) fn inline_special(bytes: &[u8], at: usize) -> usize {
     let at = short_special(bytes, at);
     match bytes.get(at) {
         Some(&b) if !SPECIAL[usize::from(b)] => long_special(bytes, at),
+        _ => at,
+    }
+}
+
+/// In text the lexer accepted, the first quote or backslash at or after `at` inside a
+/// string token (the length when there is none): a short string's end is found inline,
+/// with no call, a long one's by a vectorised search for the two bytes (such a string
+/// holds no raw control byte, which [`first_special`] would also look for).
+#[inline(always)]
+pub(super) fn scanned_special(bytes: &[u8], at: usize) -> usize {
+    let at = short_special(bytes, at);
+    match bytes.get(at) {
+        Some(&b) if !SPECIAL[usize::from(b)] => {
+            at + memchr::memchr2(b'"', b'\\', &bytes[at..]).unwrap_or(bytes.len() - at)
+        }
         _ => at,
     }
 }
@@ -465,8 +472,13 @@ fn hex4(digits: &[u8]) -> Option<u32> {
 pub(super) fn unescape(token: &str) -> Cow<'_, str> {
     let inner = &token[1..token.len() - 1];
     // In an accepted token the first special byte is its first backslash (a quote in it
-    // is escaped; no control byte is left raw): a short one is read with no call.
-    let first = inline_special(inner.as_bytes(), 0);
+    // is escaped; no control byte is left raw): a short one is read with no call, a long
+    // one (a token, a state) by a search for the backslash alone.
+    let bytes = inner.as_bytes();
+    let first = match bytes.len() <= SHORT_STRING {
+        true => short_special(bytes, 0),
+        false => memchr::memchr(b'\\', bytes).unwrap_or(bytes.len()),
+    };
     if first == inner.len() {
         return Cow::Borrowed(inner);
     }

@@ -9,7 +9,7 @@
 //! the walk still stops, rather than reads past `span`, at a byte it does not expect.
 
 use super::facts::JsonKind;
-use super::lexer::inline_special;
+use super::lexer::scanned_special;
 use super::string_at;
 use std::borrow::Cow;
 use std::ops::Range;
@@ -197,7 +197,7 @@ fn string_end_escaped(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
     let mut at = start + 1;
     let mut escaped = false;
     loop {
-        at = inline_special(bytes, at);
+        at = scanned_special(bytes, at);
         match bytes.get(at)? {
             b'"' => return Some((at + 1, escaped)),
             b'\\' => {
