@@ -7,7 +7,7 @@
 //! per member) costs several times as much for the few members the rules look at.
 //!
 //! Invariant: [`LiteJson::read`] accepts a text only where the strict scan accepts it
-//! (a key twice, `__proto__` and serde_json's number stand-in key are refused, as there,
+//! (a key twice, `__proto__` and serde_json's two stand-in keys are refused, as there,
 //! and so is nesting the strict parse refuses) and reads it to the value the strict
 //! parse reads; numbers answer as `serde_json`'s `arbitrary_precision` numbers answer (a
 //! literal is kept as the text spells it, where serde_json respells an exponent
@@ -15,7 +15,7 @@
 
 use super::lexer::{Lexer, NotJson, unescape};
 use crate::jsonrpc::view::JsonView;
-use crate::jsonrpc::{NUMBER_TOKEN, PROTO_KEY};
+use crate::jsonrpc::{NUMBER_TOKEN, PROTO_KEY, RAW_VALUE_TOKEN};
 use std::borrow::Cow;
 
 /// Where a [`LiteJson`] keeps its lists (and the text of a string with an escape).
@@ -161,7 +161,7 @@ impl<'a> Reader<'a> {
             loop {
                 let key = self.string()?;
                 // Refused as the scanner refuses them, wherever they stand.
-                if key == PROTO_KEY || key == NUMBER_TOKEN {
+                if key == PROTO_KEY || key == NUMBER_TOKEN || key == RAW_VALUE_TOKEN {
                     return Err(NotJson);
                 }
                 self.lexer.skip_whitespace();
@@ -352,6 +352,8 @@ mod tests {
             r#"{"a":[{"__proto__":1}]}"#,
             r#"{"$serde_json::private::Number":"1"}"#,
             r#"{"a":1,"$serde_json::private::Number":"1"}"#,
+            r#"{"$serde_json::private::RawValue":"{}"}"#,
+            r#"{"a":{"b":1,"$serde_json::private::RawValue":"1"}}"#,
         ] {
             assert!(LiteJson::read(text, &arena).is_none(), "{text}");
         }
