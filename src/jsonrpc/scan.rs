@@ -100,6 +100,7 @@ pub(crate) fn scan_text(text: &str, max_values: usize) -> Result<Scanned<'_>, Re
         refusal: None,
         // A message's objects are small: room for their keys without regrowing.
         keys: Vec::with_capacity(16),
+        sets: Vec::new(),
         facts: Facts::default(),
         elements: Vec::new(),
     };
@@ -298,6 +299,10 @@ struct Walk<'a> {
     /// The keys of the small objects open, outermost first, for duplicates: the text
     /// between their quotes (an object with an escaped key keeps its keys in a set).
     keys: Vec<&'a str>,
+    /// The keys of the large objects open (or holding an escaped key), outermost first:
+    /// kept here rather than beside each object, so an object that needs none has none
+    /// to drop.
+    sets: Vec<HashSet<Cow<'a, str>>>,
     facts: Facts,
     /// The messages of a batch, when reading an answer: the objects of its root array
     /// and of the arrays in it.
@@ -407,7 +412,8 @@ impl<'a> Walk<'a> {
             return Ok(JsonKind::Object);
         }
         let base = self.keys.len();
-        let mut large = None;
+        // Whether this object's keys went to a set (the last of `sets` while it is open).
+        let mut large = false;
         loop {
             let (key_span, escaped) = self.lexer.string()?;
             self.lexer.skip_whitespace();
@@ -426,6 +432,9 @@ impl<'a> Walk<'a> {
             self.lexer.skip_whitespace();
         }
         self.keys.truncate(base);
+        if large {
+            self.sets.pop();
+        }
         Ok(JsonKind::Object)
     }
 
@@ -438,7 +447,7 @@ impl<'a> Walk<'a> {
         key: Cow<'a, str>,
         key_span: Span,
         base: usize,
-        large: &mut Option<HashSet<Cow<'a, str>>>,
+        large: &mut bool,
     ) -> Result<(), NotJson> {
         let refused = match &*key {
             PROTO_KEY => Some(StrictRefusal::Proto),
@@ -471,22 +480,22 @@ impl<'a> Walk<'a> {
     }
 
     /// Whether `key` was seen before in the object whose keys start at `base`; records it.
-    fn is_duplicate(
-        &mut self,
-        key: Cow<'a, str>,
-        base: usize,
-        large: &mut Option<HashSet<Cow<'a, str>>>,
-    ) -> bool {
-        if let Some(seen) = large {
-            return !seen.insert(key);
+    fn is_duplicate(&mut self, key: Cow<'a, str>, base: usize, large: &mut bool) -> bool {
+        if *large {
+            // The object's set is the last while it is open (were it missing, the key
+            // would count as seen: refused, not passed).
+            return !self.sets.last_mut().is_some_and(|seen| seen.insert(key));
         }
         let key = match key {
             Cow::Borrowed(key) => key,
             // An escaped key (rare) has text of its own: its object's keys go to a set,
             // where each is compared by its text, as any later one is.
             Cow::Owned(_) => {
-                let seen = large.insert(self.keys.drain(base..).map(Cow::Borrowed).collect());
-                return !seen.insert(key);
+                let mut seen: HashSet<_> = self.keys.drain(base..).map(Cow::Borrowed).collect();
+                let new = seen.insert(key);
+                self.sets.push(seen);
+                *large = true;
+                return !new;
             }
         };
         if self.keys[base..].contains(&key) {
@@ -494,7 +503,9 @@ impl<'a> Walk<'a> {
         }
         self.keys.push(key);
         if self.keys.len() - base > SMALL_OBJECT {
-            *large = Some(self.keys.drain(base..).map(Cow::Borrowed).collect());
+            self.sets
+                .push(self.keys.drain(base..).map(Cow::Borrowed).collect());
+            *large = true;
         }
         false
     }

@@ -29,6 +29,7 @@ pub fn scan_answer(bytes: &[u8]) -> Result<Answer<'_>, ParseError> {
         left: usize::MAX,
         refusal: None,
         keys: Vec::with_capacity(16),
+        sets: Vec::new(),
         facts: Facts::of_answer(),
         elements: Vec::new(),
     };
