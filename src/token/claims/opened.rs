@@ -228,11 +228,14 @@ fn optional<'a, T>(
 /// reference's `time.time()`, with a fraction) by serde_json itself, whose rounding is
 /// its own.
 fn float(token: &str) -> Option<f64> {
+    // Fifteen digits at most: no overflow, and every such integer is an `f64` exactly.
     if let Some(whole) = token.strip_suffix(".0")
         && (1..=15).contains(&whole.len())
-        && whole.bytes().all(|b| b.is_ascii_digit())
+        && let Some(n) = (whole.bytes()).try_fold(0u64, |n, b| {
+            b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+        })
     {
-        return whole.parse::<u64>().ok().map(|n| n as f64);
+        return Some(n as f64);
     }
     serde_json::from_str(token).ok()
 }

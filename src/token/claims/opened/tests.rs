@@ -87,6 +87,30 @@ fn minted_claims_are_read_by_their_layout_as_serde_json_reads_them() {
 }
 
 #[test]
+fn a_float_claim_is_read_as_serde_json_reads_it() {
+    for token in [
+        "0.0",
+        "1.0",
+        "1800000000.0",
+        "999999999999999.0",
+        "9999999999999999.0",
+        "9007199254740993.0",
+        "-1.0",
+        "1.5",
+        "1.00",
+        "1e3",
+        "1764568800.1234567",
+    ] {
+        let expected = serde_json::from_str::<f64>(token).ok();
+        assert_eq!(
+            float(token).map(f64::to_bits),
+            expected.map(f64::to_bits),
+            "{token}"
+        );
+    }
+}
+
+#[test]
 fn the_references_claims_are_read_alike() {
     // As the reference writes them: `time.time()` with a fraction, no member of ours.
     let text = r#"{"v":1,"iat":1764568800.1234567,"exp":1764569400.1234567,"m":"tools/call","t":"provision","a":"RBNvo1WzZ4oRRq0W9-hknp","s":"{\"k\":1}","aud":"svc","p":"c2FsdA"}"#;
