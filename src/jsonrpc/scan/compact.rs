@@ -51,31 +51,40 @@ impl<'a> Compact<'a> {
     /// A member after another: `,"name":` consumed when it is next; `None`, and nothing
     /// consumed, when another member or anything else is (so an optional member is
     /// looked for the same way).
+    /// Inlined, as [`Compact::key`].
+    #[inline(always)]
     pub(crate) fn member(&mut self, name: &str) -> Option<&mut Self> {
-        let at = self.lexer.at();
-        self.lexer.expect(b',').ok()?;
-        if self.key(name).is_none() {
-            self.lexer.back_to(at);
-            return None;
-        }
-        Some(self)
+        self.key_after(b",", name).map(|()| self)
     }
 
     /// `"name":` next (a key written without escapes), consumed; `None`, and nothing
     /// consumed, when another key or anything else is next. Inlined: its callers name
-    /// a constant key, whose check of its own bytes then folds away.
+    /// a constant key, whose check of its own bytes then folds away, and whose bytes
+    /// are compared as a constant of known length.
     #[inline(always)]
     pub(crate) fn key(&mut self, name: &str) -> Option<()> {
-        let rest = &self.text[self.lexer.at()..];
-        let after = rest
-            .strip_prefix('"')?
-            .strip_prefix(name)?
-            .strip_prefix("\":")?;
+        self.key_after(b"", name)
+    }
+
+    /// `lead` then `"name":`, as [`Compact::key`] reads the key.
+    #[inline(always)]
+    fn key_after(&mut self, lead: &[u8], name: &str) -> Option<()> {
         // A key without escapes: the name's own bytes between the quotes.
         if name.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
             return None;
         }
-        self.lexer.advance(rest.len() - after.len());
+        let (lead_len, len) = (lead.len(), name.len());
+        let rest = self.text.as_bytes().get(self.lexer.at()..)?;
+        let read = rest.get(..lead_len + len + 3)?;
+        let fits = &read[..lead_len] == lead
+            && read[lead_len] == b'"'
+            && &read[lead_len + 1..lead_len + 1 + len] == name.as_bytes()
+            && read[lead_len + 1 + len..] == *b"\":";
+        if !fits {
+            return None;
+        }
+        // All ASCII: the cursor stays on a character boundary.
+        self.lexer.advance(read.len());
         Some(())
     }
 

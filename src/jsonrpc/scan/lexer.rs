@@ -129,11 +129,6 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    /// Go back to `at`, a place this lexer was at (a token boundary).
-    pub(crate) fn back_to(&mut self, at: usize) {
-        self.at = at.min(self.at);
-    }
-
     /// Pass `len` bytes the caller has read itself (ASCII, so a character boundary follows).
     pub(crate) fn advance(&mut self, len: usize) {
         self.at = (self.at + len).min(self.text.len());
