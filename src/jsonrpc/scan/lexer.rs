@@ -292,11 +292,16 @@ fn first_special(bytes: &[u8], at: usize) -> usize {
 pub(super) fn scanned_special(bytes: &[u8], at: usize) -> usize {
     let at = short_special(bytes, at);
     match bytes.get(at) {
-        Some(&b) if !SPECIAL[usize::from(b)] => {
-            at + memchr::memchr2(b'"', b'\\', &bytes[at..]).unwrap_or(bytes.len() - at)
-        }
+        Some(&b) if !SPECIAL[usize::from(b)] => long_quote_or_backslash(bytes, at),
         _ => at,
     }
+}
+
+/// [`scanned_special`] past a string's first bytes: out of line, so what is inlined is
+/// the short search alone.
+#[inline(never)]
+fn long_quote_or_backslash(bytes: &[u8], at: usize) -> usize {
+    at + memchr::memchr2(b'"', b'\\', &bytes[at..]).unwrap_or(bytes.len() - at)
 }
 
 /// The special bytes of the last sixteen [`specials16`] read, kept while a string's

@@ -188,11 +188,14 @@ fn skip_whitespace(bytes: &[u8], mut at: usize) -> usize {
 /// The end of the string token opening at `start` (past its closing quote): from one
 /// quote or backslash to the next by the lexer's search (a short string, as most keys
 /// and values here are, is read within its first words, with no call).
+#[inline(always)]
 fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
     string_end_escaped(bytes, start).map(|(end, _)| end)
 }
 
-/// [`string_end`], and whether the token holds a backslash.
+/// [`string_end`], and whether the token holds a backslash. Inlined: its callers meet
+/// a dozen short strings a round, for which a call's own cost is most of the work.
+#[inline(always)]
 fn string_end_escaped(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
     let mut at = start + 1;
     let mut escaped = false;
