@@ -92,8 +92,16 @@ impl QuestionsText {
     }
 
     fn string(&mut self, s: &str) {
+        let before = self.text.len();
         canonical::write_string(s, &mut self.text);
-        self.len += canonical::serde_string_len(s);
+        let written = self.text.len() - before;
+        // Every escape Python writes is longer than the bytes it stands for, so a string
+        // written at its own length plus quotes has none: printable ASCII, which
+        // serde_json writes the same. Anything else is counted the serde_json way.
+        self.len += match written == s.len() + 2 {
+            true => written,
+            false => canonical::serde_string_len(s),
+        };
     }
 }
 
