@@ -46,7 +46,8 @@ pub(crate) fn identify(
 pub(crate) fn strip(name: &HeaderName, forward: bool, headers: &mut HeaderMap) {
     let look_alikes: Vec<HeaderName> = headers
         .keys()
-        .filter(|k| *k != name && spelled_as(k.as_str(), name.as_str()))
+        // The lengths first (most names part there), the name itself only for a match.
+        .filter(|k| spelled_as(k.as_str(), name.as_str()) && *k != name)
         .cloned()
         .collect();
     for k in look_alikes {
