@@ -48,8 +48,7 @@ pub(crate) fn check_framing(
     }
     let look_alike = |name: &HeaderName| {
         let name = name.as_str();
-        // A header name is a few bytes: looked at in place, not searched by a call.
-        name.bytes().any(|b| b == b'_') && READ_HEADERS.iter().any(|read| spelled_as(name, read))
+        has_underscore(name.as_bytes()) && READ_HEADERS.iter().any(|read| spelled_as(name, read))
     };
     if parts.headers.keys().any(look_alike) {
         return Err(ProxyError::Framing(
@@ -65,10 +64,45 @@ pub(crate) fn check_framing(
     }
 }
 
+/// Whether a header name holds `_`: eight bytes a step (a name is a few words), with no
+/// searcher set up per name.
+fn has_underscore(name: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    let words = name.chunks_exact(8);
+    let tail = words.remainder();
+    let in_word = |word: u64| {
+        let x = word ^ (ONES * u64::from(b'_'));
+        x.wrapping_sub(ONES) & !x & HIGHS != 0
+    };
+    words
+        .map(|w| u64::from_le_bytes(w.try_into().expect("eight bytes")))
+        .any(in_word)
+        || tail.contains(&b'_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    #[test]
+    fn an_underscore_is_found_wherever_it_is_in_a_name() {
+        for len in 0..40 {
+            let plain = vec![b'a'; len];
+            assert!(!has_underscore(&plain), "{len}");
+            for at in 0..len {
+                let mut name = plain.clone();
+                name[at] = b'_';
+                assert!(has_underscore(&name), "{len} {at}");
+                // Bytes next to `_` in value (`^`, `` ` ``) are not it.
+                name[at] = b'^';
+                assert!(!has_underscore(&name), "{len} {at}");
+                name[at] = b'`';
+                assert!(!has_underscore(&name), "{len} {at}");
+            }
+        }
+    }
 
     #[test]
     fn transfer_codings_other_than_one_chunked_are_refused() {
