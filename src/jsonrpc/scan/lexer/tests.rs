@@ -168,3 +168,34 @@ fn first_special_finds_every_special_byte_wherever_it_stands() {
     }
     assert_eq!(first_special("ééééé\\".as_bytes(), 0), 10);
 }
+
+/// The word test of digits marks the first byte that is no digit exactly: every byte
+/// value at every place of a word of digits, with every byte value above it (whose
+/// carries and borrows must not reach below), and digits runs of every length read to
+/// their end by the lexer.
+#[test]
+fn non_digits_marks_the_first_byte_that_is_no_digit() {
+    for at in 0..8 {
+        for byte in 0..=255u8 {
+            for above in [b'0', b'9', b'/', b':', 0x00, 0x7f, 0x80, 0xb9, 0xba, 0xff] {
+                let mut word = [b'5'; 8];
+                word[at] = byte;
+                if at < 7 {
+                    word[at + 1..].fill(above);
+                }
+                let expected = word.iter().position(|b| !b.is_ascii_digit());
+                let marks = non_digits(u64::from_le_bytes(word));
+                let found = (marks != 0).then(|| (marks.trailing_zeros() / 8) as usize);
+                assert_eq!(found, expected, "{word:?}");
+            }
+        }
+    }
+    for len in 1..40 {
+        for tail in ["", ",", "]", "x", "é"] {
+            let text = format!("{}{tail}", "7".repeat(len));
+            let mut lexer = Lexer::new(&text);
+            lexer.number().unwrap();
+            assert_eq!(lexer.at(), len, "{text}");
+        }
+    }
+}
