@@ -50,8 +50,7 @@ impl<'a> Compact<'a> {
 
     /// A member after another: `,"name":` consumed when it is next; `None`, and nothing
     /// consumed, when another member or anything else is (so an optional member is
-    /// looked for the same way).
-    /// Inlined, as [`Compact::key`].
+    /// looked for the same way). Inlined, as [`Compact::key`].
     #[inline(always)]
     pub(crate) fn member(&mut self, name: &str) -> Option<&mut Self> {
         self.key_after(b",", name).map(|()| self)
