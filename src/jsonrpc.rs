@@ -44,8 +44,8 @@ pub(crate) use scan::{
     string_at, string_specials,
 };
 pub use scan::{LiteArena, LiteJson};
+use strict::StrictRefusal;
 pub use strict::parse_bounded;
-use strict::{NUMBER_TOKEN, PROTO_KEY, RAW_VALUE_TOKEN, StrictRefusal};
 pub use view::JsonView;
 pub(crate) use view::{distinct, member};
 

@@ -13,13 +13,13 @@
 //! the `scan` fuzz target) exist to find, never a second opinion.
 //!
 //! One deliberate difference: a key spelled like serde_json's stand-in for an
-//! arbitrary-precision number ([`NUMBER_TOKEN`]) is refused as ambiguous, wherever it
+//! arbitrary-precision number ([`NUMBER_TOKEN`](super::strict::NUMBER_TOKEN)) is refused as ambiguous, wherever it
 //! is, when its key is read (as `__proto__` is). The tree path cannot tell
 //! `{"$serde_json::private::Number":"1"}` from the number `1` (serde_json hands it both
 //! the same way) and reads it as the number, while every other parser, the upstream's
 //! included, reads an object: the sidecar would bind and check one value and forward
 //! another. The differential tests accept any tree verdict for such a body. Its
-//! raw-value stand-in ([`RAW_VALUE_TOKEN`]) is refused by both paths alike.
+//! raw-value stand-in ([`RAW_VALUE_TOKEN`](super::strict::RAW_VALUE_TOKEN)) is refused by both paths alike.
 //!
 //! And one bound: a text of 4 GiB or more is refused as not JSON (its places do not fit
 //! a span; see `lexer::MAX_TEXT`), where the tree path would parse it. Only limits set
@@ -54,9 +54,7 @@ pub(crate) use lite::LITE_ARENA_BYTES;
 pub use lite::{LiteArena, LiteJson};
 pub(crate) use members::{Cursor, each_member, members};
 
-use super::{
-    Message, NUMBER_TOKEN, PROTO_KEY, ParseError, RAW_VALUE_TOKEN, StrictRefusal, parse_bounded,
-};
+use super::{Message, ParseError, StrictRefusal, parse_bounded};
 use facts::{Facts, Member, Role};
 use lexer::{Lexer, NotJson, Span, unescape};
 use std::borrow::Cow;
@@ -73,7 +71,7 @@ const SMALL_OBJECT: usize = 16;
 
 /// Scan one client body: [`parse_bounded`] and the oracle's `classify` in one pass
 /// over the bytes (see the module's invariant), except that serde_json's number stand-in
-/// key is refused (see [`NUMBER_TOKEN`]).
+/// key is refused (see [`NUMBER_TOKEN`](super::strict::NUMBER_TOKEN)).
 pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, Refused> {
     refuse_bom(bytes)?;
     // Every byte of a JSON text is either ASCII grammar or inside a string, whose UTF-8
@@ -449,13 +447,7 @@ impl<'a> Walk<'a> {
         base: usize,
         large: &mut bool,
     ) -> Result<(), NotJson> {
-        let refused = match &*key {
-            PROTO_KEY => Some(StrictRefusal::Proto),
-            NUMBER_TOKEN => Some(StrictRefusal::NumberToken),
-            RAW_VALUE_TOKEN => Some(StrictRefusal::RawValueToken),
-            _ => None,
-        };
-        if let Some(refusal) = refused {
+        if let Some(refusal) = StrictRefusal::of_key(&key) {
             self.refusal = Some(refusal);
             self.value(Role::Other, depth)?;
             return Ok(());

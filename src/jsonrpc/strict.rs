@@ -127,6 +127,20 @@ pub(super) enum StrictRefusal {
 }
 
 impl StrictRefusal {
+    /// The refusal of a key that the scanner and the light reader refuse wherever it
+    /// stands, whatever its value (`__proto__` and serde_json's two stand-in keys);
+    /// `None` for any other key. (The tree path reads the number stand-in as serde_json
+    /// hands it over, first in its object only: see [`NUMBER_TOKEN`].)
+    #[inline(always)]
+    pub(super) fn of_key(key: &str) -> Option<Self> {
+        match key {
+            PROTO_KEY => Some(StrictRefusal::Proto),
+            NUMBER_TOKEN => Some(StrictRefusal::NumberToken),
+            RAW_VALUE_TOKEN => Some(StrictRefusal::RawValueToken),
+            _ => None,
+        }
+    }
+
     pub(super) fn error(self) -> ParseError {
         match self {
             StrictRefusal::DuplicateKey => ParseError::DuplicateKey,

@@ -14,8 +14,8 @@
 //! `1e+3`: every reader parses it, none compares the spelling).
 
 use super::lexer::{Lexer, NotJson, unescape};
+use crate::jsonrpc::StrictRefusal;
 use crate::jsonrpc::view::JsonView;
-use crate::jsonrpc::{NUMBER_TOKEN, PROTO_KEY, RAW_VALUE_TOKEN};
 use std::borrow::Cow;
 
 /// Where a [`LiteJson`] keeps its lists (and the text of a string with an escape).
@@ -161,7 +161,7 @@ impl<'a> Reader<'a> {
             loop {
                 let key = self.string()?;
                 // Refused as the scanner refuses them, wherever they stand.
-                if key == PROTO_KEY || key == NUMBER_TOKEN || key == RAW_VALUE_TOKEN {
+                if StrictRefusal::of_key(key).is_some() {
                     return Err(NotJson);
                 }
                 self.lexer.skip_whitespace();

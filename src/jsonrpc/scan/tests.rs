@@ -2,6 +2,7 @@
 //! [`agree`] checks that both paths reach it (and, on success, that every span holds the
 //! tree's member). `mutations` adds a few thousand generated bodies.
 use super::*;
+use crate::jsonrpc::strict::NUMBER_TOKEN;
 use crate::jsonrpc::{CAPABILITIES_META, best_effort_id, classify, parse_strict};
 use serde_json::Value;
 

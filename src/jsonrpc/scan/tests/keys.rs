@@ -1,7 +1,8 @@
 //! Keys, scanner against tree: compared after unescaping, in small and large objects
 //! and in objects nested in them; serde_json's stand-in keys refused wherever they are.
 use super::{ambiguous, refused, verdict};
-use crate::jsonrpc::scan::{NUMBER_TOKEN, Refused, Scanned, scan, scan_answer};
+use crate::jsonrpc::scan::{Refused, Scanned, scan, scan_answer};
+use crate::jsonrpc::strict::NUMBER_TOKEN;
 use crate::jsonrpc::{ParseError, parse_bounded};
 use serde_json::Value;
 

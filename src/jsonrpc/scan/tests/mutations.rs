@@ -5,7 +5,8 @@
 //! goes through [`agree`] without a cap, at exactly its number of values, one below and
 //! at a random cap below.
 use super::agree;
-use crate::jsonrpc::{NUMBER_TOKEN, ParseError, parse_bounded};
+use crate::jsonrpc::strict::NUMBER_TOKEN;
+use crate::jsonrpc::{ParseError, parse_bounded};
 use serde_json::Value;
 
 const SEEDS: &[&str] = &[
