@@ -368,8 +368,14 @@ impl Params<'_> {
     /// The length of a member's text as it came, when it is untouched: the size of what
     /// is read from it, near enough to reserve room for.
     pub(crate) fn text_len(&self, field: ParamsField) -> Option<usize> {
+        self.text(field).map(str::len)
+    }
+
+    /// A member's text as it came, when it is untouched (nobody read it into a value or
+    /// edited it): one JSON value the scan accepted.
+    pub(crate) fn text(&self, field: ParamsField) -> Option<&str> {
         let parts = self.0.as_ref()?;
-        parts.untouched(field).map(|span| span.len())
+        parts.untouched(field).map(|span| &parts.body[span])
     }
 
     pub(crate) fn view<'v>(

@@ -14,7 +14,7 @@ use std::fmt::{self, Write as _};
 
 mod text;
 
-pub(crate) use text::{serde_string_len, transcode_python_json};
+pub(crate) use text::{python_spelled, serde_string_len, transcode_python_json};
 
 /// Python refuses to convert integers longer than this (`sys.int_info.default_max_str_digits`).
 const PYTHON_MAX_INT_DIGITS: usize = 4300;

@@ -2,7 +2,10 @@
 //! sealer's path for a round's requested schemas), and serde_json's compact length of
 //! the same value, which the questions' size limit counts.
 
-use super::{CanonicalError, PythonNumber, read_string_rest, write_number_literal, write_string};
+use super::{
+    CanonicalError, PYTHON_MAX_INT_DIGITS, PythonNumber, read_string_rest, write_number_literal,
+    write_string,
+};
 
 /// [`write_python_json`](super::write_python_json) (`sort_keys=false`) of the value `text` holds, read from the text
 /// itself: `text` is one JSON value a strict parse accepted (valid, no duplicate key in
@@ -27,6 +30,135 @@ pub(crate) fn serde_string_len(s: &str) -> usize {
             _ => 1,
         })
         .sum::<usize>()
+}
+
+/// Whether `text`, one JSON value a strict parse accepted, is already exactly what
+/// [`write_python_json`](super::write_python_json) writes of it with `sort_keys`: so it
+/// can be digested (or copied) as it stands. That is a text with no whitespace, whose
+/// strings are in Python's spelling ([`read_string_rest`] says so), whose numbers are
+/// integers as Python writes them (no `-0`, no fraction or exponent), and, sorted, whose
+/// objects' keys hold no escape and ascend byte by byte (code point order). Anything
+/// else answers `false`, and the value is written out instead: never a different text.
+pub(crate) fn python_spelled(text: &str, sort_keys: bool) -> bool {
+    let mut walk = Spelled {
+        bytes: text.as_bytes(),
+        at: 0,
+        sort_keys,
+    };
+    walk.value(0) && walk.at == text.len()
+}
+
+/// A walk over a text asking [`python_spelled`] of it, value by value.
+struct Spelled<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    sort_keys: bool,
+}
+
+impl<'a> Spelled<'a> {
+    /// How deep containers may nest before the walk gives up (the strict parse refuses
+    /// deeper ones before this is asked).
+    const MAX_DEPTH: usize = 128;
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    /// Steps past `byte` when it is next.
+    fn eat(&mut self, byte: u8) -> bool {
+        let next = self.peek() == Some(byte);
+        self.at += usize::from(next);
+        next
+    }
+
+    fn value(&mut self, depth: usize) -> bool {
+        match self.peek() {
+            Some(b'{') => depth < Self::MAX_DEPTH && self.object(depth + 1),
+            Some(b'[') => depth < Self::MAX_DEPTH && self.array(depth + 1),
+            Some(b'"') => self.string().is_some(),
+            Some(b't') => self.word(b"true"),
+            Some(b'f') => self.word(b"false"),
+            Some(b'n') => self.word(b"null"),
+            Some(b'-' | b'0'..=b'9') => self.integer(),
+            _ => false,
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> bool {
+        self.at += 1;
+        if self.eat(b'}') {
+            return true;
+        }
+        let mut last: Option<&'a [u8]> = None;
+        loop {
+            let Some((key, escapes)) = self.string() else {
+                return false;
+            };
+            if self.sort_keys {
+                // Escapes order otherwise than what they stand for (`\"` is `"`, the
+                // backslash sorts after `#`): such a key's object is written out.
+                if escapes > 0 || last.is_some_and(|last| key <= last) {
+                    return false;
+                }
+                last = Some(key);
+            }
+            if !self.eat(b':') || !self.value(depth) {
+                return false;
+            }
+            if !self.eat(b',') {
+                return self.eat(b'}');
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> bool {
+        self.at += 1;
+        if self.eat(b']') {
+            return true;
+        }
+        loop {
+            if !self.value(depth) {
+                return false;
+            }
+            if !self.eat(b',') {
+                return self.eat(b']');
+            }
+        }
+    }
+
+    /// A string from its opening quote, when spelled as Python spells it: its inside
+    /// and how many escapes that holds.
+    fn string(&mut self) -> Option<(&'a [u8], usize)> {
+        let bytes = self.bytes;
+        let start = self.at + 1;
+        let read = read_string_rest(bytes, start).filter(|read| read.spelled)?;
+        self.at = read.quote + 1;
+        Some((&bytes[start..read.quote], read.escapes))
+    }
+
+    fn word(&mut self, word: &[u8]) -> bool {
+        let next = self.bytes[self.at..].starts_with(word);
+        self.at += word.len() * usize::from(next);
+        next
+    }
+
+    /// An integer as Python writes it: no `-0`, digits Python reads (at most
+    /// [`PYTHON_MAX_INT_DIGITS`]), and no fraction or exponent after them.
+    fn integer(&mut self) -> bool {
+        let negative = self.eat(b'-');
+        let start = self.at;
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+        let digits = &self.bytes[start..self.at];
+        let canonical = match digits {
+            [] => false,
+            [b'0'] => !negative,
+            [b'0', ..] => false,
+            _ => digits.len() <= PYTHON_MAX_INT_DIGITS,
+        };
+        canonical && !matches!(self.peek(), Some(b'.' | b'e' | b'E'))
+    }
 }
 
 /// A cursor over one valid JSON value's text.
@@ -204,7 +336,99 @@ mod tests {
         assert!(transcode_python_json(&long, &mut String::new()).is_err());
     }
 
+    /// What [`python_spelled`] says of `text`, held to what it claims: when it says so,
+    /// the tree written out is the very text.
+    fn spelled(text: &str, sort_keys: bool) -> bool {
+        let says = python_spelled(text, sort_keys);
+        if says {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let mut out = String::new();
+            write_python_json(&value, sort_keys, &mut out).unwrap();
+            assert_eq!(out, text, "said spelled, sort_keys {sort_keys}");
+        }
+        says
+    }
+
+    #[test]
+    fn a_text_in_the_references_spelling_is_known_as_such() {
+        for text in [
+            r#"{"name":"web-1"}"#,
+            "{}",
+            "[]",
+            r#"{"":0,"a":[1,-2,true,false,null,"x\"y\\z\n"],"b":{"a":{}}}"#,
+            r#"{"A":1,"B":2,"a":3,"b":{"z":[{"y":1,"z":2}]}}"#,
+            "12345678901234567890123",
+            "\"~ !\"",
+        ] {
+            assert!(spelled(text, true), "{text}");
+            assert!(spelled(text, false), "{text}");
+        }
+        // In order as they came, not sorted: spelled only for a writer that keeps order.
+        for text in [
+            r#"{"type":"object","properties":{"region":{"type":"string"}},"required":["region"]}"#,
+            r#"{"b":1,"a":2}"#,
+            r#"{"a\"":1}"#,
+        ] {
+            assert!(!spelled(text, true), "{text}");
+            assert!(spelled(text, false), "{text}");
+        }
+        for text in [
+            r#"{"name": "web-1"}"#,
+            " {}",
+            "{} ",
+            "-0",
+            "[-0]",
+            "1.0",
+            "1e5",
+            "1E5",
+            r#""caf\u00e9""#,
+            "\"caf\u{e9}\"",
+            "\"\u{7f}\"",
+            r#""a\/b""#,
+            r#""\u0041""#,
+            "tru",
+            "[1,]",
+            "",
+        ] {
+            assert!(!python_spelled(text, true), "{text}");
+            assert!(!python_spelled(text, false), "{text}");
+        }
+        // Sorted, a key repeated is never in order (a strict parse refuses it anyway).
+        assert!(!python_spelled(r#"{"a":1,"a":2}"#, true));
+        let long = format!("[{}]", "9".repeat(PYTHON_MAX_INT_DIGITS + 1));
+        assert!(!python_spelled(&long, true));
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert!(!python_spelled(&deep, false));
+    }
+
     proptest::proptest! {
+        /// Whatever the text, said spelled means written out the same.
+        #[test]
+        fn a_text_said_spelled_is_what_the_writer_writes(
+            value in json_value(),
+            pretty in proptest::bool::ANY,
+            sort_keys in proptest::bool::ANY,
+        ) {
+            let text = if pretty {
+                serde_json::to_string_pretty(&value).unwrap()
+            } else {
+                serde_json::to_string(&value).unwrap()
+            };
+            spelled(&text, sort_keys);
+        }
+
+        /// And what the writer writes of a value of printable ASCII, integers and
+        /// literals is said spelled (keys without escapes, when sorted).
+        #[test]
+        fn what_the_writer_writes_of_plain_values_is_said_spelled(
+            value in plain_value(),
+            sort_keys in proptest::bool::ANY,
+        ) {
+            let mut out = String::new();
+            write_python_json(&value, sort_keys, &mut out).unwrap();
+            proptest::prop_assert!(spelled(&out, sort_keys), "{}", out);
+        }
+
         /// Any value, compact or pretty-printed: the text reading is the tree's.
         #[test]
         fn any_schema_text_transcodes_as_its_tree(value in json_value(), pretty in proptest::bool::ANY) {
@@ -215,6 +439,23 @@ mod tests {
             };
             transcodes_as_the_tree(&text);
         }
+    }
+
+    fn plain_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| serde_json::json!(n)),
+            "[ -~]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec(("[ !#-\\[\\]-~]{0,6}", inner), 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
     fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {

@@ -1,7 +1,7 @@
 //! What a token binds a request to ([`RequestBinding`]): the method, its target, the
 //! digest of its arguments (the reference's canonical JSON) and the request path.
 
-use super::super::canonical::{CanonicalError, write_python_json};
+use super::super::canonical::{CanonicalError, python_spelled, write_python_json};
 use crate::jsonrpc::{
     JsonView, LITE_ARENA_BYTES, LiteArena, ParamRead, ParamView, Params, ParamsField,
 };
@@ -140,6 +140,28 @@ impl RequestBinding {
         if !params.is_there(ParamsField::Arguments) {
             return Self::of_parts::<Value>(method, target, None, 0, path);
         }
+        // Arguments that came as the reference writes them (compact, keys in order,
+        // strings and integers in its spelling, as nearly every client sends a small
+        // object) are digested as their text stands: nothing is read or written again.
+        // An object, so never one that digests as `{}` unless it is `{}`.
+        if let Some(args) = params.text(ParamsField::Arguments)
+            && method != "resources/read"
+            && args.starts_with('{')
+            && python_spelled(args, true)
+        {
+            let target = target_text(method, target)?;
+            let Ok(binding) = Self::assemble(
+                method,
+                target,
+                DIGEST_CHARS,
+                |text| {
+                    push_digest_of(args, text);
+                    Ok::<_, std::convert::Infallible>(())
+                },
+                path,
+            );
+            return Ok(binding);
+        }
         let room = params.text_len(ParamsField::Arguments).unwrap_or(0);
         match params.view(ParamsField::Arguments, arena) {
             None => Self::of_parts::<Value>(method, target, None, 0, path),
@@ -157,16 +179,7 @@ impl RequestBinding {
         room: usize,
         path: Option<&str>,
     ) -> Result<Self, BindingError> {
-        let target = match target {
-            None => "",
-            Some(Some(target)) => target,
-            // Python would `str()` it ("None", "123"); no real client sends that, so refuse.
-            Some(None) => {
-                return Err(BindingError::NonStringTarget(crate::mcp::target_field(
-                    method,
-                )));
-            }
-        };
+        let target = target_text(method, target)?;
         let arguments = arguments.filter(|args| method != "resources/read" && !python_falsy(*args));
         // Room for the arguments' canonical text too: it is written where the digest goes,
         // digested, and replaced by the digest. (A canonical text longer than the one that
@@ -223,6 +236,19 @@ impl std::fmt::Debug for RequestBinding {
     }
 }
 
+/// A call's target as the binding holds it: `target` absent is none, there and a string
+/// is that string.
+fn target_text<'t>(method: &str, target: Option<Option<&'t str>>) -> Result<&'t str, BindingError> {
+    match target {
+        None => Ok(""),
+        Some(Some(target)) => Ok(target),
+        // Python would `str()` it ("None", "123"); no real client sends that, so refuse.
+        Some(None) => Err(BindingError::NonStringTarget(crate::mcp::target_field(
+            method,
+        ))),
+    }
+}
+
 /// `p.get("arguments") or {}`: every falsy Python value digests as an empty object.
 fn python_falsy<V: JsonView>(value: &V) -> bool {
     if let Some(literal) = value.number_literal() {
@@ -261,6 +287,15 @@ fn push_args_digest<V: JsonView>(
     }
     let digest = Sha256::digest(&out.as_bytes()[at..]);
     out.truncate(at);
-    URL_SAFE_NO_PAD.encode_append(&digest[..ARGS_DIGEST_LEN], out);
+    push_digest(&digest, out);
     Ok(())
+}
+
+/// The digest of arguments whose canonical text is `canonical`, appended to `out`.
+fn push_digest_of(canonical: &str, out: &mut String) {
+    push_digest(&Sha256::digest(canonical.as_bytes()), out);
+}
+
+fn push_digest(digest: &[u8], out: &mut String) {
+    URL_SAFE_NO_PAD.encode_append(&digest[..ARGS_DIGEST_LEN], out);
 }

@@ -54,6 +54,25 @@ fn a_binding_read_over_the_body_is_the_trees() {
             .unwrap(),
         ),
         ("tools/call", json!({"name": "t", "arguments": {}})),
+        // In the reference's spelling as they come: digested as their text stands.
+        (
+            "tools/call",
+            json!({"name": "t", "arguments": {"a": "x\"y", "b": [1, -2, {"c": null}]}}),
+        ),
+        ("tools/call", json!({"arguments": {"a": 1}})),
+        // Not so: written out first.
+        (
+            "tools/call",
+            json!({"name": "t", "arguments": {"b": 1, "a": 2}}),
+        ),
+        (
+            "tools/call",
+            json!({"name": "t", "arguments": {"a\"": 1, "b": 2}}),
+        ),
+        (
+            "tools/call",
+            serde_json::from_str(r#"{"name": "t", "arguments": {"a": -0, "b": [1.50]}}"#).unwrap(),
+        ),
         ("tools/call", json!({"name": "t", "arguments": 0.0})),
         ("tools/call", json!({"name": "t", "arguments": ""})),
         ("tools/call", json!({"name": "t", "arguments": [0]})),
