@@ -111,6 +111,13 @@ fn write_schema(schema: &Schema<'_>, out: &mut String) -> Result<usize, Question
         // A schema number beyond f64 (`1e400`) would travel as `Infinity`, which no
         // JSON parser reads back: the token would never open (found by the `answers`
         // fuzz target); an integer longer than Python reads made minting panic.
+        // Already in the encoding's spelling (compact, strings and integers as Python
+        // writes them, as most servers send a schema): copied as it stands, and
+        // serde_json's compact form of it is the same text.
+        Schema::Text(text) if canonical::python_spelled(text, false) => {
+            out.push_str(text);
+            Ok(text.len())
+        }
         Schema::Text(text) => {
             canonical::transcode_python_json(text, out).map_err(|_| QuestionsTooLarge)
         }

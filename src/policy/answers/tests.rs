@@ -210,7 +210,9 @@ fn large_schemas_are_refused_when_recorded() {
 #[test]
 fn schemas_a_token_cannot_carry_are_refused_when_recorded() {
     // Found by the `answers` fuzz target: `1e400` became `Infinity` in the token,
-    // which then never opened; an integer Python cannot read made minting panic.
+    // which then never opened; an integer Python cannot read made minting panic. (The
+    // requests are read from their compact text: a schema of integers is copied as it
+    // stands, one with a float written again.)
     let asking = |number: &str| {
         let text = format!(
             r#"{{"q":{{"method":"elicitation/create","params":{{"requestedSchema":
