@@ -3,8 +3,8 @@
 //! the same value, which the questions' size limit counts.
 
 use super::{
-    CanonicalError, PYTHON_MAX_INT_DIGITS, PythonNumber, read_string_rest, write_number_literal,
-    write_string,
+    CanonicalError, PYTHON_MAX_INT_DIGITS, PythonNumber, escaped_bytes, read_string_rest,
+    write_number_literal, write_string,
 };
 
 /// [`write_python_json`](super::write_python_json) (`sort_keys=false`) of the value `text` holds, read from the text
@@ -40,22 +40,79 @@ pub(crate) fn serde_string_len(s: &str) -> usize {
 /// objects' keys hold no escape and ascend byte by byte (code point order). Anything
 /// else answers `false`, and the value is written out instead: never a different text.
 pub(crate) fn python_spelled(text: &str, sort_keys: bool) -> bool {
-    let mut walk = Spelled {
+    if !sort_keys {
+        return spelled_in_order(text.as_bytes());
+    }
+    let mut walk = Sorted {
         bytes: text.as_bytes(),
         at: 0,
-        sort_keys,
     };
     walk.value(0) && walk.at == text.len()
 }
 
-/// A walk over a text asking [`python_spelled`] of it, value by value.
-struct Spelled<'a> {
-    bytes: &'a [u8],
-    at: usize,
-    sort_keys: bool,
+/// [`python_spelled`] without sorting, in one pass over the bytes: the text is JSON, so
+/// outside its strings a byte is structure, a literal's letter or a number's, and only
+/// the bytes Python would write otherwise need a look (whitespace, a fraction or an
+/// exponent, `-0`, an integer longer than Python reads).
+fn spelled_in_order(bytes: &[u8]) -> bool {
+    let mut at = 0;
+    let mut digits = 0;
+    while let Some(&byte) = bytes.get(at) {
+        match byte {
+            b'"' => match spelled_string(bytes, at + 1) {
+                Some((quote, _)) => at = quote,
+                None => return false,
+            },
+            b'0'..=b'9' => {
+                digits += 1;
+                if digits > PYTHON_MAX_INT_DIGITS {
+                    return false;
+                }
+            }
+            // `e` is a literal's letter but after a digit, where it is an exponent.
+            b'e' if at > 0 && bytes[at - 1].is_ascii_digit() => return false,
+            b'-' if bytes.get(at + 1) == Some(&b'0') => return false,
+            b'.' | b'E' | b'+' | b' ' | b'\t' | b'\n' | b'\r' => return false,
+            _ => {}
+        }
+        if !byte.is_ascii_digit() {
+            digits = 0;
+        }
+        at += 1;
+    }
+    true
 }
 
-impl<'a> Spelled<'a> {
+/// The string token whose inside starts at `start`, when Python spells it so: where its
+/// closing quote is, and how many escapes it holds. Plain words are passed here, with no
+/// call (most strings are short and plain); [`read_string_rest`] reads on from the first
+/// byte that is not plain.
+#[inline(always)]
+fn spelled_string(bytes: &[u8], start: usize) -> Option<(usize, usize)> {
+    let mut at = start;
+    while let Some(word) = bytes.get(at..at + 8) {
+        let flagged = escaped_bytes(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+        if flagged == 0 {
+            at += 8;
+            continue;
+        }
+        at += (flagged.trailing_zeros() / 8) as usize;
+        if bytes[at] == b'"' {
+            return Some((at, 0));
+        }
+        break;
+    }
+    let read = read_string_rest(bytes, at).filter(|read| read.spelled)?;
+    Some((read.quote, read.escapes))
+}
+
+/// A walk over a text asking [`python_spelled`] of it with sorted keys, value by value.
+struct Sorted<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Sorted<'a> {
     /// How deep containers may nest before the walk gives up (the strict parse refuses
     /// deeper ones before this is asked).
     const MAX_DEPTH: usize = 128;
@@ -94,14 +151,12 @@ impl<'a> Spelled<'a> {
             let Some((key, escapes)) = self.string() else {
                 return false;
             };
-            if self.sort_keys {
-                // Escapes order otherwise than what they stand for (`\"` is `"`, the
-                // backslash sorts after `#`): such a key's object is written out.
-                if escapes > 0 || last.is_some_and(|last| key <= last) {
-                    return false;
-                }
-                last = Some(key);
+            // Escapes order otherwise than what they stand for (`\"` is `"`, the
+            // backslash sorts after `#`): such a key's object is written out.
+            if escapes > 0 || last.is_some_and(|last| key <= last) {
+                return false;
             }
+            last = Some(key);
             if !self.eat(b':') || !self.value(depth) {
                 return false;
             }
@@ -129,11 +184,10 @@ impl<'a> Spelled<'a> {
     /// A string from its opening quote, when spelled as Python spells it: its inside
     /// and how many escapes that holds.
     fn string(&mut self) -> Option<(&'a [u8], usize)> {
-        let bytes = self.bytes;
         let start = self.at + 1;
-        let read = read_string_rest(bytes, start).filter(|read| read.spelled)?;
-        self.at = read.quote + 1;
-        Some((&bytes[start..read.quote], read.escapes))
+        let (quote, escapes) = spelled_string(self.bytes, start)?;
+        self.at = quote + 1;
+        Some((&self.bytes[start..quote], escapes))
     }
 
     fn word(&mut self, word: &[u8]) -> bool {
@@ -386,19 +440,21 @@ mod tests {
             "\"\u{7f}\"",
             r#""a\/b""#,
             r#""\u0041""#,
-            "tru",
-            "[1,]",
-            "",
         ] {
             assert!(!python_spelled(text, true), "{text}");
             assert!(!python_spelled(text, false), "{text}");
         }
-        // Sorted, a key repeated is never in order (a strict parse refuses it anyway).
-        assert!(!python_spelled(r#"{"a":1,"a":2}"#, true));
+        // Sorted, a key repeated is never in order, and what is no JSON is no spelling
+        // (texts a strict parse refuses, which is never asked of them in order).
+        for text in [r#"{"a":1,"a":2}"#, "tru", "[1,]", "", "{\"a\"}"] {
+            assert!(!python_spelled(text, true), "{text}");
+        }
         let long = format!("[{}]", "9".repeat(PYTHON_MAX_INT_DIGITS + 1));
         assert!(!python_spelled(&long, true));
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-        assert!(!python_spelled(&deep, false));
+        // The sorted walk nests no deeper than a strict parse reads (in order, there is
+        // no nesting to walk).
+        assert!(!python_spelled(&deep, true));
     }
 
     proptest::proptest! {
