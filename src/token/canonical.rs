@@ -159,14 +159,7 @@ pub(crate) fn read_string_rest(bytes: &[u8], mut at: usize) -> Option<StringRead
     let mut escapes = 0;
     let mut spelled = true;
     loop {
-        if let Some(word) = bytes.get(at..at + 8) {
-            let flagged = escaped_bytes(u64::from_le_bytes(word.try_into().expect("eight bytes")));
-            if flagged == 0 {
-                at += 8;
-                continue;
-            }
-            at += (flagged.trailing_zeros() / 8) as usize;
-        }
+        at = past_plain_words(bytes, at);
         match *bytes.get(at)? {
             b'"' => {
                 return Some(StringRead {
@@ -189,6 +182,20 @@ pub(crate) fn read_string_rest(bytes: &[u8], mut at: usize) -> Option<StringRead
             }
         }
     }
+}
+
+/// From `at`, past the words of eight bytes [`write_string`] copies as they are: where
+/// the first byte it does not copy so is, or where fewer than eight bytes are left.
+#[inline(always)]
+fn past_plain_words(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(word) = bytes.get(at..at + 8) {
+        let flagged = escaped_bytes(u64::from_le_bytes(word.try_into().expect("eight bytes")));
+        if flagged != 0 {
+            return at + (flagged.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    at
 }
 
 fn needs_escape(b: u8) -> bool {

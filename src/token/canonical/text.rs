@@ -3,7 +3,7 @@
 //! the same value, which the questions' size limit counts.
 
 use super::{
-    CanonicalError, PYTHON_MAX_INT_DIGITS, PythonNumber, escaped_bytes, read_string_rest,
+    CanonicalError, PYTHON_MAX_INT_DIGITS, PythonNumber, past_plain_words, read_string_rest,
     write_number_literal, write_string,
 };
 
@@ -89,18 +89,9 @@ fn spelled_in_order(bytes: &[u8]) -> bool {
 /// byte that is not plain.
 #[inline(always)]
 fn spelled_string(bytes: &[u8], start: usize) -> Option<(usize, usize)> {
-    let mut at = start;
-    while let Some(word) = bytes.get(at..at + 8) {
-        let flagged = escaped_bytes(u64::from_le_bytes(word.try_into().expect("eight bytes")));
-        if flagged == 0 {
-            at += 8;
-            continue;
-        }
-        at += (flagged.trailing_zeros() / 8) as usize;
-        if bytes[at] == b'"' {
-            return Some((at, 0));
-        }
-        break;
+    let at = past_plain_words(bytes, start);
+    if bytes.get(at) == Some(&b'"') {
+        return Some((at, 0));
     }
     let read = read_string_rest(bytes, at).filter(|read| read.spelled)?;
     Some((read.quote, read.escapes))
