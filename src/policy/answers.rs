@@ -108,9 +108,6 @@ impl QuestionsText {
 /// A schema's canonical text appended to `out`; its serde_json compact length.
 fn write_schema(schema: &Schema<'_>, out: &mut String) -> Result<usize, QuestionsTooLarge> {
     match schema {
-        // A schema number beyond f64 (`1e400`) would travel as `Infinity`, which no
-        // JSON parser reads back: the token would never open (found by the `answers`
-        // fuzz target); an integer longer than Python reads made minting panic.
         // Already in the encoding's spelling (compact, strings and integers as Python
         // writes them, as most servers send a schema): copied as it stands, and
         // serde_json's compact form of it is the same text.
@@ -118,6 +115,9 @@ fn write_schema(schema: &Schema<'_>, out: &mut String) -> Result<usize, Question
             out.push_str(text);
             Ok(text.len())
         }
+        // A schema number beyond f64 (`1e400`) would travel as `Infinity`, which no
+        // JSON parser reads back: the token would never open (found by the `answers`
+        // fuzz target); an integer longer than Python reads made minting panic.
         Schema::Text(text) => {
             canonical::transcode_python_json(text, out).map_err(|_| QuestionsTooLarge)
         }
