@@ -28,8 +28,9 @@ use crate::body::{self, ProxyBody};
 use crate::error::{ErrorKind, ProxyError, RefusalMetrics, Share};
 use crate::shutdown::stopped;
 use crate::tls::peer::PeerIdentity;
-use deadline::{Clock, Expired, Watched};
+use deadline::{Clock, Expired, OnItsWake, Watched};
 use framing::{FramingScan, MixedFraming};
+use futures_util::future::{self, Either};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -336,38 +337,45 @@ where
         let io = TokioIo::new(Watched::new(stream, clock.clone(), framing));
         let connection = builder.serve_connection(io, service(identity)).into_owned();
         tokio::pin!(connection);
-        let mut closing = false;
-        loop {
-            tokio::select! {
-                ended = connection.as_mut() => {
-                    if let Err(e) = ended {
-                        let parse = e.downcast_ref::<hyper::Error>();
-                        if parse.is_some_and(|e| e.is_parse() || e.is_parse_too_large()) {
-                            // hyper answered 400 (431, 414) to bytes that are not one
-                            // HTTP/1.1 request, and closed: a refusal like the gate's.
-                            refusals.refused(ErrorKind::Framing);
-                            tracing::info!(listener = name, %peer, error = %e, "request refused: not a well-framed HTTP/1.1 request");
-                        } else {
-                            tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
-                        }
-                    }
-                    return;
-                }
-                expired = clock.expired(), if !closing => match expired {
-                    Expired::Head => {
-                        tracing::debug!(listener = name, %peer, "request head not received in time; closing");
-                        return;
-                    }
-                    // HTTP/1.1 with nothing in progress: close now.
-                    Expired::Idle if !clock.is_http2() => return,
-                    // Shutdown (`Slots::stop_all`): finish what is in progress. Idle
-                    // HTTP/2: a GOAWAY tells the client not to open streams on it again.
-                    Expired::Idle | Expired::Stop => {
-                        closing = true;
-                        connection.as_mut().graceful_shutdown();
-                    }
-                },
+        // Polled first on every wake-up; the clock's wait only when it was woken.
+        let expiry = std::pin::pin!(OnItsWake::new(clock.expired()));
+        let expired = match future::select(connection.as_mut(), expiry).await {
+            Either::Left((ended, _)) => return connection_ended(ended, name, peer, &refusals),
+            Either::Right((expired, _)) => expired,
+        };
+        match expired {
+            Expired::Head => {
+                tracing::debug!(listener = name, %peer, "request head not received in time; closing");
             }
+            // HTTP/1.1 with nothing in progress: close now.
+            Expired::Idle if !clock.is_http2() => {}
+            // Shutdown (`Slots::stop_all`): finish what is in progress. Idle HTTP/2: a
+            // GOAWAY tells the client not to open streams on it again.
+            Expired::Idle | Expired::Stop => {
+                connection.as_mut().graceful_shutdown();
+                connection_ended(connection.await, name, peer, &refusals);
+            }
+        }
+    }
+}
+
+/// What a connection's end says, told: a request hyper refused as not one well-framed
+/// HTTP/1.1 request is counted and logged as a refusal.
+fn connection_ended(
+    ended: Result<(), Box<dyn std::error::Error + Send + Sync>>,
+    name: &str,
+    peer: SocketAddr,
+    refusals: &RefusalMetrics,
+) {
+    if let Err(e) = ended {
+        let parse = e.downcast_ref::<hyper::Error>();
+        if parse.is_some_and(|e| e.is_parse() || e.is_parse_too_large()) {
+            // hyper answered 400 (431, 414) to bytes that are not one HTTP/1.1 request,
+            // and closed: a refusal like the gate's.
+            refusals.refused(ErrorKind::Framing);
+            tracing::info!(listener = name, %peer, error = %e, "request refused: not a well-framed HTTP/1.1 request");
+        } else {
+            tracing::debug!(listener = name, %peer, error = %e, "connection ended with an error");
         }
     }
 }

@@ -8,13 +8,23 @@
 //! (it just opened, or the first bytes of a new HTTP/1.1 request arrived), the idle
 //! deadline (no request in progress and nothing read since the last one ended), or none
 //! (a request in progress: its body and its response have their own limits).
+//!
+//! And the wait for it is lazy: the task's timer is set for the deadline it last read
+//! (`armed`; with none in force, for the nearest one a later change can bring), and
+//! reads the deadline again when it fires. A change that brings no nearer deadline (a
+//! request starts, ends, or the next one's bytes arrive on a keep-alive connection)
+//! wakes nothing; only a nearer one (or a reclaim, or the stop) does. So the timer in
+//! wait never fires after the deadline in force, and a request costs the connection's
+//! task no wake-up of its own ([`OnItsWake`] keeps the task's other wake-ups from
+//! polling the wait).
 
 use super::framing::FramingScan;
+use futures_util::task::AtomicWaker;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
@@ -55,6 +65,8 @@ struct ClockState {
     prefix: Vec<u8>,
     /// Asked to close while idle ([`Clock::reclaim`]): its idle deadline has passed.
     reclaimed: bool,
+    /// When the waiting task's timer fires ([`Clock::expired`]), once one waits.
+    armed: Option<Instant>,
 }
 
 /// The deadlines of one connection, shared by its reader, its service and its task.
@@ -78,6 +90,7 @@ impl Clock {
                 http2: None,
                 prefix: Vec::new(),
                 reclaimed: false,
+                armed: None,
             }),
             changed: Notify::new(),
             stopping: AtomicBool::new(false),
@@ -95,8 +108,18 @@ impl Clock {
             if !matches!(state.phase, Awaiting::Idle(_)) {
                 state.reclaimed = false;
             }
+            // The waiting task reads the deadline again when its timer fires: only a
+            // deadline nearer than that must wake it now.
+            let nearer = match (self.deadline_of(&state), state.armed) {
+                (Some((at, _)), Some(armed)) => at < armed,
+                // Nothing waits yet.
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
             drop(state);
-            self.changed.notify_waiters();
+            if nearer {
+                self.changed.notify_waiters();
+            }
         }
     }
 
@@ -151,8 +174,21 @@ impl Clock {
         self.state.lock().expect("not poisoned").http2 == Some(true)
     }
 
-    fn deadline(&self) -> Option<(Instant, Expired)> {
-        let state = self.state.lock().expect("not poisoned");
+    /// When the waiting task's timer is set for from now on, and what passed then: the
+    /// deadline in force; with none (a request in progress), a look again at the
+    /// nearest a deadline set from now on can be (a new head's, or an idle one's), so
+    /// that no deadline a request brings later is nearer than the timer in wait.
+    fn arm(&self) -> (Instant, Option<Expired>) {
+        let mut state = self.state.lock().expect("not poisoned");
+        let (at, expired) = match self.deadline_of(&state) {
+            Some((at, expired)) => (at, Some(expired)),
+            None => (Instant::now() + self.header_read.min(self.idle), None),
+        };
+        state.armed = Some(at);
+        (at, expired)
+    }
+
+    fn deadline_of(&self, state: &ClockState) -> Option<(Instant, Expired)> {
         match state.phase {
             Awaiting::Head(since) => Some((since + self.header_read, Expired::Head)),
             // Reclaimed: due since it went idle, so it closes now.
@@ -194,8 +230,7 @@ impl Clock {
         self.changed.notify_waiters();
     }
 
-    /// Resolves when the deadline in force passes without the phase changing, or once
-    /// the listener stops.
+    /// Resolves when the deadline in force has passed, or once the listener stops.
     pub(crate) async fn expired(&self) -> Expired {
         loop {
             let changed = self.changed.notified();
@@ -206,16 +241,16 @@ impl Clock {
             if self.stopping.load(Ordering::Acquire) {
                 return Expired::Stop;
             }
-            match self.deadline() {
-                Some((at, expired)) => tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {
-                        if self.deadline() == Some((at, expired)) {
-                            return expired;
-                        }
-                    }
-                    _ = &mut changed => {}
-                },
-                None => changed.await,
+            let (at, expired) = self.arm();
+            if let Some(expired) = expired
+                && at <= Instant::now()
+            {
+                return expired;
+            }
+            // Fired or woken, the deadline in force is read again.
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                () = &mut changed => {}
             }
         }
     }
@@ -235,6 +270,67 @@ pub(crate) struct InRequest(Arc<Clock>);
 impl Drop for InRequest {
     fn drop(&mut self) {
         self.0.finished();
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection's task polls the clock's wait through this: only when the wait's own
+    /// waker was woken (its timer fired, a nearer deadline, the stop), and on its first poll.
+    /// The task is woken for every read and write of the connection, and polling the wait
+    /// each time (its notification, its timer) cost more than the deadlines themselves.
+    /// (`futures_util::future::select` and `tokio::select!` poll every branch on each
+    /// wake-up; the per-branch wakers of `FuturesUnordered` are this, for one future.)
+    pub(crate) struct OnItsWake<F> {
+        #[pin]
+        future: F,
+        flag: Arc<WakeFlag>,
+        waker: Waker,
+    }
+}
+
+/// Set by the wrapped future's waker, which then wakes the task.
+struct WakeFlag {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for WakeFlag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl<F: Future> OnItsWake<F> {
+    pub(crate) fn new(future: F) -> Self {
+        let flag = Arc::new(WakeFlag {
+            // The first poll polls it.
+            woken: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        });
+        Self {
+            future,
+            waker: Waker::from(flag.clone()),
+            flag,
+        }
+    }
+}
+
+impl<F: Future> Future for OnItsWake<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        // Registered before the flag is read: a wake from now on wakes this task again.
+        this.flag.task.register(cx.waker());
+        if !this.flag.woken.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        this.future.poll(&mut Context::from_waker(this.waker))
     }
 }
 
@@ -309,154 +405,4 @@ impl<I: AsyncWrite> AsyncWrite for Watched<I> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Real time (tokio's paused clock needs a feature the crate does not otherwise
-    // use): short deadlines, generous margins for a loaded machine.
-    const HEAD: Duration = Duration::from_millis(150);
-    const IDLE: Duration = Duration::from_millis(400);
-
-    /// `expired` within a few seconds (a deadline missed would wait an hour).
-    async fn within(expired: impl Future<Output = Expired>) -> Expired {
-        tokio::time::timeout(Duration::from_secs(5), expired)
-            .await
-            .expect("the deadline fired")
-    }
-
-    fn about(elapsed: Duration, expected: Duration) {
-        assert!(
-            elapsed >= expected && elapsed < expected + Duration::from_millis(300),
-            "{elapsed:?} for {expected:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_silent_connection_misses_its_head_deadline() {
-        let clock = Clock::new(HEAD, IDLE);
-        let started = Instant::now();
-        assert_eq!(clock.expired().await, Expired::Head);
-        about(started.elapsed(), HEAD);
-    }
-
-    #[tokio::test]
-    async fn http1_keep_alive_waits_idle_then_heads_again() {
-        let clock = Clock::new(HEAD, IDLE);
-        clock.read(b"POST /mcp HTTP/1.1\r\n");
-        let request = clock.request();
-        // In progress: no deadline, however long it takes.
-        let waited = tokio::time::timeout(IDLE + HEAD, clock.expired()).await;
-        assert!(waited.is_err());
-        drop(request);
-        // Idle; a new request's first bytes put the head deadline back in force.
-        tokio::time::sleep(IDLE / 2).await;
-        clock.read(b"GET");
-        let head_since = Instant::now();
-        assert_eq!(clock.expired().await, Expired::Head);
-        about(head_since.elapsed(), HEAD);
-        // Without further bytes: idle.
-        let clock = Clock::new(HEAD, IDLE);
-        clock.read(b"GET / HTTP/1.1\r\n\r\n");
-        drop(clock.request());
-        let idle_since = Instant::now();
-        assert_eq!(clock.expired().await, Expired::Idle);
-        about(idle_since.elapsed(), IDLE);
-    }
-
-    /// Finding 9 of the second review: idle keep-alive connections held every slot for
-    /// `client_idle_ms`. A reclaimed idle connection closes at once; a busy one, or one
-    /// that started a request meanwhile, is not reclaimed.
-    #[tokio::test]
-    async fn an_idle_connection_is_reclaimed_at_once_and_a_busy_one_never() {
-        let clock = Clock::new(HEAD, Duration::from_secs(3600));
-        clock.read(b"GET / HTTP/1.1\r\n\r\n");
-        let request = clock.request();
-        assert_eq!(clock.idle_since(), None);
-        assert!(!clock.reclaim(), "a request is in progress");
-        drop(request);
-        assert!(clock.idle_since().is_some());
-        let started = Instant::now();
-        assert!(clock.reclaim());
-        assert!(!clock.reclaim(), "once");
-        assert_eq!(clock.idle_since(), None, "not offered twice");
-        assert_eq!(clock.expired().await, Expired::Idle);
-        assert!(started.elapsed() < Duration::from_millis(300));
-        // Bytes of a new request after the reclaim: the reclaim is void.
-        let clock = Clock::new(HEAD, Duration::from_secs(3600));
-        clock.read(b"GET / HTTP/1.1\r\n\r\n");
-        drop(clock.request());
-        assert!(clock.reclaim());
-        clock.read(b"GET");
-        assert_eq!(clock.expired().await, Expired::Head);
-    }
-
-    /// The task already waits on a far idle deadline when a request's first bytes bring
-    /// a nearer head deadline: the head deadline holds all the same; and a deadline that
-    /// appears while the task waits (a request's end) is the one that fires.
-    #[tokio::test]
-    async fn a_head_deadline_nearer_than_the_idle_one_in_wait_holds() {
-        let clock = Clock::new(HEAD, Duration::from_secs(3600));
-        clock.read(b"GET / HTTP/1.1\r\n\r\n");
-        drop(clock.request());
-        let bytes_later = async {
-            tokio::time::sleep(HEAD / 2).await;
-            clock.read(b"GET");
-            Instant::now()
-        };
-        let (expired, head_since) = tokio::join!(within(clock.expired()), bytes_later);
-        assert_eq!(expired, Expired::Head);
-        about(head_since.elapsed(), HEAD);
-        // And a busy connection whose request ends: its idle deadline, in wait already.
-        let clock = Clock::new(HEAD, IDLE);
-        clock.read(b"GET / HTTP/1.1\r\n\r\n");
-        let request = clock.request();
-        let ends_later = async {
-            tokio::time::sleep(HEAD * 2).await;
-            drop(request);
-            Instant::now()
-        };
-        let (expired, idle_since) = tokio::join!(within(clock.expired()), ends_later);
-        assert_eq!(expired, Expired::Idle);
-        about(idle_since.elapsed(), IDLE);
-    }
-
-    /// Shutdown reaches a connection through its clock, busy or not, and at once.
-    #[tokio::test]
-    async fn a_stop_ends_the_wait_at_once_even_with_a_request_in_progress() {
-        let clock = Clock::new(Duration::from_secs(3600), Duration::from_secs(3600));
-        clock.read(b"POST /mcp HTTP/1.1\r\n");
-        let _request = clock.request();
-        let started = Instant::now();
-        let stop_later = async {
-            tokio::time::sleep(HEAD).await;
-            clock.stop();
-        };
-        let (expired, ()) = tokio::join!(within(clock.expired()), stop_later);
-        assert_eq!(expired, Expired::Stop);
-        about(started.elapsed(), HEAD);
-        // And a wait that starts after the stop ends on its first poll.
-        assert_eq!(clock.expired().await, Expired::Stop);
-    }
-
-    #[tokio::test]
-    async fn http2_frames_between_streams_are_not_heads() {
-        let clock = Clock::new(HEAD, IDLE);
-        clock.read(&H2_PREFACE[..10]);
-        assert!(!clock.is_http2());
-        clock.read(&H2_PREFACE[10..]);
-        assert!(clock.is_http2());
-        let idle_since = Instant::now();
-        tokio::time::sleep(IDLE / 2).await;
-        // A ping: still idle since the preface, and no head deadline.
-        clock.read(b"\0\0\x08\x06\0\0\0\0\0");
-        assert_eq!(clock.expired().await, Expired::Idle);
-        about(idle_since.elapsed(), IDLE);
-        // Two streams: busy until both ended.
-        let (a, b) = (clock.request(), clock.request());
-        drop(a);
-        let waited = tokio::time::timeout(IDLE + HEAD, clock.expired()).await;
-        assert!(waited.is_err());
-        drop(b);
-        assert_eq!(clock.expired().await, Expired::Idle);
-    }
-}
+mod tests;
