@@ -40,8 +40,8 @@ pub use scan::Scanned;
 pub use scan::scan;
 pub use scan::scan_answer;
 pub(crate) use scan::{
-    AnswerFault, Compact, Cursor, JsonKind, StateMember, each_member, is_string_token, members,
-    string_at, string_specials,
+    AnswerFault, Compact, Cursor, JsonKind, Passed, Rules, StateMember, each_member,
+    is_string_token, members, pass_escaped, string_at, string_specials,
 };
 pub use scan::{LiteArena, LiteJson};
 use strict::StrictRefusal;

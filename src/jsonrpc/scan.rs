@@ -37,6 +37,7 @@
 
 mod answer;
 mod compact;
+mod escapes;
 mod facts;
 mod fields;
 mod lexer;
@@ -47,6 +48,7 @@ pub use answer::Answer;
 pub use answer::scan_answer;
 pub(crate) use answer::{AnswerFault, StateMember};
 pub(crate) use compact::Compact;
+pub(crate) use escapes::{Passed, Rules, pass_escaped};
 pub(crate) use facts::JsonKind;
 pub use fields::{EnvelopeField, ParamsField, ResultField};
 pub(crate) use lexer::string_specials;

@@ -7,7 +7,7 @@
 //! would represent differently (an integer Python refuses to parse) is an error, never a
 //! silently different digest.
 
-use crate::jsonrpc::JsonView;
+use crate::jsonrpc::{JsonView, Passed, Rules, pass_escaped};
 #[cfg(any(test, feature = "oracle"))]
 use serde_json::{Number, Value};
 use std::fmt::{self, Write as _};
@@ -152,13 +152,35 @@ pub(crate) struct StringRead {
 }
 
 /// The inside of the string token whose opening quote is just before `at` in `bytes`,
-/// read to its closing quote; `None` when the bytes end first. Plain runs are passed
-/// eight bytes at a time, and a word that holds anything else is passed up to that
-/// byte in one step ([`escaped_bytes`] marks the first exactly).
+/// read to its closing quote; `None` when the bytes end first. Stretches of the
+/// spelling's escapes are passed sixteen bytes a step ([`pass_escaped`]), plain runs
+/// eight bytes at a time, and a word that holds anything else is passed up to that byte
+/// in one step ([`escaped_bytes`] marks the first exactly).
 pub(crate) fn read_string_rest(bytes: &[u8], mut at: usize) -> Option<StringRead> {
     let mut escapes = 0;
     let mut spelled = true;
     loop {
+        if spelled {
+            match pass_escaped(bytes, at, Rules::Python) {
+                Passed::Quote {
+                    at,
+                    escapes: passed,
+                } => {
+                    return Some(StringRead {
+                        quote: at,
+                        spelled,
+                        escapes: escapes + passed,
+                    });
+                }
+                Passed::Stopped {
+                    at: stop,
+                    escapes: passed,
+                } => {
+                    escapes += passed;
+                    at = stop;
+                }
+            }
+        }
         at = past_plain_words(bytes, at);
         match *bytes.get(at)? {
             b'"' => {

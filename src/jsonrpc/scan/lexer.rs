@@ -11,6 +11,7 @@
 //! check adds up to). A failure carries no detail: the scanner's only syntax verdict is
 //! [`ParseError::Syntax`](crate::jsonrpc::ParseError::Syntax).
 
+use super::escapes::{Passed, Rules, pass_escaped};
 use std::borrow::Cow;
 
 /// Not JSON. (Where serde_json would say why, the verdict is the same for every cause.)
@@ -172,15 +173,23 @@ impl<'a> Lexer<'a> {
     }
 
     /// The rest of a string whose first bytes held an escape or did not end it (or
-    /// something that is no string), from `at`.
+    /// something that is no string), from `at`: escaped stretches by blocks
+    /// ([`pass_escaped`]), anything else one special byte at a time.
     #[inline(never)]
     fn string_rest(&mut self, start: usize, mut at: usize) -> Result<(Span, bool), NotJson> {
         let bytes = self.text.as_bytes();
         let mut escaped = false;
-        let mut block = SpecialBlock::NONE;
         loop {
-            // Past the bytes that need no second look.
-            at = block.next_special(bytes, at);
+            match pass_escaped(bytes, at, Rules::Json) {
+                Passed::Quote { at, escapes } => {
+                    self.at = at + 1;
+                    return Ok((Span::new(start, self.at), escaped || escapes > 0));
+                }
+                Passed::Stopped { at: stop, escapes } => {
+                    escaped |= escapes > 0;
+                    at = first_special(bytes, stop);
+                }
+            }
             match bytes.get(at) {
                 Some(b'"') => {
                     self.at = at + 1;
@@ -327,53 +336,6 @@ pub(super) fn scanned_special(bytes: &[u8], at: usize) -> usize {
 #[inline(never)]
 fn long_quote_or_backslash(bytes: &[u8], at: usize) -> usize {
     at + memchr::memchr2(b'"', b'\\', &bytes[at..]).unwrap_or(bytes.len() - at)
-}
-
-/// The special bytes of the last sixteen [`specials16`] read, kept while a string's
-/// escapes are passed: a JSON text carried as a string (a state, a document) has an
-/// escape every few bytes, and the next is then most often in the same sixteen.
-#[derive(Clone, Copy)]
-struct SpecialBlock {
-    /// Where the sixteen start (`usize::MAX`, past any text: none read yet).
-    base: usize,
-    /// Bit `i`: byte `base + i` is special.
-    specials: u32,
-}
-
-impl SpecialBlock {
-    const NONE: SpecialBlock = SpecialBlock {
-        base: usize::MAX,
-        specials: 0,
-    };
-
-    /// The first special byte at or after `at`, as [`first_special`] finds it: from
-    /// the sixteen bytes read last when `at` is among them; else (or when none of them
-    /// is left) from the sixteen read next (kept); past those too, or with fewer than
-    /// sixteen left (or no SSE2), by [`first_special`].
-    #[inline(always)]
-    fn next_special(&mut self, bytes: &[u8], at: usize) -> usize {
-        let mut from = at;
-        if let Some(offset) = at.checked_sub(self.base).filter(|&offset| offset < 16) {
-            let left = self.specials >> offset;
-            if left != 0 {
-                return at + left.trailing_zeros() as usize;
-            }
-            from = self.base + 16;
-        }
-        match specials16(bytes, from) {
-            Some(specials) => {
-                *self = SpecialBlock {
-                    base: from,
-                    specials,
-                };
-                if specials != 0 {
-                    return from + specials.trailing_zeros() as usize;
-                }
-                first_special(bytes, from + 16)
-            }
-            None => first_special(bytes, from),
-        }
-    }
 }
 
 /// The first special byte within [`SHORT_STRING`] bytes of `at` (sixteen bytes a step

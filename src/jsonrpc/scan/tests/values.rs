@@ -91,3 +91,36 @@ fn surrogate_escapes_come_in_pairs() {
         assert_eq!(verdict(bad), Err(ParseError::Syntax), "{bad}");
     }
 }
+
+/// A string that carries a JSON text (an escape every few bytes, passed sixteen bytes a
+/// step) reads as the tree reads it whatever is put at any place in it: an escape the
+/// blocks do not pass (`\\`, `\u`, `\/` for the spelling), a bad one, a control byte,
+/// DEL, a non-ASCII character, a quote that ends it early, a backslash that escapes
+/// what follows. The span of `requestState` after it is checked too (`agree`).
+#[test]
+fn escape_dense_strings_read_as_the_tree_reads_them() {
+    let state = r#"{"k":"provision","name":"web-1","r":1,"tier":"free","owner":"team-a","t":176}"#;
+    let token = serde_json::to_string(state).expect("a string serialises");
+    let inner = &token[1..token.len() - 1];
+    let inserts = [
+        r"\\",
+        r"\u00e9",
+        r"\ud834\udd1e",
+        r"\/",
+        r"\q",
+        "\u{1}",
+        "\u{7f}",
+        "é",
+        "\"",
+        "\\",
+    ];
+    for at in (0..=inner.len()).filter(|&at| inner.is_char_boundary(at)) {
+        for insert in inserts {
+            let text = format!("{}{insert}{}", &inner[..at], &inner[at..]);
+            let body = call(&format!(
+                r#"{{"name":"t","requestState":"{text}","arguments":{{"a":1}}}}"#
+            ));
+            let _ = verdict(&body);
+        }
+    }
+}
