@@ -397,8 +397,8 @@ fn specials16(bytes: &[u8], at: usize) -> Option<u32> {
     Some(move_mask_i8_m128i(special) as u32)
 }
 
-/// Without SSE2 no sixteen bytes are read at once: [`SpecialBlock`] leaves every search
-/// to [`first_special`].
+/// Without SSE2 no sixteen bytes are read at once: [`short_special`] reads eight a
+/// step.
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 fn specials16(_: &[u8], _: usize) -> Option<u32> {
     None
