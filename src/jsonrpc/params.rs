@@ -59,24 +59,27 @@ enum Edit {
 }
 
 impl ScannedBody {
-    /// Scan `body` ([`scan`](fn@super::scan)): the accepted call, or why not.
-    pub(crate) fn scan(body: Bytes, max_values: usize) -> Result<Self, Refused> {
+    /// Scan `body` ([`scan`](fn@super::scan)): the accepted call, or why not. Boxed
+    /// where it is made: its index and slots (about 1.4 KB) are then written once, into
+    /// the box, rather than built beside it and copied in, and every later move of the
+    /// request's phases moves a pointer.
+    pub(crate) fn scan(body: Bytes, max_values: usize) -> Result<Box<Self>, Refused> {
         // `scan`'s order: the byte order mark, then UTF-8.
         refuse_bom(&body)?;
         let body = ByteString::try_from(body).map_err(|_| ParseError::Syntax)?;
         let (message, index) = scan_text(&body, max_values)?.into_parts();
-        Ok(Self {
+        Ok(Box::new(Self {
             body,
             message,
             index,
             slots: Default::default(),
-        })
+        }))
     }
 
     #[cfg(test)]
     /// A call of `method` with `params` (an object), written and scanned as a client's
     /// body would be: how tests and tools build one.
-    pub(crate) fn call(method: &str, params: &Value) -> Result<Self, Refused> {
+    pub(crate) fn call(method: &str, params: &Value) -> Result<Box<Self>, Refused> {
         let body =
             serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         Self::scan(Bytes::from(body.to_string()), usize::MAX)
@@ -128,8 +131,9 @@ impl ScannedBody {
 
     /// The message as the upstream receives it: the scanned tokens with no whitespace
     /// between them and the edits spliced in. A compact body nobody edited is that
-    /// already, and is forwarded without a copy.
-    pub fn into_forwarded(self) -> Bytes {
+    /// already, and is forwarded without a copy. Read in its box: only the bytes move
+    /// out of it.
+    pub fn into_forwarded(self: Box<Self>) -> Bytes {
         // Counted first: the cuts in one allocation, none when nothing is cut.
         let edited = ParamsField::ALL
             .iter()

@@ -1,11 +1,11 @@
 use super::*;
 use serde_json::json;
 
-fn scanned(body: &str) -> ScannedBody {
+fn scanned(body: &str) -> Box<ScannedBody> {
     ScannedBody::scan(Bytes::from(body.to_owned()), usize::MAX).expect(body)
 }
 
-fn forwarded(body: ScannedBody) -> String {
+fn forwarded(body: Box<ScannedBody>) -> String {
     String::from_utf8(body.into_forwarded().to_vec()).unwrap()
 }
 
