@@ -351,11 +351,16 @@ pub(crate) fn write_python_float(value: f64, out: &mut String) {
     // CPython rounds half to even. Re-formatting at that precision rounds the exact binary
     // value half to even, which is CPython's choice and still round-trips.
     // Fast path: integral values below 1e16 print positionally with `.0` (token times).
-    if value.fract() == 0.0 && value.abs() < 1e16 {
+    // Below 1e16 the conversion to an integer is exact, so the value is integral exactly
+    // when it converts back to itself (no call to `trunc`).
+    if value.abs() < 1e16 && (value as i64) as f64 == value {
         if value == 0.0 && value.is_sign_negative() {
             out.push('-');
         }
-        out.push_str(itoa::Buffer::new().format(value as i64));
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(value as i64);
+        out.reserve(digits.len() + 2);
+        out.push_str(digits);
         out.push_str(".0");
         return;
     }

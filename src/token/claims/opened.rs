@@ -224,13 +224,14 @@ fn optional<'a, T>(
 }
 
 /// A float claim as serde_json reads it. Whole seconds as this sidecar writes them
-/// (`1800000000.0`: digits that fit 2^53 exactly) are read here; anything else (the
-/// reference's `time.time()`, with a fraction) by serde_json itself, whose rounding is
-/// its own.
+/// (`1800000000.0`: digits that fit 2^53 exactly) and integers (the version, `1`) are
+/// read here; anything else (the reference's `time.time()`, with a fraction) by
+/// serde_json itself, whose rounding is its own.
 fn float(token: &str) -> Option<f64> {
     // Fifteen digits at most: no overflow, and every such integer is an `f64` exactly.
-    if let Some(whole) = token.strip_suffix(".0")
-        && (1..=15).contains(&whole.len())
+    // The token is a JSON number (no leading zero), so digits alone are an integer.
+    let whole = token.strip_suffix(".0").unwrap_or(token);
+    if (1..=15).contains(&whole.len())
         && let Some(n) = (whole.bytes()).try_fold(0u64, |n, b| {
             b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
         })

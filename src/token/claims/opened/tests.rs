@@ -90,6 +90,12 @@ fn minted_claims_are_read_by_their_layout_as_serde_json_reads_them() {
 fn a_float_claim_is_read_as_serde_json_reads_it() {
     for token in [
         "0.0",
+        "0",
+        "1",
+        "1800000000",
+        "999999999999999",
+        "9999999999999999",
+        "-1",
         "1.0",
         "1800000000.0",
         "999999999999999.0",
