@@ -43,22 +43,11 @@ pub fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
     };
     let (sidecar, sidecar_admin, sidecar_pid) = start_sidecar("sidecar", "")?;
     let (memory, memory_admin, _) = start_sidecar("sidecar-memory", SINGLE_USE_MEMORY)?;
-    let (redis, redis_admin, _) = start_sidecar(
-        "sidecar-redis",
-        &format!(
-            "[single_use]\ntools = [\"provision\"]\nstore = \"redis\"\n\
-             redis_url = \"redis://127.0.0.1:{redis_port}\"\n"
-        ),
-    )?;
+    let (redis, redis_admin, _) = start_sidecar("sidecar-redis", &single_use_redis(redis_port))?;
     // The defaults (`redis_wait_replicas = "auto"`): the primary reports its replica,
     // so every consumption waits for it.
-    let (redis_replicated, replicated_admin, _) = start_sidecar(
-        "sidecar-redis-replicated",
-        &format!(
-            "[single_use]\ntools = [\"provision\"]\nstore = \"redis\"\n\
-             redis_url = \"redis://127.0.0.1:{primary_port}\"\n"
-        ),
-    )?;
+    let (redis_replicated, replicated_admin, _) =
+        start_sidecar("sidecar-redis-replicated", &single_use_redis(primary_port))?;
     let (stdio, stdio_admin, _) = start_sidecar("sidecar-stdio", "")?;
     let (jwt, jwt_admin, _) = start_sidecar("sidecar-jwt", &jwt_principal)?;
     let nginx_port = procs::free_port();
@@ -122,6 +111,14 @@ pub fn start(children: &mut Children, dir: &Path) -> Result<Setup, String> {
         jwt,
         idle_rss,
     })
+}
+
+/// The `[single_use]` section of a sidecar whose store is the Redis server at `port`.
+fn single_use_redis(port: u16) -> String {
+    format!(
+        "[single_use]\ntools = [\"provision\"]\nstore = \"redis\"\n\
+         redis_url = \"redis://127.0.0.1:{port}\"\n"
+    )
 }
 
 pub fn loopback(port: u16) -> SocketAddr {
