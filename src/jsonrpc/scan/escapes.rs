@@ -80,6 +80,15 @@ pub(crate) fn pass_escaped(bytes: &[u8], mut at: usize, rules: Rules) -> Passed 
     }
 }
 
+/// The bytes of the sixteen at `at` a string token cannot simply hold (a quote, a
+/// backslash, a control byte), as a mask (bit `i`: byte `at + i`); `None` when fewer than
+/// sixteen are left, or the target has no SSE2. The lexer's first look into a string: the
+/// same block [`pass_escaped`] reads, so both readings class a byte the same way.
+#[inline(always)]
+pub(crate) fn specials16(bytes: &[u8], at: usize) -> Option<u32> {
+    Block::read(bytes, at).map(|block| block.quotes | block.backslashes | block.controls)
+}
+
 /// Bits `0..n` set (`n` ≤ 16).
 fn low_bits(n: u32) -> u32 {
     (1 << n) - 1
@@ -145,6 +154,7 @@ fn splat(byte: u8) -> safe_arch::m128i {
 /// Without SSE2 no block is read: every string is read one special byte at a time.
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 impl Block {
+    #[inline(always)]
     fn read(_: &[u8], _: usize) -> Option<Block> {
         None
     }

@@ -11,7 +11,7 @@
 //! check adds up to). A failure carries no detail: the scanner's only syntax verdict is
 //! [`ParseError::Syntax`](crate::jsonrpc::ParseError::Syntax).
 
-use super::escapes::{Passed, Rules, pass_escaped};
+use super::escapes::{Passed, Rules, pass_escaped, specials16};
 use std::borrow::Cow;
 
 /// Not JSON. (Where serde_json would say why, the verdict is the same for every cause.)
@@ -346,7 +346,6 @@ fn long_quote_or_backslash(bytes: &[u8], at: usize) -> usize {
 #[inline(always)]
 fn short_special(bytes: &[u8], mut at: usize) -> usize {
     let words_end = bytes.len().min(at + SHORT_STRING);
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     while at < words_end {
         let Some(specials) = specials16(bytes, at) else {
             break;
@@ -373,35 +372,6 @@ fn short_special(bytes: &[u8], mut at: usize) -> usize {
         }
     }
     at
-}
-
-/// The bytes of the sixteen at `at` a string token cannot simply hold, as a mask (bit
-/// `i`: byte `at + i`), as [`string_specials`] finds them; `None` when fewer than sixteen
-/// are left. SSE2: a quote, a backslash, or a byte that is its own unsigned minimum with
-/// 0x1f (a control byte).
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-#[inline(always)]
-fn specials16(bytes: &[u8], at: usize) -> Option<u32> {
-    use safe_arch::{
-        bitor_m128i, cmp_eq_mask_i8_m128i, load_unaligned_m128i, min_u8_m128i, move_mask_i8_m128i,
-        set_splat_i8_m128i,
-    };
-    let block: &[u8; 16] = bytes.get(at..)?.first_chunk()?;
-    let v = load_unaligned_m128i(block);
-    let splat = |byte: u8| set_splat_i8_m128i(byte as i8);
-    let quote = cmp_eq_mask_i8_m128i(v, splat(b'"'));
-    let backslash = cmp_eq_mask_i8_m128i(v, splat(b'\\'));
-    let control = cmp_eq_mask_i8_m128i(min_u8_m128i(v, splat(0x1f)), v);
-    let special = bitor_m128i(bitor_m128i(quote, backslash), control);
-    // One bit a byte, the sixteen low bits: never negative.
-    Some(move_mask_i8_m128i(special) as u32)
-}
-
-/// Without SSE2 no sixteen bytes are read at once: [`short_special`] reads eight a
-/// step.
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn specials16(_: &[u8], _: usize) -> Option<u32> {
-    None
 }
 
 /// How far into a string the word loop looks before [`long_special`] takes over: most

@@ -56,31 +56,50 @@ pub(crate) fn python_spelled(text: &str, sort_keys: bool) -> bool {
 /// exponent, `-0`, an integer longer than Python reads).
 fn spelled_in_order(bytes: &[u8]) -> bool {
     let mut at = 0;
-    let mut digits = 0;
     while let Some(&byte) = bytes.get(at) {
         match byte {
             b'"' => match spelled_string(bytes, at + 1) {
                 Some((quote, _)) => at = quote,
                 None => return false,
             },
-            b'0'..=b'9' => {
-                digits += 1;
-                if digits > PYTHON_MAX_INT_DIGITS {
-                    return false;
+            // A fraction's `.`, an exponent's letter and sign are read with their number.
+            b'-' | b'0'..=b'9' => match python_integer_end(bytes, at) {
+                Some(end) => {
+                    at = end;
+                    continue;
                 }
-            }
-            // `e` is a literal's letter but after a digit, where it is an exponent.
-            b'e' if at > 0 && bytes[at - 1].is_ascii_digit() => return false,
-            b'-' if bytes.get(at + 1) == Some(&b'0') => return false,
-            b'.' | b'E' | b'+' | b' ' | b'\t' | b'\n' | b'\r' => return false,
+                None => return false,
+            },
+            b' ' | b'\t' | b'\n' | b'\r' => return false,
             _ => {}
-        }
-        if !byte.is_ascii_digit() {
-            digits = 0;
         }
         at += 1;
     }
     true
+}
+
+/// At a number's first byte (`-` or a digit) in JSON text: where the number ends when it
+/// is an integer exactly as [`write_number_literal`](super::write_number_literal) writes
+/// the integer it reads (no `-0`, at most [`PYTHON_MAX_INT_DIGITS`] digits, which the JSON
+/// text cannot start with a zero unless it is one), and no fraction or exponent after
+/// the digits; `None` otherwise. The one statement of that rule for both walks.
+#[inline]
+fn python_integer_end(bytes: &[u8], at: usize) -> Option<usize> {
+    let negative = bytes.get(at) == Some(&b'-');
+    let start = at + usize::from(negative);
+    let digits = bytes
+        .get(start..)?
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let end = start + digits;
+    let canonical = match &bytes[start..end] {
+        [] => false,
+        [b'0'] => !negative,
+        [b'0', ..] => false,
+        _ => digits <= PYTHON_MAX_INT_DIGITS,
+    };
+    (canonical && !matches!(bytes.get(end), Some(b'.' | b'e' | b'E'))).then_some(end)
 }
 
 /// The string token whose inside starts at `start`, when Python spells it so: where its
@@ -187,22 +206,15 @@ impl<'a> Sorted<'a> {
         next
     }
 
-    /// An integer as Python writes it: no `-0`, digits Python reads (at most
-    /// [`PYTHON_MAX_INT_DIGITS`]), and no fraction or exponent after them.
+    /// An integer as Python writes it ([`python_integer_end`]).
     fn integer(&mut self) -> bool {
-        let negative = self.eat(b'-');
-        let start = self.at;
-        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
-            self.at += 1;
+        match python_integer_end(self.bytes, self.at) {
+            Some(end) => {
+                self.at = end;
+                true
+            }
+            None => false,
         }
-        let digits = &self.bytes[start..self.at];
-        let canonical = match digits {
-            [] => false,
-            [b'0'] => !negative,
-            [b'0', ..] => false,
-            _ => digits.len() <= PYTHON_MAX_INT_DIGITS,
-        };
-        canonical && !matches!(self.peek(), Some(b'.' | b'e' | b'E'))
     }
 }
 
