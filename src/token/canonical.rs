@@ -220,6 +220,9 @@ fn past_plain_words(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
+/// The byte-at-a-time statement of what [`escaped_bytes`] flags (the tests hold the word
+/// readings to it).
+#[cfg(test)]
 fn needs_escape(b: u8) -> bool {
     !(b' '..=b'~').contains(&b) || b == b'"' || b == b'\\'
 }
@@ -237,21 +240,26 @@ fn escaped_bytes(word: u64) -> u64 {
 
 /// How many leading bytes `ensure_ascii` copies verbatim. Checks eight bytes at a time
 /// (states are often kilobytes of plain ASCII), and a word that holds a byte to escape
-/// says where the first is.
+/// says where the first is. The last few bytes (most claims are short: a method, a
+/// name, a digest) are checked as one word too, filled up with quotes: a filler flagged
+/// wrongly lies above one flagged rightly, so the lowest flag is the first byte to escape
+/// or, when there is none, the first filler.
 fn verbatim_prefix_len(bytes: &[u8]) -> usize {
     let mut clean = 0;
-    for chunk in bytes.chunks_exact(8) {
+    let chunks = bytes.chunks_exact(8);
+    let tail = chunks.remainder();
+    for chunk in chunks {
         let flagged = escaped_bytes(u64::from_le_bytes(chunk.try_into().expect("chunks of 8")));
         if flagged != 0 {
             return clean + (flagged.trailing_zeros() / 8) as usize;
         }
         clean += 8;
     }
-    clean
-        + bytes[clean..]
-            .iter()
-            .position(|&b| needs_escape(b))
-            .unwrap_or(bytes.len() - clean)
+    // A quote past the tail: the search ends within the word, at the first byte to
+    // escape or at the tail's end.
+    let mut word = [b'"'; 8];
+    word[..tail.len()].copy_from_slice(tail);
+    clean + (escaped_bytes(u64::from_le_bytes(word)).trailing_zeros() / 8) as usize
 }
 
 fn push_u_escape(unit: u16, out: &mut String) {
