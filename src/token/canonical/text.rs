@@ -79,10 +79,9 @@ fn spelled_in_order(bytes: &[u8]) -> bool {
 }
 
 /// At a number's first byte (`-` or a digit) in JSON text: where the number ends when it
-/// is an integer exactly as [`write_number_literal`](super::write_number_literal) writes
-/// the integer it reads (no `-0`, at most [`PYTHON_MAX_INT_DIGITS`] digits, which the JSON
-/// text cannot start with a zero unless it is one), and no fraction or exponent after
-/// the digits; `None` otherwise. The one statement of that rule for both walks.
+/// is an integer spelled exactly as [`write_number_literal`] writes the integer it reads
+/// (no `-0`, no leading zero, at most [`PYTHON_MAX_INT_DIGITS`] digits, no fraction or
+/// exponent after them); `None` otherwise. The one statement of that rule for both walks.
 #[inline]
 fn python_integer_end(bytes: &[u8], at: usize) -> Option<usize> {
     let negative = bytes.get(at) == Some(&b'-');
