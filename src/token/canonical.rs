@@ -220,13 +220,6 @@ fn past_plain_words(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
-/// The byte-at-a-time statement of what [`escaped_bytes`] flags (the tests hold the word
-/// readings to it).
-#[cfg(test)]
-fn needs_escape(b: u8) -> bool {
-    !(b' '..=b'~').contains(&b) || b == b'"' || b == b'\\'
-}
-
 /// The bytes of `word` (little-endian) that [`write_string`] does not copy as they are,
 /// as high bits: what a string token cannot hold (a quote, a backslash, a control byte),
 /// a byte of 0x80 or more, and DEL. Zero exactly when there is none; the lowest bit set

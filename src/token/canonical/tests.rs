@@ -1,5 +1,11 @@
 use super::*;
 
+/// The byte-at-a-time statement of what [`escaped_bytes`] flags: the word readings are
+/// held to it.
+fn needs_escape(b: u8) -> bool {
+    !(b' '..=b'~').contains(&b) || b == b'"' || b == b'\\'
+}
+
 fn canon(json: &str) -> String {
     let value: Value = serde_json::from_str(json).unwrap();
     let mut out = String::new();
