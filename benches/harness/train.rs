@@ -21,7 +21,9 @@
 
 use crate::generator::{self, Target};
 use crate::procs::{self, Children};
-use crate::{PLAINTEXT_MARK, Phase, WORKLOADS, loopback, minted_retry, request_body};
+use crate::{
+    PLAINTEXT_MARK, Phase, SINGLE_USE_MEMORY, WORKLOADS, loopback, minted_retry, request_body,
+};
 use crate::{sidecar_config, spawn_sidecar, state_of};
 use bytes::Bytes;
 use std::fmt::Write;
@@ -41,11 +43,6 @@ const EXIT_WITHIN: Duration = Duration::from_secs(20);
 /// How long one sidecar's (or the floor's) workload may take: a server that stops
 /// answering fails the build instead of hanging it.
 const WORKLOAD_WITHIN: Duration = Duration::from_secs(300);
-
-/// Single use on the memory store, one caller's share the whole store (as the harness
-/// sets it).
-const SINGLE_USE: &str = "[single_use]\ntools = [\"provision\"]\nstore = \"memory\"\n\
-                          memory_max_entries = 1000000\nmax_entries_per_principal = 1000000\n";
 
 /// When `args` ask for training (`--train SIDECAR` or `--train-floor`, with
 /// `--requests N` and `--profiles DIR`), run it and say how it went; `None` otherwise.
@@ -103,7 +100,7 @@ fn run_in(
     let mut sidecars = Vec::new();
     for (name, extra) in [
         ("sidecar", String::new()),
-        ("sidecar-memory", SINGLE_USE.to_owned()),
+        ("sidecar-memory", SINGLE_USE_MEMORY.to_owned()),
         ("sidecar-jwt", jwt_principal),
         ("sidecar-stdio", String::new()),
     ] {
