@@ -82,7 +82,24 @@ impl FramingScan {
     /// newlines, not a step per byte.
     pub(crate) fn read(&mut self, mut bytes: &[u8]) {
         while !self.done && !bytes.is_empty() {
-            match memchr::memchr(b'\n', bytes) {
+            let end = memchr::memchr(b'\n', bytes);
+            // A line whose first kept byte starts none of the three names (most header
+            // lines, and a body's) is a line with content and nothing more: all that
+            // matters of it is where it ends, and it ends as `end_line` ends such a
+            // line (no name seen, the first line over).
+            if self.passed || self.kept == 0 && starts_no_name(bytes[0]) {
+                let Some(end) = end else {
+                    self.passed = true;
+                    self.content = true;
+                    return;
+                };
+                self.first_line = false;
+                self.content = false;
+                self.passed = false;
+                bytes = &bytes[end + 1..];
+                continue;
+            }
+            match end {
                 Some(end) => {
                     self.take(&bytes[..end]);
                     self.end_line();
@@ -96,24 +113,9 @@ impl FramingScan {
         }
     }
 
-    /// A piece of the current line (no `\n` in it): its first bytes kept lowercased,
-    /// `\r` left out; a line whose first kept byte starts none of the names is passed
-    /// over.
+    /// A piece of the current line (no `\n` in it) that [`FramingScan::read`] did not
+    /// pass over: its first bytes kept lowercased, `\r` left out.
     fn take(&mut self, piece: &[u8]) {
-        if self.passed {
-            return;
-        }
-        // A line whose first kept byte starts none of the three names (most header
-        // lines, and a body's) is a line with content and nothing more: not copied.
-        if self.kept == 0
-            && piece
-                .first()
-                .is_some_and(|&b| b != b'\r' && !matches!(b | 0x20, b'c' | b't' | b'p'))
-        {
-            self.passed = true;
-            self.content = true;
-            return;
-        }
         let room = SCAN_LINE - self.kept;
         // A line's `\r` is its last byte as a rule: left out first (it is never kept),
         // so the bytes before it are the common piece below.
@@ -159,6 +161,14 @@ impl FramingScan {
         self.content = false;
         self.passed = false;
     }
+}
+
+/// Whether a line whose first kept byte is `byte` is a line with content that starts
+/// none of the names the scan looks for (`content-length:`, `transfer-encoding:`, the
+/// HTTP/2 preface's `pri`). A `\r` is never kept, so it decides nothing; a `\n` ends
+/// the line before it has any content (a blank line ends a head).
+fn starts_no_name(byte: u8) -> bool {
+    !matches!(byte, b'\r' | b'\n') && !matches!(byte | 0x20, b'c' | b't' | b'p')
 }
 
 #[cfg(test)]
