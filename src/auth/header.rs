@@ -46,8 +46,9 @@ pub(crate) fn identify(
 pub(crate) fn strip(name: &HeaderName, forward: bool, headers: &mut HeaderMap) {
     let look_alikes: Vec<HeaderName> = headers
         .keys()
-        // The lengths first (most names part there), the name itself only for a match.
-        .filter(|k| spelled_as(k.as_str(), name.as_str()) && *k != name)
+        // The name itself is passed first (one comparison, where `spelled_as` would map
+        // every byte of it), then the lengths (most names part there).
+        .filter(|k| *k != name && spelled_as(k.as_str(), name.as_str()))
         .cloned()
         .collect();
     for k in look_alikes {

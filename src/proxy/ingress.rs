@@ -285,13 +285,39 @@ const FORWARDING: [&str; 15] = [
     "x-rewrite-url",
 ];
 
+/// The prefixes that make any name a forwarding header.
+const FORWARDING_PREFIXES: [&str; 2] = ["x-forwarded-", "x-original-"];
+
+/// Bit `b`: some name of [`FORWARDING`] or [`FORWARDING_PREFIXES`] starts with the
+/// byte `b` (a letter each, which no `_`/`-` spelling changes).
+const FORWARDING_FIRST_BYTES: u128 = {
+    let mut bits = 0u128;
+    let mut i = 0;
+    while i < FORWARDING.len() {
+        bits |= 1 << FORWARDING[i].as_bytes()[0];
+        i += 1;
+    }
+    let mut i = 0;
+    while i < FORWARDING_PREFIXES.len() {
+        bits |= 1 << FORWARDING_PREFIXES[i].as_bytes()[0];
+        i += 1;
+    }
+    bits
+};
+
 /// A forwarding header, in any `_`/`-` spelling: one of [`FORWARDING`], any
-/// `X-Forwarded-*` or `X-Original-*`.
+/// `X-Forwarded-*` or `X-Original-*`. Every name of a request goes through this: most
+/// (`Host`, `Accept`, `Mcp-*`) start with a byte none of those does, and are passed on
+/// that alone.
 fn is_forwarding(name: &HeaderName) -> bool {
     let name = name.as_str();
-    FORWARDING.iter().any(|f| spelled_as(name, f))
-        || spelled_with_prefix(name, "x-forwarded-")
-        || spelled_with_prefix(name, "x-original-")
+    let first = name.as_bytes().first().map_or(0, |&b| b);
+    first < 128
+        && FORWARDING_FIRST_BYTES & 1 << first != 0
+        && (FORWARDING.iter().any(|f| spelled_as(name, f))
+            || FORWARDING_PREFIXES
+                .iter()
+                .any(|prefix| spelled_with_prefix(name, prefix)))
 }
 
 #[cfg(test)]
@@ -459,6 +485,39 @@ mod tests {
     fn facts(addr: &str) -> ConnectionFacts {
         let framing = crate::server::framing::MixedFraming::default();
         ConnectionFacts::new(addr.parse().unwrap(), framing, None)
+    }
+
+    #[test]
+    fn every_forwarding_name_is_one_in_any_spelling_and_no_other_name_is() {
+        let named = FORWARDING.iter().map(|name| name.to_string()).chain(
+            FORWARDING_PREFIXES
+                .iter()
+                .map(|prefix| format!("{prefix}host")),
+        );
+        for name in named {
+            for spelled in [name.clone(), name.replace('-', "_")] {
+                let header = HeaderName::from_bytes(spelled.as_bytes()).unwrap();
+                assert!(is_forwarding(&header), "{spelled}");
+            }
+        }
+        for other in [
+            "host",
+            "accept",
+            "content-type",
+            "content-length",
+            "mcp-protocol-version",
+            "x-forwarded",
+            "x-forwardedx",
+            "x-forward",
+            "forwarded-fo",
+            "client-ips",
+            "fastly-client-i",
+            "x-originalhost",
+            "~",
+        ] {
+            let header = HeaderName::from_bytes(other.as_bytes()).unwrap();
+            assert_eq!(is_forwarding(&header), other == "x-forwarded", "{other}");
+        }
     }
 
     #[test]

@@ -268,6 +268,11 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// names in `keep`: a client may not use `Connection` to delete what the sidecar sets or
 /// vouches for (forwarding, identity, credentials, idempotency key).
 pub(crate) fn strip_hop_by_hop_keeping(headers: &mut HeaderMap, keep: &[HeaderName]) {
+    // `Connection` is one of the fixed names: a message that carries none of them (most
+    // do) names nothing else either.
+    if !carries_fixed_hop_by_hop(headers) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -281,17 +286,25 @@ pub(crate) fn strip_hop_by_hop_keeping(headers: &mut HeaderMap, keep: &[HeaderNa
     for name in named {
         headers.remove(name);
     }
-    strip_fixed_hop_by_hop(headers);
+    remove_fixed_hop_by_hop(headers);
 }
 
 /// Remove the fixed hop-by-hop names (`Connection` itself among them), honouring nothing
 /// a `Connection` header names.
 fn strip_fixed_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none: one look at each name the map holds (a comparison of
-    // known names) costs less than a hashed lookup of every fixed one.
-    if !headers.keys().any(is_fixed_hop_by_hop) {
-        return;
+    if carries_fixed_hop_by_hop(headers) {
+        remove_fixed_hop_by_hop(headers);
     }
+}
+
+/// Whether any name the map holds is one of [`HOP_BY_HOP`]. Most messages carry none:
+/// one look at each name the map holds (a comparison of known names) costs less than a
+/// hashed lookup of every fixed one.
+fn carries_fixed_hop_by_hop(headers: &HeaderMap) -> bool {
+    headers.keys().any(is_fixed_hop_by_hop)
+}
+
+fn remove_fixed_hop_by_hop(headers: &mut HeaderMap) {
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
