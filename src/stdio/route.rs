@@ -16,6 +16,8 @@ use super::ids::{self, BridgeId};
 use super::metrics::{CutOff, Dropped, StdioMetrics, Unmatched};
 use super::notices::Notices;
 use crate::budget::{MemoryBudget, Reservation};
+use crate::jsonrpc::EnvelopeField;
+use crate::jsonrpc::status::error_status;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -205,6 +207,9 @@ impl Routes {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Delivery::Blank;
         }
+        if let Some(delivery) = self.answer_as_written(line) {
+            return delivery;
+        }
         let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(line) else {
             // Named like an answer (as an overlong line is found): its request fails now
             // rather than waiting out the head timeout.
@@ -230,6 +235,40 @@ impl Routes {
         }
     }
 
+    /// An answer to an open route as the child wrote it (nearly every line it writes):
+    /// scanned as strictly as an HTTP upstream's answer, and handed on with its caller's
+    /// id spliced in where the bridge's stood, nothing else of it read or written again.
+    /// `None` for anything else, which the tree reading of [`Routes::deliver`] then
+    /// decides as it decides every other line: another message, an id that is no string
+    /// or names no open route, a line the strict scan refuses, or one with a `\r` between
+    /// its tokens (an event's `data:` line cannot carry it, and the tree reading writes
+    /// the message again without it).
+    fn answer_as_written(&mut self, line: &[u8]) -> Option<Delivery> {
+        let line = line.trim_ascii();
+        if memchr::memchr(b'\r', line).is_some() {
+            return None;
+        }
+        let answer = crate::jsonrpc::scan_answer(line).ok()?;
+        if !answer.is_message() || answer.envelope(EnvelopeField::Method).is_some() {
+            return None;
+        }
+        let id = answer.envelope(EnvelopeField::Id)?;
+        let text = answer.text();
+        if !text[id.clone()].starts_with('"') {
+            return None;
+        }
+        let route = self.open.remove(answer.string(id.clone()).as_ref())?;
+        let caller_id = serde_json::to_vec(&route.caller_id).expect("a JSON value serialises");
+        let mut message = Vec::with_capacity(text.len() - id.len() + caller_id.len());
+        message.extend_from_slice(&line[..id.start]);
+        message.extend_from_slice(&caller_id);
+        message.extend_from_slice(&line[id.end..]);
+        let status = answer
+            .error_code()
+            .map_or(http::StatusCode::OK, error_status);
+        Some(self.reply(route, Bytes::from(message), status))
+    }
+
     fn answer(&mut self, mut message: Map<String, Value>) -> Delivery {
         let id = message.get("id").and_then(Value::as_str);
         let Some(mut route) = id.and_then(|id| self.open.remove(id)) else {
@@ -237,12 +276,14 @@ impl Routes {
         };
         message.insert("id".into(), std::mem::take(&mut route.caller_id));
         let status = match message.get("error").and_then(|e| e.get("code")) {
-            Some(code) => code
-                .as_i64()
-                .map_or(http::StatusCode::OK, crate::jsonrpc::status::error_status),
+            Some(code) => code.as_i64().map_or(http::StatusCode::OK, error_status),
             None => http::StatusCode::OK,
         };
-        let message = encode(&message);
+        self.reply(route, encode(&message), status)
+    }
+
+    /// Hand `message`, the answer of `route`, to its caller, its bytes reserved first.
+    fn reply(&mut self, route: OpenRoute, message: Bytes, status: http::StatusCode) -> Delivery {
         let mut held = self.budget.reservation();
         if held.grow(message.len()).is_err() {
             route.send(Err(NoAnswer::CutOff(CutOff::OverBudget)));

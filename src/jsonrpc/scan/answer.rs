@@ -145,6 +145,21 @@ impl<'a> Answer<'a> {
         Some(member.span.range())
     }
 
+    /// The `code` of an object `error`, when it is an integer an `i64` holds: what
+    /// `serde_json`'s `as_i64` reads of it (its literal parsed, `-0` as 0, `1.0` and
+    /// `1e3` as none).
+    pub(crate) fn error_code(&self) -> Option<i64> {
+        let error = self.facts.envelope.get(ENVELOPE_FIELDS, "error")?;
+        if error.kind != JsonKind::Object {
+            return None;
+        }
+        let code = self.facts.error.get(ERROR_FIELDS, "code")?;
+        if code.kind != JsonKind::Number {
+            return None;
+        }
+        self.text[code.span.range()].parse().ok()
+    }
+
     /// The span of `result`, when it is an object.
     pub(crate) fn result(&self) -> Option<Range<usize>> {
         self.facts

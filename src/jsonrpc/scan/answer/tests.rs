@@ -142,3 +142,45 @@ fn a_batch_gives_its_messages_and_strictness_is_the_gates() {
     let many = format!("[{}0]", "0,".repeat(200_000));
     assert!(scan_answer(many.as_bytes()).is_ok());
 }
+
+#[test]
+fn an_errors_code_reads_as_serde_json_reads_it() {
+    for code in [
+        "-32602",
+        "0",
+        "-0",
+        "7",
+        "1.0",
+        "1e3",
+        "-1E+2",
+        "9223372036854775807",
+        "9223372036854775808",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "\"7\"",
+        "null",
+        "true",
+        "[7]",
+        "{\"c\":7}",
+    ] {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":{code},"message":"m"}}}}"#);
+        let tree: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let expected = tree["error"]["code"].as_i64();
+        assert_eq!(
+            scan_answer(text.as_bytes()).unwrap().error_code(),
+            expected,
+            "{code}"
+        );
+    }
+    for no_code in [
+        r#"{"id":1,"error":[{"code":7}]}"#,
+        r#"{"id":1,"error":{"message":"m"}}"#,
+        r#"{"id":1,"result":{"code":7}}"#,
+    ] {
+        assert_eq!(
+            scan_answer(no_code.as_bytes()).unwrap().error_code(),
+            None,
+            "{no_code}"
+        );
+    }
+}
