@@ -308,7 +308,7 @@ fn an_answer_the_text_cannot_carry_on_is_written_again_from_its_tree() {
     // again, compact, with the caller's id.
     for (line, written) in [
         (
-            "{\"jsonrpc\":\"2.0\",\r\"id\":\"BRIDGE\",\"result\":{}}",
+            "\r{\"jsonrpc\":\"2.0\",\r\"id\":\"BRIDGE\",\"result\":{}}\r",
             r#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
         ),
         (
@@ -345,4 +345,30 @@ fn an_answers_status_is_its_error_codes_read_either_way() {
     // An `error` that is no object has no code.
     let reply = answered(r#"{"id":"BRIDGE","error":[{"code":-32602}]}"#, json!(1));
     assert_eq!(reply.status, http::StatusCode::OK);
+}
+
+#[test]
+fn a_crlf_childs_answer_goes_on_as_written_and_a_form_feed_is_no_json() {
+    let reply = answered(
+        "{\"jsonrpc\":\"2.0\", \"id\":\"BRIDGE\",\"result\":{}}\r",
+        json!(5),
+    );
+    assert_eq!(
+        &reply.message[..],
+        br#"{"jsonrpc":"2.0", "id":5,"result":{}}"#
+    );
+    // A form feed around the message is no JSON whitespace: the tree's reading refuses
+    // the line, and the request it names fails.
+    let mut routes = Routes::new(budget(1 << 20));
+    let id = ids::fresh();
+    let mut receivers = routes.open(id.clone(), json!(5), None, false);
+    let line = format!("\u{c}{{\"jsonrpc\":\"2.0\",\"id\":\"{id}\",\"result\":{{}}}}");
+    assert_eq!(
+        routes.deliver(line.as_bytes(), &metrics()),
+        Delivery::Unreadable { failed: true }
+    );
+    assert_eq!(
+        receivers.answer.try_recv().unwrap().unwrap_err(),
+        NoAnswer::Unreadable
+    );
 }
