@@ -16,8 +16,8 @@ use super::ids::{self, BridgeId};
 use super::metrics::{CutOff, Dropped, StdioMetrics, Unmatched};
 use super::notices::Notices;
 use crate::budget::{MemoryBudget, Reservation};
-use crate::jsonrpc::EnvelopeField;
 use crate::jsonrpc::status::error_status;
+use crate::jsonrpc::{EnvelopeField, replace_spans};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -263,10 +263,7 @@ impl Routes {
         }
         let route = self.open.remove(answer.string(id.clone()).as_ref())?;
         let caller_id = serde_json::to_vec(&route.caller_id).expect("a JSON value serialises");
-        let mut message = Vec::with_capacity(line.len() - id.len() + caller_id.len());
-        message.extend_from_slice(&line[..id.start]);
-        message.extend_from_slice(&caller_id);
-        message.extend_from_slice(&line[id.end..]);
+        let message = replace_spans(line, std::iter::once((id, caller_id.as_slice())));
         let status = answer
             .error_code()
             .map_or(http::StatusCode::OK, error_status);
