@@ -20,6 +20,7 @@
 //!   held through it (nginx and the bare hyper proxy beside it);
 //! - allocations per request in the sidecar, counted in-process.
 //!
+//! `-- --memory` measures only the memory table (no load before the streams).
 //! `-- --instructions` measures only instructions per request instead: B and D under
 //! callgrind, one worker thread each (`instructions.rs`). `-- --ab OTHER` compares this
 //! build with another on the CPU (`ab.rs`). `-- --train SIDECAR` runs the workload a
@@ -30,7 +31,7 @@
 //! core 1 (`taskset`), as the servers of a sidecar pod would share its CPU. Every process
 //! started is killed on exit, on error or on panic. Prints Markdown tables.
 //!
-//! `cargo bench --bench harness [-- --quick] [-- --rate N] [-- --instructions]
+//! `cargo bench --bench harness [-- --quick] [-- --rate N] [-- --memory] [-- --instructions]
 //! [-- --ab OTHER [--rounds N]] [-- --train SIDECAR | --train-floor [--requests N] [--profiles DIR]]`;
 //! `HARNESS_SIDECAR_BIN=path` measures another build of the sidecar as B,
 //! `HARNESS_BARE_BIN=path` another build of this harness as D.
@@ -106,6 +107,9 @@ fn main() -> ExitCode {
     if args.iter().any(|a| a == "--instructions") {
         return count_instructions(quick);
     }
+    if args.iter().any(|a| a == "--memory") {
+        return hold_only(quick);
+    }
     if let Some(i) = args.iter().position(|a| a == "--ab") {
         let Some(other) = args.get(i + 1) else {
             eprintln!("harness: --ab needs the path of the other build's binary");
@@ -125,12 +129,33 @@ fn main() -> ExitCode {
             }
         };
     }
+    let settings = settings(&args, quick);
+    let wall = Instant::now();
+    match run(&settings) {
+        Ok(report) => {
+            println!("{report}");
+            println!("wall time: {:.0} s", wall.elapsed().as_secs_f64());
+            if report.contains("ERRORS") {
+                eprintln!("harness: some requests failed (see the tables)");
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("harness: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The run's settings from its arguments (`--quick`, `--rate N`).
+fn settings(args: &[String], quick: bool) -> Settings {
     let rate = args
         .iter()
         .position(|a| a == "--rate")
         .and_then(|i| args.get(i + 1)?.parse().ok())
         .unwrap_or(2000);
-    let settings = Settings {
+    Settings {
         warmup: Duration::from_secs(1),
         measure: Duration::from_secs(if quick { 2 } else { 5 }),
         rounds: wrk::Rounds {
@@ -144,17 +169,46 @@ fn main() -> ExitCode {
         streams: STREAMS
             .min((procs::nofile() as usize).saturating_sub(2000) / 2)
             .min(if quick { 2000 } else { STREAMS }),
-    };
-    let wall = Instant::now();
-    match run(&settings) {
-        Ok(report) => {
-            println!("{report}");
-            println!("wall time: {:.0} s", wall.elapsed().as_secs_f64());
-            if report.contains("ERRORS") {
-                eprintln!("harness: some requests failed (see the tables)");
-                return ExitCode::FAILURE;
-            }
+    }
+}
+
+/// `--memory`: the memory table only, the idle streams held through each proxy with no
+/// load before them (so it reads a little higher than the full run's, whose proxies reuse
+/// what the load freed); a quick way to compare two builds' cost per stream.
+fn hold_only(quick: bool) -> ExitCode {
+    let settings = settings(&[], quick);
+    let held = procs::ensure_tools().and_then(|()| {
+        procs::pin_self()?;
+        procs::in_temp_dir(|dir| {
+            let mut children = Children::default();
+            let setup = start(&mut children, dir)?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("runtime: {e}"))?;
+            let streams = runtime.block_on(hold_streams(&settings, &setup));
+            children.check_alive()?;
+            let (mut out, mut errors) = (String::new(), Vec::new());
+            report::memory(
+                &mut out,
+                &mut errors,
+                &settings,
+                &setup,
+                setup.idle_rss,
+                &streams,
+            );
+            Ok((out, errors))
+        })
+    });
+    match held {
+        Ok((table, errors)) if errors.is_empty() => {
+            println!("{table}");
             ExitCode::SUCCESS
+        }
+        Ok((table, errors)) => {
+            println!("{table}");
+            eprintln!("harness: {}", errors.join("; "));
+            ExitCode::FAILURE
         }
         Err(e) => {
             eprintln!("harness: {e}");

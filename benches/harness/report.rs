@@ -185,6 +185,34 @@ pub(super) fn markdown(
             o.first_error.as_deref(),
         );
     }
+    memory(
+        &mut out,
+        &mut errors,
+        settings,
+        setup,
+        after_load_rss,
+        streams,
+    );
+    if !errors.is_empty() {
+        let _ = writeln!(out, "\nERRORS:");
+        for e in errors {
+            let _ = writeln!(out, "- {e}");
+        }
+    }
+    out
+}
+
+/// The memory table (idle RSS, and per idle SSE stream held through each proxy), its
+/// failures added to `errors`.
+pub(super) fn memory(
+    out: &mut String,
+    errors: &mut Vec<String>,
+    settings: &Settings,
+    setup: &Setup,
+    after_load_rss: u64,
+    streams: &Result<[Streams; 3], String>,
+) {
+    use std::fmt::Write;
     let _ = writeln!(out, "\n### Memory (VmRSS)\n");
     let _ = writeln!(out, "| | sidecar | nginx | hyper floor |");
     let _ = writeln!(out, "| --- | ---: | ---: | ---: |");
@@ -235,11 +263,4 @@ pub(super) fn markdown(
         }
         Err(e) => errors.push(e.clone()),
     }
-    if !errors.is_empty() {
-        let _ = writeln!(out, "\nERRORS:");
-        for e in errors {
-            let _ = writeln!(out, "- {e}");
-        }
-    }
-    out
 }
