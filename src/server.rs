@@ -26,6 +26,7 @@ pub use metrics::Listener;
 
 use crate::body::{self, ProxyBody};
 use crate::error::{ErrorKind, ProxyError, RefusalMetrics, Share};
+use crate::registry::Held;
 use crate::shutdown::stopped;
 use crate::tls::peer::PeerIdentity;
 use deadline::{Clock, Expired, OnItsWake, Watched};
@@ -36,14 +37,14 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use slots::{Slots, peer_key};
+use slots::{Slot, Slots, peer_key};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 /// The client's address ([`ConnectionFacts::peer`]).
@@ -120,7 +121,9 @@ pub(crate) async fn serve<H, F>(
     F: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let name = options.name;
-    let builder = connection_builder(&options);
+    // One builder for every connection, each borrowing it: a copy of its 240 bytes in a
+    // connection's task would cost every open connection that much more.
+    let builder = Arc::new(connection_builder(&options));
     let limit = Arc::new(Semaphore::new(options.max_connections));
     let slots = Arc::new(Slots::default());
     // Connections answered 429 at once: beyond these, one over its share is just closed.
@@ -170,12 +173,13 @@ pub(crate) async fn serve<H, F>(
             handler: handler.clone(),
             name,
             refusals: options.refusals.clone(),
+            tls: tls.clone(),
+            builder: builder.clone(),
+            held: (permit, open, slot),
         };
-        let (builder, tls) = (builder.clone(), tls.clone());
-        connections.spawn(async move {
-            let _held = (permit, open, slot);
-            accepted.run(tls, builder).await;
-        });
+        // Spawned as it is, with no block around it: a wrapper's copy of what it moves
+        // in would make every connection's task larger for as long as it lives.
+        connections.spawn(accepted.run());
     }
     drop(listener);
     slots.stop_all();
@@ -191,7 +195,7 @@ async fn take_permit(
     shutdown: &mut watch::Receiver<bool>,
     options: &ServeOptions,
     at_limit: &mut bool,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
+) -> Option<OwnedSemaphorePermit> {
     let name = options.name;
     match limit.clone().try_acquire_owned() {
         Ok(permit) => {
@@ -284,6 +288,11 @@ struct Accepted<H> {
     handler: H,
     name: &'static str,
     refusals: Arc<RefusalMetrics>,
+    tls: Option<Arc<crate::tls::ServerTls>>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    /// Given back when the connection ends: its permit, its count in the open
+    /// connections' gauge, its slot among its peer's.
+    held: (OwnedSemaphorePermit, Held, Slot),
 }
 
 impl<H, F> Accepted<H>
@@ -294,11 +303,7 @@ where
     /// Serve the connection to its end: closed at a missed deadline, asked to finish
     /// when shutdown starts (HTTP/1.1: after the response in progress; HTTP/2: GOAWAY,
     /// then the streams in progress).
-    async fn run(
-        self,
-        tls: Option<Arc<crate::tls::ServerTls>>,
-        builder: auto::Builder<TokioExecutor>,
-    ) {
+    async fn run(self) {
         let Accepted {
             stream,
             peer,
@@ -306,27 +311,15 @@ where
             handler,
             name,
             refusals,
+            tls,
+            builder,
+            held: _held,
         } = self;
-        let in_requests = clock.clone();
-        let mixed_framing = MixedFraming::default();
-        let framing = FramingScan::new(mixed_framing.clone());
-        let service = move |identity: Option<PeerIdentity>| {
-            let facts = ConnectionFacts::new(peer, mixed_framing, identity);
-            service_fn(move |request: Request<Incoming>| {
-                let facts = facts.clone();
-                // In progress until the response body is dropped: after its last byte,
-                // or when the client went away.
-                let in_request = in_requests.request();
-                let response = handler(request, facts);
-                async move {
-                    let response = response.await;
-                    Ok::<_, Infallible>(response.map(|body| body::holding(body, in_request)))
-                }
-            })
-        };
+        // The handshake first, in a box of its own: held inline, its state would size
+        // every connection's task for as long as the connection lives, TLS or not.
         let (stream, identity): (Box<dyn Io>, Option<PeerIdentity>) = match tls {
             None => (Box::new(stream), None),
-            Some(tls) => match tls.accept(stream).await {
+            Some(tls) => match Box::pin(tls.accept(stream)).await {
                 Ok((stream, identity)) => (Box::new(stream), identity),
                 Err(e) => {
                     tracing::debug!(listener = name, %peer, error = %e, "TLS handshake failed");
@@ -334,8 +327,23 @@ where
                 }
             },
         };
+        let mixed_framing = MixedFraming::default();
+        let framing = FramingScan::new(mixed_framing.clone());
+        let facts = ConnectionFacts::new(peer, mixed_framing, identity);
+        let in_requests = clock.clone();
+        let service = service_fn(move |request: Request<Incoming>| {
+            let facts = facts.clone();
+            // In progress until the response body is dropped: after its last byte, or
+            // when the client went away.
+            let in_request = in_requests.request();
+            let response = handler(request, facts);
+            async move {
+                let response = response.await;
+                Ok::<_, Infallible>(response.map(|body| body::holding(body, in_request)))
+            }
+        });
         let io = TokioIo::new(Watched::new(stream, clock.clone(), framing));
-        let connection = builder.serve_connection(io, service(identity)).into_owned();
+        let connection = builder.serve_connection(io, service);
         tokio::pin!(connection);
         // Polled first on every wake-up; the clock's wait only when it was woken.
         let expiry = std::pin::pin!(OnItsWake::new(clock.expired()));
@@ -390,7 +398,7 @@ async fn wait_for_slot(
     limit: &Arc<Semaphore>,
     slots: &Slots,
     shutdown: &mut watch::Receiver<bool>,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
+) -> Option<OwnedSemaphorePermit> {
     loop {
         let reclaimed = slots.reclaim_idle(None);
         tokio::select! {
