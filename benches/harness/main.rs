@@ -44,6 +44,7 @@ mod bare;
 mod generator;
 mod instructions;
 mod jwt;
+mod memory;
 mod procs;
 mod report;
 mod setup;
@@ -108,7 +109,7 @@ fn main() -> ExitCode {
         return count_instructions(quick);
     }
     if args.iter().any(|a| a == "--memory") {
-        return hold_only(quick);
+        return memory::run(&settings(&[], quick));
     }
     if let Some(i) = args.iter().position(|a| a == "--ab") {
         let Some(other) = args.get(i + 1) else {
@@ -172,51 +173,6 @@ fn settings(args: &[String], quick: bool) -> Settings {
     }
 }
 
-/// `--memory`: the memory table only, the idle streams held through each proxy with no
-/// load before them (so it reads a little higher than the full run's, whose proxies reuse
-/// what the load freed); a quick way to compare two builds' cost per stream.
-fn hold_only(quick: bool) -> ExitCode {
-    let settings = settings(&[], quick);
-    let held = procs::ensure_tools().and_then(|()| {
-        procs::pin_self()?;
-        procs::in_temp_dir(|dir| {
-            let mut children = Children::default();
-            let setup = start(&mut children, dir)?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("runtime: {e}"))?;
-            let streams = runtime.block_on(hold_streams(&settings, &setup));
-            children.check_alive()?;
-            let (mut out, mut errors) = (String::new(), Vec::new());
-            report::memory(
-                &mut out,
-                &mut errors,
-                &settings,
-                &setup,
-                setup.idle_rss,
-                &streams,
-            );
-            Ok((out, errors))
-        })
-    });
-    match held {
-        Ok((table, errors)) if errors.is_empty() => {
-            println!("{table}");
-            ExitCode::SUCCESS
-        }
-        Ok((table, errors)) => {
-            println!("{table}");
-            eprintln!("harness: {}", errors.join("; "));
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("harness: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// `--instructions`: B's and D's instructions per request under callgrind, and only
 /// that (`instructions.rs`).
 fn count_instructions(quick: bool) -> ExitCode {
@@ -239,6 +195,19 @@ fn count_instructions(quick: bool) -> ExitCode {
 }
 
 fn run(settings: &Settings) -> Result<String, String> {
+    with_servers(|setup, runtime, dir| {
+        let report = runtime.block_on(measure(settings, setup, dir))?;
+        let allocations = runtime.block_on(allocs::per_request(dir))?;
+        Ok(format!("{report}\n{allocations}"))
+    })
+}
+
+/// Every server of a run started (`setup::start`) in a temporary directory, `work` done
+/// with them on a current-thread runtime, then each checked still alive; all of them
+/// stopped however it ends.
+fn with_servers<T>(
+    work: impl FnOnce(&Setup, &tokio::runtime::Runtime, &Path) -> Result<T, String>,
+) -> Result<T, String> {
     procs::ensure_tools()?;
     procs::pin_self()?;
     procs::in_temp_dir(|dir| {
@@ -248,10 +217,9 @@ fn run(settings: &Settings) -> Result<String, String> {
             .enable_all()
             .build()
             .map_err(|e| format!("runtime: {e}"))?;
-        let report = runtime.block_on(measure(settings, &setup, dir))?;
+        let done = work(&setup, &runtime, dir)?;
         children.check_alive()?;
-        let allocations = runtime.block_on(allocs::per_request(dir))?;
-        Ok(format!("{report}\n{allocations}"))
+        Ok(done)
     })
 }
 
@@ -402,7 +370,7 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
     single_use.extend(sidecar_rows(settings, setup, setup.jwt, "JWT principal", dir).await?);
     let after_load_rss = procs::rss(setup.sidecar_pid)?;
     // A failure here (a proxy out of sockets) is reported with the tables, not instead.
-    let streams = hold_streams(settings, setup).await;
+    let streams = memory::hold_streams(settings, setup).await;
     Ok(report::markdown(
         settings,
         &mut rows,
@@ -601,37 +569,4 @@ async fn single_use_row(
         floor,
         latency: latency(settings, &retry, &bodies).await?,
     })
-}
-
-/// One proxy's memory with idle SSE streams held through it.
-struct Streams {
-    before: u64,
-    with: u64,
-    held: usize,
-    error: Option<String>,
-}
-
-/// RSS of the sidecar, of nginx and of the bare hyper proxy with `settings.streams` idle
-/// SSE streams open through each, in turn (or as many as opened before a failure).
-async fn hold_streams(settings: &Settings, setup: &Setup) -> Result<[Streams; 3], String> {
-    let measure = async |addr, pid| {
-        let before = procs::rss(pid)?;
-        let (held, error) = generator::hold_streams(addr, "/mcp", settings.streams).await;
-        // Let the proxy settle (its buffers grown, nothing pending) before reading.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let with = procs::rss(pid)?;
-        let count = held.len();
-        drop(held);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        Ok::<_, String>(Streams {
-            before,
-            with,
-            held: count,
-            error,
-        })
-    };
-    let sidecar = measure(setup.sidecar, setup.sidecar_pid).await?;
-    let nginx = measure(setup.nginx, setup.nginx_pid).await?;
-    let bare = measure(setup.bare, setup.bare_pid).await?;
-    Ok([sidecar, nginx, bare])
 }

@@ -2,7 +2,8 @@
 //! followed by every error a measurement met (a run with errors says so at its end).
 
 use super::generator::Outcome;
-use super::{OPEN_LOOP_CONNECTIONS, Phase, Row, Settings, Setup, SidecarRow, Streams, wrk};
+use super::memory::Streams;
+use super::{OPEN_LOOP_CONNECTIONS, Phase, Row, Settings, Setup, SidecarRow, wrk};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -190,7 +191,7 @@ pub(super) fn markdown(
         &mut errors,
         settings,
         setup,
-        after_load_rss,
+        Some(after_load_rss),
         streams,
     );
     if !errors.is_empty() {
@@ -209,7 +210,7 @@ pub(super) fn memory(
     errors: &mut Vec<String>,
     settings: &Settings,
     setup: &Setup,
-    after_load_rss: u64,
+    after_load_rss: Option<u64>,
     streams: &Result<[Streams; 3], String>,
 ) {
     use std::fmt::Write;
@@ -223,8 +224,13 @@ pub(super) fn memory(
     );
     let _ = writeln!(
         out,
-        "| idle, after the load above | {:.1} MiB | {} | {} |",
-        after_load_rss as f64 / MIB,
+        "| idle, {} | {:.1} MiB | {} | {} |",
+        if after_load_rss.is_some() {
+            "after the load above"
+        } else {
+            "before the streams (no load)"
+        },
+        after_load_rss.unwrap_or(setup.idle_rss) as f64 / MIB,
         streams.as_ref().map_or("".into(), |[_, n, _]| format!(
             "{:.1} MiB",
             n.before as f64 / MIB
