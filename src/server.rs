@@ -436,3 +436,6 @@ async fn refuse(stream: tokio::net::TcpStream, tls: Option<Arc<crate::tls::Serve
 trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
+
+#[cfg(test)]
+mod tests;
