@@ -4,7 +4,8 @@ use super::*;
 use crate::registry::Registry;
 use prometheus::IntGauge;
 
-/// Two ends of a loopback connection: the accepted one and its peer's address.
+/// A loopback connection: the accepted end, its peer's address, and the client's end
+/// (kept open while the test runs).
 async fn accepted_pair() -> (tokio::net::TcpStream, SocketAddr, tokio::net::TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let client = tokio::net::TcpStream::connect(listener.local_addr().expect("address"));
@@ -48,8 +49,8 @@ async fn a_connections_task_is_its_connection_and_little_more() {
         ),
     };
     let task = accepted.run();
-    // The same connection with nothing around it: hyper's own future on the same stream
-    // type and a service of the same shape.
+    // The same connection with nothing around it: hyper's own future on the same boxed
+    // stream (without the deadline's `Watched` around it) and a service of the same shape.
     let io: Box<dyn Io> = Box::new(bare_stream);
     let bare = builder.serve_connection(
         TokioIo::new(io),
