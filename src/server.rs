@@ -24,6 +24,7 @@ pub(crate) mod slots;
 pub use metrics::ConnectionMetrics;
 pub use metrics::Listener;
 
+use crate::auth::Recall;
 use crate::body::{self, ProxyBody};
 use crate::error::{ErrorKind, ProxyError, RefusalMetrics, Share};
 use crate::registry::Held;
@@ -63,6 +64,8 @@ pub(crate) struct ConnectionFacts {
     pub(crate) identity: Option<PeerIdentity>,
     /// The peer's address as `X-Forwarded-For` spells it, written once per connection.
     pub(crate) address: http::HeaderValue,
+    /// What the connection's last request was identified by.
+    pub(crate) recall: Arc<Recall>,
 }
 
 impl ConnectionFacts {
@@ -76,6 +79,7 @@ impl ConnectionFacts {
             framing,
             identity,
             address: address::header_value(peer.ip()),
+            recall: Arc::default(),
         }
     }
 }

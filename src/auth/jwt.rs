@@ -10,7 +10,7 @@
 //! [`AuthFailure`]; the token itself never reaches a log line or an error.
 
 use super::jwks::{ACCEPTED, Jwks, KeyLookup};
-use super::verified::{Verified, VerifiedTokens};
+use super::verified::{LastBearer, Verified, VerifiedTokens};
 use super::{AuthFailure, AuthMetrics, Verification};
 use crate::config::JwtSettings;
 use crate::token::canonical::write_python_json;
@@ -70,9 +70,14 @@ impl JwtVerifier {
     /// The principal of the request's bearer token: kept from an earlier request with
     /// the same token while that check still holds ([`super::verified`]), else checked
     /// whole.
-    pub(crate) async fn principal(&self, headers: &HeaderMap) -> Result<Arc<str>, AuthFailure> {
+    /// `last`: the bearer token the connection's last request carried.
+    pub(crate) async fn principal(
+        &self,
+        headers: &HeaderMap,
+        last: &LastBearer,
+    ) -> Result<Arc<str>, AuthFailure> {
         let token = bearer(headers)?;
-        let digest = self.verified.digest(token);
+        let digest = self.verified.digest(token, last);
         let now = crate::token::now();
         if let Some(principal) = digest.and_then(|d| self.verified.get(&d, &self.jwks, now)) {
             self.metrics.jwt_accepted(Verification::Cache);

@@ -22,13 +22,13 @@ pub use metrics::{AuthMetrics, Verification};
 use crate::error::AuthFailure;
 
 use crate::error::ProxyError;
-use crate::server::ConnectionFacts;
-use crate::store::Owner;
+use crate::store::{LastOwner, Owner};
 use crate::tls::peer::PeerIdentity;
 use http::{HeaderMap, HeaderName, header::AUTHORIZATION};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::OnceLock;
+pub(crate) use verified::LastBearer;
 
 /// Who sends a request and where: what the phases after the gate key their decisions on
 /// (a state's principal binding, a handle's owner, idempotency records, the shares of
@@ -44,6 +44,8 @@ pub(crate) struct Caller {
     peer: Option<IpAddr>,
     /// Computed when a share is first spent: most requests spend none.
     owner: OnceLock<Owner>,
+    /// What the connection's last request was identified by.
+    recall: Arc<Recall>,
 }
 
 impl Caller {
@@ -51,12 +53,14 @@ impl Caller {
         path: http::uri::PathAndQuery,
         principal: Option<Arc<str>>,
         peer: Option<IpAddr>,
+        recall: Arc<Recall>,
     ) -> Self {
         Self {
             path,
             principal,
             peer,
             owner: OnceLock::new(),
+            recall,
         }
     }
 
@@ -64,7 +68,12 @@ impl Caller {
     /// `client` it reports in place of the peer.
     #[must_use]
     pub(crate) fn identified(&self, principal: Option<Arc<str>>, client: Option<IpAddr>) -> Self {
-        Self::new(self.path.clone(), principal, client.or(self.peer))
+        Self::new(
+            self.path.clone(),
+            principal,
+            client.or(self.peer),
+            self.recall.clone(),
+        )
     }
 
     /// The request's path and query, exactly as received.
@@ -82,11 +91,24 @@ impl Caller {
         self.principal.clone()
     }
 
-    /// Whose share of the shared stores the request spends ([`Owner::of`]).
+    /// Whose share of the shared stores the request spends ([`Owner::of`], the
+    /// connection's last when it is the same caller's).
     pub(crate) fn owner(&self) -> &Owner {
         self.owner
-            .get_or_init(|| Owner::of(self.principal(), self.peer))
+            .get_or_init(|| (self.recall.owner).of(self.principal.as_ref(), self.peer))
     }
+}
+
+/// What a connection's last request was identified by, kept for its next: the requests
+/// of one connection are one caller's as a rule, and each of these costs a SHA-256
+/// digest to name again. Held by the connection's facts; a request of another caller
+/// names its own and leaves them in place of the last.
+#[derive(Debug, Default)]
+pub(crate) struct Recall {
+    /// The owner its last request's shares were charged to.
+    pub(crate) owner: LastOwner,
+    /// The bearer token its last request carried, and the token's name.
+    pub(crate) bearer: LastBearer,
 }
 
 /// A configured identity source.
@@ -104,10 +126,13 @@ pub(crate) enum Identifier {
 impl Identifier {
     /// The principal string of this request, or `None` when it is not bound to one.
     /// `from_trusted_peer`: the peer may set the identity header (`header` source).
+    /// `identity`: the connection's verified client certificate; `recall`: what its
+    /// last request was identified by.
     pub(crate) async fn identify(
         &self,
         parts: &http::request::Parts,
-        facts: &ConnectionFacts,
+        identity: Option<&PeerIdentity>,
+        recall: &Recall,
         from_trusted_peer: bool,
     ) -> Result<Option<Arc<str>>, ProxyError> {
         match self {
@@ -115,14 +140,16 @@ impl Identifier {
             Identifier::Header { name, .. } => {
                 header::identify(name, &parts.headers, from_trusted_peer)
             }
-            Identifier::Jwt(verifier) => match verifier.principal(&parts.headers).await {
-                Ok(principal) => Ok(Some(principal)),
-                Err(reason) => Err(ProxyError::Unauthorized {
-                    reason,
-                    challenge: Some(verifier.challenge().clone()),
-                }),
-            },
-            Identifier::Mtls => match &facts.identity {
+            Identifier::Jwt(verifier) => {
+                match verifier.principal(&parts.headers, &recall.bearer).await {
+                    Ok(principal) => Ok(Some(principal)),
+                    Err(reason) => Err(ProxyError::Unauthorized {
+                        reason,
+                        challenge: Some(verifier.challenge().clone()),
+                    }),
+                }
+            }
+            Identifier::Mtls => match identity {
                 Some(PeerIdentity(identity)) => Ok(Some(identity.clone())),
                 // The handshake refuses clients without one; this is the belt to its braces.
                 None => Err(ProxyError::Unauthorized {

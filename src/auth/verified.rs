@@ -17,7 +17,7 @@ use super::jwks::{Jwks, VerifyingKey};
 use moka::Expiry;
 use moka::sync::Cache;
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// What a verified token gave, and what it was verified with.
@@ -34,6 +34,30 @@ pub(crate) struct Verified {
 
 /// The name of a token in the cache.
 pub(crate) type TokenDigest = [u8; 32];
+
+/// The bearer token a connection's last request carried, and its name: a client sends
+/// the one token on every request of its session, and a connection is one client's. An
+/// access token is most of a kilobyte, so naming it (a SHA-256 digest of all of it) is
+/// most of what finding its verification costs; a token equal byte for byte to the last
+/// has the last's name.
+#[derive(Debug, Default)]
+pub(crate) struct LastBearer(Mutex<Option<(Box<str>, TokenDigest)>>);
+
+impl LastBearer {
+    /// `token`'s SHA-256: the last token's when it is that token, else computed.
+    fn digest(&self, token: &str) -> TokenDigest {
+        // Held for a comparison or a digest; a poisoned lock only held a finished pair.
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((text, digest)) = last.as_ref()
+            && **text == *token
+        {
+            return *digest;
+        }
+        let digest: TokenDigest = Sha256::digest(token.as_bytes()).into();
+        *last = Some((Box::from(token), digest));
+        digest
+    }
+}
 
 /// A bounded cache of verified tokens; with no room (`0`), every token is verified.
 pub(crate) struct VerifiedTokens {
@@ -68,11 +92,10 @@ impl VerifiedTokens {
         }
     }
 
-    /// The token's name, when tokens are kept.
-    pub(crate) fn digest(&self, token: &str) -> Option<TokenDigest> {
-        self.entries
-            .as_ref()
-            .map(|_| Sha256::digest(token.as_bytes()).into())
+    /// The token's name, when tokens are kept: the connection's `last` when it is the
+    /// token its last request carried, else computed (and kept as its last).
+    pub(crate) fn digest(&self, token: &str, last: &LastBearer) -> Option<TokenDigest> {
+        self.entries.as_ref().map(|_| last.digest(token))
     }
 
     /// The principal of a token verified before, if that verification still holds at
@@ -115,7 +138,7 @@ mod tests {
         let jwks = Jwks::holding(&json!({"keys": [rsa_jwk("a"), rsa_jwk("b")]}));
         let tokens = VerifiedTokens::new(8);
         let now = crate::token::now();
-        let digest = tokens.digest("one").unwrap();
+        let digest = tokens.digest("one", &LastBearer::default()).unwrap();
         tokens.insert(digest, verified(&jwks, Some("a"), now + 60.0));
         assert_eq!(
             tokens.get(&digest, &jwks, now).as_deref(),
@@ -126,7 +149,11 @@ mod tests {
         // Another token is another name, whatever it shares with the first.
         assert!(
             tokens
-                .get(&tokens.digest("one ").unwrap(), &jwks, now)
+                .get(
+                    &tokens.digest("one ", &LastBearer::default()).unwrap(),
+                    &jwks,
+                    now
+                )
                 .is_none()
         );
         // Past `until`: gone, and not back for an earlier instant either.
@@ -139,7 +166,10 @@ mod tests {
         let jwks = Jwks::holding(&json!({"keys": [rsa_jwk("a"), rsa_jwk("b")]}));
         let tokens = VerifiedTokens::new(8);
         let now = crate::token::now();
-        let (by_a, by_b) = (tokens.digest("a").unwrap(), tokens.digest("b").unwrap());
+        let (by_a, by_b) = (
+            tokens.digest("a", &LastBearer::default()).unwrap(),
+            tokens.digest("b", &LastBearer::default()).unwrap(),
+        );
         tokens.insert(by_a, verified(&jwks, Some("a"), now + 60.0));
         tokens.insert(by_b, verified(&jwks, Some("b"), now + 60.0));
         // The same keys read again: what they verified stays.
@@ -158,7 +188,7 @@ mod tests {
         let jwks = Jwks::holding(&json!({"keys": [rsa_jwk("only")]}));
         let tokens = VerifiedTokens::new(8);
         let now = crate::token::now();
-        let digest = tokens.digest("t").unwrap();
+        let digest = tokens.digest("t", &LastBearer::default()).unwrap();
         tokens.insert(digest, verified(&jwks, None, now + 60.0));
         assert!(tokens.get(&digest, &jwks, now).is_some());
         jwks.replace(&json!({"keys": [rsa_jwk("only"), rsa_jwk("new")]}));
@@ -166,10 +196,31 @@ mod tests {
     }
 
     #[test]
+    fn a_connections_tokens_are_each_named_by_their_own_digest() {
+        let tokens = VerifiedTokens::new(8);
+        let last = LastBearer::default();
+        // Alternating, one a prefix of another, of one length and differing in one byte.
+        for token in ["one", "one", "one ", "onf", "one", "one", "two", "one"] {
+            let expected: TokenDigest = Sha256::digest(token.as_bytes()).into();
+            assert_eq!(tokens.digest(token, &last), Some(expected), "{token:?}");
+            // What the connection keeps is the token it was just sent, and its name.
+            let kept = last.0.lock().unwrap();
+            assert_eq!(
+                kept.as_ref().map(|(t, d)| (&**t, *d)),
+                Some((token, expected))
+            );
+        }
+        // Without room for verifications, nothing is named and nothing kept.
+        let last = LastBearer::default();
+        assert!(VerifiedTokens::new(0).digest("t", &last).is_none());
+        assert!(last.0.lock().unwrap().is_none());
+    }
+
+    #[test]
     fn with_no_room_nothing_is_kept() {
         let jwks = Jwks::holding(&json!({"keys": [rsa_jwk("a")]}));
         let tokens = VerifiedTokens::new(0);
-        assert!(tokens.digest("t").is_none());
+        assert!(tokens.digest("t", &LastBearer::default()).is_none());
         tokens.insert([0; 32], verified(&jwks, Some("a"), f64::MAX));
         assert!(tokens.get(&[0; 32], &jwks, 0.0).is_none());
     }

@@ -10,7 +10,7 @@
 
 use super::outbound::Asked;
 use super::response::SealContext;
-use crate::auth::Caller;
+use crate::auth::{Caller, Recall};
 use crate::jsonrpc::Id;
 use crate::mcp::MethodClass;
 use crate::policy::capabilities::Declared;
@@ -53,8 +53,14 @@ pub(crate) struct Exchange {
 }
 
 impl Exchange {
-    /// A request that arrived now, from `peer`, for `uri`, with these headers.
-    pub(crate) fn begin(peer: Option<SocketAddr>, uri: &Uri, headers: &http::HeaderMap) -> Self {
+    /// A request that arrived now, from `peer` (on a connection that recalls its last
+    /// request's caller: `recall`), for `uri`, with these headers.
+    pub(crate) fn begin(
+        peer: Option<SocketAddr>,
+        recall: Arc<Recall>,
+        uri: &Uri,
+        headers: &http::HeaderMap,
+    ) -> Self {
         // The path and the query: one upstream may route tenants by either.
         let path = uri
             .path_and_query()
@@ -62,7 +68,7 @@ impl Exchange {
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         Self {
             record: Record::begin(peer, headers),
-            caller: Caller::new(path, None, peer.map(|p| p.ip())),
+            caller: Caller::new(path, None, peer.map(|p| p.ip()), recall),
             id: None,
             method: None,
             asked: Asked::Other,

@@ -38,7 +38,9 @@ impl Proxy {
         let principal = if passthrough && !self.principal.required_on_passthrough() {
             None
         } else {
-            self.principal.identify(parts, facts, trusted_peer).await?
+            (self.principal)
+                .identify(parts, facts.identity.as_ref(), &facts.recall, trusted_peer)
+                .await?
         };
         // Before the chain is extended with the peer: the owner of the request's shares,
         // behind a trusted proxy the client it reports.

@@ -235,7 +235,12 @@ impl Proxy {
         // goes away mid-request or mid-stream still decrements (and still leaves its
         // one record).
         let in_flight = self.metrics.path.in_flight_guard();
-        let mut exchange = Exchange::begin(Some(facts.peer.0), request.uri(), request.headers());
+        let mut exchange = Exchange::begin(
+            Some(facts.peer.0),
+            facts.recall.clone(),
+            request.uri(),
+            request.headers(),
+        );
         // Boxed apart: the forwarding future is most of a request's state, and the
         // handler's future, small now, is what the server moves and boxes per request.
         let response = match Box::pin(self.forward(request, &facts, &mut exchange)).await {

@@ -19,7 +19,7 @@ pub(crate) mod redis;
 
 use sha2::{Digest, Sha256};
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// The name a single-use consumption is recorded under: 16 bytes of a digest of the
@@ -114,6 +114,44 @@ impl Owner {
 
     pub(crate) fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// The owner a connection's last request was charged to, kept for its next: the
+/// requests of one connection are one caller's as a rule, and naming an owner
+/// ([`Owner::of`]) costs a SHA-256 digest. A request of other facts (another principal
+/// behind a front proxy, another client it reports) is named anew, and its owner kept
+/// in place of the last.
+#[derive(Debug, Default)]
+pub(crate) struct LastOwner(Mutex<Option<Named>>);
+
+/// An owner and the facts it was named from.
+#[derive(Debug)]
+struct Named {
+    principal: Option<Arc<str>>,
+    peer: Option<IpAddr>,
+    owner: Owner,
+}
+
+impl LastOwner {
+    /// [`Owner::of`] `principal` and `peer`: the last owner when it was named from the
+    /// same facts, else named now.
+    pub(crate) fn of(&self, principal: Option<&Arc<str>>, peer: Option<IpAddr>) -> Owner {
+        // Held for a comparison or a digest; a poisoned lock only held a finished name.
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(named) = last.as_ref()
+            && named.peer == peer
+            && named.principal.as_deref() == principal.map(|p| &**p)
+        {
+            return named.owner.clone();
+        }
+        let owner = Owner::of(principal.map(|p| &**p), peer);
+        *last = Some(Named {
+            principal: principal.cloned(),
+            peer,
+            owner: owner.clone(),
+        });
+        owner
     }
 }
 
@@ -326,5 +364,62 @@ impl Store {
             Store::Memory(_) => Ok(()),
             Store::Redis(store) => store.ping().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether two owners are the one value a memo holds (not only equal names).
+    fn same_value(a: &Owner, b: &Owner) -> bool {
+        std::ptr::eq(a.as_str(), b.as_str())
+    }
+
+    #[test]
+    fn a_connection_charges_each_request_to_its_own_callers_owner() {
+        let last = LastOwner::default();
+        let alice: Arc<str> = Arc::from("alice");
+        let bob: Arc<str> = Arc::from("bob");
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        let other: IpAddr = "192.0.2.8".parse().unwrap();
+        // Every answer is the owner those facts name, in any order of callers.
+        let asked = [
+            (Some(&alice), Some(v4)),
+            (Some(&alice), Some(v4)),
+            (Some(&bob), Some(v4)),
+            (Some(&alice), Some(v4)),
+            (None, Some(v4)),
+            (None, Some(other)),
+            (None, Some(v4)),
+            (None, None),
+            (Some(&bob), None),
+        ];
+        for (principal, peer) in asked {
+            assert_eq!(
+                last.of(principal, peer),
+                Owner::of(principal.map(|p| &**p), peer),
+                "{principal:?} from {peer:?}"
+            );
+        }
+        // The same principal under another `Arc` is the same caller.
+        let again: Arc<str> = Arc::from("bob");
+        assert_eq!(last.of(Some(&again), None), Owner::of(Some("bob"), None));
+    }
+
+    #[test]
+    fn the_same_callers_next_request_is_not_named_again() {
+        let last = LastOwner::default();
+        let alice: Arc<str> = Arc::from("alice");
+        let peer = Some("2001:db8::1".parse().unwrap());
+        let first = last.of(Some(&alice), peer);
+        assert!(same_value(&first, &last.of(Some(&alice), peer)));
+        // Another caller replaces it: named anew, and so is the first caller after it.
+        let bob: Arc<str> = Arc::from("bob");
+        let other = last.of(Some(&bob), peer);
+        assert_ne!(other, first);
+        let named_again = last.of(Some(&alice), peer);
+        assert_eq!(named_again, first);
+        assert!(!same_value(&named_again, &first));
     }
 }

@@ -142,6 +142,68 @@ pub async fn post_mcp_with(url: &str, message: &Value, extra: &[(&str, &str)]) -
     send(Method::POST, url, &headers, body, Duration::from_secs(30)).await
 }
 
+/// One keep-alive HTTP/1.1 connection: every request on it goes on this one
+/// connection, as a client's session does (where [`post_mcp_with`] opens a new one).
+pub struct Connection {
+    send: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    uri: http::Uri,
+}
+
+impl Connection {
+    /// A connection to `url`'s authority; its requests go to `url`.
+    pub async fn open(url: &str) -> Self {
+        let uri: http::Uri = url.parse().expect("a URL");
+        let authority = uri.authority().expect("a URL with a host").as_str();
+        let stream = tokio::net::TcpStream::connect(authority)
+            .await
+            .expect("the sidecar accepts");
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (send, connection) = hyper::client::conn::http1::handshake(io)
+            .await
+            .expect("an HTTP/1.1 connection");
+        tokio::spawn(connection);
+        Self { send, uri }
+    }
+
+    /// [`post_mcp_with`] on this connection; it must still be open.
+    pub async fn post_mcp_with(&mut self, message: &Value, extra: &[(&str, &str)]) -> Reply {
+        let method = message["method"].as_str().unwrap_or_default();
+        let name = message["params"]["name"].as_str();
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(self.uri.path())
+            .header(http::header::HOST, self.uri.authority().unwrap().as_str())
+            .body(Full::new(Bytes::from(serde_json::to_vec(message).unwrap())))
+            .unwrap();
+        let headers = mcp_headers(method, name);
+        let extra = extra.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        for (name, value) in headers.into_iter().chain(extra) {
+            request.headers_mut().append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+            );
+        }
+        let exchange = async {
+            self.send
+                .ready()
+                .await
+                .expect("the connection is still open");
+            let response = self.send.send_request(request).await.expect("answered");
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await.expect("the body is read").to_bytes();
+            Reply {
+                status: parts.status,
+                version: parts.version,
+                headers: parts.headers,
+                body,
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), exchange)
+            .await
+            .expect("the exchange finishes in time")
+    }
+}
+
 /// Send one request and return as soon as the response head arrives (bounded by
 /// `timeout`); the body streams on.
 pub async fn open(
