@@ -16,6 +16,10 @@
 //! with a token of its own minted through it before the counters are zeroed (a token
 //! spends once): what single use adds to a retry, beside B's.
 //!
+//! The JWT principal's sidecar (`jwt.rs`) is counted last, on the JSON workload, once
+//! every request carries the access token; D is counted again on the same requests, as
+//! the full run's JWT row compares them. The rows above carry no token, as before.
+//!
 //! Unlike throughput and latency, an instruction count does not move with what else the
 //! machine runs, so it compares across runs and builds: issue 22's target is B ≤ 1.4× D,
 //! first call and retry.
@@ -155,8 +159,14 @@ fn run_in(dir: &Path, counts: &Counts) -> Result<String, String> {
         "sidecar-memory",
         config(SINGLE_USE_MEMORY),
     )?;
+    // Its token is carried only once the rows above are counted: they stay as they were.
+    let (jwt_principal, bearer) = crate::jwt::mint(dir)?;
+    let (jwt, jwt_admin) = start_sidecar(&mut children, dir, "sidecar-jwt", |p, a| {
+        crate::sidecar_config(dir, p, a, upstream_port, &jwt_principal)
+            .replace(&crate::setup::header_principal(), "")
+    })?;
     let bare_port = procs::free_port();
-    let bare = Proxy::start(
+    let mut bare = Proxy::start(
         &mut children,
         dir,
         "bare-proxy",
@@ -175,11 +185,14 @@ fn run_in(dir: &Path, counts: &Counts) -> Result<String, String> {
     procs::wait_ready_within(&mut children, bare.addr, "/", slow)?;
     procs::wait_ready_within(&mut children, stdio_admin, "/readyz", slow)?;
     procs::wait_ready_within(&mut children, memory_admin, "/readyz", slow)?;
+    procs::wait_ready_within(&mut children, jwt_admin, "/readyz", slow)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
-    let table = runtime.block_on(measure(counts, sidecar, bare, stdio, memory))?;
+    let mut table = runtime.block_on(measure(counts, sidecar, &mut bare, stdio, memory))?;
+    crate::jwt::carry(bearer)?;
+    table.push_str(&runtime.block_on(with_bearer(counts, jwt, &mut bare))?);
     children.check_alive()?;
     keep_dumps(dir)?;
     // This build's allocations beside its instructions (counted in this process, on the
@@ -211,7 +224,8 @@ fn start_sidecar(
 }
 
 /// With `HARNESS_CALLGRIND_KEEP=DIR`, the dumps (`callgrind.sidecar.out.N`,
-/// `callgrind.bare-proxy.out.N`, one per workload and phase in table order) are copied
+/// `callgrind.bare-proxy.out.N`, one per workload and phase in table order, D's last two
+/// with the bearer token) are copied
 /// there for `callgrind_annotate`, to see where a request's instructions go.
 fn keep_dumps(dir: &std::path::Path) -> Result<(), String> {
     let Some(keep) = std::env::var_os("HARNESS_CALLGRIND_KEEP") else {
@@ -232,7 +246,7 @@ fn keep_dumps(dir: &std::path::Path) -> Result<(), String> {
 async fn measure(
     counts: &Counts,
     mut sidecar: Proxy,
-    mut bare: Proxy,
+    bare: &mut Proxy,
     mut stdio: Proxy,
     mut memory: Proxy,
 ) -> Result<String, String> {
@@ -257,7 +271,7 @@ async fn measure(
             if path == WORKLOADS[0].1 {
                 json_b.push(b);
             }
-            let d = per_request(counts, &mut bare, path, phase).await;
+            let d = per_request(counts, bare, path, phase).await;
             let d = d.map_err(|e| format!("{workload} {} hyper floor: {e}", phase.label()))?;
             let _ = writeln!(
                 out,
@@ -304,6 +318,34 @@ async fn measure(
         json_retry / 1000.0,
         single / json_retry
     );
+    Ok(out)
+}
+
+/// The JWT principal's table: the sidecar that reads its caller from the access token
+/// every request now carries, beside D forwarding the same requests; the JSON workload,
+/// first call and retry.
+async fn with_bearer(counts: &Counts, mut jwt: Proxy, bare: &mut Proxy) -> Result<String, String> {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n| answer | phase | B JWT principal instructions/request | D (the same bearer) instructions/request | B/D |"
+    );
+    let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: |");
+    let (workload, path) = WORKLOADS[0];
+    for phase in [Phase::First, Phase::Retry] {
+        let b = per_request(counts, &mut jwt, path, phase).await;
+        let b = b.map_err(|e| format!("{workload} {} JWT sidecar: {e}", phase.label()))?;
+        let d = per_request(counts, bare, path, phase).await;
+        let d = d.map_err(|e| format!("{workload} {} hyper floor: {e}", phase.label()))?;
+        let _ = writeln!(
+            out,
+            "| {workload} | {} | {:.1} k | {:.1} k | {:.2} |",
+            phase.label(),
+            b / 1000.0,
+            d / 1000.0,
+            b / d
+        );
+    }
     Ok(out)
 }
 

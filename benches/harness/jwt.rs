@@ -18,6 +18,21 @@ const KID: &str = "bench-rsa-1";
 /// the JWKS that verifies it to `dir/jwks.json`, and have every request carry it
 /// (`generator::AUTHORIZATION`); the `[principal]` section of a sidecar that reads it.
 pub fn setup(dir: &Path) -> Result<String, String> {
+    let (principal, bearer) = mint(dir)?;
+    carry(bearer)?;
+    Ok(principal)
+}
+
+/// Have every request from now on carry `bearer` (`Bearer <token>`, from [`mint`]).
+pub fn carry(bearer: String) -> Result<(), String> {
+    crate::generator::AUTHORIZATION
+        .set(bearer)
+        .map_err(|_| "the bearer token was minted twice".to_owned())
+}
+
+/// [`setup`] but for the requests: the `[principal]` section, and the `Authorization`
+/// value for [`carry`].
+pub fn mint(dir: &Path) -> Result<(String, String), String> {
     let pair = rcgen::KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)
         .map_err(|e| format!("JWT key: {e}"))?;
     let key = EncodingKey::from_rsa_pem(pair.serialize_pem().as_bytes())
@@ -37,13 +52,11 @@ pub fn setup(dir: &Path) -> Result<String, String> {
     let mut header = Header::new(Algorithm::RS256);
     header.kid = Some(KID.into());
     let token = jsonwebtoken::encode(&header, &claims, &key).map_err(|e| format!("JWT: {e}"))?;
-    crate::generator::AUTHORIZATION
-        .set(format!("Bearer {token}"))
-        .map_err(|_| "the bearer token was minted twice".to_owned())?;
-    Ok(format!(
+    let principal = format!(
         "[principal]\nsource = \"jwt\"\n\
          [principal.jwt]\nissuer = \"{ISSUER}\"\naudience = \"{AUDIENCE}\"\n\
          jwks_file = \"{}\"\n",
         jwks_file.display()
-    ))
+    );
+    Ok((principal, format!("Bearer {token}")))
 }
