@@ -9,7 +9,7 @@
 use super::operations::{exchange, upstream};
 use super::single_use::asking;
 use crate::support::fake::{FakeUpstream, sealed};
-use crate::support::http::{Connection, Reply as ClientReply, mcp_headers, meta, send};
+use crate::support::http::{Reply as ClientReply, mcp_headers, meta, send};
 use crate::support::legacy::{LegacyServer, Mode};
 use crate::support::redis::RedisServer;
 use crate::support::sidecar::{Sidecar, config};
@@ -27,10 +27,10 @@ use tokio::net::TcpStream;
 
 const KEY: &str = "5e0f1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f";
 const T: Duration = Duration::from_secs(20);
-const TOOL: &str = "approve_payment";
+pub(super) const TOOL: &str = "approve_payment";
 
 /// A single-use tool, callers told apart by the identity header.
-fn single_use(upstream: &str) -> Config {
+pub(super) fn single_use(upstream: &str) -> Config {
     let mut c = config(upstream);
     c.principal.source = PrincipalSource::Header;
     c.single_use.tools = vec![TOOL.into()];
@@ -70,7 +70,7 @@ async fn mint(url: &str, who: &str) -> String {
 }
 
 /// A 429 for `share`, with its `Retry-After`.
-fn assert_over_share(reply: &ClientReply, share: Share, retry_after: &str) {
+pub(super) fn assert_over_share(reply: &ClientReply, share: Share, retry_after: &str) {
     assert_eq!(reply.status, 429, "{}", reply.text());
     assert_eq!(reply.headers["retry-after"], retry_after);
     assert_eq!(reply.json()["error"]["data"]["share"], share.as_str());
@@ -85,69 +85,6 @@ async fn admin_get(sidecar: &Sidecar, path: &str) -> ClientReply {
 /// `chain` (its `X-Forwarded-For`), no principal source.
 async fn relayed(url: &str, chain: &str, token: Option<&str>) -> ClientReply {
     call_with(url, ("x-forwarded-for", chain), token).await
-}
-
-/// [`call_with`] on `connection`: the one connection a front proxy sends its callers on.
-async fn call_on(
-    connection: &mut Connection,
-    who: (&str, &str),
-    token: Option<&str>,
-) -> ClientReply {
-    let mut params = json!({"name": TOOL, "_meta": meta()});
-    if let Some(token) = token {
-        params["requestState"] = json!(token);
-        params["inputResponses"] =
-            json!({"region": {"action": "accept", "content": {"region": "eu"}}});
-    }
-    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    connection.post_mcp_with(&message, &[who]).await
-}
-
-/// A front proxy sends many callers' requests on one pooled connection: each is charged
-/// to its own share, whichever caller the request before it on the connection was (the
-/// connection remembers its last caller's owner, and must not charge it to the next).
-#[tokio::test(flavor = "multi_thread")]
-async fn callers_on_one_connection_each_spend_their_own_share() {
-    let fake = FakeUpstream::start(asking).await;
-    // Told apart by the identity header, then (no principal) by the forwarded client.
-    for relayed in [false, true] {
-        let mut c = if relayed {
-            config(&fake.base_url())
-        } else {
-            single_use(&fake.base_url())
-        };
-        c.single_use.tools = vec![TOOL.into()];
-        c.single_use.max_entries_per_principal = Some(1);
-        c.principal.trusted_proxies = vec!["127.0.0.1/32".into()];
-        let sidecar = Sidecar::start(c).await;
-        let mut connection = Connection::open(&sidecar.mcp_url()).await;
-        let (mallory, alice) = if relayed {
-            (
-                ("x-forwarded-for", "203.0.113.5"),
-                ("x-forwarded-for", "198.51.100.7"),
-            )
-        } else {
-            (
-                ("x-forwarded-user", "mallory"),
-                ("x-forwarded-user", "alice"),
-            )
-        };
-        let mut tokens = Vec::new();
-        for who in [mallory, mallory, alice] {
-            let reply = call_on(&mut connection, who, None).await;
-            assert_eq!(reply.status, 200, "{}", reply.text());
-            tokens.push(sealed(&reply.json()["result"]));
-        }
-        let reply = call_on(&mut connection, mallory, Some(&tokens[0])).await;
-        assert_eq!(reply.status, 200, "{}", reply.text());
-        // Right after Mallory's share filled, on the same connection: Alice's own share.
-        let reply = call_on(&mut connection, alice, Some(&tokens[2])).await;
-        assert_eq!(reply.status, 200, "relayed: {relayed}: {}", reply.text());
-        // Right after Alice's: Mallory's share, full.
-        let over = call_on(&mut connection, mallory, Some(&tokens[1])).await;
-        assert_over_share(&over, Share::SingleUseEntries, "60");
-        sidecar.stop().await;
-    }
 }
 
 /// Third review, finding 5: without a principal the shares were keyed on the TCP peer,

@@ -35,7 +35,7 @@ pub async fn asking_upstream() -> FakeUpstream {
 }
 
 /// A jwt configuration for `upstream` with keys from `jwks_file`.
-fn jwt_config(upstream: &str, jwks_file: std::path::PathBuf) -> Config {
+pub(super) fn jwt_config(upstream: &str, jwks_file: std::path::PathBuf) -> Config {
     let mut config = sidecar::config(upstream);
     config.principal.source = PrincipalSource::Jwt;
     config.principal.jwt.issuer = Some(ISSUER.into());
@@ -45,7 +45,7 @@ fn jwt_config(upstream: &str, jwks_file: std::path::PathBuf) -> Config {
     config
 }
 
-fn bearer(token: &str) -> String {
+pub(super) fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }
 
@@ -386,54 +386,6 @@ async fn jwks_url_rotates_on_an_unknown_kid_and_survives_an_outage() {
     assert!(server.hits() > started + 1);
     assert_eq!(status_with(&late, &k1).await, 200);
     late.stop().await;
-}
-
-/// A connection whose requests carry two callers' tokens in turn (as a front proxy's
-/// pooled connection does): each request is its own token's caller, whichever caller the
-/// request before it on the connection was.
-#[tokio::test]
-async fn a_connection_carrying_two_callers_binds_each_request_to_its_own() {
-    use mcp_state_guard::facade::auth::Verification;
-    let files = Files::new();
-    let signer = Signer::rsa("k1");
-    let up = asking_upstream().await;
-    let config = jwt_config(&up.base_url(), files.put("jwks.json", &jwks(&[&signer])));
-    let sidecar = Sidecar::with_keys(config, &[KEY], "svc").await;
-    let alice = bearer(&signer.sign(&claims("client-1", "alice")));
-    let bob = bearer(&signer.sign(&claims("client-1", "bob")));
-    let mut connection = http::Connection::open(&sidecar.mcp_url()).await;
-    let mut states = Vec::new();
-    for who in [&alice, &bob] {
-        let message = tools_call(1, None);
-        let reply = connection
-            .post_mcp_with(&message, &[("authorization", who)])
-            .await;
-        assert_eq!(reply.status, 200, "{}", reply.text());
-        states.push(sealed(&reply.json()["result"]));
-    }
-    let (alices, bobs) = (&states[0], &states[1]);
-    // Each retry right after the other caller's request, or after its own.
-    for (who, state, status) in [
-        (&alice, bobs, 400),
-        (&alice, alices, 200),
-        (&bob, alices, 400),
-        (&bob, bobs, 200),
-        (&bob, bobs, 200),
-        (&alice, alices, 200),
-    ] {
-        let retry = tools_call(2, Some(json!(state)));
-        let reply = connection
-            .post_mcp_with(&retry, &[("authorization", who)])
-            .await;
-        assert_eq!(reply.status, status, "{}", reply.text());
-    }
-    // Each token's signature was checked once, and its verification found again for
-    // every other request.
-    let metrics = sidecar.metrics();
-    assert_eq!(metrics.auth.jwt_accepted_count(Verification::Signature), 2);
-    assert_eq!(metrics.auth.jwt_accepted_count(Verification::Cache), 6);
-    assert_eq!(metrics.path.verified_count("principal"), 2);
-    sidecar.stop().await;
 }
 
 /// `token` on one call: its status, and how many tokens were accepted by a signature

@@ -53,6 +53,8 @@ mod reload;
 mod bounded_resources;
 // One caller cannot starve or weaken another.
 mod fairness;
+// Several callers on one keep-alive connection.
+mod one_connection;
 // Faults end in one answer per accepted request, and the sidecar recovers.
 mod faults;
 mod upstream_faults;
