@@ -266,13 +266,10 @@ async fn measure(
     let mut json_b = Vec::new();
     for (workload, path) in WORKLOADS {
         for phase in [Phase::First, Phase::Retry] {
-            let b = per_request(counts, &mut sidecar, path, phase).await;
-            let b = b.map_err(|e| format!("{workload} {} sidecar: {e}", phase.label()))?;
+            let (b, d) = beside(counts, (&mut sidecar, bare), (workload, path), phase).await?;
             if path == WORKLOADS[0].1 {
                 json_b.push(b);
             }
-            let d = per_request(counts, bare, path, phase).await;
-            let d = d.map_err(|e| format!("{workload} {} hyper floor: {e}", phase.label()))?;
             let _ = writeln!(
                 out,
                 "| {workload} | {} | {:.1} k | {:.1} k | {:.2} | {:.1} k |",
@@ -333,10 +330,7 @@ async fn with_bearer(counts: &Counts, mut jwt: Proxy, bare: &mut Proxy) -> Resul
     let _ = writeln!(out, "| --- | --- | ---: | ---: | ---: |");
     let (workload, path) = WORKLOADS[0];
     for phase in [Phase::First, Phase::Retry] {
-        let b = per_request(counts, &mut jwt, path, phase).await;
-        let b = b.map_err(|e| format!("{workload} {} JWT sidecar: {e}", phase.label()))?;
-        let d = per_request(counts, bare, path, phase).await;
-        let d = d.map_err(|e| format!("{workload} {} hyper floor: {e}", phase.label()))?;
+        let (b, d) = beside(counts, (&mut jwt, bare), (workload, path), phase).await?;
         let _ = writeln!(
             out,
             "| {workload} | {} | {:.1} k | {:.1} k | {:.2} |",
@@ -347,6 +341,21 @@ async fn with_bearer(counts: &Counts, mut jwt: Proxy, bare: &mut Proxy) -> Resul
         );
     }
     Ok(out)
+}
+
+/// Instructions per request of a sidecar and of D, one after the other, for one
+/// workload's phase.
+async fn beside(
+    counts: &Counts,
+    (sidecar, bare): (&mut Proxy, &mut Proxy),
+    (workload, path): (&str, &'static str),
+    phase: Phase,
+) -> Result<(f64, f64), String> {
+    let b = per_request(counts, sidecar, path, phase).await;
+    let b = b.map_err(|e| format!("{workload} {} {}: {e}", phase.label(), sidecar.name))?;
+    let d = per_request(counts, bare, path, phase).await;
+    let d = d.map_err(|e| format!("{workload} {} hyper floor: {e}", phase.label()))?;
+    Ok((b, d))
 }
 
 /// A single-use sidecar's instructions per retry of `counts.measured`, after

@@ -42,15 +42,20 @@ async fn call(url: &str, who: &str, token: Option<&str>) -> ClientReply {
     call_with(url, ("x-forwarded-user", who), token).await
 }
 
-/// A call of the single-use tool with one more header (who calls, or for whom).
-async fn call_with(url: &str, (name, value): (&str, &str), token: Option<&str>) -> ClientReply {
+/// A call of the single-use tool, a retry of `token` when given.
+pub(super) fn call_message(token: Option<&str>) -> Value {
     let mut params = json!({"name": TOOL, "_meta": meta()});
     if let Some(token) = token {
         params["requestState"] = json!(token);
         params["inputResponses"] =
             json!({"region": {"action": "accept", "content": {"region": "eu"}}});
     }
-    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+}
+
+/// A call of the single-use tool with one more header (who calls, or for whom).
+async fn call_with(url: &str, (name, value): (&str, &str), token: Option<&str>) -> ClientReply {
+    let message = call_message(token);
     let mut headers = mcp_headers("tools/call", Some(TOOL));
     headers.push((name.into(), value.into()));
     send(

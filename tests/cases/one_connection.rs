@@ -4,11 +4,11 @@
 //! Each request is bound to, and charged to, its own caller, whichever caller the
 //! request before it on the connection was.
 
-use super::fairness::{TOOL, assert_over_share, single_use};
+use super::fairness::{TOOL, assert_over_share, call_message, single_use};
 use super::jwt::{KEY, asking_upstream, bearer, jwt_config};
 use super::single_use::asking;
 use crate::support::fake::{FakeUpstream, sealed, tools_call};
-use crate::support::http::{Connection, Reply as ClientReply, meta};
+use crate::support::http::{Connection, Reply as ClientReply};
 use crate::support::pki::{Files, Signer, claims, jwks};
 use crate::support::sidecar::{Sidecar, config};
 use mcp_state_guard::facade::error::Share;
@@ -68,14 +68,7 @@ async fn call_on(
     who: (&str, &str),
     token: Option<&str>,
 ) -> ClientReply {
-    let mut params = json!({"name": TOOL, "_meta": meta()});
-    if let Some(token) = token {
-        params["requestState"] = json!(token);
-        params["inputResponses"] =
-            json!({"region": {"action": "accept", "content": {"region": "eu"}}});
-    }
-    let message = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    connection.post_mcp_with(&message, &[who]).await
+    connection.post_mcp_with(&call_message(token), &[who]).await
 }
 
 /// A front proxy sends many callers' requests on one pooled connection: each is charged

@@ -87,29 +87,42 @@ pub async fn send(
         .uri(url)
         .body(Full::new(body.into()))
         .unwrap();
+    append_headers(&mut request, headers.iter().cloned());
+    let exchange = async {
+        let response = client
+            .request(request)
+            .await
+            .expect("the request is answered");
+        reply_of(response).await
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .expect("the exchange finishes in time")
+}
+
+/// `headers` appended to `request`'s, exactly as given.
+fn append_headers<B>(
+    request: &mut Request<B>,
+    headers: impl IntoIterator<Item = (String, String)>,
+) {
     for (name, value) in headers {
         request.headers_mut().append(
             HeaderName::from_bytes(name.as_bytes()).unwrap(),
             HeaderValue::from_bytes(value.as_bytes()).unwrap(),
         );
     }
-    let exchange = async {
-        let response = client
-            .request(request)
-            .await
-            .expect("the request is answered");
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await.expect("the body is read").to_bytes();
-        Reply {
-            status: parts.status,
-            version: parts.version,
-            headers: parts.headers,
-            body,
-        }
-    };
-    tokio::time::timeout(timeout, exchange)
-        .await
-        .expect("the exchange finishes in time")
+}
+
+/// A response read whole.
+async fn reply_of(response: Response<Incoming>) -> Reply {
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("the body is read").to_bytes();
+    Reply {
+        status: parts.status,
+        version: parts.version,
+        headers: parts.headers,
+        body,
+    }
 }
 
 /// POST a JSON-RPC message with MCP headers for its method and name.
@@ -175,28 +188,18 @@ impl Connection {
             .header(http::header::HOST, self.uri.authority().unwrap().as_str())
             .body(Full::new(Bytes::from(serde_json::to_vec(message).unwrap())))
             .unwrap();
-        let headers = mcp_headers(method, name);
         let extra = extra.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        for (name, value) in headers.into_iter().chain(extra) {
-            request.headers_mut().append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_bytes(value.as_bytes()).unwrap(),
-            );
-        }
+        append_headers(
+            &mut request,
+            mcp_headers(method, name).into_iter().chain(extra),
+        );
         let exchange = async {
             self.send
                 .ready()
                 .await
                 .expect("the connection is still open");
             let response = self.send.send_request(request).await.expect("answered");
-            let (parts, body) = response.into_parts();
-            let body = body.collect().await.expect("the body is read").to_bytes();
-            Reply {
-                status: parts.status,
-                version: parts.version,
-                headers: parts.headers,
-                body,
-            }
+            reply_of(response).await
         };
         tokio::time::timeout(Duration::from_secs(30), exchange)
             .await
