@@ -17,8 +17,10 @@ use super::jwks::{Jwks, VerifyingKey};
 use moka::Expiry;
 use moka::sync::Cache;
 use sha2::{Digest, Sha256};
+use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use zeroize::Zeroizing;
 
 /// What a verified token gave, and what it was verified with.
 pub(crate) struct Verified {
@@ -39,9 +41,11 @@ pub(crate) type TokenDigest = [u8; 32];
 /// the one token on every request of its session, and a connection is one client's. An
 /// access token is most of a kilobyte, so naming it (a SHA-256 digest of all of it) is
 /// most of what finding its verification costs; a token equal byte for byte to the last
-/// has the last's name.
-#[derive(Debug, Default)]
-pub(crate) struct LastBearer(Mutex<Option<(Box<str>, TokenDigest)>>);
+/// has the last's name. The token is a credential: it is compared without a branch on
+/// its bytes (another caller may share a front proxy's connection), wiped when it is
+/// replaced and when the connection ends, and never printed.
+#[derive(Default)]
+pub(crate) struct LastBearer(Mutex<Option<(Zeroizing<String>, TokenDigest)>>);
 
 impl LastBearer {
     /// `token`'s SHA-256: the last token's when it is that token, else computed.
@@ -49,14 +53,30 @@ impl LastBearer {
         // Held for a comparison or a digest; a poisoned lock only held a finished pair.
         let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((text, digest)) = last.as_ref()
-            && **text == *token
+            && same_bytes(text.as_bytes(), token.as_bytes())
         {
             return *digest;
         }
         let digest: TokenDigest = Sha256::digest(token.as_bytes()).into();
-        *last = Some((Box::from(token), digest));
+        *last = Some((Zeroizing::new(String::from(token)), digest));
         digest
     }
+}
+
+impl fmt::Debug for LastBearer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LastBearer(..)")
+    }
+}
+
+/// Whether `a` and `b` are the same bytes, in a time that depends on their lengths only:
+/// every byte is looked at (in blocks the compiler turns into vector compares), the
+/// differences gathered, and the answer read once at the end.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len()
+        && a.chunks(32).zip(b.chunks(32)).fold(0u8, |differ, (x, y)| {
+            differ | x.iter().zip(y).fold(0, |d, (p, q)| d | (p ^ q))
+        }) == 0
 }
 
 /// A bounded cache of verified tokens; with no room (`0`), every token is verified.
@@ -206,7 +226,7 @@ mod tests {
             // What the connection keeps is the token it was just sent, and its name.
             let kept = last.0.lock().unwrap();
             assert_eq!(
-                kept.as_ref().map(|(t, d)| (&**t, *d)),
+                kept.as_ref().map(|(t, d)| (t.as_str(), *d)),
                 Some((token, expected))
             );
         }
@@ -214,6 +234,22 @@ mod tests {
         let last = LastBearer::default();
         assert!(VerifiedTokens::new(0).digest("t", &last).is_none());
         assert!(last.0.lock().unwrap().is_none());
+    }
+
+    #[test]
+    fn same_bytes_is_equality_and_the_token_is_never_printed() {
+        let text = vec![b'x'; 100];
+        for at in [0, 31, 32, 63, 99] {
+            let mut other = text.clone();
+            other[at] = b'y';
+            assert!(!same_bytes(&text, &other), "a difference at {at}");
+        }
+        assert!(same_bytes(&text, &text.clone()));
+        assert!(!same_bytes(&text, &text[..99]));
+        assert!(same_bytes(b"", b""));
+        let last = LastBearer::default();
+        VerifiedTokens::new(8).digest("secret.token.text", &last);
+        assert_eq!(format!("{last:?}"), "LastBearer(..)");
     }
 
     #[test]
