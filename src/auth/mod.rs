@@ -7,7 +7,9 @@
 //! a request whose identity cannot be established is refused, never treated as
 //! anonymous (with `header`, a request without the header is unbound; with `jwt` and
 //! `mtls` every request must carry an identity). What the upstream must not see of the
-//! identity is removed before forwarding.
+//! identity is removed before forwarding. What a connection recalls of its last caller
+//! ([`Recall`]: the owner its shares went to, its bearer token's digest) serves a request
+//! only when that request's own facts are the same, compared whole.
 
 pub(crate) mod header;
 pub(crate) mod jwks;
