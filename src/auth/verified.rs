@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
 /// What a verified token gave, and what it was verified with.
@@ -41,8 +42,8 @@ pub(crate) type TokenDigest = [u8; 32];
 /// the one token on every request of its session, and a connection is one client's. An
 /// access token is most of a kilobyte, so naming it (a SHA-256 digest of all of it) is
 /// most of what finding its verification costs; a token equal byte for byte to the last
-/// has the last's name. The token is a credential: it is compared without a branch on
-/// its bytes (another caller may share a front proxy's connection), wiped when it is
+/// has the last's name. The token is a credential: it is compared in constant time
+/// (another caller may share a front proxy's connection), wiped when it is
 /// replaced and when the connection ends, and never printed.
 #[derive(Default)]
 pub(crate) struct LastBearer(Mutex<Option<(Zeroizing<String>, TokenDigest)>>);
@@ -69,14 +70,10 @@ impl fmt::Debug for LastBearer {
     }
 }
 
-/// Whether `a` and `b` are the same bytes, in a time that depends on their lengths only:
-/// every byte is looked at (in blocks the compiler turns into vector compares), the
-/// differences gathered, and the answer read once at the end.
+/// Whether `a` and `b` are the same bytes, in a time that depends on their lengths only
+/// (`subtle`'s comparison, as the principal tag's).
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len()
-        && a.chunks(32).zip(b.chunks(32)).fold(0u8, |differ, (x, y)| {
-            differ | x.iter().zip(y).fold(0, |d, (p, q)| d | (p ^ q))
-        }) == 0
+    bool::from(a.ct_eq(b))
 }
 
 /// A bounded cache of verified tokens; with no room (`0`), every token is verified.
