@@ -10,7 +10,7 @@
 //! [`AuthFailure`]; the token itself never reaches a log line or an error.
 
 use super::jwks::{ACCEPTED, Jwks, KeyLookup};
-use super::verified::{LastBearer, Verified, VerifiedTokens};
+use super::verified::{LastBearer, Lookup, Verified, VerifiedTokens};
 use super::{AuthFailure, AuthMetrics, Verification};
 use crate::config::JwtSettings;
 use crate::token::canonical::write_python_json;
@@ -69,24 +69,25 @@ impl JwtVerifier {
 
     /// The principal of the request's bearer token: kept from an earlier request with
     /// the same token while that check still holds ([`super::verified`]), else checked
-    /// whole.
-    /// `last`: the bearer token the connection's last request carried.
+    /// whole. `last`: the verified bearer token the connection recalls.
     pub(crate) async fn principal(
         &self,
         headers: &HeaderMap,
         last: &LastBearer,
     ) -> Result<Arc<str>, AuthFailure> {
         let token = bearer(headers)?;
-        let digest = self.verified.digest(token, last);
         let now = crate::token::now();
-        if let Some(principal) = digest.and_then(|d| self.verified.get(&d, &self.jwks, now)) {
-            self.metrics.jwt_accepted(Verification::Cache);
-            return Ok(principal);
-        }
+        let digest = match self.verified.find(token, last, &self.jwks, now) {
+            Lookup::Kept(principal) => {
+                self.metrics.jwt_accepted(Verification::Cache);
+                return Ok(principal);
+            }
+            Lookup::Unknown(digest) => digest,
+        };
         let verified = self.verify(token, now).await?;
         let principal = verified.principal.clone();
         if let Some(digest) = digest {
-            self.verified.insert(digest, verified);
+            self.verified.keep(token, digest, verified, last);
         }
         self.metrics.jwt_accepted(Verification::Signature);
         Ok(principal)

@@ -8,8 +8,8 @@
 //! anonymous (with `header`, a request without the header is unbound; with `jwt` and
 //! `mtls` every request must carry an identity). What the upstream must not see of the
 //! identity is removed before forwarding. What a connection recalls of its last caller
-//! ([`Recall`]: the owner its shares went to, its bearer token's digest) serves a request
-//! only when that request's own facts are the same, compared whole.
+//! ([`Recall`]: the owner its shares went to, its verified bearer token's entry) serves a
+//! request only when that request's own facts are the same, compared whole.
 
 pub(crate) mod header;
 pub(crate) mod jwks;
@@ -103,13 +103,13 @@ impl Caller {
 
 /// What a connection's last request was identified by, kept for its next: the requests
 /// of one connection are one caller's as a rule, and each of these costs a SHA-256
-/// digest to name again. Held by the connection's facts; a request of another caller
+/// digest (and a token a cache lookup) to find again. Held by the connection's facts; a request of another caller
 /// names its own and leaves them in place of the last.
 #[derive(Debug, Default)]
 pub(crate) struct Recall {
     /// The owner its last request's shares were charged to.
     pub(crate) owner: LastOwner,
-    /// The bearer token its last request carried, and the token's name.
+    /// The last bearer token verified on it (or found verified), and that verification.
     pub(crate) bearer: LastBearer,
 }
 
