@@ -103,8 +103,8 @@ impl Caller {
 
 /// What a connection's last request was identified by, kept for its next: the requests
 /// of one connection are one caller's as a rule, and each of these costs a SHA-256
-/// digest (and a token a cache lookup) to find again. Held by the connection's facts; a request of another caller
-/// names its own and leaves them in place of the last.
+/// digest (and a token a cache lookup) to find again. Held by the connection's facts;
+/// a request of another caller names its own and leaves them in place of the last.
 #[derive(Debug, Default)]
 pub(crate) struct Recall {
     /// The owner its last request's shares were charged to.
