@@ -17,7 +17,7 @@
 
 use super::metrics::{Consumption, PolicyMetrics};
 use crate::config::{OnStoreError, SingleUseConfig};
-use crate::store::{Consumed, ConsumptionId, Mark, Owner, Store, StoreError};
+use crate::store::{Consumed, ConsumptionId, Mark, Owner, Store, StoreError, StoreKind};
 use crate::token::{FUTURE_SKEW_SECONDS, Opened, Reject};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -166,7 +166,8 @@ impl SingleUse {
         if !opened.single_use && !self.policy.load().applies(method, target) {
             return Ok(None);
         }
-        let id = ConsumptionId(opened.consumption_id());
+        let shared = self.store.kind() != StoreKind::Memory;
+        let id = ConsumptionId(opened.consumption_id(shared));
         // Remembered while the token could still open anywhere: its expiry, as a replica
         // whose clock runs behind ours by the tolerated skew sees it.
         let remaining = opened.expires_at - crate::token::now() + FUTURE_SKEW_SECONDS;
@@ -275,7 +276,7 @@ impl SingleUse {
                 .is_ok()
         {
             match self.store.kind() {
-                crate::store::StoreKind::Memory => tracing::error!(
+                StoreKind::Memory => tracing::error!(
                     "single-use memory store full (single_use.memory_max_entries): refusing new \
                      single-use retries until ids expire; raise the bound or use redis"
                 ),
@@ -291,6 +292,38 @@ impl SingleUse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::token::{KeyRing, RequestBinding, SealOptions, StateSealer};
+
+    /// The memory store, which only this process reads, records a consumption under the
+    /// token's key id and nonce: no digest per retry (Redis is given the digest every
+    /// replica computes, `token::tests::consumption`).
+    #[tokio::test]
+    async fn the_memory_store_records_a_consumption_under_the_tokens_own_id() {
+        let store = Arc::new(Store::Memory(crate::store::memory::MemoryStore::new(100)));
+        let config = SingleUseConfig {
+            tools: vec!["provision".into()],
+            ..SingleUseConfig::default()
+        };
+        let registry = crate::registry::Registry::new();
+        let metrics = Arc::new(PolicyMetrics::register(&registry));
+        let single_use = SingleUse::new(&config, store.clone(), metrics);
+        let ring = KeyRing::from_secrets(&["0123456789abcdef0123456789abcdef-test"], "t").unwrap();
+        let sealer = StateSealer::new(ring, None, 600);
+        let params = serde_json::json!({"name": "provision", "arguments": {}});
+        let binding = RequestBinding::of("tools/call", params.as_object()).unwrap();
+        let token = sealer.seal_at(crate::token::now(), "st", &binding, &SealOptions::default());
+        let opened = sealer.open(&token, &binding, None).unwrap();
+        let owner = Owner::of(Some("alice"), None);
+        let claim = single_use
+            .consume(&opened, "tools/call", "provision", || &owner)
+            .await;
+        assert!(matches!(claim, Ok(Some(_))));
+        let Store::Memory(memory) = &*store else {
+            unreachable!()
+        };
+        let again = memory.consume(ConsumptionId(opened.id), Duration::from_secs(60), "bob");
+        assert!(matches!(again, Ok(Consumed::Replayed)), "{again:?}");
+    }
 
     #[test]
     fn policy_by_method_and_default() {

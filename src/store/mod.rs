@@ -22,10 +22,10 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-/// The name a single-use consumption is recorded under: 16 bytes of a digest of the
-/// token's key id and nonce (the token layer computes it), so the store holds nothing
-/// from which the token could be rebuilt. Redis keys it by its hex, as every replica
-/// names it; the memory store, which no other process reads, by the bytes themselves.
+/// The name a single-use consumption is recorded under, 16 bytes from which the token
+/// cannot be rebuilt (the token layer computes it): in Redis a digest of the token's key
+/// id and nonce, keyed by its hex, as every replica and version names it; in the memory
+/// store, which no other process reads, the key id and nonce themselves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConsumptionId(pub [u8; 16]);
 

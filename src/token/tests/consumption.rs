@@ -14,3 +14,27 @@ fn a_consumption_is_named_as_every_version_names_it() {
         "914813a8e9c8252aad0b913a56d9c451"
     );
 }
+
+/// A shared store (Redis) is given the digest every replica computes; the memory store,
+/// which no other process reads, the key id and nonce themselves: distinct per token
+/// either way.
+#[test]
+fn a_consumption_is_named_by_digest_only_for_a_shared_store() {
+    let s = super::sealer(None);
+    let opened: Vec<_> = (0..2)
+        .map(|_| {
+            let token = super::seal(&s, None);
+            let opened = (s.open_at(super::NOW, &token, &super::provision(), None)).unwrap();
+            assert_eq!(opened.consumption_id(true), consumption_id(&opened.id));
+            assert_eq!(opened.consumption_id(false), opened.id);
+            assert_ne!(opened.consumption_id(true), opened.consumption_id(false));
+            opened
+        })
+        .collect();
+    for shared in [true, false] {
+        assert_ne!(
+            opened[0].consumption_id(shared),
+            opened[1].consumption_id(shared)
+        );
+    }
+}
