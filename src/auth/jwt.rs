@@ -10,7 +10,7 @@
 //! [`AuthFailure`]; the token itself never reaches a log line or an error.
 
 use super::jwks::{ACCEPTED, Jwks, KeyLookup};
-use super::verified::{LastBearer, Lookup, Verified, VerifiedTokens};
+use super::verified::{Found, LastBearer, Verified, VerifiedTokens};
 use super::{AuthFailure, AuthMetrics, Verification};
 use crate::config::JwtSettings;
 use crate::token::canonical::write_python_json;
@@ -78,11 +78,11 @@ impl JwtVerifier {
         let token = bearer(headers)?;
         let now = crate::token::now();
         let digest = match self.verified.find(token, last, &self.jwks, now) {
-            Lookup::Kept(principal) => {
+            Found::Kept(principal) => {
                 self.metrics.jwt_accepted(Verification::Cache);
                 return Ok(principal);
             }
-            Lookup::Unknown(digest) => digest,
+            Found::Unknown(digest) => digest,
         };
         let verified = self.verify(token, now).await?;
         let principal = verified.principal.clone();

@@ -106,7 +106,7 @@ pub(crate) struct VerifiedTokens {
 
 /// What the cache knows of a token.
 #[derive(Debug)]
-pub(crate) enum Lookup {
+pub(crate) enum Found {
     /// A verification that still holds: the token's principal.
     Kept(Arc<str>),
     /// Not kept, or kept no longer: the token goes through the whole check, and what it
@@ -146,9 +146,9 @@ impl VerifiedTokens {
     /// keys: the connection's `last` when it is that token, else the entry its name
     /// finds (which the connection then recalls). An entry that no longer holds is
     /// dropped, and the connection forgets it.
-    pub(crate) fn find(&self, token: &str, last: &LastBearer, jwks: &Jwks, now: f64) -> Lookup {
+    pub(crate) fn find(&self, token: &str, last: &LastBearer, jwks: &Jwks, now: f64) -> Found {
         let Some(entries) = &self.entries else {
-            return Lookup::Unknown(None);
+            return Found::Unknown(None);
         };
         let (digest, entry, recalled) = match last.recall(token) {
             Some((digest, verified)) => (digest, Some(verified), true),
@@ -163,20 +163,20 @@ impl VerifiedTokens {
                 if !recalled {
                     last.keep(token, digest, verified);
                 }
-                Lookup::Kept(principal)
+                Found::Kept(principal)
             }
             Some(_) => {
                 entries.invalidate(&digest);
                 if recalled {
                     last.forget();
                 }
-                Lookup::Unknown(Some(digest))
+                Found::Unknown(Some(digest))
             }
-            None => Lookup::Unknown(Some(digest)),
+            None => Found::Unknown(Some(digest)),
         }
     }
 
-    /// Keep what a whole check found for `token` under its name (from [`Lookup::Unknown`]);
+    /// Keep what a whole check found for `token` under its name (from [`Found::Unknown`]);
     /// the connection recalls it.
     pub(crate) fn keep(
         &self,
@@ -219,8 +219,8 @@ mod tests {
     /// What `find` answers on a connection that recalls nothing (the cache alone).
     fn found(tokens: &VerifiedTokens, token: &str, jwks: &Jwks, now: f64) -> Option<String> {
         match tokens.find(token, &LastBearer::default(), jwks, now) {
-            Lookup::Kept(principal) => Some(principal.to_string()),
-            Lookup::Unknown(digest) => {
+            Found::Kept(principal) => Some(principal.to_string()),
+            Found::Unknown(digest) => {
                 assert_eq!(digest, Some(name(token)), "an unknown token is named");
                 None
             }
@@ -284,7 +284,7 @@ mod tests {
         assert!(found(&tokens, "a", &jwks, now).is_some());
         assert!(matches!(
             tokens.find("a", &on_a, &jwks, now),
-            Lookup::Kept(_)
+            Found::Kept(_)
         ));
         // `a` replaced under its kid (another modulus), `b` withdrawn: neither the
         // connection that recalls the token nor any other takes it.
@@ -292,7 +292,7 @@ mod tests {
         other["e"] = json!("AQAC");
         jwks.replace(&json!({"keys": [other]}));
         let digest = Some(name("a"));
-        assert!(matches!(tokens.find("a", &on_a, &jwks, now), Lookup::Unknown(d) if d == digest));
+        assert!(matches!(tokens.find("a", &on_a, &jwks, now), Found::Unknown(d) if d == digest));
         assert!(
             recalled(&on_a).is_none(),
             "a recall that no longer holds is forgotten"
@@ -300,7 +300,7 @@ mod tests {
         assert!(found(&tokens, "a", &jwks, now).is_none());
         assert!(matches!(
             tokens.find("b", &on_b, &jwks, now),
-            Lookup::Unknown(_)
+            Found::Unknown(_)
         ));
         assert!(found(&tokens, "b", &jwks, now).is_none());
     }
@@ -316,7 +316,7 @@ mod tests {
         jwks.replace(&json!({"keys": [rsa_jwk("only"), rsa_jwk("new")]}));
         assert!(matches!(
             tokens.find("t", &last, &jwks, now),
-            Lookup::Unknown(_)
+            Found::Unknown(_)
         ));
         assert!(found(&tokens, "t", &jwks, now).is_none());
     }
@@ -330,7 +330,7 @@ mod tests {
         // Unknown (and then refused by the whole check, which keeps nothing): not recalled.
         assert!(matches!(
             tokens.find("one", &last, &jwks, now),
-            Lookup::Unknown(Some(_))
+            Found::Unknown(Some(_))
         ));
         assert!(recalled(&last).is_none());
         tokens.keep(
@@ -342,12 +342,12 @@ mod tests {
         // Another token, unknown: the verified one stays recalled.
         assert!(matches!(
             tokens.find("onf", &last, &jwks, now),
-            Lookup::Unknown(_)
+            Found::Unknown(_)
         ));
         assert_eq!(recalled(&last).as_deref(), Some("one"));
         // The recall serves its token without the cache: gone from the cache, kept here.
         tokens.entries.as_ref().unwrap().invalidate(&name("one"));
-        assert!(matches!(tokens.find("one", &last, &jwks, now), Lookup::Kept(p) if &*p == "1"));
+        assert!(matches!(tokens.find("one", &last, &jwks, now), Found::Kept(p) if &*p == "1"));
         assert!(found(&tokens, "one", &jwks, now).is_none());
         // Each token its own entry, on one connection: alternating, one a prefix of the
         // other, of one length and differing in one byte.
@@ -368,7 +368,7 @@ mod tests {
             };
             let lookup = tokens.find(token, &last, &jwks, now);
             assert!(
-                matches!(&lookup, Lookup::Kept(p) if &**p == principal),
+                matches!(&lookup, Found::Kept(p) if &**p == principal),
                 "{token:?}: {lookup:?}"
             );
             assert_eq!(recalled(&last).as_deref(), Some(token));
@@ -376,7 +376,7 @@ mod tests {
         // Past its `until` the recalled token is forgotten, and its entry dropped.
         assert!(matches!(
             tokens.find("one ", &last, &jwks, now + 61.0),
-            Lookup::Unknown(_)
+            Found::Unknown(_)
         ));
         assert!(recalled(&last).is_none());
         assert!(found(&tokens, "one ", &jwks, now).is_none());
@@ -404,12 +404,12 @@ mod tests {
         let last = LastBearer::default();
         assert!(matches!(
             tokens.find("t", &last, &jwks, 0.0),
-            Lookup::Unknown(None)
+            Found::Unknown(None)
         ));
         tokens.keep("t", name("t"), verified(&jwks, Some("a"), f64::MAX), &last);
         assert!(matches!(
             tokens.find("t", &last, &jwks, 0.0),
-            Lookup::Unknown(None)
+            Found::Unknown(None)
         ));
         assert!(recalled(&last).is_none());
     }
