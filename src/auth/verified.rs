@@ -69,13 +69,22 @@ struct Recalled {
 }
 
 impl LastBearer {
-    /// The recalled token's name and entry, when `token` is that token.
-    fn recall(&self, token: &str) -> Option<(TokenDigest, Arc<Verified>)> {
+    /// What the recall holds for `token`, when it is the recalled token: its principal
+    /// while its verification holds at `now` under the current keys, else its name (the
+    /// recall is forgotten then, and the caller drops the cache's entry too).
+    fn recall(&self, token: &str, jwks: &Jwks, now: f64) -> Option<Result<Arc<str>, TokenDigest>> {
         // A poisoned lock only held a finished value.
-        let last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let recalled = last.as_ref()?;
-        constant_time_eq(recalled.token.as_bytes(), token.as_bytes())
-            .then(|| (recalled.digest, recalled.verified.clone()))
+        if !constant_time_eq(recalled.token.as_bytes(), token.as_bytes()) {
+            return None;
+        }
+        if recalled.verified.holds(jwks, now) {
+            return Some(Ok(recalled.verified.principal.clone()));
+        }
+        let digest = recalled.digest;
+        *last = None;
+        Some(Err(digest))
     }
 
     /// Recall `token` (found or just verified) from now on.
@@ -86,10 +95,6 @@ impl LastBearer {
             verified,
         };
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(recalled);
-    }
-
-    fn forget(&self) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 }
 
@@ -150,26 +155,23 @@ impl VerifiedTokens {
         let Some(entries) = &self.entries else {
             return Found::Unknown(None);
         };
-        let (digest, entry, recalled) = match last.recall(token) {
-            Some((digest, verified)) => (digest, Some(verified), true),
-            None => {
-                let digest: TokenDigest = Sha256::digest(token.as_bytes()).into();
-                (digest, entries.get(&digest), false)
+        match last.recall(token, jwks, now) {
+            Some(Ok(principal)) => return Found::Kept(principal),
+            Some(Err(digest)) => {
+                entries.invalidate(&digest);
+                return Found::Unknown(Some(digest));
             }
-        };
-        match entry {
+            None => {}
+        }
+        let digest: TokenDigest = Sha256::digest(token.as_bytes()).into();
+        match entries.get(&digest) {
             Some(verified) if verified.holds(jwks, now) => {
                 let principal = verified.principal.clone();
-                if !recalled {
-                    last.keep(token, digest, verified);
-                }
+                last.keep(token, digest, verified);
                 Found::Kept(principal)
             }
             Some(_) => {
                 entries.invalidate(&digest);
-                if recalled {
-                    last.forget();
-                }
                 Found::Unknown(Some(digest))
             }
             None => Found::Unknown(Some(digest)),
