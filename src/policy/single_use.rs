@@ -166,8 +166,12 @@ impl SingleUse {
         if !opened.single_use && !self.policy.load().applies(method, target) {
             return Ok(None);
         }
-        let shared = self.store.kind() != StoreKind::Memory;
-        let id = ConsumptionId(opened.consumption_id(shared));
+        let id = ConsumptionId(match self.store.kind() {
+            // Every replica and version names it alike.
+            StoreKind::Redis => opened.consumption_id(),
+            // Only this process reads it: the key id and nonce as the token carries them.
+            StoreKind::Memory => opened.id,
+        });
         // Remembered while the token could still open anywhere: its expiry, as a replica
         // whose clock runs behind ours by the tolerated skew sees it.
         let remaining = opened.expires_at - crate::token::now() + FUTURE_SKEW_SECONDS;

@@ -153,18 +153,13 @@ impl Opened<'_> {
         serde_json::from_str(&self.state_json).expect("a string token the claims checked")
     }
 
-    /// The name a single-use store records this token's consumption under; two tokens
-    /// never share one, and neither name holds anything from which the token could be
-    /// rebuilt. `shared`: a store other processes read (Redis), where every replica and
-    /// version must name it alike: a digest of its key id and nonce. Else (the memory
-    /// store, which only this process reads and a restart empties) the key id and nonce
-    /// as they are, which the token carries in the clear: no digest per retry.
-    pub(crate) fn consumption_id(&self, shared: bool) -> [u8; 16] {
-        if shared {
-            consumption_id(&self.id)
-        } else {
-            self.id
-        }
+    /// The name a shared single-use store (Redis) records this token's consumption
+    /// under: a digest of its key id and nonce, so the store (and anything that reads
+    /// it) holds nothing from which the token could be rebuilt, and two tokens never
+    /// share a name. (The memory store, which only this process reads, takes the key id
+    /// and nonce themselves, [`Opened::id`].)
+    pub(crate) fn consumption_id(&self) -> [u8; 16] {
+        consumption_id(&self.id)
     }
 }
 

@@ -25,16 +25,11 @@ fn a_consumption_is_named_by_digest_only_for_a_shared_store() {
         .map(|_| {
             let token = super::seal(&s, None);
             let opened = (s.open_at(super::NOW, &token, &super::provision(), None)).unwrap();
-            assert_eq!(opened.consumption_id(true), consumption_id(&opened.id));
-            assert_eq!(opened.consumption_id(false), opened.id);
-            assert_ne!(opened.consumption_id(true), opened.consumption_id(false));
+            assert_eq!(opened.consumption_id(), consumption_id(&opened.id));
+            assert_ne!(opened.consumption_id(), opened.id);
             opened
         })
         .collect();
-    for shared in [true, false] {
-        assert_ne!(
-            opened[0].consumption_id(shared),
-            opened[1].consumption_id(shared)
-        );
-    }
+    assert_ne!(opened[0].consumption_id(), opened[1].consumption_id());
+    assert_ne!(opened[0].id, opened[1].id);
 }
