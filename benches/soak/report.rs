@@ -192,11 +192,11 @@ fn resources(r: &mut Report, settings: &Settings, o: &Observed) {
     );
     // The course of the resident memory, not only its range: a step (a map doubling, the
     // allocator taking pages) reads otherwise than a climb that would not stop.
-    let per_minute = (60 / SAMPLE_EVERY.as_secs().max(1)) as usize;
+    let per_minute = (60 / SAMPLE_EVERY.as_secs().max(1)).max(1) as usize;
     let course: Vec<String> = after
         .iter()
         .enumerate()
-        .filter(|(i, _)| i % per_minute.max(1) == 0 || *i + 1 == after.len())
+        .filter(|(i, _)| i % per_minute == 0 || *i + 1 == after.len())
         .map(|(_, s)| format!("{:.1}", s.rss as f64 / MIB))
         .collect();
     let _ = writeln!(
