@@ -95,11 +95,25 @@ pub enum ProxyError {
     #[error("{} store write not confirmed by a replica", .0.as_str())]
     StoreUnconfirmed(Resource),
     #[error("upstream unavailable")]
-    UpstreamUnavailable(#[source] hyper_util::client::legacy::Error),
+    UpstreamUnavailable(#[source] UpstreamError),
     #[error("upstream did not answer within {0} ms")]
     UpstreamTimeout(u64),
     #[error("upstream response cannot be made safe: {0}")]
     UpstreamResponse(&'static str),
+}
+
+/// Why the upstream gave no answer (the cause of [`ProxyError::UpstreamUnavailable`]).
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// No connection: dialling, TLS or the connection's setup failed.
+    #[error("connecting to the upstream failed")]
+    Connect(#[source] crate::body::BoxError),
+    /// A new connection handed the request back before writing any of it.
+    #[error("the upstream connection closed before the request was sent")]
+    Unsent(#[source] hyper::Error),
+    /// The exchange failed once the request was (perhaps partly) sent.
+    #[error("the exchange with the upstream failed")]
+    Exchange(#[source] hyper::Error),
 }
 
 /// A bounded shared resource of which each caller gets a share (the `share` label of
@@ -219,7 +233,10 @@ const UNFILLED_MESSAGE: &str = "Internal error";
 impl ProxyError {
     /// The upstream provably received nothing of the request: connecting to it failed.
     pub(crate) fn never_sent(&self) -> bool {
-        matches!(self, ProxyError::UpstreamUnavailable(e) if e.is_connect())
+        matches!(
+            self,
+            ProxyError::UpstreamUnavailable(UpstreamError::Connect(_) | UpstreamError::Unsent(_))
+        )
     }
 
     pub(crate) fn kind(&self) -> ErrorKind {

@@ -62,7 +62,7 @@ pub mod config {
 /// Refusals and how a client sees them.
 pub mod error {
     pub use crate::error::RefusalMetrics;
-    pub use crate::error::{ErrorKind, ProxyError, Resource, Share};
+    pub use crate::error::{ErrorKind, ProxyError, Resource, Share, UpstreamError};
 }
 
 /// Strict scanning and writing of JSON-RPC messages.

@@ -18,7 +18,7 @@
 //!    when single-use, consumed in the shared [`store`].
 //! 6. [`tools`]: handle arguments unwrapped, an idempotency key reserved or answered.
 //! 7. [`proxy::upstream`]: the message is forwarded, to an HTTP upstream or to a [`stdio`]
-//!    child through the same pooled client.
+//!    child through the same [`proxy::pool`] of connections.
 //! 8. [`proxy::outbound`] and [`proxy::response`]: the answer is classified and every state
 //!    in it sealed ([`sse`] for streams), its round checked ([`policy::questions`]).
 //! 9. [`error`] turns every failure into the client's response; outcomes are counted in

@@ -2,7 +2,7 @@
 //! process, and this bridge serves it to the proxy over Streamable HTTP, so that every
 //! protection the proxy gives an HTTP upstream applies unchanged.
 //!
-//! The proxy's pooled client dials a [`Connector`] that opens an in-memory connection
+//! The proxy's connection pool dials a [`Connector`] that opens an in-memory connection
 //! (no port: nothing else in the pod can reach the child around the sidecar) to the
 //! bridge's HTTP server ([`serve`]), which answers only requests the proxy's gated route
 //! marked with this process's secret ([`admit`]). Each request becomes one line on the
@@ -50,8 +50,7 @@ use crate::config::Config;
 use crate::health::ChildUp;
 use crate::mcp::param_headers::LearnedParamHeaders;
 use bytes::Bytes;
-use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use outbox::Outbox;
 use route::Routes;
 use session::Sessions;
@@ -384,12 +383,6 @@ impl tower_service::Service<http::Uri> for Connector {
 /// The client's end of an in-memory connection.
 pub(crate) struct Pipe(TokioIo<DuplexStream>);
 
-impl Connection for Pipe {
-    fn connected(&self) -> Connected {
-        Connected::new()
-    }
-}
-
 impl hyper::rt::Read for Pipe {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -416,19 +409,6 @@ impl hyper::rt::Write for Pipe {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
     }
-}
-
-/// The pooled client of the bridge, for [`crate::proxy::upstream::Upstream`].
-pub(crate) fn client(
-    connector: Connector,
-    idle_timeout: Duration,
-    max_idle: usize,
-) -> hyper_util::client::legacy::Client<Connector, crate::body::ProxyBody> {
-    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .pool_timer(hyper_util::rt::TokioTimer::new())
-        .pool_idle_timeout(idle_timeout)
-        .pool_max_idle_per_host(max_idle)
-        .build(connector)
 }
 
 #[cfg(test)]

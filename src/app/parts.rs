@@ -17,7 +17,8 @@ use crate::file_watch::FilePoll;
 use crate::health;
 use crate::policy::revocation::Revocations;
 use crate::policy::single_use::SingleUse;
-use crate::proxy::upstream::{Pool, Upstream};
+use crate::proxy::pool::Limits;
+use crate::proxy::upstream::Upstream;
 use crate::server::{self, Listener};
 use crate::stdio::Bridge;
 use crate::store::Store;
@@ -163,13 +164,13 @@ impl UpstreamKind {
     }
 }
 
-/// The pooled client of the upstream, with `upstream_tls` for an `https://` upstream.
+/// The upstream and its connection pool, with `upstream_tls` for an `https://` upstream.
 pub(super) fn upstream_client(
     config: &Config,
     upstream: &UpstreamKind,
     connect_timeout: Duration,
 ) -> Result<Upstream, StartError> {
-    let pool = Pool {
+    let pool = Limits {
         idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
         max_idle: config.limits.upstream_max_idle_per_host,
     };

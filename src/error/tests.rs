@@ -5,10 +5,6 @@
 
 use super::kind::Row;
 use super::*;
-use bytes::Bytes;
-use http_body_util::Empty;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use std::collections::BTreeSet;
 
 /// Errors of `kind`: one for each payload that changes what the client is answered or
@@ -85,20 +81,13 @@ pub(crate) fn samples(kind: ErrorKind) -> Vec<ProxyError> {
     }
 }
 
-/// A real client error (it has no constructor): connecting to a port just let go.
-fn connect_error() -> hyper_util::client::legacy::Error {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
-        drop(listener);
-        let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-        let uri = format!("http://{address}/").parse().unwrap();
-        client.get(uri).await.unwrap_err()
-    })
+/// A dialling error as the connector gives it: connecting to a port just let go.
+fn connect_error() -> UpstreamError {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    let refused = std::net::TcpStream::connect(address).unwrap_err();
+    UpstreamError::Connect(refused.into())
 }
 
 /// The labels in the `reason` cell of the metrics table's row for `metric`

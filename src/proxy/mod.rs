@@ -16,7 +16,8 @@
 //! 6. [`crate::tools`]: a `tools/call`'s handle arguments are unwrapped and its
 //!    idempotency key reserved, or the call is answered from the store ([`replay`]).
 //! 7. [`leg`]: the message is forwarded as the sidecar writes it from the scanned
-//!    tokens (the edits of steps 5 and 6 spliced in), through the [`upstream`] client.
+//!    tokens (the edits of steps 5 and 6 spliced in), to the [`upstream`] over its
+//!    [`pool`] of connections.
 //! 8. [`outbound`] and [`response`]: the answer is classified and every state in it sealed
 //!    (the token spliced into the upstream's bytes),
 //!    bound to the request of step 5 (its binding was computed at admission, so nothing
@@ -45,6 +46,7 @@ pub(crate) mod ingress;
 mod leg;
 mod metrics;
 pub(crate) mod outbound;
+pub(crate) mod pool;
 pub(crate) mod replay;
 pub(crate) mod response;
 pub(crate) mod state;

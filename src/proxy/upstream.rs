@@ -9,18 +9,17 @@
 //! the fixed hop-by-hop names, so no `Connection` can name away what the sidecar set.
 //! An `https://` upstream is reached only over TLS verified for its host (SNI and the
 //! certificate name both from the configured URL), never in the clear. A stdio upstream
-//! (`upstream = "stdio"`) is the same pooled client dialling [`crate::stdio`] in memory:
-//! the requests and responses of this leg are the same for both.
+//! (`upstream = "stdio"`) is the same pool ([`super::pool`]) dialling [`crate::stdio`] in
+//! memory: the requests and responses of this leg are the same for both.
 
+use super::pool::{Limits, Pool};
 use crate::config::UpstreamUrl;
 use crate::error::ProxyError;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::uri::{Authority, PathAndQuery, Scheme, Uri};
+use http::uri::{PathAndQuery, Uri};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
 use crate::body::ProxyBody;
@@ -43,8 +42,6 @@ const HOP_BY_HOP: [&str; 9] = [
 /// The configured upstream and a connection pool to it.
 pub(crate) struct Upstream {
     client: Clients,
-    scheme: Scheme,
-    authority: Authority,
     host: HeaderValue,
     base_path: String,
     response_head_timeout: Duration,
@@ -58,27 +55,8 @@ pub(crate) struct Upstream {
 /// The pool of an HTTP upstream, or of a stdio upstream's in-process server
 /// ([`crate::stdio`]): the same requests, the same responses.
 enum Clients {
-    Http(Client<HttpsConnector<HttpConnector>, ProxyBody>),
-    Stdio(Client<crate::stdio::Connector, ProxyBody>),
-}
-
-/// How idle upstream connections are kept for reuse.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Pool {
-    /// An idle connection is closed after this (`timeouts.upstream_idle_ms`).
-    pub(crate) idle_timeout: Duration,
-    /// At most this many idle connections are kept (`limits.upstream_max_idle_per_host`).
-    pub(crate) max_idle: usize,
-}
-
-impl Default for Pool {
-    fn default() -> Self {
-        let config = crate::config::Config::default();
-        Self {
-            idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
-            max_idle: config.limits.upstream_max_idle_per_host,
-        }
-    }
+    Http(Pool<HttpsConnector<HttpConnector>>),
+    Stdio(Pool<crate::stdio::Connector>),
 }
 
 impl Upstream {
@@ -96,7 +74,7 @@ impl Upstream {
             tls,
             connect_timeout,
             response_head_timeout,
-            Pool::default(),
+            Limits::default(),
         )
     }
 
@@ -107,23 +85,21 @@ impl Upstream {
         tls: rustls::ClientConfig,
         connect_timeout: Duration,
         response_head_timeout: Duration,
-        pool: Pool,
+        limits: Limits,
     ) -> Self {
         let https_only = base.is_https();
         let connector = crate::tls::https_connector(tls, connect_timeout, https_only);
-        let client = Client::builder(TokioExecutor::new())
-            // Without a timer the idle timeout is not enforced at all.
-            .pool_timer(hyper_util::rt::TokioTimer::new())
-            .pool_idle_timeout(pool.idle_timeout)
-            .pool_max_idle_per_host(pool.max_idle)
-            .build(connector);
         let authority = base.authority().clone();
         let host = HeaderValue::from_str(authority.as_str())
             .expect("an authority is a valid header value");
+        let target = Uri::builder()
+            .scheme(base.uri().scheme_str().unwrap_or("http"))
+            .authority(authority)
+            .path_and_query("/")
+            .build()
+            .expect("a configured upstream's scheme and authority form a URI");
         Self {
-            client: Clients::Http(client),
-            scheme: base.uri().scheme().cloned().unwrap_or(Scheme::HTTP),
-            authority,
+            client: Clients::Http(Pool::new(connector, target, limits)),
             host,
             base_path: base.uri().path().trim_end_matches('/').to_owned(),
             response_head_timeout,
@@ -137,20 +113,14 @@ impl Upstream {
     pub(crate) fn stdio(
         connector: crate::stdio::Connector,
         response_head_timeout: Duration,
-        pool: Pool,
+        limits: Limits,
     ) -> Self {
-        let authority = Authority::from_static("stdio");
         let gated_mark = Some(connector.mark());
         let param_headers = Some(connector.param_headers());
+        let target = Uri::from_static("http://stdio/");
         Self {
-            client: Clients::Stdio(crate::stdio::client(
-                connector,
-                pool.idle_timeout,
-                pool.max_idle,
-            )),
-            scheme: Scheme::HTTP,
+            client: Clients::Stdio(Pool::new(connector, target, limits)),
             host: HeaderValue::from_static("stdio"),
-            authority,
             base_path: String::new(),
             response_head_timeout,
             gated_mark,
@@ -182,7 +152,8 @@ impl Upstream {
         }
     }
 
-    /// The upstream URI for a client request target: base path ‖ path, query kept.
+    /// The upstream's request target for a client's, in origin form (the connection
+    /// is the upstream's own): base path ‖ path, query kept.
     pub(crate) fn uri_for(&self, client_uri: &Uri) -> Uri {
         let client = client_uri.path_and_query();
         let path_and_query = if self.base_path.is_empty() {
@@ -197,11 +168,7 @@ impl Upstream {
             joined.push_str(client);
             PathAndQuery::try_from(joined).expect("a base path and a client target join validly")
         };
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(self.scheme.clone());
-        parts.authority = Some(self.authority.clone());
-        parts.path_and_query = Some(path_and_query);
-        Uri::from_parts(parts).expect("scheme, authority and a client path form a valid URI")
+        Uri::from(path_and_query)
     }
 
     /// Rewrite a client request head for the upstream hop (in place): target URI,
@@ -245,8 +212,8 @@ impl Upstream {
         request: http::Request<ProxyBody>,
     ) -> Result<http::Response<Incoming>, ProxyError> {
         let response = match &self.client {
-            Clients::Http(client) => client.request(request),
-            Clients::Stdio(client) => client.request(request),
+            Clients::Http(pool) => futures_util::future::Either::Left(pool.send(request)),
+            Clients::Stdio(pool) => futures_util::future::Either::Right(pool.send(request)),
         };
         match tokio::time::timeout(self.response_head_timeout, response).await {
             Ok(Ok(response)) => Ok(response),
@@ -355,18 +322,15 @@ mod tests {
         let u = upstream("http://127.0.0.1:3000");
         assert_eq!(
             u.uri_for(&"/mcp?x=1".parse().unwrap()).to_string(),
-            "http://127.0.0.1:3000/mcp?x=1"
+            "/mcp?x=1"
         );
         assert_eq!(
             u.uri_for(&"http://front:8080//MCP/".parse().unwrap())
                 .to_string(),
-            "http://127.0.0.1:3000//MCP/"
+            "//MCP/"
         );
         let u = upstream("http://127.0.0.1:3000/base/");
-        assert_eq!(
-            u.uri_for(&"/mcp".parse().unwrap()).to_string(),
-            "http://127.0.0.1:3000/base/mcp"
-        );
+        assert_eq!(u.uri_for(&"/mcp".parse().unwrap()).to_string(), "/base/mcp");
     }
 
     #[tokio::test]

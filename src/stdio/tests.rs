@@ -52,10 +52,17 @@ async fn post(
     headers: &[(&str, http::HeaderValue)],
     text: &str,
 ) -> (http::StatusCode, String) {
-    let client = client(connector, Duration::from_secs(5), 1);
+    // One connection of the bridge, spoken to as the sidecar's pool does.
+    let mut connector = connector;
+    let pipe =
+        tower_service::Service::call(&mut connector, http::Uri::from_static("http://stdio/"))
+            .await
+            .unwrap();
+    let (mut client, connection) = hyper::client::conn::http1::handshake(pipe).await.unwrap();
+    tokio::spawn(connection);
     let message = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "echo", "arguments": {"text": text}}});
-    let mut request = http::Request::post("http://stdio/mcp")
+    let mut request = http::Request::post("/mcp")
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream");
     for (name, value) in headers {
@@ -64,7 +71,7 @@ async fn post(
     let request = request
         .body(crate::body::full(serde_json::to_vec(&message).unwrap()))
         .unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
+    let response = tokio::time::timeout(Duration::from_secs(10), client.send_request(request))
         .await
         .expect("answered at once")
         .unwrap();
