@@ -214,10 +214,9 @@ async fn an_abandoned_answer_closes_its_connection() {
     assert_eq!(up.connections.load(Ordering::SeqCst), 2);
 }
 
-/// An upstream that answers once and then closes the connection without saying so:
-/// the next request goes on a new connection, and the upstream sees it once.
-#[tokio::test]
-async fn a_connection_the_upstream_closed_is_not_used() {
+/// A raw upstream that reads one request a connection, counts it, writes `answer`
+/// (nothing if empty) and closes the connection without saying so.
+async fn closing_upstream(answer: &'static [u8]) -> (Uri, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let target: Uri = format!("http://{}/", listener.local_addr().unwrap())
         .parse()
@@ -231,13 +230,19 @@ async fn a_connection_the_upstream_closed_is_not_used() {
             let n = socket.read(&mut buffer).await.unwrap();
             assert!(buffer[..n].starts_with(b"GET / HTTP/1.1\r\n"));
             seen.fetch_add(1, Ordering::SeqCst);
-            socket
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .await
-                .unwrap();
+            socket.write_all(answer).await.unwrap();
             drop(socket);
         }
     });
+    (target, requests)
+}
+
+/// An upstream that answers once and then closes the connection without saying so:
+/// the next request goes on a new connection, and the upstream sees it once.
+#[tokio::test]
+async fn a_connection_the_upstream_closed_is_not_used() {
+    let (target, requests) =
+        closing_upstream(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
     let pool = pool(&target, Duration::from_secs(30), 4);
     text(pool.send(get("/")).await.unwrap()).await;
     // However soon the close is noticed, the second request is answered.
@@ -264,21 +269,7 @@ async fn a_refused_connection_is_a_connect_error() {
 /// and the request counts as sent (nothing is given back, nothing sent twice).
 #[tokio::test]
 async fn a_request_lost_after_it_was_written_is_not_sent_again() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let target: Uri = format!("http://{}/", listener.local_addr().unwrap())
-        .parse()
-        .unwrap();
-    let requests = Arc::new(AtomicUsize::new(0));
-    let seen = requests.clone();
-    tokio::spawn(async move {
-        loop {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut buffer = vec![0; 4096];
-            let _ = socket.read(&mut buffer).await.unwrap();
-            seen.fetch_add(1, Ordering::SeqCst);
-            drop(socket);
-        }
-    });
+    let (target, requests) = closing_upstream(b"").await;
     let pool = pool(&target, Duration::from_secs(30), 4);
     let error = pool.send(get("/")).await.unwrap_err();
     assert!(matches!(error, UpstreamError::Exchange(_)), "{error:?}");
