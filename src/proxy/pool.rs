@@ -18,7 +18,7 @@
 //!   was written: an upstream never sees a request twice;
 //! - the newest idle connection is taken first, so the older ones age out;
 //! - a connection idle longer than the timeout is never used, and is closed by the
-//!   pool's sweep within half the timeout after it expired.
+//!   pool's sweep within half the timeout (50 ms at least) after it expired.
 
 use crate::body::{BoxError, ProxyBody};
 use crate::error::UpstreamError;
