@@ -62,14 +62,14 @@ pub(crate) struct Pool<C> {
 
 /// The ready connections, oldest first.
 struct Idle {
-    stack: Mutex<Vec<Kept>>,
+    stack: Mutex<Vec<IdleConnection>>,
     limits: Limits,
     /// Started with the first connection put back: a pool that never keeps one (or is
     /// built outside a runtime, as in unit tests) runs no task.
     sweep: OnceLock<()>,
 }
 
-struct Kept {
+struct IdleConnection {
     sender: SendRequest<ProxyBody>,
     since: Instant,
 }
@@ -192,7 +192,7 @@ impl Idle {
 
     /// Keep a ready connection, unless the stack is full (then it closes).
     fn put(self: &Arc<Self>, sender: SendRequest<ProxyBody>) {
-        let kept = Kept {
+        let kept = IdleConnection {
             sender,
             since: Instant::now(),
         };
