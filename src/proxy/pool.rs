@@ -22,6 +22,7 @@
 
 use crate::body::{BoxError, ProxyBody};
 use crate::error::UpstreamError;
+use futures_util::FutureExt;
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
@@ -134,11 +135,14 @@ where
         let (sender, connection) = http1::handshake(io)
             .await
             .map_err(|e| UpstreamError::Connect(e.into()))?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
+        // Mapped, not awaited in an `async` block: a block holds the connection (1 744
+        // bytes over TLS or TCP) twice, as its capture and as its awaitee, and its task
+        // took jemalloc's 4 KiB class where this one takes the 2 KiB (1 920 bytes).
+        tokio::spawn(connection.map(|ended| {
+            if let Err(error) = ended {
                 tracing::debug!(%error, "upstream connection ended");
             }
-        });
+        }));
         Ok(sender)
     }
 
