@@ -158,8 +158,18 @@ async fn an_idle_connection_is_closed_after_the_timeout() {
     })
     .await;
     assert_eq!(pool.idle_count(), 0);
+    // With nothing left to sweep, the sweep's task ends; the next idle connection
+    // starts it again, and it closes that one too.
+    let sweeping = || pool.idle.sweeping.load(Ordering::SeqCst);
+    eventually("the sweep ended", || !sweeping()).await;
     text(pool.send(get("/")).await.unwrap()).await;
     assert_eq!(up.connections.load(Ordering::SeqCst), 2);
+    assert!(sweeping());
+    eventually("the second one closed", || {
+        up.closed.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    eventually("the sweep ended again", || !sweeping()).await;
 }
 
 #[tokio::test]
