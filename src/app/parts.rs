@@ -170,10 +170,7 @@ pub(super) fn upstream_client(
     upstream: &UpstreamKind,
     connect_timeout: Duration,
 ) -> Result<Upstream, StartError> {
-    let pool = Limits {
-        idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
-        max_idle: config.limits.upstream_max_idle_per_host,
-    };
+    let pool = Limits::of(config);
     let head_timeout = Duration::from_millis(config.timeouts.response_head_ms);
     let upstream_uri = match upstream {
         UpstreamKind::Http(uri) => uri,

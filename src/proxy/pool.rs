@@ -40,9 +40,9 @@ pub(crate) struct Limits {
     pub(crate) max_idle: usize,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        let config = crate::config::Config::default();
+impl Limits {
+    /// The limits `config` sets.
+    pub(crate) fn of(config: &crate::config::Config) -> Self {
         Self {
             idle_timeout: Duration::from_millis(config.timeouts.upstream_idle_ms),
             max_idle: config.limits.upstream_max_idle_per_host,

@@ -74,7 +74,7 @@ impl Upstream {
             tls,
             connect_timeout,
             response_head_timeout,
-            Limits::default(),
+            Limits::of(&crate::config::Config::default()),
         )
     }
 
