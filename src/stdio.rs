@@ -57,7 +57,6 @@ use session::Sessions;
 use std::collections::HashMap;
 use std::future::Ready;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -72,7 +71,13 @@ const DUPLEX_BYTES: usize = 64 * 1024;
 /// the shared 2026-07-28 child, or a 2025-era session's ([`session`]).
 pub(crate) struct BridgeShared {
     routes: Mutex<Routes>,
+    /// The callers' lines for the child's stdin: a place in it ([`admit::Place`]) is
+    /// taken before a request waits for the child, so `queue_max` counts both.
     queue: mpsc::Sender<Outgoing>,
+    /// The bridge's own lines (its `server/discover` probe, its tool listing, the
+    /// cancellations and refusals it writes): apart, so that they neither take a
+    /// caller's place nor wait behind callers waiting for the child; written first.
+    own: mpsc::Sender<Outgoing>,
     /// Whether the child answers (it answered `server/discover`); `None` once stopped.
     up: watch::Sender<Option<bool>>,
     /// The readiness the shared child reports (`/readyz`, `stdio_child_up`); a
@@ -87,9 +92,6 @@ pub(crate) struct BridgeShared {
     budget: Arc<MemoryBudget>,
     /// The proxy's gated route sends this ([`GATED_HEADER`]); nothing else can.
     mark: http::HeaderValue,
-    /// Requests waiting for the child to come up (counted against `queue_max`).
-    waiting: AtomicUsize,
-    queue_max: usize,
     /// Requests each caller has at the bridge, and how many one may have.
     owners: Mutex<HashMap<String, usize>>,
     owner_share: usize,
@@ -104,6 +106,12 @@ pub(crate) struct Outgoing {
     line: Bytes,
     /// A request's line is reserved until the child's stdin took it.
     held: Option<Reservation>,
+}
+
+/// The receiving ends of one child's queues, read by its stdin's writer.
+pub(crate) struct Queued {
+    own: mpsc::Receiver<Outgoing>,
+    callers: mpsc::Receiver<Outgoing>,
 }
 
 /// Why a line was not queued.
@@ -133,12 +141,14 @@ impl BridgeShared {
         mark: http::HeaderValue,
         child_up: Option<ChildUp>,
         session: Option<Arc<Outbox>>,
-    ) -> (Arc<Self>, mpsc::Receiver<Outgoing>) {
+    ) -> (Arc<Self>, Queued) {
         let command = &config.upstream_command;
-        let (queue, queued) = mpsc::channel(command.queue_max);
+        let (queue, callers) = mpsc::channel(command.queue_max);
+        let (own, own_queued) = mpsc::channel(command.queue_max);
         let shared = Arc::new(BridgeShared {
             routes: Mutex::new(Routes::new(budget.clone())),
             queue,
+            own,
             up: watch::Sender::new(Some(false)),
             child_up,
             session,
@@ -147,13 +157,15 @@ impl BridgeShared {
             max_values: config.limits.max_json_values,
             budget,
             mark,
-            waiting: AtomicUsize::new(0),
-            queue_max: command.queue_max,
             owners: Mutex::new(HashMap::new()),
             owner_share: config.upstream_command_queue_share(),
             param_headers: LearnedParamHeaders::default(),
         });
         shared.set_up(false);
+        let queued = Queued {
+            own: own_queued,
+            callers,
+        };
         (shared, queued)
     }
 
@@ -163,28 +175,38 @@ impl BridgeShared {
         self.routes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queue a line for the child's stdin, or say why not (never waits). `held`: its
-    /// reservation, given back once the child's stdin took it.
+    /// Queue a caller's line (a notification or a response the client wrote) for the
+    /// child's stdin, or say why not (never waits). `held`: its reservation, given back
+    /// once the child's stdin took it.
     pub(crate) fn enqueue(
-        &self,
-        id: Option<ids::BridgeId>,
+        self: &Arc<Self>,
         line: Bytes,
-        held: Option<Reservation>,
+        held: Reservation,
     ) -> Result<(), NotQueued> {
-        let result = self.queue.try_send(Outgoing { id, line, held });
+        admit::Place::take(self)?.send(None, line, held)
+    }
+
+    /// Queue one of the bridge's own lines (a cancellation, a refusal), or say why not
+    /// (never waits).
+    pub(crate) fn enqueue_own(&self, line: Bytes) -> Result<(), NotQueued> {
+        let own = Outgoing {
+            id: None,
+            line,
+            held: None,
+        };
+        let sent = self.own.try_send(own);
         self.metrics.queue_depth(self.queued());
-        result.map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => {
-                self.metrics.queue_full();
-                NotQueued::Full
-            }
+        sent.map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => NotQueued::Full,
             mpsc::error::TrySendError::Closed(_) => NotQueued::Stopped,
         })
     }
 
-    /// Lines waiting for the child's stdin and requests waiting for the child.
+    /// Lines waiting for the child's stdin (the callers' and the bridge's own), and
+    /// callers' requests waiting for the child (each holds its place).
     fn queued(&self) -> usize {
-        self.queue.max_capacity() - self.queue.capacity() + self.waiting.load(Ordering::Relaxed)
+        let own = self.own.max_capacity() - self.own.capacity();
+        self.queue.max_capacity() - self.queue.capacity() + own
     }
 
     /// Whether the child answers now.
@@ -235,11 +257,7 @@ pub(crate) struct Supervised {
 }
 
 impl Supervised {
-    fn spawn(
-        shared: Arc<BridgeShared>,
-        spec: child::Spec,
-        queued: mpsc::Receiver<Outgoing>,
-    ) -> Self {
+    fn spawn(shared: Arc<BridgeShared>, spec: child::Spec, queued: Queued) -> Self {
         let (stop, stopping) = watch::channel(None);
         let supervisor = tokio::spawn(child::supervise(shared.clone(), spec, queued, stopping));
         Self {

@@ -32,7 +32,8 @@ pub struct UpstreamCommandConfig {
     pub restart_min_ms: u64,
     /// The longest restart delay, in milliseconds; at least `restart_min_ms`.
     pub(crate) restart_max_ms: u64,
-    /// Messages waiting for the child's standard input; past it 503 + `Retry-After`.
+    /// Callers' messages waiting for the child's standard input or for it to come up;
+    /// past it 503 + `Retry-After` (the bridge's own lines queue apart, as many again).
     /// At least 1.
     pub queue_max: usize,
     /// One caller's share of the requests at the shared child (queued for its stdin,

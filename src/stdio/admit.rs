@@ -1,17 +1,20 @@
 //! Who may reach the child, and how much of it: only requests the proxy's gated route
 //! marked with this process's secret (a passthrough path, or anything else that did not
 //! go through the gate, is refused), each caller within its share of the requests at the
-//! child, and requests waiting for a child that is not up within `queue_max`.
+//! child, and requests waiting for the child or for its stdin within `queue_max`.
 //!
 //! Invariant: a request is at the child (queued, waiting for it, or in progress there)
-//! only while it holds a [`QueueSlot`] of its owner's share; a waiting request only while it
-//! holds a [`Waiting`] place in the queue. Both are given back when dropped.
+//! only while it holds a [`QueueSlot`] of its owner's share; waiting for the child or queued,
+//! only while it holds a [`Place`] in the callers' queue. Both are given back when dropped.
 
-use super::{BridgeShared, NotQueued};
+use super::ids::BridgeId;
+use super::{BridgeShared, NotQueued, Outgoing};
+use crate::budget::Reservation;
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use subtle::ConstantTimeEq;
+use tokio::sync::mpsc;
 
 /// The header by which the proxy's gated route marks what it forwards to the bridge
 /// (with a per-process random value; any copy a client sent is removed at ingress).
@@ -71,32 +74,116 @@ impl Drop for QueueSlot {
     }
 }
 
-/// A request's place in the queue while it waits for the child to come up.
-pub(super) struct Waiting(Arc<BridgeShared>);
+/// A caller's place in the child's input queue, taken before its line goes in: while it
+/// waits for the child to come up, the place is held, so a request let in is never
+/// refused later for want of room (the bridge's own lines queue apart).
+pub(super) struct Place {
+    permit: Option<mpsc::OwnedPermit<Outgoing>>,
+    shared: Arc<BridgeShared>,
+}
 
-impl Waiting {
+impl Place {
     /// A place, or [`NotQueued::Full`] when `queue_max` lines and requests wait already.
     pub(super) fn take(shared: &Arc<BridgeShared>) -> Result<Self, NotQueued> {
-        let taken = shared
-            .waiting
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
-                let lines = shared.queue.max_capacity() - shared.queue.capacity();
-                (lines + waiting < shared.queue_max).then_some(waiting + 1)
-            });
+        let taken = shared.queue.clone().try_reserve_owned();
         shared.metrics.queue_depth(shared.queued());
         match taken {
-            Ok(_) => Ok(Self(shared.clone())),
-            Err(_) => {
+            Ok(permit) => Ok(Self {
+                permit: Some(permit),
+                shared: shared.clone(),
+            }),
+            Err(mpsc::error::TrySendError::Full(_)) => {
                 shared.metrics.queue_full();
                 Err(NotQueued::Full)
             }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(NotQueued::Stopped),
         }
+    }
+
+    /// Put the line in its place (`id`: the request's, `None` for a notification or a
+    /// response); [`NotQueued::Stopped`] once the child's writer is gone for good.
+    pub(super) fn send(
+        mut self,
+        id: Option<BridgeId>,
+        line: Bytes,
+        held: Reservation,
+    ) -> Result<(), NotQueued> {
+        if self.shared.queue.is_closed() {
+            return Err(NotQueued::Stopped);
+        }
+        let permit = self.permit.take().expect("a place is sent once");
+        permit.send(Outgoing {
+            id,
+            line,
+            held: Some(held),
+        });
+        Ok(())
     }
 }
 
-impl Drop for Waiting {
+impl Drop for Place {
     fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
-        self.0.metrics.queue_depth(self.0.queued());
+        // A place not used is given back (a line sent keeps it until the writer took it).
+        drop(self.permit.take());
+        self.shared.metrics.queue_depth(self.shared.queued());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::MemoryBudget;
+    use crate::config::Config;
+    use crate::registry::Registry;
+    use crate::stdio::StdioMetrics;
+    use prometheus::IntGauge;
+
+    /// Requests let in while the child starts keep their places: the lines the bridge
+    /// writes itself once the child is up (its tool listing, a cancellation) queue apart,
+    /// so each waiting request's line goes in however late the writer runs, and the
+    /// writer takes the bridge's own first. Past `queue_max`, a caller is refused at once
+    /// and counted; a place let go is given back.
+    #[tokio::test]
+    async fn a_caller_let_in_keeps_its_place_beside_the_bridges_own_lines() {
+        let mut config = Config::default();
+        config.upstream_command.queue_max = 2;
+        let metrics = Arc::new(StdioMetrics::register(&Registry::new()));
+        let budget = MemoryBudget::new(1 << 20, IntGauge::new("b", "b").unwrap());
+        let (shared, mut queued) = BridgeShared::new(
+            &config,
+            metrics.clone(),
+            budget.clone(),
+            fresh_mark(),
+            None,
+            None,
+        );
+        let first = Place::take(&shared).unwrap();
+        let second = Place::take(&shared).unwrap();
+        assert!(matches!(Place::take(&shared), Err(NotQueued::Full)));
+        assert_eq!(metrics.queue_depth_now(), 2);
+        for own in [&b"tools/list\n"[..], b"cancelled\n"] {
+            shared.enqueue_own(Bytes::from_static(own)).unwrap();
+        }
+        assert_eq!(metrics.queue_depth_now(), 4);
+        let line = |text: &'static str| Bytes::from_static(text.as_bytes());
+        first
+            .send(Some("a".into()), line("a\n"), budget.reservation())
+            .unwrap();
+        second
+            .send(Some("b".into()), line("b\n"), budget.reservation())
+            .unwrap();
+        let late = shared.enqueue(line("late\n"), budget.reservation());
+        assert!(matches!(late, Err(NotQueued::Full)));
+        assert_eq!(metrics.queue_full_count(), 2);
+        let own: Vec<_> = std::iter::from_fn(|| queued.own.try_recv().ok()).collect();
+        let callers: Vec<_> = std::iter::from_fn(|| queued.callers.try_recv().ok()).collect();
+        let lines = |lines: &[Outgoing]| lines.iter().map(|o| o.line.clone()).collect::<Vec<_>>();
+        assert_eq!(lines(&own), [line("tools/list\n"), line("cancelled\n")]);
+        assert_eq!(lines(&callers), [line("a\n"), line("b\n")]);
+        let let_go = Place::take(&shared).unwrap();
+        assert_eq!(metrics.queue_depth_now(), 1);
+        drop(let_go);
+        assert_eq!(metrics.queue_depth_now(), 0);
+        assert_eq!(shared.queued(), 0);
     }
 }

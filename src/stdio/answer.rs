@@ -232,11 +232,7 @@ impl Drop for RouteClaim {
             "method": "notifications/cancelled",
             "params": {"requestId": self.id, "reason": "the client went away"},
         });
-        if self
-            .shared
-            .enqueue(None, route::line(&cancel), None)
-            .is_ok()
-        {
+        if self.shared.enqueue_own(route::line(&cancel)).is_ok() {
             self.shared.metrics.cancelled();
         }
     }

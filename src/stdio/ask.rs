@@ -29,7 +29,7 @@ pub(crate) async fn ask(
 }
 
 /// Queue the bridge's own request `method` with `params` under the open route `id`
-/// (waiting for room in the queue); false once the child's queue is gone.
+/// (waiting for room in the bridge's own queue); false once the child's queue is gone.
 pub(crate) async fn send(
     shared: &BridgeShared,
     id: &ids::BridgeId,
@@ -45,13 +45,12 @@ pub(crate) async fn send(
         }),
     );
     let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    shared
-        .queue
-        .send(Outgoing {
-            id: Some(id.clone()),
-            line: route::line(&request),
-            held: None,
-        })
-        .await
-        .is_ok()
+    let own = Outgoing {
+        id: Some(id.clone()),
+        line: route::line(&request),
+        held: None,
+    };
+    let sent = shared.own.send(own).await.is_ok();
+    shared.metrics.queue_depth(shared.queued());
+    sent
 }

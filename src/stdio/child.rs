@@ -10,7 +10,7 @@ use super::lines::{Line, Lines};
 use super::metrics::Unmatched;
 use super::route::{self, Delivery, NoAnswer};
 use super::tools;
-use super::{BridgeShared, Outgoing};
+use super::{BridgeShared, Outgoing, Queued};
 use crate::config::Config;
 use crate::text::Clipped;
 use bytes::Bytes;
@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::{Mutex, mpsc, watch};
+use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 
 /// The environment a child gets without `inherit_env` (each only when set).
@@ -116,7 +116,7 @@ enum Ended {
 pub(super) async fn supervise(
     shared: Arc<BridgeShared>,
     spec: Spec,
-    queued: mpsc::Receiver<Outgoing>,
+    queued: Queued,
     mut stop: watch::Receiver<Option<Instant>>,
 ) {
     let queued = Arc::new(Mutex::new(queued));
@@ -163,7 +163,7 @@ pub(super) async fn supervise(
 async fn run(
     shared: &Arc<BridgeShared>,
     spec: &Spec,
-    queued: &Arc<Mutex<mpsc::Receiver<Outgoing>>>,
+    queued: &Arc<Mutex<Queued>>,
     stop: &mut watch::Receiver<Option<Instant>>,
 ) -> Ended {
     let mut child = match spec.command().spawn() {
@@ -235,7 +235,6 @@ async fn stopping(stop: &mut watch::Receiver<Option<Instant>>) -> Instant {
 /// the era of an SDK server that decides it by the first request); true once it
 /// answered, with a result or an error.
 async fn probe(shared: Arc<BridgeShared>, timeout: Duration) -> bool {
-    // Ahead of waiting requests would be better, but they wait for readiness anyway.
     let Some(answer) = ask(&shared, "server/discover", Map::new(), timeout).await else {
         return false;
     };
@@ -269,13 +268,16 @@ async fn terminate(child: &mut Child, pid: Option<u32>, deadline: Instant) {
 
 /// Write queued lines to the child's stdin until it closes (a request's line only while
 /// its caller still waits).
-async fn write(
-    shared: Arc<BridgeShared>,
-    queued: Arc<Mutex<mpsc::Receiver<Outgoing>>>,
-    mut stdin: ChildStdin,
-) {
+async fn write(shared: Arc<BridgeShared>, queued: Arc<Mutex<Queued>>, mut stdin: ChildStdin) {
     let mut queued = queued.lock().await;
-    while let Some(Outgoing { id, line, held }) = queued.recv().await {
+    let Queued { own, callers } = &mut *queued;
+    loop {
+        let Outgoing { id, line, held } = tokio::select! {
+            biased;
+            Some(line) = own.recv() => line,
+            Some(line) = callers.recv() => line,
+            else => return,
+        };
         shared.metrics.queue_depth(shared.queued());
         if id.is_some_and(|id| !shared.routes().is_open(&id)) {
             continue;
@@ -372,7 +374,7 @@ fn delivered(shared: &Arc<BridgeShared>, delivery: Delivery, line: &[u8]) {
                     "method": "notifications/cancelled",
                     "params": {"requestId": id, "reason": "the client fell behind"},
                 });
-                if shared.enqueue(None, route::line(&cancel), None).is_ok() {
+                if shared.enqueue_own(route::line(&cancel)).is_ok() {
                     shared.metrics.cancelled();
                 }
             }
@@ -385,7 +387,7 @@ fn delivered(shared: &Arc<BridgeShared>, delivery: Delivery, line: &[u8]) {
                 "id": id,
                 "error": {"code": -32601, "message": "server-to-client requests are not available through mcp-state-guard (2026-07-28): use input_required"},
             });
-            let _ = shared.enqueue(None, route::line(&refusal), None);
+            let _ = shared.enqueue_own(route::line(&refusal));
         }
     }
 }

@@ -167,7 +167,7 @@ impl StdioMetrics {
             ),
             queue_depth: registry.gauge(
                 "stdio_queue_depth",
-                "Messages waiting for the child's standard input.",
+                "Messages waiting for the child's standard input (the callers' and the bridge's own), and requests waiting for the child.",
             ),
             queue_full: registry.counter(
                 "stdio_queue_full_total",

@@ -12,7 +12,7 @@
 //! [`super::answer`]'s.
 
 use super::BridgeShared;
-use super::admit::{self, QueueSlot, Waiting};
+use super::admit::{self, Place, QueueSlot};
 use super::answer::{RouteClaim, error, first_message, status};
 use super::ids::{self, NotARequest};
 use super::metrics::{BridgeRefusal, Busy};
@@ -224,14 +224,14 @@ async fn post(
 }
 
 /// A notification or a response for a session's child, as the client wrote it.
-fn pass_on(shared: &BridgeShared, body: &[u8], mut held: Reservation) -> Response<ProxyBody> {
+fn pass_on(shared: &Arc<BridgeShared>, body: &[u8], mut held: Reservation) -> Response<ProxyBody> {
     let mut line = Vec::with_capacity(body.len() + 1);
     line.extend_from_slice(body);
     line.push(b'\n');
     if held.resize_to(line.len()).is_err() {
         return refused(shared, Busy::OverBudget, Value::Null);
     }
-    match shared.enqueue(None, Bytes::from(line), Some(held)) {
+    match shared.enqueue(Bytes::from(line), held) {
         Ok(()) => status(StatusCode::ACCEPTED),
         Err(refused) => unavailable(Value::Null, refused.message()),
     }
@@ -262,6 +262,10 @@ async fn request_child(
     let line = parsed.line(&body, &id);
     drop(body);
     let _ = held.resize_to(line.len());
+    let place = match Place::take(shared) {
+        Ok(place) => place,
+        Err(full) => return unavailable(caller_id, full.message()),
+    };
     if let Err(response) = wait_for_child(shared, &caller_id).await {
         return response;
     }
@@ -269,7 +273,7 @@ async fn request_child(
         .routes()
         .open(id.clone(), caller_id.clone(), parsed.token, streams);
     let mut ticket = RouteClaim::new(shared.clone(), id.clone(), slot, in_use);
-    if let Err(refused) = shared.enqueue(Some(id), line, Some(held)) {
+    if let Err(refused) = place.send(Some(id), line, held) {
         ticket.withdraw();
         return unavailable(caller_id, refused.message());
     }
@@ -315,20 +319,12 @@ async fn read(
     }
 }
 
-/// Wait until the child is up, holding a place in the queue meanwhile (refused at once
-/// when `queue_max` lines and requests wait already).
+/// Wait until the child is up (the caller holds its place in the queue meanwhile).
 async fn wait_for_child(
-    shared: &Arc<BridgeShared>,
+    shared: &BridgeShared,
     caller_id: &Value,
 ) -> Result<(), Response<ProxyBody>> {
-    if shared.is_up() {
-        return Ok(());
-    }
-    let waiting =
-        Waiting::take(shared).map_err(|full| unavailable(caller_id.clone(), full.message()))?;
-    let ready = shared.child_ready().await;
-    drop(waiting);
-    if ready {
+    if shared.is_up() || shared.child_ready().await {
         return Ok(());
     }
     Err(error(
