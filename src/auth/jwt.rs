@@ -201,7 +201,9 @@ fn bearer(headers: &HeaderMap) -> Result<&str, AuthFailure> {
         return Err(AuthFailure::Missing);
     }
     let token = token.trim_start_matches(' ');
-    if token.is_empty() || token.len() > MAX_TOKEN_BYTES || !is_jws_text(token.as_bytes()) {
+    // Its alphabet is checked by [`header`], before a whole check: a token the
+    // connection recalls, or the cache names, passed it when it was verified.
+    if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
         return Err(AuthFailure::Malformed);
     }
     Ok(token)
@@ -209,9 +211,10 @@ fn bearer(headers: &HeaderMap) -> Result<&str, AuthFailure> {
 
 /// Whether every byte is one a compact JWS is written with: the base64url alphabet of
 /// its three segments (RFC 6750's token68, less `~ + /`) and the dots between them.
-/// A token is most of a kilobyte and comes with every request: it is read in blocks
-/// whose bytes are all checked, branch-free (which the compiler turns into vector
-/// compares), and the answer looked at once a block.
+/// A token is most of a kilobyte, and this is the first step of its whole check (a
+/// token kept verified passed it then): it is read in blocks whose bytes are all
+/// checked, branch-free (which the compiler turns into vector compares), and the answer
+/// looked at once a block.
 fn is_jws_text(bytes: &[u8]) -> bool {
     fn allowed(c: u8) -> bool {
         // `c | 0x20` folds `A-Z` onto `a-z` and nothing else onto them; below the range,
@@ -230,6 +233,9 @@ fn is_jws_text(bytes: &[u8]) -> bool {
 /// The algorithm and key id of a compact JWS, refusing what we never verify before any
 /// key is looked up.
 fn header(token: &str) -> Result<(Algorithm, Option<String>), AuthFailure> {
+    if !is_jws_text(token.as_bytes()) {
+        return Err(AuthFailure::Malformed);
+    }
     let mut segments = token.split('.');
     let (Some(head), Some(_), Some(_), None) = (
         segments.next(),
@@ -333,7 +339,8 @@ mod tests {
         assert_eq!(bearer(&with(&["Basic dTpw"])), Err(AuthFailure::Missing));
         assert_eq!(bearer(&with(&["Bearer"])), Err(AuthFailure::Missing));
         assert_eq!(bearer(&with(&["Bearer "])), Err(AuthFailure::Malformed));
-        assert_eq!(bearer(&with(&["Bearer a b"])), Err(AuthFailure::Malformed));
+        // Read as it is; its alphabet is the whole check's first step (`header`).
+        assert_eq!(bearer(&with(&["Bearer a b"])), Ok("a b"));
         assert_eq!(
             bearer(&with(&["Bearer a.b.c", "Bearer d.e.f"])),
             Err(AuthFailure::Malformed)
@@ -363,5 +370,11 @@ mod tests {
         assert_eq!(header("a.b").unwrap_err(), AuthFailure::Malformed);
         let ok = token(r#"{"alg":"EdDSA","kid":"k1"}"#);
         assert_eq!(header(&ok).unwrap(), (Algorithm::EdDSA, Some("k1".into())));
+        // The same with a byte outside the alphabet, anywhere: refused before its head
+        // is read.
+        for stray in [" ", "~", "+", "/", "="] {
+            let bad = format!("{ok}{stray}");
+            assert_eq!(header(&bad).unwrap_err(), AuthFailure::Malformed, "{stray}");
+        }
     }
 }

@@ -101,6 +101,8 @@ async fn every_invalid_token_gets_401_and_reaches_nothing() {
     let cases: Vec<(Option<String>, AuthFailure)> = vec![
         (None, Missing),
         (Some("not-a-jwt".into()), Malformed),
+        // Three segments, a byte outside the alphabet.
+        (Some("a.b.c!".into()), Malformed),
         (
             Some(rsa.sign(&with(&|c| c["exp"] = json!(now - 3600)))),
             Expired,
@@ -188,6 +190,11 @@ async fn every_invalid_token_gets_401_and_reaches_nothing() {
         // Authorization reaches the upstream unchanged by default.
         assert_eq!(up.last().header("authorization"), Some(token.as_str()));
     }
+    // A token kept verified, with a byte outside the alphabet after it (`~`, which RFC
+    // 6750 allows and a compact JWS does not): no longer the kept token, and malformed.
+    // (RS256 signatures are deterministic: this is the token verified above.)
+    let kept = rsa.sign_as(Alg::RS256, Some(&rsa.kid), &good);
+    assert_unauthorized(&sidecar, &up, Some(&format!("{kept}~")), Malformed).await;
     // The metrics expose every reason from the first scrape.
     let text = sidecar.metrics().render();
     for reason in AuthFailure::ALL {
