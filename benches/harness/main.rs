@@ -13,7 +13,8 @@
 //!   p50 / p99 / p99.9;
 //! - single-use on (memory and Redis stores; Redis alone, and a primary whose replica
 //!   confirms each consumption, `WAIT`, the default with a replica): the retry with a
-//!   fresh token each time;
+//!   fresh token each time; and the same feed through the plain sidecar, the control
+//!   that tells the store's cost from the feed's;
 //! - a JWT principal (`jwt.rs`: RS256, the keys in a JWKS file): the first call and the
 //!   retry through a sidecar that verifies every request's access token;
 //! - memory: the sidecar's idle RSS, and per open idle SSE stream with 10 000 of them
@@ -358,12 +359,20 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
     // Rows with a sidecar column only: single use, the stdio upstream, a JWT principal;
     // each taken in turn with the floor's JSON row of its phase.
     let mut single_use = Vec::new();
-    for (name, addr) in [
-        ("memory", setup.memory),
-        ("Redis", setup.redis),
-        ("Redis + replica, WAIT", setup.redis_replicated),
+    for (label, addr) in [
+        // The control: the plain sidecar fed as the single-use rows are (a token of its
+        // own for each request, from the same kind of files), so that what of their gap
+        // to the plain retry is the feed (every token new to the caches and the branch
+        // predictors, where the plain retry repeats one) reads apart from the store's.
+        ("retry, a fresh token each (no single use)", setup.sidecar),
+        ("retry, single-use (memory)", setup.memory),
+        ("retry, single-use (Redis)", setup.redis),
+        (
+            "retry, single-use (Redis + replica, WAIT)",
+            setup.redis_replicated,
+        ),
     ] {
-        let label = format!("retry, single-use ({name})");
+        let label = label.to_owned();
         single_use.push(single_use_row(settings, setup, addr, label, retry_rps, dir).await?);
     }
     single_use.extend(sidecar_rows(settings, setup, setup.stdio, "stdio upstream (E)", dir).await?);
