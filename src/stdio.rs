@@ -9,9 +9,9 @@
 //! child's stdin under a fresh random id of the bridge's own ([`ids`]); its answer and its
 //! progress notifications come back to that caller only ([`route`]). One task supervises
 //! the child ([`child`]): starts it, asks it `server/discover` before calling it up,
-//! writes the bounded queue to its stdin, reads its stdout line by line within
-//! `limits.max_event_bytes` ([`lines`]), logs its stderr clipped, fails every open
-//! request when it exits, and restarts it with backoff.
+//! writes the bounded queues to its stdin (the bridge's own lines first), reads its
+//! stdout line by line within `limits.max_event_bytes` ([`lines`]), logs its stderr
+//! clipped, fails every open request when it exits, and restarts it with backoff.
 //!
 //! Invariant: a line of the child's stdout reaches at most the one caller whose request
 //! it names, and it can name one only by an id the child was given for it (the child's
