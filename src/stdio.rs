@@ -121,6 +121,15 @@ pub(crate) enum NotQueued {
     Stopped,
 }
 
+impl<T> From<mpsc::error::TrySendError<T>> for NotQueued {
+    fn from(error: mpsc::error::TrySendError<T>) -> Self {
+        match error {
+            mpsc::error::TrySendError::Full(_) => NotQueued::Full,
+            mpsc::error::TrySendError::Closed(_) => NotQueued::Stopped,
+        }
+    }
+}
+
 impl NotQueued {
     fn message(self) -> &'static str {
         match self {
@@ -196,10 +205,7 @@ impl BridgeShared {
         };
         let sent = self.own.try_send(own);
         self.metrics.queue_depth(self.queued());
-        sent.map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => NotQueued::Full,
-            mpsc::error::TrySendError::Closed(_) => NotQueued::Stopped,
-        })
+        sent.map_err(NotQueued::from)
     }
 
     /// Lines waiting for the child's stdin (the callers' and the bridge's own), and

@@ -87,17 +87,15 @@ impl Place {
     pub(super) fn take(shared: &Arc<BridgeShared>) -> Result<Self, NotQueued> {
         let taken = shared.queue.clone().try_reserve_owned();
         shared.metrics.queue_depth(shared.queued());
-        match taken {
-            Ok(permit) => Ok(Self {
-                permit: Some(permit),
-                shared: shared.clone(),
-            }),
-            Err(mpsc::error::TrySendError::Full(_)) => {
+        let permit = taken.map_err(NotQueued::from).inspect_err(|refused| {
+            if let NotQueued::Full = refused {
                 shared.metrics.queue_full();
-                Err(NotQueued::Full)
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(NotQueued::Stopped),
-        }
+        })?;
+        Ok(Self {
+            permit: Some(permit),
+            shared: shared.clone(),
+        })
     }
 
     /// Put the line in its place (`id`: the request's, `None` for a notification or a
