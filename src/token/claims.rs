@@ -8,48 +8,8 @@
 //! ignores the rest.
 
 use super::canonical::{write_python_float, write_string};
-use base64_simd::URL_SAFE_NO_PAD;
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 pub(crate) const ENVELOPE_VERSION: u8 = 1;
-const PRINCIPAL_LABEL: &[u8] = b"mcp/request-state/principal:";
-const PRINCIPAL_SALT_LEN: usize = 8;
-const PRINCIPAL_TAG_LEN: usize = 16;
-
-/// The salted, one-way principal claim: base64url(salt ‖ SHA-256(label ‖ salt ‖ principal)[..16]).
-pub(crate) fn principal_claim(principal: &str, salt: [u8; PRINCIPAL_SALT_LEN]) -> String {
-    let mut raw = [0u8; PRINCIPAL_SALT_LEN + PRINCIPAL_TAG_LEN];
-    raw[..PRINCIPAL_SALT_LEN].copy_from_slice(&salt);
-    raw[PRINCIPAL_SALT_LEN..].copy_from_slice(&principal_tag(&salt, principal));
-    URL_SAFE_NO_PAD.encode_to_string(raw)
-}
-
-/// Constant-time check of a claim against the principal bound to this request.
-pub(crate) fn principal_matches(claim: &str, principal: &str) -> bool {
-    // Only a claim of exactly a salt and a tag can match: nothing else is decoded.
-    let mut raw = [0u8; PRINCIPAL_SALT_LEN + PRINCIPAL_TAG_LEN];
-    if URL_SAFE_NO_PAD.decoded_length(claim.as_bytes()).ok() != Some(raw.len()) {
-        return false;
-    }
-    let Ok(raw) = URL_SAFE_NO_PAD.decode(claim.as_bytes(), base64_simd::Out::from_slice(&mut raw))
-    else {
-        return false;
-    };
-    let (salt, tag) = raw.split_at(PRINCIPAL_SALT_LEN);
-    bool::from(tag.ct_eq(&principal_tag(salt, principal)))
-}
-
-fn principal_tag(salt: &[u8], principal: &str) -> [u8; PRINCIPAL_TAG_LEN] {
-    let digest = Sha256::new()
-        .chain_update(PRINCIPAL_LABEL)
-        .chain_update(salt)
-        .chain_update(principal.as_bytes())
-        .finalize();
-    digest[..PRINCIPAL_TAG_LEN]
-        .try_into()
-        .expect("SHA-256 is 32 bytes")
-}
 
 /// The claims this sidecar mints.
 pub(crate) struct MintClaims<'a> {
@@ -58,7 +18,7 @@ pub(crate) struct MintClaims<'a> {
     pub(crate) binding: &'a RequestBinding,
     pub(crate) state: StateText<'a>,
     pub(crate) audience: Option<&'a str>,
-    pub(crate) principal_claim: Option<String>,
+    pub(crate) principal_claim: Option<PrincipalClaim>,
     pub(crate) single_use: bool,
     pub(crate) no_upstream_state: bool,
     pub(crate) asked: Option<&'a [String]>,
@@ -113,7 +73,7 @@ impl MintClaims<'_> {
             + self.binding.target().len()
             + self.state.len_hint()
             + self.audience.map_or(0, str::len)
-            + self.principal_claim.as_ref().map_or(0, String::len)
+            + self.principal_claim.map_or(0, |p| p.as_str().len())
             + self
                 .asked
                 .map_or(0, |a| a.iter().map(|k| k.len() + 3).sum())
@@ -146,7 +106,7 @@ impl MintClaims<'_> {
         }
         if let Some(p) = &self.principal_claim {
             out.push_str(",\"p\":");
-            write_string(p, out);
+            write_string(p.as_str(), out);
         }
         if self.single_use {
             out.push_str(",\"su\":true");
@@ -185,11 +145,13 @@ impl MintClaims<'_> {
 
 pub(crate) mod binding;
 mod opened;
+mod principal;
 
 use binding::RequestBinding;
 
 pub(crate) use opened::OpenedClaims;
 pub use opened::Questions;
+pub(crate) use principal::{PrincipalClaim, PrincipalMemo, principal_claim, principal_matches};
 
 #[cfg(test)]
 mod tests {
@@ -264,20 +226,6 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(a.len(), 22);
-    }
-
-    #[test]
-    fn principal_claims_are_salted_and_checked() {
-        let c1 = principal_claim("alice", [1; 8]);
-        let c2 = principal_claim("alice", [2; 8]);
-        assert_ne!(c1, c2);
-        assert!(principal_matches(&c1, "alice"));
-        assert!(principal_matches(&c2, "alice"));
-        assert!(!principal_matches(&c1, "alice "));
-        assert!(!principal_matches(&c1, "bob"));
-        assert!(!principal_matches("", "alice"));
-        assert!(!principal_matches(&c1[..c1.len() - 2], "alice"));
-        assert!(!principal_matches("not base64!", "alice"));
     }
 
     #[test]
@@ -371,7 +319,7 @@ mod tests {
             binding: &binding,
             state: "x".into(),
             audience: Some("svc"),
-            principal_claim: Some("cA".to_owned()),
+            principal_claim: Some(principal_claim("alice", [0; 8])),
             single_use: true,
             no_upstream_state: false,
             asked: None,
@@ -380,8 +328,12 @@ mod tests {
         };
         let mut text = String::new();
         claims.encode_into(&mut text);
+        let p = principal_claim("alice", [0; 8]);
         assert!(
-            text.ends_with(r#","aud":"svc","p":"cA","su":true,"u":"/t%2F1/a\"b\\c/\u00e9"}"#),
+            text.ends_with(&format!(
+                r#","aud":"svc","p":"{}","su":true,"u":"/t%2F1/a\"b\\c/\u00e9"}}"#,
+                p.as_str()
+            )),
             "{text}"
         );
         assert!(text.len() <= claims.len_hint());

@@ -136,7 +136,11 @@ impl StateSealer {
             iat: now.floor(),
             exp: now.ceil() + ttl_seconds as f64,
             aud: self.audience.clone(),
-            p: principal.map(|p| principal_claim(p, keyring::fast_random_bytes::<8>())),
+            p: principal.map(|p| {
+                principal_claim(p, keyring::fast_random_bytes::<8>())
+                    .as_str()
+                    .to_owned()
+            }),
             u: path.map(str::to_owned),
         }
     }

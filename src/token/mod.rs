@@ -38,7 +38,7 @@ pub use keyring::generate_secret;
 pub use kid::KeyId;
 pub use metrics::KeyMetrics;
 
-use claims::{MintClaims, OpenedClaims, principal_claim, principal_matches};
+use claims::{MintClaims, OpenedClaims, PrincipalClaim, PrincipalMemo};
 
 /// Tokens minted up to this far in the future (a replica's clock ahead of ours) still open.
 pub(crate) const FUTURE_SKEW_SECONDS: f64 = 60.0;
@@ -180,6 +180,8 @@ pub struct StateSealer {
     ring: ArcSwap<KeyRing>,
     audience: Option<String>,
     ttl_seconds: u64,
+    /// Each recent caller's latest principal claim ([`PrincipalMemo`]).
+    principals: PrincipalMemo,
 }
 
 impl StateSealer {
@@ -189,6 +191,7 @@ impl StateSealer {
             ring: ArcSwap::from_pointee(ring),
             audience,
             ttl_seconds,
+            principals: PrincipalMemo::default(),
         }
     }
 
@@ -255,13 +258,11 @@ impl StateSealer {
         options: &SealOptions<'_>,
         frame: Frame<'_>,
     ) -> Vec<u8> {
-        let claims = self.mint_claims(
-            now,
-            state,
-            binding,
-            options,
-            keyring::fast_random_bytes::<8>(),
-        );
+        let principal = options.principal.map(|p| {
+            self.principals
+                .claim(p, now, keyring::fast_random_bytes::<8>)
+        });
+        let claims = self.mint_claims(now, state, binding, options, principal);
         let nonce = keyring::fast_random_bytes();
         ring.seal_text_framed(
             nonce,
@@ -282,7 +283,8 @@ impl StateSealer {
         salt: [u8; 8],
         nonce: [u8; keyring::NONCE_LEN],
     ) -> String {
-        let claims = self.mint_claims(now, state.into(), binding, options, salt);
+        let principal = options.principal.map(|p| claims::principal_claim(p, salt));
+        let claims = self.mint_claims(now, state.into(), binding, options, principal);
         self.ring
             .load()
             .seal_text(nonce, claims.len_hint(), |out| claims.encode_into(out))
@@ -294,7 +296,7 @@ impl StateSealer {
         state: StateText<'a>,
         binding: &'a RequestBinding,
         options: &SealOptions<'a>,
-        salt: [u8; 8],
+        principal_claim: Option<PrincipalClaim>,
     ) -> MintClaims<'a> {
         // Whole seconds: the reference writes `time.time()` as is, but an integral float
         // encodes without float formatting, and a TTL is not meant to the microsecond.
@@ -308,7 +310,7 @@ impl StateSealer {
             binding,
             state,
             audience: self.audience.as_deref(),
-            principal_claim: options.principal.map(|p| principal_claim(p, salt)),
+            principal_claim,
             single_use: options.single_use,
             no_upstream_state: options.no_upstream_state,
             asked: options.asked,
@@ -428,7 +430,7 @@ impl StateSealer {
             (None, Some(_)) | (Some(_), None) => {
                 return Err(reject(Reject::Principal, "principal drift"));
             }
-            (Some(claim), Some(principal)) if principal_matches(claim, principal) => {}
+            (Some(claim), Some(principal)) if self.principals.matches(claim, principal) => {}
             (Some(_), Some(_)) => return Err(reject(Reject::Principal, "principal mismatch")),
         }
         Ok(())

@@ -1,4 +1,4 @@
-use super::super::{Flow, MintClaims, RequestBinding, StateText};
+use super::super::{Flow, MintClaims, RequestBinding, StateText, principal_claim};
 use super::*;
 use proptest::prelude::*;
 use serde_json::json;
@@ -54,7 +54,7 @@ fn minted(state: &str, all: bool, path: Option<&str>) -> String {
         binding: &binding,
         state: StateText::Plain(state),
         audience: all.then_some("svc"),
-        principal_claim: all.then(|| "c2FsdHNhbHQ".to_owned()),
+        principal_claim: all.then(|| principal_claim("alice", *b"saltsalt")),
         single_use: all,
         no_upstream_state: all,
         asked: all.then_some(&asked[..]),
