@@ -14,7 +14,8 @@
 //! - single-use on (memory and Redis stores; Redis alone, and a primary whose replica
 //!   confirms each consumption, `WAIT`, the default with a replica): the retry with a
 //!   fresh token each time; and the same feed through the plain sidecar, the control
-//!   that tells the store's cost from the feed's;
+//!   that tells the store's cost from the feed's, taken in the same rounds as the
+//!   memory store's row (the floor beside both);
 //! - a JWT principal (`jwt.rs`: RS256, the keys in a JWKS file): the first call and the
 //!   retry through a sidecar that verifies every request's access token;
 //! - memory: the sidecar's idle RSS, and per open idle SSE stream with 10 000 of them
@@ -358,22 +359,29 @@ async fn measure(settings: &Settings, setup: &Setup, dir: &Path) -> Result<Strin
         });
     // Rows with a sidecar column only: single use, the stdio upstream, a JWT principal;
     // each taken in turn with the floor's JSON row of its phase.
-    let mut single_use = Vec::new();
-    for (label, addr) in [
-        // The control: the plain sidecar fed as the single-use rows are (a token of its
-        // own for each request, from the same kind of files), so that what of their gap
-        // to the plain retry is the feed (every token new to the caches and the branch
-        // predictors, where the plain retry repeats one) reads apart from the store's.
-        ("retry, a fresh token each (no single use)", setup.sidecar),
-        ("retry, single-use (memory)", setup.memory),
+    // The control (the plain sidecar fed as the single-use rows are: a token of its own
+    // for each request, from the same kind of files) and the memory store's single use
+    // in the same rounds, so that single use's own cost reads as the one's figure beside
+    // the other's, with no drift of the machine between them; the Redis rows apart.
+    let mut single_use = single_use_rows(
+        settings,
+        setup,
+        &[
+            ("retry, a fresh token each (no single use)", setup.sidecar),
+            ("retry, single-use (memory)", setup.memory),
+        ],
+        retry_rps,
+        dir,
+    )
+    .await?;
+    for sidecar in [
         ("retry, single-use (Redis)", setup.redis),
         (
             "retry, single-use (Redis + replica, WAIT)",
             setup.redis_replicated,
         ),
     ] {
-        let label = label.to_owned();
-        single_use.push(single_use_row(settings, setup, addr, label, retry_rps, dir).await?);
+        single_use.extend(single_use_rows(settings, setup, &[sidecar], retry_rps, dir).await?);
     }
     single_use.extend(sidecar_rows(settings, setup, setup.stdio, "stdio upstream (E)", dir).await?);
     single_use.extend(sidecar_rows(settings, setup, setup.jwt, "JWT principal", dir).await?);
@@ -498,30 +506,30 @@ async fn checked(
     wrk::Contender::same(target, body, dir, tag)
 }
 
-/// A single-use sidecar's retries, each with a token of its own minted through it just
-/// before: wrk's throughput and the open loop's latency.
-async fn single_use_row(
+/// Sidecars' retries, each with a token of its own minted through that sidecar just
+/// before, taken in the same rounds beside the floor (so a drift of the machine falls on
+/// all of them alike): wrk's throughput and the open loop's latency, a row each.
+async fn single_use_rows(
     settings: &Settings,
     setup: &Setup,
-    addr: SocketAddr,
-    label: String,
+    sidecars: &[(&str, SocketAddr)],
     retry_rps: f64,
     dir: &Path,
-) -> Result<SidecarRow, String> {
+) -> Result<Vec<SidecarRow>, String> {
     let (_, path) = WORKLOADS[0];
-    let first = Target {
+    let first = |addr| Target {
         addr,
         path,
         expect: Phase::First.expect(),
         forbid: Some(PLAINTEXT_MARK),
     };
-    let retry = Target {
+    let retry = |addr| Target {
         expect: Phase::Retry.expect(),
         forbid: None,
-        ..first.clone()
+        ..first(addr)
     };
-    let mint = |count: usize| {
-        let first = first.clone();
+    let mint = |addr, count: usize| {
+        let first = first(addr);
         async move {
             let answers = generator::closed_loop(&first, request_body(None), count, 32).await?;
             answers
@@ -530,52 +538,64 @@ async fn single_use_row(
                 .collect::<Result<Vec<_>, String>>()
         }
     };
-    // wrk: a file of tokens for each round, each enough for 1.5× the fastest round of
-    // the reusable retry; one line each.
+    // wrk: a file of tokens for each round and sidecar, each enough for 1.5× the fastest
+    // round of the reusable retry; one line each.
     let rounds = settings.rounds;
     let per_round = (retry_rps * 1.5 * rounds.each.as_secs_f64()) as usize + 1000;
-    let bodies = mint(per_round * rounds.count).await?;
-    let mut files = Vec::new();
-    for (round, chunk) in bodies.chunks(per_round).enumerate() {
-        let file = dir.join(format!("tokens-{round}.jsonl"));
-        let mut lines = Vec::with_capacity(chunk.iter().map(|b| b.len() + 1).sum());
-        for body in chunk {
-            lines.extend_from_slice(body);
-            lines.push(b'\n');
+    let mut contenders = Vec::new();
+    let mut floor_files = None;
+    for (k, &(_, addr)) in sidecars.iter().enumerate() {
+        let bodies = mint(addr, per_round * rounds.count).await?;
+        let mut files = Vec::new();
+        for (round, chunk) in bodies.chunks(per_round).enumerate() {
+            let file = dir.join(format!("tokens-{k}-{round}.jsonl"));
+            let mut lines = Vec::with_capacity(chunk.iter().map(|b| b.len() + 1).sum());
+            for body in chunk {
+                lines.extend_from_slice(body);
+                lines.push(b'\n');
+            }
+            std::fs::write(&file, lines).map_err(|e| format!("token file: {e}"))?;
+            files.push(file);
         }
-        std::fs::write(&file, lines).map_err(|e| format!("token file: {e}"))?;
-        files.push(file);
+        floor_files.get_or_insert_with(|| (files.clone(), bodies[0].clone()));
+        contenders.push(wrk::Contender {
+            target: retry(addr),
+            feed: wrk::Feed::EachRound(files),
+            script: dir.join("wrk-row.lua"),
+        });
     }
     // The floor is sent the very same bodies, a file a round, through the same script:
     // with one body sent again and again its wrk would do less work a request than the
-    // sidecar's (about 2 % more requests a second on this machine), and the ratio would
-    // charge that to the sidecar. The floor does not read the tokens; its upstream
+    // sidecars' (about 2 % more requests a second on this machine), and the ratio would
+    // charge that to the sidecars. The floor does not read the tokens; its upstream
     // answers any retry.
+    let (files, body) = floor_files.ok_or("no sidecar to measure")?;
     let floor = floor_contender(setup, Phase::Retry, dir).await?;
-    generator::closed_loop(&floor.target, bodies[0].clone(), 1, 1).await?;
-    let contenders = [
-        wrk::Contender {
-            target: retry.clone(),
-            feed: wrk::Feed::EachRound(files.clone()),
-            script: dir.join("wrk-row.lua"),
-        },
-        wrk::Contender {
-            feed: wrk::Feed::EachRound(files),
-            ..floor
-        },
-    ];
-    let taken = wrk::interleaved(&contenders, rounds).map_err(|e| format!("{label}: {e}"))?;
-    let [rps, floor] =
-        <[_; 2]>::try_from(taken).map_err(|_| "two contenders, two figures".to_owned())?;
+    generator::closed_loop(&floor.target, body, 1, 1).await?;
+    contenders.push(wrk::Contender {
+        feed: wrk::Feed::EachRound(files),
+        ..floor
+    });
+    let labels = sidecars
+        .iter()
+        .map(|(label, _)| *label)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut taken = wrk::interleaved(&contenders, rounds).map_err(|e| format!("{labels}: {e}"))?;
+    let floor = taken.pop().ok_or("the floor's figure")?;
     let count = (f64::from(settings.rate) * (settings.warmup + settings.measure).as_secs_f64())
         as usize
         + 1;
-    let bodies = Bodies::Each(Arc::new(mint(count).await?));
-    Ok(SidecarRow {
-        label,
-        phase: Phase::Retry,
-        rps,
-        floor,
-        latency: latency(settings, &retry, &bodies).await?,
-    })
+    let mut rows = Vec::new();
+    for (&(label, addr), rps) in sidecars.iter().zip(taken) {
+        let bodies = Bodies::Each(Arc::new(mint(addr, count).await?));
+        rows.push(SidecarRow {
+            label: label.to_owned(),
+            phase: Phase::Retry,
+            rps,
+            floor: floor.clone(),
+            latency: latency(settings, &retry(addr), &bodies).await?,
+        });
+    }
+    Ok(rows)
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub const CONNECTIONS: u32 = 64;
 
 /// What one wrk run measured.
+#[derive(Clone)]
 pub struct Throughput {
     pub rps: f64,
     pub requests: u64,
