@@ -206,8 +206,17 @@ pub async fn exchange(send: &mut Sender, target: &Target, body: Bytes) -> Result
     if status != StatusCode::OK || !text.contains(target.expect) {
         return Err(format!("HTTP {status}: {}", excerpt()));
     }
-    if target.forbid.is_some_and(|f| text.contains(f)) {
-        return Err(format!("plaintext state leaked: {}", excerpt()));
+    if let Some(at) = target.forbid.and_then(|f| text.find(f)) {
+        // Where it was found: in the clear, or by chance inside a token's base64url (the
+        // mark's letters are all in that alphabet).
+        let around: String = text[text.floor_char_boundary(at.saturating_sub(80))..]
+            .chars()
+            .take(200)
+            .collect();
+        return Err(format!(
+            "plaintext state leaked: {} ... at byte {at}: {around}",
+            excerpt()
+        ));
     }
     Ok(bytes)
 }

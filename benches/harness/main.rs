@@ -269,8 +269,12 @@ const WORKLOADS: [(&str, &str); 2] = [("JSON", "/mcp"), ("SSE", "/mcp/sse")];
 /// default share is a fraction, so the row would measure 429s).
 const SINGLE_USE_MEMORY: &str = "[single_use]\ntools = [\"provision\"]\nstore = \"memory\"\n\
      memory_max_entries = 1000000\nmax_entries_per_principal = 1000000\n";
-/// The upstream's plaintext state holds this; a sealed answer must not.
-const PLAINTEXT_MARK: &str = "team-a";
+/// The upstream's plaintext state holds this; a sealed answer must not. The quote is
+/// part of it: every letter of `team-a` is in base64url's alphabet, so a token carries
+/// the word by chance about once in 10^8 (a full run mints a million), and no token
+/// carries a quote, while the state in the clear has one before the word however it is
+/// written (`"owner":"team-a"`, or escaped in a string, `\"owner\":\"team-a\"`).
+const PLAINTEXT_MARK: &str = "\"team-a";
 
 struct Row {
     workload: &'static str,
