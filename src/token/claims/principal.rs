@@ -103,12 +103,12 @@ const SALT_SERVES_SECONDS: f64 = 60.0;
 /// behind one seeded hash is all it needs, where a general cache (moka) would spend on
 /// its bookkeeping about a third of the digest it saves.
 pub(crate) struct PrincipalMemo {
-    slots: Box<[Mutex<Option<Kept>>]>,
+    slots: Box<[Mutex<Option<KeptClaim>>]>,
     hasher: foldhash::fast::RandomState,
 }
 
 /// One caller's latest claim.
-struct Kept {
+struct KeptClaim {
     /// A credential when the principal is a header's value: wiped when dropped.
     principal: Zeroizing<String>,
     salt: [u8; SALT_LEN],
@@ -117,7 +117,7 @@ struct Kept {
     drawn: f64,
 }
 
-impl Kept {
+impl KeptClaim {
     fn is_for(&self, principal: &str) -> bool {
         constant_time_eq(self.principal.as_bytes(), principal.as_bytes())
     }
@@ -133,7 +133,7 @@ impl Default for PrincipalMemo {
 }
 
 impl PrincipalMemo {
-    fn slot(&self, principal: &str) -> Option<&Mutex<Option<Kept>>> {
+    fn slot(&self, principal: &str) -> Option<&Mutex<Option<KeptClaim>>> {
         if principal.len() > LONGEST_KEPT {
             return None;
         }
@@ -161,7 +161,7 @@ impl PrincipalMemo {
         }
         let salt = fresh_salt();
         let tag = principal_tag(&salt, principal);
-        *kept = Some(Kept {
+        *kept = Some(KeptClaim {
             principal: Zeroizing::new(principal.to_owned()),
             salt,
             tag,
