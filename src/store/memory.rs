@@ -27,12 +27,11 @@ use std::time::{Duration, Instant};
 /// process): the ids are random token ids, the owners authenticated principals.
 type Fast = foldhash::fast::RandomState;
 
-/// Live consumed ids per owner.
-type Owners = Mutex<HashMap<Arc<str>, usize, Fast>>;
-
 mod ids;
+mod owners;
 mod records;
 use ids::ConsumedIds;
+use owners::OwnerId;
 pub use records::RECORD_OVERHEAD_BYTES;
 pub use records::RecordBounds;
 use records::{Charges, StoredRecord, record_weight};
@@ -120,7 +119,7 @@ impl Usage {
 }
 
 pub struct MemoryStore {
-    /// Consumed ids, counted ([`ids`]).
+    /// Consumed ids, counted, and their owners' shares ([`ids`]).
     ids: ConsumedIds,
     /// Principal digest → (not before, Unix seconds; kept until the deadline).
     revocations: Cache<Arc<str>, (f64, Instant)>,
@@ -133,8 +132,6 @@ pub struct MemoryStore {
     /// then be applied twice.
     records: Cache<Arc<str>, StoredRecord>,
     charges: Arc<Charges>,
-    /// Live ids per owner (an owner leaves the map with its last id).
-    id_owners: Arc<Owners>,
     max_entries: usize,
     entries_per_owner: usize,
 }
@@ -177,14 +174,12 @@ impl MemoryStore {
                 given.give(record.weight, Some(&record.owner));
             })
             .build();
-        let id_owners: Arc<Owners> = Arc::default();
         Self {
-            ids: ConsumedIds::new(id_owners.clone()),
+            ids: ConsumedIds::new(),
             revocations: Cache::builder().expire_after(AtDeadline).build(),
             revoked_any: AtomicBool::new(false),
             records,
             charges,
-            id_owners,
             max_entries,
             entries_per_owner,
         }
@@ -237,39 +232,26 @@ impl MemoryStore {
                 self.take_share(owner)?
             }
         };
-        if self.ids.insert(id, now + ttl, &owner, now) {
+        if self.ids.insert(id, now + ttl, owner, now) {
             Ok(Consumed::Fresh)
         } else {
-            give_id(&self.id_owners, &owner);
+            self.ids.give_back(owner);
             Ok(Consumed::Replayed)
         }
     }
 
-    /// One more id for `owner`, when the store and the owner's share have room: the
-    /// owner's name, kept once and shared by its ids.
-    fn take_share(&self, owner: &str) -> Result<Arc<str>, StoreError> {
+    /// One more id for `owner`, when the store and the owner's share have room.
+    fn take_share(&self, owner: &str) -> Result<OwnerId, StoreError> {
         if self.ids.live() >= self.max_entries {
             return Err(StoreError::Full);
         }
-        let mut owners = self.id_owners.lock().expect("not poisoned");
-        if let Some((name, held)) = owners.get_key_value(owner) {
-            if *held >= self.entries_per_owner {
-                return Err(StoreError::OwnerFull);
-            }
-            let name = name.clone();
-            *owners.get_mut(owner).expect("just found") += 1;
-            return Ok(name);
-        }
-        let name: Arc<str> = Arc::from(owner);
-        owners.insert(name.clone(), 1);
-        Ok(name)
+        self.ids.take_share(owner, self.entries_per_owner)
     }
 
     /// Consumed ids `owner` holds now.
     #[cfg(test)]
     pub(crate) fn owner_entries(&self, owner: &str) -> usize {
-        let owners = self.id_owners.lock().expect("not poisoned");
-        owners.get(owner).copied().unwrap_or(0)
+        self.ids.held_by(owner)
     }
 
     /// Bytes `owner`'s idempotency records are charged now.
@@ -417,17 +399,6 @@ impl MemoryStore {
     /// Whether no id is live.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// Give back one id of `owner`'s share.
-fn give_id(owners: &Owners, owner: &Arc<str>) {
-    let mut owners = owners.lock().expect("not poisoned");
-    if let Some(held) = owners.get_mut(owner) {
-        *held = held.saturating_sub(1);
-        if *held == 0 {
-            owners.remove(owner);
-        }
     }
 }
 
