@@ -243,8 +243,9 @@ pub struct SingleUseConfig {
     pub(crate) default: bool,
     /// What happens when the store cannot record a consumption.
     pub on_store_error: OnStoreError,
-    /// Most consumed ids the memory store holds (about 100 bytes each resident, `cargo bench --bench store`); full,
-    /// it refuses new single-use retries rather than forget one.
+    /// Most consumed ids the memory store holds (about 100 bytes each resident, `cargo
+    /// bench --bench store`); full, it refuses new single-use retries rather than
+    /// forget one.
     pub memory_max_entries: usize,
     /// Memory store only: consumed ids one caller (its principal, else its address)
     /// may hold at once; past it that caller's single-use retries get 429 until its

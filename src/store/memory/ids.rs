@@ -9,11 +9,12 @@
 //! about 7 k instructions and about 430 bytes per live id.
 //!
 //! An entry is 32 bytes in the map and 24 in the deadline order: the id's 16 bytes, its
-//! deadline as nanoseconds since the table began and its owner's number ([`super::owners`]).
-//! No allocation of its own, no text, no pointer to follow when a lookup compares it, and
-//! no shared count touched: a table of a million ids (what a busy replica holds for a
-//! token lifetime) is about half the size it was with an `Instant`, a tie-breaking
-//! sequence and the owner's shared name in each entry, and misses the cache less.
+//! deadline as nanoseconds since the table began and its owner's number
+//! ([`super::owners`]). No allocation of its own, no text, no pointer to follow when a
+//! lookup compares it, and no shared count touched: a table of a million ids (what a
+//! busy replica holds for a token lifetime) is about half the size it was with an
+//! `Instant`, a tie-breaking sequence and the owner's shared name in each entry, and
+//! misses the cache less.
 //!
 //! Invariant: an id is held (a consumption of it is a replay) from its insertion until
 //! its deadline or its release, and never after either; every id held is in both the
