@@ -41,7 +41,7 @@ pub use scan::scan;
 pub use scan::scan_answer;
 pub(crate) use scan::{
     AnswerFault, Compact, Cursor, JsonKind, Passed, Rules, StateMember, each_member,
-    is_string_token, members, pass_escaped, string_at, string_specials,
+    is_string_token, members, pass_escaped, string_in, string_specials,
 };
 pub use scan::{LiteArena, LiteJson};
 use strict::StrictRefusal;

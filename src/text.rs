@@ -20,6 +20,14 @@ pub(crate) fn hex_lower(bytes: &[u8]) -> String {
     String::from_utf8(out).expect("hexadecimal digits are ASCII")
 }
 
+/// `bytes` as text when they are UTF-8: exactly `std::str::from_utf8`'s verdict, checked
+/// 32 bytes a step (simdutf8) where std takes a word and a branch per byte past ASCII.
+/// What arrives whole and is read as text goes through here: an answer, an opened
+/// token's claims, a string token the scan spanned.
+pub(crate) fn utf8(bytes: &[u8]) -> Option<&str> {
+    simdutf8::basic::from_utf8(bytes).ok()
+}
+
 /// The most bytes of one client-supplied string that reach a log line (after escaping).
 pub(crate) const MAX_LOGGED_BYTES: usize = 256;
 

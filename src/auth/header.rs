@@ -31,8 +31,11 @@ pub(crate) fn identify(
     if values.next().is_some() {
         return Err(ProxyError::PrincipalHeader("identity header repeated"));
     }
-    let text = std::str::from_utf8(value.as_bytes())
-        .map_err(|_| ProxyError::PrincipalHeader("identity header is not UTF-8"))?;
+    // Visible ASCII, as identities are, is passed on a glance; UTF-8 beyond it is
+    // checked as such.
+    let text = (value.to_str().ok())
+        .or_else(|| std::str::from_utf8(value.as_bytes()).ok())
+        .ok_or(ProxyError::PrincipalHeader("identity header is not UTF-8"))?;
     if text.is_empty() {
         return Err(ProxyError::PrincipalHeader("identity header is empty"));
     }

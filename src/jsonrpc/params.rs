@@ -107,6 +107,11 @@ impl ScannedBody {
         self.body.as_bytes()
     }
 
+    /// The client's body, as scanned: UTF-8 already checked.
+    pub(crate) fn text(&self) -> &str {
+        &self.body
+    }
+
     pub fn index(&self) -> &Index {
         &self.index
     }

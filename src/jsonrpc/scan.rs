@@ -78,7 +78,7 @@ pub fn scan(bytes: &[u8], max_values: usize) -> Result<Scanned<'_>, Refused> {
     refuse_bom(bytes)?;
     // Every byte of a JSON text is either ASCII grammar or inside a string, whose UTF-8
     // serde_json checks: the whole body being UTF-8 is the same condition, checked fast.
-    let text = std::str::from_utf8(bytes).map_err(|_| ParseError::Syntax)?;
+    let text = crate::text::utf8(bytes).ok_or(ParseError::Syntax)?;
     scan_text(text, max_values)
 }
 
@@ -242,14 +242,19 @@ impl<'a> Scanned<'a> {
     /// The text of the string token at `span` (one this index gave), unescaped: borrowed
     /// from the body when it holds no escape. `None` when `span` is no string token.
     pub fn string(&self, span: Range<usize>) -> Option<Cow<'a, str>> {
-        string_at(self.text.as_bytes(), span)
+        string_in(self.text, span)
     }
 }
 
-/// The text of the string token at `span` of `body`, unescaped (borrowed when it holds
-/// no escape); `None` when `span` is no string token.
-pub(crate) fn string_at(body: &[u8], span: Range<usize>) -> Option<Cow<'_, str>> {
-    let token = std::str::from_utf8(body.get(span)?).ok()?;
+/// The text of the string token at `span` of `body` (text: its bytes are not checked as
+/// UTF-8 again), unescaped (borrowed when it holds no escape); `None` when `span` is no
+/// string token, or is off a character's boundary.
+pub(crate) fn string_in(body: &str, span: Range<usize>) -> Option<Cow<'_, str>> {
+    unescaped_token(body.get(span)?)
+}
+
+/// `token` unescaped, if it is exactly one string token.
+fn unescaped_token(token: &str) -> Option<Cow<'_, str>> {
     // Past its first 64 bytes the lexer jumps to the next quote or backslash (a token
     // is ~1.7 kB of plain bytes).
     let mut lexer = Lexer::new(token);

@@ -142,7 +142,7 @@ fn check_read_message(
     })?;
     let target = |field: &str| {
         let field = ParamsField::named(field)?;
-        crate::jsonrpc::string_at(body.bytes(), body.index().param(field)?)
+        crate::jsonrpc::string_in(body.text(), body.index().param(field)?)
     };
     check_mcp_headers(head, body.message(), target).map_err(|error| {
         Box::new(Refusal {
@@ -315,11 +315,10 @@ fn meta_protocol_version(body: &ScannedBody) -> Option<Cow<'_, str>> {
     let span = body.index().param(ParamsField::Meta)?;
     // Scanned strictly already: UTF-8, no duplicate key. Only `_meta`'s own bytes are
     // looked at again.
-    let meta = &body.bytes()[span];
-    let text = std::str::from_utf8(meta).ok()?;
+    let meta = body.text().get(span)?;
     let member =
-        crate::jsonrpc::members(text, 0..meta.len()).find(|m| m.key == PROTOCOL_VERSION)?;
-    crate::jsonrpc::string_at(meta, member.value)
+        crate::jsonrpc::members(meta, 0..meta.len()).find(|m| m.key == PROTOCOL_VERSION)?;
+    crate::jsonrpc::string_in(meta, member.value)
 }
 
 #[cfg(test)]

@@ -214,7 +214,8 @@ impl TrustedProxies {
         let trusted = self.trusts(Some(facts.peer));
         let doomed: Vec<HeaderName> = headers
             .keys()
-            .filter(|name| Some(*name) != keep && is_forwarding(name))
+            // The first byte first: most names part there, before any comparison.
+            .filter(|name| is_forwarding(name) && Some(*name) != keep)
             // WSGI and CGI servers read `X_Forwarded_For` as `X-Forwarded-For`: a
             // look-alike is never a trusted proxy's header.
             .filter(|name| !trusted || name.as_str().contains('_'))

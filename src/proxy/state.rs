@@ -127,16 +127,16 @@ impl StateOpener {
         self.filter_input_responses(params, &[])
     }
 
-    /// The opened token still holds now: its flow is not older than allowed and its
-    /// principal was not revoked since it was issued.
+    /// The opened token still holds: its flow was not older than allowed when it was
+    /// opened (the instant its expiry was checked at), and its principal was not revoked
+    /// since it was issued.
     async fn still_good(
         &self,
         method: &str,
         opened: &Opened<'_>,
         principal: Option<&str>,
     ) -> Result<(), ProxyError> {
-        let now = crate::token::now();
-        if self.flow_limits.too_old(opened.flow, now) {
+        if self.flow_limits.too_old(opened.flow, opened.opened_at) {
             self.metrics.policy.mrtr_refused(MrtrRefusal::FlowLimit);
             return Err(self.refuse(
                 method,

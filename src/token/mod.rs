@@ -131,6 +131,9 @@ pub struct Opened<'a> {
     pub(crate) issued_at: f64,
     /// Unix seconds after which the token no longer opens (bounds replay bookkeeping).
     pub(crate) expires_at: f64,
+    /// Unix seconds it was opened at (its times checked against them): the request's
+    /// later checks of time (its flow's age) read these, not the clock again.
+    pub(crate) opened_at: f64,
     /// Key id ‖ nonce: names this token for single-use bookkeeping.
     pub(crate) id: [u8; TOKEN_ID_LEN],
 }
@@ -356,11 +359,12 @@ impl StateSealer {
         if unsealed.payload().len() > COPIED_PLAINTEXT_BYTES {
             return self.open_unsealed(now(), &unsealed, binding, principal);
         }
-        let text = std::str::from_utf8(unsealed.payload()).map_err(|_| MALFORMED_CLAIMS)?;
+        let text = crate::text::utf8(unsealed.payload()).ok_or(MALFORMED_CLAIMS)?;
         let (claims, questions) =
             OpenedClaims::decode_in(arena.alloc_str(text), arena).ok_or(MALFORMED_CLAIMS)?;
-        self.check(now(), &claims, binding, principal)?;
-        Ok(Self::opened(claims, questions, &unsealed))
+        let now = now();
+        self.check(now, &claims, binding, principal)?;
+        Ok(Self::opened(claims, questions, &unsealed, now))
     }
 
     /// An unsealed token's claims checked, its questions kept as text.
@@ -374,7 +378,7 @@ impl StateSealer {
         let claims = OpenedClaims::decode(unsealed.payload()).ok_or(MALFORMED_CLAIMS)?;
         self.check(now, &claims, binding, principal)?;
         let questions = claims.qd.map(Questions::unread);
-        Ok(Self::opened(claims, questions, unsealed))
+        Ok(Self::opened(claims, questions, unsealed, now))
     }
 
     fn unseal(&self, token: &str) -> Result<keyring::Unsealed, Rejection> {
@@ -440,6 +444,7 @@ impl StateSealer {
         claims: OpenedClaims<'_>,
         questions: Option<Questions<'a>>,
         unsealed: &keyring::Unsealed,
+        opened_at: f64,
     ) -> Opened<'a> {
         Opened {
             state_json: claims.s.to_owned(),
@@ -453,6 +458,7 @@ impl StateSealer {
                 .map(|(round, started)| Flow { round, started }),
             issued_at: claims.iat,
             expires_at: claims.exp,
+            opened_at,
             id: unsealed.id(),
         }
     }

@@ -22,7 +22,7 @@ use std::ops::Range;
 /// client may be handed (the strict parse's verdict, numbers' stand-in key refused).
 pub fn scan_answer(bytes: &[u8]) -> Result<Answer<'_>, ParseError> {
     super::refuse_bom(bytes)?;
-    let text = std::str::from_utf8(bytes).map_err(|_| ParseError::Syntax)?;
+    let text = crate::text::utf8(bytes).ok_or(ParseError::Syntax)?;
     // Gathered in their box, which the answer keeps: the facts (1.2 KB) are written
     // once, not copied into the answer and again with it.
     let mut facts = Box::new(Facts::of_answer());

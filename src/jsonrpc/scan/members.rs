@@ -10,7 +10,7 @@
 
 use super::facts::JsonKind;
 use super::lexer::scanned_special;
-use super::string_at;
+use super::string_in;
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -86,7 +86,7 @@ fn string_token(text: &str, at: usize, limit: usize) -> Option<(Cow<'_, str>, us
     let bytes = text.as_bytes();
     let (end, escaped) = string_end_escaped(bytes, at).filter(|(end, _)| *end <= limit)?;
     let string = match escaped {
-        true => string_at(bytes, at..end)?,
+        true => string_in(text, at..end)?,
         false => Cow::Borrowed(&text[at + 1..end - 1]),
     };
     Some((string, end))

@@ -337,8 +337,8 @@ impl<'a> TextValue<'a> {
             out.push_str(token);
             return Ok(token.len());
         }
-        let decoded =
-            crate::jsonrpc::string_at(bytes, start..self.at).ok_or(CanonicalError::BadNumber)?;
+        let decoded = crate::jsonrpc::string_in(self.text, start..self.at)
+            .ok_or(CanonicalError::BadNumber)?;
         write_string(&decoded, out);
         Ok(serde_string_len(&decoded))
     }

@@ -7,7 +7,6 @@ use crate::jsonrpc::{
 };
 use base64_simd::URL_SAFE_NO_PAD;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 const ARGS_DIGEST_LEN: usize = 16;
 /// The digest's length in base64url.
@@ -285,15 +284,20 @@ fn push_args_digest<V: JsonView>(
         Some(args) => write_python_json(args, true, out)?,
         None => out.push_str(EMPTY_ARGUMENTS),
     }
-    let digest = Sha256::digest(&out.as_bytes()[at..]);
+    let digest = sha256(&out.as_bytes()[at..]);
     out.truncate(at);
-    push_digest(&digest, out);
+    push_digest(digest.as_ref(), out);
     Ok(())
 }
 
 /// The digest of arguments whose canonical text is `canonical`, appended to `out`.
 fn push_digest_of(canonical: &str, out: &mut String) {
-    push_digest(&Sha256::digest(canonical.as_bytes()), out);
+    push_digest(sha256(canonical.as_bytes()).as_ref(), out);
+}
+
+/// SHA-256 of `bytes`, by aws-lc (see `Cargo.toml`: assembly where `sha2` has none).
+fn sha256(bytes: &[u8]) -> aws_lc_rs::digest::Digest {
+    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes)
 }
 
 fn push_digest(digest: &[u8], out: &mut String) {

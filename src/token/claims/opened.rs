@@ -100,8 +100,7 @@ impl<'a> OpenedClaims<'a> {
     /// The claims of an opened token's plaintext, if it holds claims of this version:
     /// read by their layout when they are laid out as minted, else by serde_json.
     pub(crate) fn decode(payload: &'a [u8]) -> Option<Self> {
-        let claims = std::str::from_utf8(payload)
-            .ok()
+        let claims = crate::text::utf8(payload)
             .and_then(Self::read_layout)
             .or_else(|| Self::read_general(payload))?;
         claims.checked()

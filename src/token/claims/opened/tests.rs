@@ -106,6 +106,17 @@ fn a_float_claim_is_read_as_serde_json_reads_it() {
         "1.00",
         "1e3",
         "1764568800.1234567",
+        "0.5",
+        "0.0000000000000000001",
+        "1234567890.123456789",
+        "12345678901234567890",
+        "1234567890.1234567890",
+        "18446744073709551615",
+        "18446744073709551616",
+        "1.",
+        ".5",
+        "1.2.3",
+        "1..2",
     ] {
         let expected = serde_json::from_str::<f64>(token).ok();
         assert_eq!(
@@ -113,6 +124,30 @@ fn a_float_claim_is_read_as_serde_json_reads_it() {
             expected.map(f64::to_bits),
             "{token}"
         );
+    }
+}
+
+/// Times as every minter writes them (Python's `repr` of `time.time()`, its shortest
+/// round-trip spelling): read to the same bits as serde_json reads them, over a spread of
+/// magnitudes and of fraction lengths (where the digits pass 2^53 and round twice).
+#[test]
+fn a_minted_time_is_read_as_serde_json_reads_it() {
+    let mut time = 1.0f64;
+    for step in 0..200_000u64 {
+        time = (time * 1.000_173 + (step % 997) as f64 / 1e6) % 1e12;
+        for token in [
+            format!("{time:?}"),
+            format!("{time:.1}"),
+            format!("{time:.7}"),
+            format!("{time:.9}"),
+        ] {
+            let expected = serde_json::from_str::<f64>(&token).ok();
+            assert_eq!(
+                float(&token).map(f64::to_bits),
+                expected.map(f64::to_bits),
+                "{token}"
+            );
+        }
     }
 }
 
