@@ -1,6 +1,7 @@
 //! Printable, clipped text: what reaches a log line (or an error message) from a client,
 //! on the ground floor (the gate, the errors, the policies and the audit record all
-//! write client text, and this imports nothing of the crate).
+//! write client text, and this imports nothing of the crate); and bytes read as text
+//! ([`utf8`]).
 //!
 //! Invariant: client-supplied text (a JSON-RPC `method`, a refused key, an HTTP method)
 //! is written only through [`printable`] or [`Clipped`]: printable ASCII as is, anything
@@ -92,6 +93,54 @@ mod tests {
         }
         let every: Vec<u8> = (0..=255).collect();
         assert_eq!(hex_lower(&every), hex::encode(&every));
+    }
+
+    /// simdutf8 checks 64 bytes a step past 64 and hands shorter inputs to std: every
+    /// kind of bad sequence (a stray continuation, a truncated lead, an overlong form, a
+    /// surrogate, past U+10FFFF) at every offset around those steps, and random bytes,
+    /// get std's verdict.
+    #[test]
+    fn utf8_answers_what_std_answers() {
+        let bad: [&[u8]; 8] = [
+            b"\x80",
+            b"\xc3",
+            b"\xe2\x82",
+            b"\xc0\x80",
+            b"\xe0\x80\x80",
+            b"\xed\xa0\x80",
+            b"\xf4\x90\x80\x80",
+            b"\xff",
+        ];
+        let good = "a\u{e9}\u{20ac}\u{1f600}".as_bytes();
+        for len in [0usize, 1, 31, 32, 63, 64, 65, 127, 128, 200] {
+            for at in 0..=len {
+                let mut text: Vec<u8> = good.iter().copied().cycle().take(len).collect();
+                assert_eq!(utf8(&text).is_some(), std::str::from_utf8(&text).is_ok());
+                for sequence in bad {
+                    text.splice(at..at, sequence.iter().copied());
+                    assert_eq!(
+                        utf8(&text).is_some(),
+                        std::str::from_utf8(&text).is_ok(),
+                        "{len} bytes, {sequence:x?} at {at}"
+                    );
+                    text.drain(at..at + sequence.len());
+                }
+            }
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for len in 0..2_000usize {
+            let bytes: Vec<u8> = (0..len % 300)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    // Mostly ASCII with some high bytes, as text with a few errors is.
+                    let b = (seed >> 24) as u8;
+                    if seed % 11 == 0 { b } else { b & 0x7f }
+                })
+                .collect();
+            assert_eq!(utf8(&bytes), std::str::from_utf8(&bytes).ok(), "{bytes:x?}");
+        }
     }
 
     #[test]

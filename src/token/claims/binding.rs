@@ -303,3 +303,23 @@ fn sha256(bytes: &[u8]) -> aws_lc_rs::digest::Digest {
 fn push_digest(digest: &[u8], out: &mut String) {
     URL_SAFE_NO_PAD.encode_append(&digest[..ARGS_DIGEST_LEN], out);
 }
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    /// The arguments' digest is SHA-256 whichever implementation computes it: aws-lc's,
+    /// over every length around its blocks, against `sha2`'s.
+    #[test]
+    fn the_digest_is_sha256() {
+        let text: Vec<u8> = (0..300u32).map(|i| (i * 131 + 7) as u8).collect();
+        for len in 0..text.len() {
+            let bytes = &text[..len];
+            assert_eq!(
+                super::sha256(bytes).as_ref(),
+                &Sha256::digest(bytes)[..],
+                "{len}"
+            );
+        }
+    }
+}
