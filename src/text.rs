@@ -136,7 +136,7 @@ mod tests {
                     seed ^= seed << 17;
                     // Mostly ASCII with some high bytes, as text with a few errors is.
                     let b = (seed >> 24) as u8;
-                    if seed % 11 == 0 { b } else { b & 0x7f }
+                    if seed.is_multiple_of(11) { b } else { b & 0x7f }
                 })
                 .collect();
             assert_eq!(utf8(&bytes), std::str::from_utf8(&bytes).ok(), "{bytes:x?}");
