@@ -22,9 +22,9 @@ pub(crate) fn hex_lower(bytes: &[u8]) -> String {
 }
 
 /// `bytes` as text when they are UTF-8: exactly `std::str::from_utf8`'s verdict, checked
-/// 32 bytes a step (simdutf8) where std takes a word and a branch per byte past ASCII.
-/// What arrives whole and is read as text goes through here: an answer, an opened
-/// token's claims, a string token the scan spanned.
+/// in 64-byte blocks (simdutf8) where std takes a word and a branch per byte past ASCII
+/// (under 64 bytes simdutf8 hands them to std). What arrives whole and is read as text
+/// goes through here: a body, an answer, an opened token's claims, a header beyond ASCII.
 pub(crate) fn utf8(bytes: &[u8]) -> Option<&str> {
     simdutf8::basic::from_utf8(bytes).ok()
 }

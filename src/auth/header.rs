@@ -34,7 +34,7 @@ pub(crate) fn identify(
     // Visible ASCII, as identities are, is passed on a glance; UTF-8 beyond it is
     // checked as such.
     let text = (value.to_str().ok())
-        .or_else(|| std::str::from_utf8(value.as_bytes()).ok())
+        .or_else(|| crate::text::utf8(value.as_bytes()))
         .ok_or(ProxyError::PrincipalHeader("identity header is not UTF-8"))?;
     if text.is_empty() {
         return Err(ProxyError::PrincipalHeader("identity header is empty"));
